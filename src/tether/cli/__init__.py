@@ -1,0 +1,1 @@
+"""tether's command-line interface."""

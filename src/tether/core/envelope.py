@@ -1,0 +1,45 @@
+"""The result envelope the model sees for every call (DESIGN.md §4)."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorCode(StrEnum):
+    INVALID_JSON = "invalid_json"
+    UNKNOWN_TOOL = "unknown_tool"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    FORBIDDEN = "forbidden"
+    DENIED = "denied"
+    TIMEOUT = "timeout"
+    TOOL_FAILED = "tool_failed"
+    CALL_ID_REUSED = "call_id_reused"
+    REPEATED_CALL = "repeated_call"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+
+
+# The model may fix these by changing its call; the others need something else.
+RETRYABLE = frozenset(
+    {ErrorCode.INVALID_JSON, ErrorCode.UNKNOWN_TOOL, ErrorCode.INVALID_ARGUMENTS, ErrorCode.TIMEOUT}
+)
+
+
+def ok(result: Any) -> str:
+    return json.dumps({"ok": True, "result": result}, ensure_ascii=False)
+
+
+def error(code: ErrorCode, message: str, retryable: bool | None = None) -> str:
+    if retryable is None:
+        retryable = code in RETRYABLE
+    return json.dumps(
+        {"ok": False, "error": {"code": code.value, "message": message, "retryable": retryable}},
+        ensure_ascii=False,
+    )
+
+
+def outcome_code(content: str) -> str:
+    """``"ok"`` or the error code of an envelope, for reports and events."""
+    data = json.loads(content)
+    return "ok" if data.get("ok") else str(data["error"]["code"])

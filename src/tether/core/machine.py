@@ -1,0 +1,644 @@
+"""The run state machine: the only place where a run's state changes.
+
+Rules of this file:
+
+- It is sans-IO. It never reads the clock, the network, the disk or an event
+  loop; time arrives inside events. A test imports it in a clean interpreter
+  and asserts that asyncio, aiohttp, sqlite3 and time stay unimported.
+- Everything that affects a run's state lives here. Drivers (the asyncio
+  runner, later the Temporal workflow) only perform the commands it returns
+  and feed back what happened.
+- The whole state is a plain value (``RunState``); a checkpoint is that
+  value serialized with ``to_dict``.
+
+Theory of operation. A driver sends an event and gets back exactly one
+command: ``CallModel``, ``RunTools``, ``AwaitApproval`` or ``Finish``. The
+allowed (status, event) pairs and the statuses each may lead to are the
+``TRANSITIONS`` table; any other pair raises ``TransitionError`` and poisons
+the machine, which then refuses all further input. On every model reply the
+checks run in the order of DESIGN.md §3: protocol invariants, stop reasons,
+per-call verdicts (decoding, tool offered, schema, call-id reuse, loop
+guard), budgets, the repair budget, approval.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any, Protocol
+
+from tether.core import envelope
+from tether.core.budget import RunConfig
+from tether.core.envelope import ErrorCode
+from tether.core.errors import ApprovalMismatch, RunPoisoned, TransitionError
+from tether.core.messages import Message, ModelReply, ToolCall, Usage
+
+
+class Status(StrEnum):
+    READY = "ready"
+    AWAITING_MODEL = "awaiting_model"
+    AWAITING_TOOLS = "awaiting_tools"
+    AWAITING_APPROVAL = "awaiting_approval"
+    AWAITING_RECONCILIATION = "awaiting_reconciliation"
+    COMPLETED = "completed"
+    MAX_STEPS = "max_steps"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    TRUNCATED = "truncated"
+    CONTENT_FILTERED = "content_filtered"
+    PROTOCOL_ERROR = "protocol_error"
+    LOOP_DETECTED = "loop_detected"
+    REPAIR_EXHAUSTED = "repair_exhausted"
+    MODEL_ERROR = "model_error"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in _LIVE
+
+
+_LIVE = frozenset(
+    {
+        Status.READY,
+        Status.AWAITING_MODEL,
+        Status.AWAITING_TOOLS,
+        Status.AWAITING_APPROVAL,
+        Status.AWAITING_RECONCILIATION,
+    }
+)
+
+
+# --- events (driver -> machine) ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReplied:
+    reply: ModelReply
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFailed:
+    message: str
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsFinished:
+    results: Mapping[str, str]  # call id -> envelope JSON text
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecided:
+    call_id: str
+    fingerprint: str
+    approved: bool
+    now: float
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    now: float
+    reason: str = "cancelled"
+
+
+Event = Begin | ModelReplied | ModelFailed | ToolsFinished | ApprovalDecided | Cancel
+
+
+# --- what the tools layer tells the machine about one call ------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """The call decodes, names an offered tool and validates strictly."""
+
+    arguments: dict[str, Any]
+    read_only: bool
+    needs_approval: bool = False
+    untrusted_output: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    code: ErrorCode
+    message: str
+
+
+class Catalog(Protocol):
+    """The tools offered to this run's principal, as the machine sees them."""
+
+    def check(self, call: ToolCall) -> Accepted | Rejected: ...
+
+
+# --- commands (machine -> driver) --------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """One call of the current step and what the machine decided for it.
+
+    ``execute`` calls are for the driver to run; the others carry their
+    ``result`` already (a rejection, a budget refusal or a recorded result).
+    """
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any] | None
+    fingerprint: str | None
+    read_only: bool = False
+    execute: bool = False
+    needs_approval: bool = False
+    untrusted_output: bool = False
+    result: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "fingerprint": self.fingerprint,
+            "read_only": self.read_only,
+            "execute": self.execute,
+            "needs_approval": self.needs_approval,
+            "untrusted_output": self.untrusted_output,
+            "result": self.result,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PendingCall:
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    step: int
+    messages: tuple[Message, ...]
+    deadline_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunTools:
+    step: int
+    calls: tuple[PendingCall, ...]  # every call of the step, in call order
+
+    @property
+    def to_execute(self) -> tuple[PendingCall, ...]:
+        return tuple(c for c in self.calls if c.execute)
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitApproval:
+    calls: tuple[PendingCall, ...]  # the calls still waiting for a decision
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    status: Status
+    output: str | None
+    reason: str | None
+
+
+Command = CallModel | RunTools | AwaitApproval | Finish
+
+
+# --- the transition table ------------------------------------------------------
+
+_TERMINALS = frozenset(s for s in Status if s.terminal)
+_NEXT_AFTER_REPLY = frozenset({Status.AWAITING_TOOLS, Status.AWAITING_APPROVAL}) | (
+    _TERMINALS - {Status.CANCELLED}
+)
+
+TRANSITIONS: dict[Status, dict[type[Any], frozenset[Status]]] = {
+    Status.READY: {
+        Begin: frozenset({Status.AWAITING_MODEL, Status.BUDGET_EXHAUSTED}),
+        Cancel: frozenset({Status.CANCELLED}),
+    },
+    Status.AWAITING_MODEL: {
+        ModelReplied: _NEXT_AFTER_REPLY,
+        ModelFailed: frozenset({Status.MODEL_ERROR, Status.BUDGET_EXHAUSTED}),
+        Cancel: frozenset({Status.CANCELLED}),
+    },
+    Status.AWAITING_APPROVAL: {
+        ApprovalDecided: frozenset({Status.AWAITING_APPROVAL, Status.AWAITING_TOOLS}),
+        Cancel: frozenset({Status.CANCELLED}),
+    },
+    Status.AWAITING_TOOLS: {
+        ToolsFinished: frozenset({Status.AWAITING_MODEL, Status.MAX_STEPS, Status.BUDGET_EXHAUSTED}),
+        Cancel: frozenset({Status.CANCELLED}),
+    },
+    # Entered by the durable store's resume (unknown outcomes); only cancel leaves it here.
+    Status.AWAITING_RECONCILIATION: {
+        Cancel: frozenset({Status.CANCELLED}),
+    },
+    **{status: {} for status in _TERMINALS},
+}
+
+
+def mermaid_diagram() -> str:
+    """The state diagram for the docs, generated from ``TRANSITIONS``."""
+    lines = ["stateDiagram-v2"]
+    for status, events in TRANSITIONS.items():
+        for event, targets in events.items():
+            for target in sorted(targets):
+                lines.append(f"    {status.value} --> {target.value}: {event.__name__}")
+    return "\n".join(lines)
+
+
+# --- the state -------------------------------------------------------------------
+
+
+def fingerprint(tool: str, arguments: Mapping[str, Any]) -> str:
+    """A stable digest of a tool name and its canonical arguments."""
+    canonical = json.dumps([tool, arguments], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(slots=True)
+class RunState:
+    """Everything a run is, as plain data. ``to_dict`` is a checkpoint."""
+
+    run_id: str
+    config: RunConfig
+    messages: list[Message]
+    status: Status = Status.READY
+    started_at: float | None = None
+    steps: int = 0
+    tool_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    failed_repairs: int = 0
+    last_signature: str | None = None
+    repeats: int = 0
+    tainted: bool = False
+    executed: dict[str, list[str]] = field(default_factory=dict)  # call id -> [fingerprint, result]
+    pending: list[PendingCall] = field(default_factory=list)
+    approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    output: str | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "config": self.config.to_dict(),
+            "messages": [m.to_dict() for m in self.messages],
+            "status": self.status.value,
+            "started_at": self.started_at,
+            "steps": self.steps,
+            "tool_calls": self.tool_calls,
+            "usage": [self.usage.input_tokens, self.usage.output_tokens],
+            "failed_repairs": self.failed_repairs,
+            "last_signature": self.last_signature,
+            "repeats": self.repeats,
+            "tainted": self.tainted,
+            "executed": self.executed,
+            "pending": [p.to_dict() for p in self.pending],
+            "approvals": self.approvals,
+            "output": self.output,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunState:
+        return cls(
+            run_id=data["run_id"],
+            config=RunConfig.from_dict(data["config"]),
+            messages=[Message.from_dict(m) for m in data["messages"]],
+            status=Status(data["status"]),
+            started_at=data["started_at"],
+            steps=data["steps"],
+            tool_calls=data["tool_calls"],
+            usage=Usage(*data["usage"]),
+            failed_repairs=data["failed_repairs"],
+            last_signature=data["last_signature"],
+            repeats=data["repeats"],
+            tainted=data["tainted"],
+            executed=data["executed"],
+            pending=[PendingCall.from_dict(p) for p in data["pending"]],
+            approvals=data["approvals"],
+            output=data["output"],
+            reason=data["reason"],
+        )
+
+
+# --- the machine -----------------------------------------------------------------
+
+
+class Run:
+    """Drive one run: ``send`` an event, get the next command."""
+
+    def __init__(self, state: RunState, catalog: Catalog) -> None:
+        self.state = state
+        self._catalog = catalog
+        self._poisoned: str | None = None
+
+    @classmethod
+    def new(
+        cls, run_id: str, messages: list[Message], catalog: Catalog, config: RunConfig | None = None
+    ) -> Run:
+        return cls(RunState(run_id=run_id, config=config or RunConfig(), messages=messages), catalog)
+
+    @property
+    def status(self) -> Status:
+        return self.state.status
+
+    def send(self, event: Event) -> Command:
+        if self._poisoned is not None:
+            raise RunPoisoned(f"run {self.state.run_id} refused input after: {self._poisoned}")
+        before = self.state.status
+        allowed = TRANSITIONS[before].get(type(event))
+        if allowed is None:
+            error = TransitionError(before.value, type(event).__name__)
+            self._poisoned = str(error)
+            raise error
+        command = self._handle(event)
+        if self.state.status not in allowed:
+            # A bug in this file, not in the input: stop before it spreads.
+            error = TransitionError(before.value, f"{type(event).__name__}->{self.state.status}")
+            self._poisoned = str(error)
+            raise error
+        return command
+
+    def pending_command(self) -> Command:
+        """The command the current state is waiting on (for resuming a run)."""
+        s = self.state
+        if s.status is Status.AWAITING_MODEL:
+            return self._call_model()
+        if s.status is Status.AWAITING_TOOLS:
+            return RunTools(s.steps, tuple(s.pending))
+        if s.status is Status.AWAITING_APPROVAL:
+            return AwaitApproval(tuple(self._undecided()))
+        if s.status.terminal:
+            return Finish(s.status, s.output, s.reason)
+        raise TransitionError(s.status.value, "pending_command")
+
+    # -- handlers --
+
+    def _handle(self, event: Event) -> Command:
+        match event:
+            case Begin(now=now):
+                self.state.started_at = now
+                return self._next_step(now)
+            case ModelReplied(reply=reply, now=now):
+                return self._on_reply(reply, now)
+            case ModelFailed(message=message, now=now):
+                # A model call cut short by the run's deadline is the budget's doing.
+                why = self._exhausted(now)
+                if why is not None:
+                    return self._finish(Status.BUDGET_EXHAUSTED, None, why)
+                return self._finish(Status.MODEL_ERROR, None, message)
+            case ToolsFinished(results=results, now=now):
+                return self._on_tools_finished(results, now)
+            case ApprovalDecided():
+                return self._on_approval(event)
+            case Cancel(reason=reason):
+                self._close_pending(ErrorCode.TOOL_FAILED, "run cancelled before this call finished")
+                return self._finish(Status.CANCELLED, None, reason)
+        raise AssertionError(event)  # pragma: no cover - the table rejects unknown events
+
+    def _finish(self, status: Status, output: str | None, reason: str | None) -> Finish:
+        self.state.status = status
+        self.state.output = output
+        self.state.reason = reason
+        return Finish(status, output, reason)
+
+    def _call_model(self) -> CallModel:
+        s = self.state
+        return CallModel(s.steps, tuple(s.messages), self.deadline_at)
+
+    @property
+    def deadline_at(self) -> float | None:
+        seconds = self.state.config.budget.deadline_seconds
+        if seconds is None or self.state.started_at is None:
+            return None
+        return self.state.started_at + seconds
+
+    def _exhausted(self, now: float) -> str | None:
+        """Why no further model request or execution is allowed, if so."""
+        b, s = self.state.config.budget, self.state
+        deadline = self.deadline_at
+        if deadline is not None and now >= deadline:
+            return f"deadline of {b.deadline_seconds}s passed"
+        if b.max_input_tokens is not None and s.usage.input_tokens >= b.max_input_tokens:
+            return f"input token budget of {b.max_input_tokens} used"
+        if b.max_output_tokens is not None and s.usage.output_tokens >= b.max_output_tokens:
+            return f"output token budget of {b.max_output_tokens} used"
+        if b.max_total_tokens is not None and s.usage.total_tokens >= b.max_total_tokens:
+            return f"total token budget of {b.max_total_tokens} used"
+        return None
+
+    def _next_step(self, now: float) -> Command:
+        s = self.state
+        if s.steps >= s.config.budget.max_steps:
+            return self._finish(Status.MAX_STEPS, None, f"max_steps {s.config.budget.max_steps} reached")
+        why = self._exhausted(now)
+        if why is not None:
+            return self._finish(Status.BUDGET_EXHAUSTED, None, why)
+        s.steps += 1
+        s.status = Status.AWAITING_MODEL
+        return self._call_model()
+
+    def _on_reply(self, reply: ModelReply, now: float) -> Command:
+        s = self.state
+        s.usage = s.usage + reply.usage
+        calls_or_error = self._protocol_check(reply)
+        if isinstance(calls_or_error, str):
+            return self._finish(Status.PROTOCOL_ERROR, None, calls_or_error)
+        calls = calls_or_error
+        if reply.finish_reason == "length":
+            return self._finish(Status.TRUNCATED, None, "the model's output was cut at its token limit")
+        if reply.finish_reason == "content_filter":
+            return self._finish(Status.CONTENT_FILTERED, None, "the provider filtered the reply")
+        s.messages.append(Message("assistant", reply.content, calls))
+        if not calls:
+            return self._finish(Status.COMPLETED, reply.content or "", None)
+        return self._judge(calls, now)
+
+    def _protocol_check(self, reply: ModelReply) -> tuple[ToolCall, ...] | str:
+        """The checked calls of a reply, or why the reply breaks the protocol."""
+        compat = self.state.config.compat
+        if reply.choices < 1:
+            return "the reply has no choice"
+        has_calls = bool(reply.tool_calls)
+        reason = reply.finish_reason
+        if reason in ("length", "content_filter"):
+            # Checked before anything about calls: truncated or filtered calls never run.
+            return ()
+        lenient = has_calls and reason == "stop" and compat.allow_stop_with_tool_calls
+        if has_calls != (reason == "tool_calls") and not lenient:
+            return f"finish_reason {reason!r} does not match {len(reply.tool_calls)} tool call(s)"
+        calls: list[ToolCall] = []
+        seen: set[str] = set()
+        for index, wire in enumerate(reply.tool_calls):
+            call_id = wire.id
+            if (call_id is None or call_id == "") and compat.synthesize_missing_ids:
+                call_id = f"call_{self.state.steps}_{index}"
+            if not isinstance(call_id, str) or not call_id:
+                return f"tool call {index} has no id"
+            if call_id in seen:
+                return f"tool call id {call_id!r} appears twice in one reply"
+            seen.add(call_id)
+            if wire.type != "function":
+                return f"tool call {call_id!r} has type {wire.type!r}, not 'function'"
+            if not isinstance(wire.name, str) or not wire.name:
+                return f"tool call {call_id!r} has no function name"
+            if not isinstance(wire.arguments, str):
+                return f"tool call {call_id!r} arguments are not a JSON string"
+            calls.append(ToolCall(call_id, wire.name, wire.arguments))
+        return tuple(calls)
+
+    def _judge(self, calls: tuple[ToolCall, ...], now: float) -> Command:
+        """Turn each call into an executable call or a controlled error."""
+        s, b = self.state, self.state.config.budget
+        pending: list[PendingCall] = []
+        repair_needed = False
+        for call in calls:
+            verdict = self._catalog.check(call)
+            if isinstance(verdict, Rejected):
+                repair_needed = True
+                pending.append(
+                    PendingCall(
+                        call.id, call.name, None, None, result=envelope.error(verdict.code, verdict.message)
+                    )
+                )
+                continue
+            fp = fingerprint(call.name, verdict.arguments)
+            if fp == s.last_signature:
+                s.repeats += 1
+            else:
+                s.last_signature, s.repeats = fp, 1
+            if s.repeats > b.loop_limit:
+                pending.append(PendingCall(call.id, call.name, verdict.arguments, fp))
+                s.pending = pending + [PendingCall(c.id, c.name, None, None) for c in calls[len(pending) :]]
+                self._close_pending(ErrorCode.REPEATED_CALL, "call not executed: loop detected")
+                return self._finish(
+                    Status.LOOP_DETECTED, None, f"{call.name} requested {s.repeats} times in a row"
+                )
+            base = PendingCall(
+                call.id,
+                call.name,
+                verdict.arguments,
+                fp,
+                read_only=verdict.read_only,
+                untrusted_output=verdict.untrusted_output,
+            )
+            if s.repeats == b.loop_limit:
+                pending.append(
+                    replace(
+                        base,
+                        result=envelope.error(
+                            ErrorCode.REPEATED_CALL,
+                            f"same call made {s.repeats} times in a row; change the arguments or answer",
+                        ),
+                    )
+                )
+                continue
+            earlier = s.executed.get(call.id)
+            if earlier is not None:
+                if earlier[0] == fp:
+                    pending.append(replace(base, result=earlier[1]))
+                else:
+                    pending.append(
+                        replace(
+                            base,
+                            result=envelope.error(
+                                ErrorCode.CALL_ID_REUSED,
+                                f"call id {call.id} was already used with other arguments; use a new id",
+                            ),
+                        )
+                    )
+                continue
+            needs_approval = verdict.needs_approval or (s.tainted and not verdict.read_only)
+            pending.append(replace(base, execute=True, needs_approval=needs_approval))
+        s.pending = pending
+        s.failed_repairs = s.failed_repairs + 1 if repair_needed else 0
+
+        to_execute = [p for p in pending if p.execute]
+        refusal: tuple[Status, str] | None = None
+        if s.steps >= b.max_steps:
+            refusal = (
+                Status.MAX_STEPS,
+                f"max_steps {b.max_steps} reached; calls of the last step are not executed",
+            )
+        elif (why := self._exhausted(now)) is not None:
+            refusal = (Status.BUDGET_EXHAUSTED, why)
+        elif b.max_tool_calls is not None and s.tool_calls + len(to_execute) > b.max_tool_calls:
+            refusal = (Status.BUDGET_EXHAUSTED, f"tool call budget of {b.max_tool_calls} would be exceeded")
+        elif s.failed_repairs > b.max_repairs:
+            self._close_pending(ErrorCode.BUDGET_EXHAUSTED, "repair budget exhausted; call not executed")
+            return self._finish(
+                Status.REPAIR_EXHAUSTED,
+                s.config.fallback_answer,
+                f"{s.failed_repairs} replies in a row had invalid calls",
+            )
+        if refusal is not None:
+            self._close_pending(ErrorCode.BUDGET_EXHAUSTED, f"call not executed: {refusal[1]}")
+            return self._finish(refusal[0], None, refusal[1])
+        if any(p.needs_approval for p in to_execute):
+            s.status = Status.AWAITING_APPROVAL
+            return AwaitApproval(tuple(self._undecided()))
+        return self._run_tools()
+
+    def _run_tools(self) -> RunTools:
+        s = self.state
+        s.status = Status.AWAITING_TOOLS
+        return RunTools(s.steps, tuple(s.pending))
+
+    def _undecided(self) -> list[PendingCall]:
+        return [p for p in self.state.pending if p.needs_approval and p.call_id not in self.state.approvals]
+
+    def _close_pending(self, code: ErrorCode, message: str) -> None:
+        """Give every call of the step its one tool message, executed or not."""
+        s = self.state
+        for p in s.pending:
+            s.messages.append(
+                Message("tool", p.result or envelope.error(code, message), tool_call_id=p.call_id)
+            )
+        s.pending = []
+
+    def _on_approval(self, event: ApprovalDecided) -> Command:
+        s = self.state
+        match = next((p for p in self._undecided() if p.call_id == event.call_id), None)
+        if match is None:
+            raise ApprovalMismatch(f"call {event.call_id} is not waiting for approval")
+        if match.fingerprint != event.fingerprint:
+            raise ApprovalMismatch(f"call {event.call_id}: the decision is for other arguments")
+        s.approvals[event.call_id] = {
+            "fingerprint": event.fingerprint,
+            "approved": event.approved,
+            "reason": event.reason,
+        }
+        if not event.approved:
+            note = f"denied by approver: {event.reason}" if event.reason else "denied by approver"
+            s.pending = [
+                replace(p, execute=False, result=envelope.error(ErrorCode.DENIED, note))
+                if p.call_id == event.call_id
+                else p
+                for p in s.pending
+            ]
+        if self._undecided():
+            return AwaitApproval(tuple(self._undecided()))
+        return self._run_tools()
+
+    def _on_tools_finished(self, results: Mapping[str, str], now: float) -> Command:
+        s = self.state
+        for p in s.pending:
+            if p.execute:
+                content = results.get(p.call_id) or envelope.error(
+                    ErrorCode.TOOL_FAILED, "the tool produced no result"
+                )
+                s.executed[p.call_id] = [p.fingerprint or "", content]
+                s.tool_calls += 1
+                s.tainted = s.tainted or p.untrusted_output
+            else:
+                content = p.result or ""
+            s.messages.append(Message("tool", content, tool_call_id=p.call_id))
+        s.pending = []
+        return self._next_step(now)

@@ -1,0 +1,93 @@
+"""Messages, tool calls and model replies: the values every layer shares.
+
+A ``ModelReply`` is what an adapter saw on the wire, translated but *not*
+checked: ids may be empty, ``arguments`` may not be a string. The run state
+machine checks it (DESIGN.md §3.1), so every adapter gets the same checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One checked tool call: a non-empty id, a name and the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCall:
+        return cls(id=data["id"], name=data["name"], arguments=data["arguments"])
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Role
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            data["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            data["tool_call_id"] = self.tool_call_id
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Message:
+        return cls(
+            role=data["role"],
+            content=data.get("content"),
+            tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls", ())),
+            tool_call_id=data.get("tool_call_id"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class WireToolCall:
+    """A tool call exactly as the provider sent it; any field may be wrong."""
+
+    id: object
+    type: object
+    name: object
+    arguments: object
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """The first choice of one model response, as received.
+
+    ``choices`` counts the choices the response carried (0 is a protocol
+    error). An empty ``tool_calls`` means the reply asked for no tool.
+    """
+
+    choices: int
+    finish_reason: str | None
+    content: str | None = None
+    tool_calls: tuple[WireToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    model: str | None = None

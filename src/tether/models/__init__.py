@@ -1,0 +1,23 @@
+"""tether.models: adapters behind the one seam ``Model.complete``.
+
+``OpenAIChatModel`` is imported lazily so that ``import tether.models``
+does not pull in aiohttp.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from tether.models.base import Model, ModelRequest
+from tether.models.scripted import ScriptedModel
+
+if TYPE_CHECKING:
+    from tether.models.openai_chat import OpenAIChatModel, WireCompat
+
+__all__ = ["Model", "ModelRequest", "OpenAIChatModel", "ScriptedModel", "WireCompat"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("OpenAIChatModel", "WireCompat"):
+        from tether.models import openai_chat
+
+        return getattr(openai_chat, name)
+    raise AttributeError(name)

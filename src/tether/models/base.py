@@ -1,0 +1,34 @@
+"""The one seam between a run and a model: ``Model.complete``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from tether.core.messages import Message, ModelReply
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    messages: Sequence[Message]
+    tools: Sequence[dict[str, Any]] = ()
+    max_tokens: int | None = None
+    timeout: float | None = None  # seconds left before the run's deadline
+    on_text: Callable[[str], None] | None = field(default=None, compare=False)  # streamed text pieces
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything that turns a request into one ``ModelReply``.
+
+    Adapters translate; they do not judge. A reply with an odd shape is
+    returned as is for the run state machine to refuse; only what cannot be
+    read as a reply at all raises a ``ModelError``.
+    """
+
+    name: str
+
+    async def complete(self, request: ModelRequest) -> ModelReply: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,292 @@
+"""OpenAI-compatible ``/chat/completions`` over HTTP (aiohttp).
+
+aiohttp, not httpx: measured in ``bench/http_clients.py``, httpx2 used about
+2.5x the CPU per request and 4x the wall time for 500 requests in flight.
+
+Translation only: the reply's shape is checked by the run state machine.
+Two wire facts are normalised here because they carry no information: a
+tool call without ``type`` (Mistral; every streamed fragment after the
+first) is a function call, and list content keeps only its text parts.
+HTTP failures map to ``ModelError`` subclasses; 429 and 5xx are retried
+with backoff honouring ``Retry-After``; 401/403 are not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import aiohttp
+
+from tether.core.errors import (
+    AuthenticationError,
+    ConfigurationError,
+    ModelConnectionError,
+    ModelError,
+    ModelHTTPError,
+    ModelResponseError,
+    ModelTimeout,
+    RateLimited,
+    ServerError,
+)
+from tether.core.messages import Message, ModelReply, WireToolCall
+from tether.models.base import ModelRequest
+from tether.models.stream import Assembler, content_text, error_message, parse_usage
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_READ_TIMEOUT = 120.0
+DEFAULT_MAX_RETRIES = 2
+MAX_RETRY_AFTER = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class WireCompat:
+    """Per-provider wire quirks, off by default.
+
+    ``null_content_as_empty``: send ``""`` instead of ``null`` as the content
+    of an assistant message that only carries tool calls (llama.cpp's
+    server rejects ``null``).
+    """
+
+    null_content_as_empty: bool = False
+
+
+def message_to_wire(message: Message, compat: WireCompat = WireCompat()) -> dict[str, Any]:
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content or ""}
+    wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        wire["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+        if message.content is None and compat.null_content_as_empty:
+            wire["content"] = ""
+    return wire
+
+
+def parse_reply(body: Any) -> ModelReply:
+    """A ``ModelReply`` from a decoded non-streamed response body."""
+    if not isinstance(body, dict):
+        raise ModelResponseError("response body is not a JSON object")
+    if "error" in body and not body.get("choices"):
+        raise ModelResponseError(f"error in response: {error_message(body['error'])}")
+    choices = body.get("choices")
+    usage = parse_usage(body.get("usage"))
+    if not isinstance(choices, list) or not choices:
+        return ModelReply(choices=0, finish_reason=None, usage=usage)
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        raise ModelResponseError("the first choice has no message object")
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise ModelResponseError("tool_calls is not a list")
+    calls = []
+    for raw in raw_calls:
+        raw = raw if isinstance(raw, dict) else {}
+        function = raw.get("function")
+        if not isinstance(function, dict):
+            function = {}
+        calls.append(
+            WireToolCall(
+                id=raw.get("id"),
+                type="function" if raw.get("type") is None else raw["type"],
+                name=function.get("name"),
+                arguments=function.get("arguments"),
+            )
+        )
+    return ModelReply(
+        choices=len(choices),
+        finish_reason=choice.get("finish_reason"),
+        content=content_text(message.get("content")),
+        tool_calls=tuple(calls),
+        usage=usage,
+        model=body.get("model") if isinstance(body.get("model"), str) else None,
+    )
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    from datetime import UTC, datetime  # a header date is the one clock read here
+
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _http_error(status: int, text: str, retry_after: float | None) -> ModelHTTPError:
+    try:
+        message = error_message(json.loads(text).get("error", text))
+    except (ValueError, AttributeError):
+        message = text[:300] or "no body"
+    if status in (401, 403):
+        return AuthenticationError(status, f"{message} (check OPENAI_API_KEY)")
+    if status == 429:
+        return RateLimited(status, message, retry_after)
+    if status >= 500:
+        return ServerError(status, message, retry_after)
+    return ModelHTTPError(status, message)
+
+
+class OpenAIChatModel:
+    """A model behind an OpenAI-compatible chat-completions endpoint.
+
+    Reads ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``OPENAI_MODEL`` for
+    anything not given. Example::
+
+        model = OpenAIChatModel(model="gpt-4o-mini")
+        reply = await model.complete(ModelRequest(messages=[Message("user", "hi")]))
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        stream: bool = False,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        compat: WireCompat = WireCompat(),
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = model or os.environ.get("OPENAI_MODEL") or ""
+        if not self.name:
+            raise ConfigurationError("no model named: set OPENAI_MODEL or pass --model")
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        if not self._api_key and self.base_url == DEFAULT_BASE_URL:
+            raise ConfigurationError(
+                "no API key: set OPENAI_API_KEY (or --api-key), or OPENAI_BASE_URL for a local server"
+            )
+        self.stream = stream
+        self.max_retries = max_retries
+        self.compat = compat
+        self.extra_body = dict(extra_body or {})
+        self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
+        self._session: aiohttp.ClientSession | None = None
+        self._url = f"{self.base_url}/chat/completions"
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"OpenAIChatModel(model={self.name!r}, base_url={self.base_url!r})"
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            headers = {"Content-Type": "application/json"}
+            if self._api_key:
+                headers["Authorization"] = f"Bearer {self._api_key}"
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(
+                headers=headers, timeout=self._timeout, connector=connector, raise_for_status=False
+            )
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.name,
+            "messages": [message_to_wire(m, self.compat) for m in request.messages],
+            **self.extra_body,
+        }
+        if request.tools:
+            body["tools"] = list(request.tools)
+        if request.max_tokens is not None:
+            body["max_tokens"] = request.max_tokens
+        if self.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        body = self.body(request)
+        attempt = 0
+        while True:
+            try:
+                return await asyncio.wait_for(self._once(body, request), request.timeout)
+            except TimeoutError:
+                raise ModelTimeout("the run's deadline passed while waiting for the model") from None
+            except ModelError as exc:
+                if not exc.retryable or attempt >= self.max_retries:
+                    raise
+                delay = getattr(exc, "retry_after", None)
+                if delay is None:
+                    delay = min(8.0, 0.5 * 2**attempt) * (0.5 + random.random() / 2)
+                if delay > MAX_RETRY_AFTER:
+                    raise
+                attempt += 1
+                await asyncio.sleep(delay)
+
+    async def _once(self, body: dict[str, Any], request: ModelRequest) -> ModelReply:
+        try:
+            async with self._client().post(self._url, json=body) as response:
+                if response.status >= 400:
+                    text = await response.text(errors="replace")
+                    retry = _retry_after(response.headers.get("Retry-After"))
+                    raise _http_error(response.status, text, retry)
+                if self.stream and response.content_type == "text/event-stream":
+                    return await self._read_stream(response, request)
+                raw = await response.read()
+        except aiohttp.ClientConnectorError as exc:
+            raise ModelConnectionError(f"cannot connect to {self.base_url}: {exc.strerror or exc}") from None
+        except (aiohttp.ServerTimeoutError, aiohttp.SocketTimeoutError) as exc:
+            raise ModelTimeout(f"{self.base_url} timed out: {exc}") from None
+        except aiohttp.ClientError as exc:
+            raise ModelConnectionError(f"{self.base_url}: {type(exc).__name__}: {exc}") from None
+        try:
+            decoded = json.loads(raw)
+        except ValueError:
+            raise ModelResponseError("response body is not JSON") from None
+        return parse_reply(decoded)
+
+    async def _read_stream(self, response: aiohttp.ClientResponse, request: ModelRequest) -> ModelReply:
+        assembler = Assembler()
+        data: list[str] = []
+        done = False
+        async for raw_line in response.content:
+            line = raw_line.decode("utf-8", errors="replace").rstrip("\r\n")
+            if line.startswith("data:"):
+                data.append(line[5:].lstrip(" "))
+                continue
+            if line or not data:
+                continue  # comments, other fields, keep-alive blank lines
+            payload, data = "\n".join(data), []
+            if payload == "[DONE]":
+                done = True
+                break
+            piece = assembler.feed(_decode_event(payload))
+            if piece and request.on_text is not None:
+                request.on_text(piece)
+        if data and not done and (payload := "\n".join(data)) != "[DONE]":
+            assembler.feed(_decode_event(payload))  # a last event without its blank line
+        if assembler.finish_reason is None:
+            raise ModelResponseError("the stream ended before a finish_reason")
+        return assembler.reply()
+
+
+def _decode_event(payload: str) -> dict[str, Any]:
+    try:
+        chunk = json.loads(payload)
+    except ValueError:
+        raise ModelResponseError("stream event is not JSON") from None
+    if not isinstance(chunk, dict):
+        raise ModelResponseError("stream event is not a JSON object")
+    return chunk

@@ -1,0 +1,62 @@
+"""A scripted model for in-process tests and examples: no network at all.
+
+Each step takes the next entry of the script: a ``ModelReply``, an
+exception to raise, or a function of the request returning a reply.
+
+    model = ScriptedModel([calls(("c1", "multiply", '{"a": 2, "b": 3}')), text("6")])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tether.core.errors import ModelResponseError
+from tether.core.messages import ModelReply, Usage, WireToolCall
+from tether.models.base import ModelRequest
+
+Step = ModelReply | BaseException | Callable[[ModelRequest], ModelReply]
+
+
+def text(content: str, finish_reason: str = "stop", usage: tuple[int, int] = (10, 5)) -> ModelReply:
+    return ModelReply(choices=1, finish_reason=finish_reason, content=content, usage=Usage(*usage))
+
+
+def calls(
+    *specs: tuple[Any, Any, Any],
+    finish_reason: str = "tool_calls",
+    content: str | None = None,
+    usage: tuple[int, int] = (10, 5),
+) -> ModelReply:
+    """A reply with tool calls given as ``(id, name, arguments_text)``."""
+    return ModelReply(
+        choices=1,
+        finish_reason=finish_reason,
+        content=content,
+        tool_calls=tuple(WireToolCall(i, "function", n, a) for i, n, a in specs),
+        usage=Usage(*usage),
+    )
+
+
+class ScriptedModel:
+    name = "scripted"
+
+    def __init__(self, script: Iterable[Step]) -> None:
+        self._script = list(script)
+        self.requests: list[ModelRequest] = []
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        self.requests.append(request)
+        if len(self.requests) > len(self._script):
+            raise ModelResponseError(f"the script has only {len(self._script)} replies")
+        step = self._script[len(self.requests) - 1]
+        if isinstance(step, BaseException):
+            raise step
+        if callable(step):
+            return step(request)
+        if request.on_text is not None and step.content:
+            request.on_text(step.content)
+        return step
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,361 @@
+"""The asyncio driver: performs what the run state machine asks for.
+
+It calls the model, runs tools and reports events; it decides nothing. Tool
+calls of one step run in call order, except that consecutive read-only calls
+run concurrently: a read never moves across a write, and two writes never
+overlap. Cancelling a run records ``cancelled`` in the state (every call
+still gets its tool message) before the ``CancelledError`` propagates.
+
+    agent = Agent(OpenAIChatModel(), tools=load_toolset("calc"))
+    result = await agent.run("What is 248 times 15?")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig
+from tether.core.envelope import outcome_code
+from tether.core.errors import ModelError
+from tether.core.machine import (
+    ApprovalDecided,
+    AwaitApproval,
+    Begin,
+    CallModel,
+    Cancel,
+    Command,
+    Finish,
+    ModelFailed,
+    ModelReplied,
+    PendingCall,
+    Run,
+    RunState,
+    RunTools,
+    Status,
+    ToolsFinished,
+)
+from tether.core.messages import Message, ModelReply, Usage
+from tether.models.base import Model, ModelRequest
+from tether.tools.context import LOCAL_PRINCIPAL, Principal
+from tether.tools.tool import Tool
+from tether.tools.toolbox import Toolbox
+
+# Event kinds, in the order a step emits them.
+STEP_STARTED = "step_started"
+TEXT = "text"
+MODEL_REPLIED = "model_replied"
+CALL_VALIDATED = "call_validated"
+CALL_REJECTED = "call_rejected"
+CALL_EXECUTED = "call_executed"
+APPROVAL_REQUESTED = "approval_requested"
+RUN_FINISHED = "run_finished"
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    kind: str
+    run_id: str
+    step: int
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    approved: bool
+    reason: str | None = None
+
+
+EventHandler = Callable[[RunEvent], None]
+Approver = Callable[[PendingCall], Awaitable[Decision | None]]
+
+
+@dataclass(slots=True)
+class CallReport:
+    id: str
+    tool: str
+    executed: bool
+    outcome: str = ""
+    result: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "tool": self.tool, "outcome": self.outcome, "executed": self.executed}
+
+
+@dataclass(slots=True)
+class StepReport:
+    step: int
+    finish_reason: str | None = None
+    content: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    calls: list[CallReport] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "finish_reason": self.finish_reason,
+            "content": self.content,
+            "usage": _usage_dict(self.usage),
+            "calls": [c.to_dict() for c in self.calls],
+        }
+
+
+def _usage_dict(usage: Usage) -> dict[str, int]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+@dataclass(slots=True)
+class RunResult:
+    run_id: str
+    status: Status
+    output: str | None
+    reason: str | None
+    steps: list[StepReport]
+    state: RunState
+
+    @property
+    def usage(self) -> Usage:
+        return self.state.usage
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status.value,
+            "output": self.output,
+            "reason": self.reason,
+            "steps": [s.to_dict() for s in self.steps],
+            "usage": _usage_dict(self.usage),
+        }
+
+
+class Agent:
+    """A model, the tools it may call and the limits it runs under."""
+
+    def __init__(
+        self,
+        model: Model,
+        tools: Iterable[Tool] = (),
+        *,
+        budget: Budget | None = None,
+        compat: Compat | None = None,
+        fallback_answer: str = DEFAULT_FALLBACK_ANSWER,
+        principal: Principal = LOCAL_PRINCIPAL,
+        system: str | None = None,
+        approver: Approver | None = None,
+        max_tokens: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.model = model
+        self.toolbox = Toolbox(tools, principal)
+        self.config = RunConfig(budget or Budget(), compat or Compat(), fallback_answer)
+        self.system = system
+        self.approver = approver
+        self.max_tokens = max_tokens
+        self.clock = clock
+
+    def driver(
+        self,
+        prompt: str | Sequence[Message],
+        *,
+        run_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> Driver:
+        messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
+        if self.system is not None and not (messages and messages[0].role == "system"):
+            messages.insert(0, Message("system", self.system))
+        run = Run.new(run_id or uuid.uuid4().hex, messages, self.toolbox, self.config)
+        return Driver(self, run, on_event)
+
+    async def run(
+        self,
+        prompt: str | Sequence[Message],
+        *,
+        run_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> RunResult:
+        return await self.driver(prompt, run_id=run_id, on_event=on_event).run()
+
+    async def aclose(self) -> None:
+        await self.model.aclose()
+
+
+class Driver:
+    """Drives one run to a finish or a pause (approval without an approver)."""
+
+    def __init__(self, agent: Agent, run: Run, on_event: EventHandler | None) -> None:
+        self.agent = agent
+        self.run_machine = run
+        self.on_event = on_event
+        self.steps: list[StepReport] = []
+        self._step_start = 0  # where the current step's assistant message will land
+        self._reported: set[str] = set()  # call ids of the current step with an event
+
+    @property
+    def state(self) -> RunState:
+        return self.run_machine.state
+
+    def _emit(self, kind: str, **data: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(RunEvent(kind, self.state.run_id, self.state.steps, data))
+
+    def _send(self, event: Any) -> Command:
+        return self.run_machine.send(event)
+
+    async def run(self) -> RunResult:
+        clock = self.agent.clock
+        try:
+            if self.state.status is Status.READY:
+                command = self._send(Begin(clock()))
+            else:
+                command = self.run_machine.pending_command()
+            while True:
+                match command:
+                    case CallModel():
+                        command = await self._call_model(command)
+                    case RunTools():
+                        command = await self._run_tools(command)
+                    case AwaitApproval():
+                        next_command = await self._ask_approver(command)
+                        if next_command is None:
+                            return self._result(self.state.status, None, "waiting for approval")
+                        command = next_command
+                    case Finish():
+                        self._sync_last_step()
+                        for call in self.steps[-1].calls if self.steps else ():
+                            if call.id not in self._reported and call.result:
+                                self._reject(call.id, call.tool, call.result)
+                        self._emit(
+                            RUN_FINISHED,
+                            status=command.status.value,
+                            output=command.output,
+                            reason=command.reason,
+                        )
+                        return self._result(command.status, command.output, command.reason)
+        except asyncio.CancelledError:
+            if not self.state.status.terminal:
+                self._send(Cancel(clock()))
+                self._sync_last_step()
+                self._emit(RUN_FINISHED, status=Status.CANCELLED.value, output=None, reason="cancelled")
+            raise
+
+    def _result(self, status: Status, output: str | None, reason: str | None) -> RunResult:
+        return RunResult(self.state.run_id, status, output, reason, self.steps, self.state)
+
+    async def _call_model(self, command: CallModel) -> Command:
+        clock = self.agent.clock
+        self.steps.append(StepReport(command.step))
+        self._step_start = len(self.state.messages)
+        self._reported = set()
+        self._emit(STEP_STARTED)
+        on_text = None
+        if self.on_event is not None:
+            on_text = lambda piece: self._emit(TEXT, text=piece)  # noqa: E731
+        timeout = None if command.deadline_at is None else max(0.0, command.deadline_at - clock())
+        request = ModelRequest(
+            command.messages, self.agent.toolbox.specs, self.agent.max_tokens, timeout, on_text
+        )
+        try:
+            reply = await self.agent.model.complete(request)
+        except ModelError as exc:
+            self._emit(MODEL_REPLIED, error=str(exc))
+            return self._send(ModelFailed(f"{type(exc).__name__}: {exc}", clock()))
+        self._note_reply(reply)
+        return self._send(ModelReplied(reply, clock()))
+
+    def _note_reply(self, reply: ModelReply) -> None:
+        step = self.steps[-1]
+        step.finish_reason, step.content, step.usage = reply.finish_reason, reply.content, reply.usage
+        self._emit(
+            MODEL_REPLIED,
+            finish_reason=reply.finish_reason,
+            content=reply.content,
+            tool_calls=len(reply.tool_calls),
+            usage=_usage_dict(reply.usage),
+        )
+
+    async def _run_tools(self, command: RunTools) -> Command:
+        step = self.steps[-1] if self.steps else StepReport(command.step)
+        step.calls = [CallReport(p.call_id, p.tool, p.execute) for p in command.calls]
+        for p in command.calls:
+            if p.execute:
+                self._emit(CALL_VALIDATED, id=p.call_id, tool=p.tool, read_only=p.read_only)
+            else:
+                self._reject(p.call_id, p.tool, p.result or "")
+        results: dict[str, str] = {}
+        for batch in _batches(command.to_execute):
+            outcomes = await asyncio.gather(*(self._invoke(p) for p in batch))
+            results.update(zip((p.call_id for p in batch), outcomes, strict=True))
+        next_command = self._send(ToolsFinished(results, self.agent.clock()))
+        self._sync_last_step()
+        return next_command
+
+    def _reject(self, call_id: str, tool: str, content: str) -> None:
+        self._reported.add(call_id)
+        self._emit(CALL_REJECTED, id=call_id, tool=tool, outcome=outcome_code(content), result=content)
+
+    async def _invoke(self, call: PendingCall) -> str:
+        content = await self.agent.toolbox.invoke(call, self.state.run_id, self.run_machine.deadline_at)
+        self._reported.add(call.call_id)
+        self._emit(
+            CALL_EXECUTED, id=call.call_id, tool=call.tool, outcome=outcome_code(content), result=content
+        )
+        return content
+
+    async def _ask_approver(self, command: AwaitApproval) -> Command | None:
+        for call in command.calls:
+            self._emit(APPROVAL_REQUESTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
+        if self.agent.approver is None:
+            return None
+        next_command: Command = command
+        for call in command.calls:
+            decision = await self.agent.approver(call)
+            if decision is None:
+                return None
+            next_command = self._send(
+                ApprovalDecided(
+                    call.call_id,
+                    call.fingerprint or "",
+                    decision.approved,
+                    self.agent.clock(),
+                    decision.reason,
+                )
+            )
+        return next_command
+
+    def _sync_last_step(self) -> None:
+        """Fill the last step's calls from the transcript (outcomes, also of skipped calls)."""
+        messages = self.state.messages
+        if not self.steps or len(messages) <= self._step_start:
+            return
+        assistant = messages[self._step_start]
+        if assistant.role != "assistant":
+            return
+        step = self.steps[-1]
+        known = {c.id: c for c in step.calls}
+        replies = {m.tool_call_id: m.content or "" for m in messages[self._step_start + 1 :]}
+        step.calls = [
+            known.get(c.id) or CallReport(c.id, c.name, executed=False) for c in assistant.tool_calls
+        ]
+        for report in step.calls:
+            if report.id in replies:
+                report.result = replies[report.id]
+                report.outcome = outcome_code(report.result)
+
+
+def _batches(calls: Sequence[PendingCall]) -> list[list[PendingCall]]:
+    """Consecutive read-only calls share a batch; each side-effecting call is alone."""
+    batches: list[list[PendingCall]] = []
+    for call in calls:
+        if call.read_only and batches and batches[-1][0].read_only:
+            batches[-1].append(call)
+        else:
+            batches.append([call])
+    return batches

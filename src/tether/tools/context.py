@@ -1,0 +1,44 @@
+"""What a tool may know about the run that called it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ALL_SCOPES = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a run acts for. Tools are offered only if their scopes are held.
+
+    The scope ``"*"`` holds every scope; it is the default for a local,
+    single-user run.
+    """
+
+    id: str
+    scopes: frozenset[str] = field(default_factory=lambda: frozenset({ALL_SCOPES}))
+    roles: frozenset[str] = frozenset()
+
+    def allows(self, scopes: frozenset[str]) -> bool:
+        return ALL_SCOPES in self.scopes or scopes <= self.scopes
+
+
+LOCAL_PRINCIPAL = Principal("local")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Injected into a tool that declares a parameter of this type.
+
+    ``idempotency_key`` is ``run_id:call_id``: pass it to external systems so
+    a retried call cannot take effect twice there.
+    """
+
+    run_id: str
+    call_id: str
+    principal: Principal
+    deadline_at: float | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.run_id}:{self.call_id}"

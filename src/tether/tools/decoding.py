@@ -1,0 +1,79 @@
+"""Strict decoding of the JSON text a model wrote as tool-call arguments.
+
+Python's ``json`` is lenient where a host must not be: it keeps the last of
+duplicate keys and accepts ``NaN`` and ``Infinity``. Here each is an error,
+and so is anything but an object at the top level.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+
+class InvalidJson(ValueError):
+    """The arguments are not one strict JSON object; ``str()`` says why."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise InvalidJson(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def _no_constants(name: str) -> Any:
+    raise InvalidJson(f"{name} is not valid JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e400 parses to inf without passing through parse_constant
+        raise InvalidJson(f"number {text[:20]} is out of range")
+    return value
+
+
+def strict_loads(text: str) -> dict[str, Any]:
+    """Decode ``text`` as one JSON object, refusing anything lenient."""
+    try:
+        value = json.loads(
+            text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=_finite
+        )
+    except InvalidJson:
+        raise
+    except json.JSONDecodeError as exc:
+        raise InvalidJson(f"arguments are not valid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise InvalidJson("arguments are nested too deeply") from None
+    except ValueError:  # e.g. an integer past Python's digit limit
+        raise InvalidJson("arguments hold a number too large to read") from None
+    if not isinstance(value, dict):
+        raise InvalidJson(f"arguments must be a JSON object, got {_json_type(value)}")
+    return value
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+json_type = _json_type
+
+
+def canonical(value: Any) -> str:
+    """One spelling of a JSON value, for comparisons and fingerprints."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

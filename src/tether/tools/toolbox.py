@@ -1,0 +1,116 @@
+"""A set of tools offered to one principal: the machine's ``Catalog``.
+
+``check`` is the per-call gate of DESIGN.md §3.3 (strict decoding, tool
+offered, strict schema); ``invoke`` runs an accepted call and always returns
+a result envelope: timeouts, tool errors and unserializable results become
+error codes, never tracebacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import pydantic
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from tether.core import envelope
+from tether.core.envelope import ErrorCode
+from tether.core.machine import Accepted, PendingCall, Rejected
+from tether.core.messages import ToolCall
+from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
+from tether.tools.decoding import InvalidJson, strict_loads
+from tether.tools.tool import Tool, ToolError
+
+
+def truncate(text: str, limit: int) -> str:
+    """Cut ``text`` to ``limit`` characters with a marker giving the original size."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[truncated: showing {limit} of {len(text)} characters]"
+
+
+def result_envelope(result: Any, limit: int) -> str:
+    """The ``ok`` envelope for a tool's return value, cut to ``limit``."""
+    try:
+        value = to_jsonable_python(result)
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, PydanticSerializationError):
+        return envelope.error(ErrorCode.TOOL_FAILED, "the tool returned a value that is not JSON")
+    if len(text) <= limit:
+        return envelope.ok(value)
+    shown = value if isinstance(value, str) else text
+    return envelope.ok(truncate(shown, limit))
+
+
+class Toolbox:
+    """The tools a principal may use. Tools it may not use do not exist for it."""
+
+    def __init__(self, tools: Iterable[Tool], principal: Principal = LOCAL_PRINCIPAL) -> None:
+        self.principal = principal
+        self.all: dict[str, Tool] = {}
+        for t in tools:
+            if t.name in self.all:
+                raise ValueError(f"two tools are named {t.name!r}")
+            self.all[t.name] = t
+        self.offered = {n: t for n, t in self.all.items() if principal.allows(t.scopes)}
+        self.specs = [t.spec() for t in self.offered.values()]
+
+    def check(self, call: ToolCall) -> Accepted | Rejected:
+        try:
+            arguments = strict_loads(call.arguments)
+        except InvalidJson as exc:
+            return Rejected(ErrorCode.INVALID_JSON, str(exc))
+        found = self.offered.get(call.name)
+        if found is None:
+            names = ", ".join(self.offered) or "none"
+            return Rejected(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.name!r}; available: {names}")
+        problems = found.validation_errors(arguments)
+        if problems:
+            return Rejected(ErrorCode.INVALID_ARGUMENTS, "; ".join(problems))
+        return Accepted(
+            arguments=arguments,
+            read_only=found.read_only,
+            needs_approval=found.needs_approval(arguments),
+            untrusted_output=found.untrusted_output,
+        )
+
+    async def invoke(self, call: PendingCall, run_id: str, deadline_at: float | None = None) -> str:
+        """Run one accepted call; the envelope the model will see."""
+        found = self.offered.get(call.tool)
+        if found is None or call.arguments is None:
+            return envelope.error(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.tool!r}")
+        context = ToolContext(run_id, call.call_id, self.principal, deadline_at)
+        try:
+            kwargs = found.bind(call.arguments, context)
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "arguments"
+            return envelope.error(ErrorCode.INVALID_ARGUMENTS, f"{where}: {first['msg']}")
+        limit = found.timeout
+        if deadline_at is not None:
+            left = max(0.0, deadline_at - time.time())
+            limit = left if limit is None else min(limit, left)
+        try:
+            if found.is_async:
+                pending = found.function(**kwargs)
+            else:
+                pending = asyncio.to_thread(found.function, **kwargs)
+            result = await asyncio.wait_for(pending, limit)
+        except TimeoutError:
+            if found.read_only:
+                return envelope.error(ErrorCode.TIMEOUT, f"{found.name} did not finish within {limit}s")
+            # The work may still take effect (a thread cannot be stopped): never invite a retry.
+            return envelope.error(
+                ErrorCode.TIMEOUT,
+                f"{found.name} did not finish within {limit}s; its effect is unknown, do not repeat it",
+                retryable=False,
+            )
+        except ToolError as exc:
+            return envelope.error(ErrorCode.TOOL_FAILED, truncate(str(exc), 300))
+        except Exception as exc:
+            return envelope.error(ErrorCode.TOOL_FAILED, f"{found.name} failed ({type(exc).__name__})")
+        return result_envelope(result, found.max_result_chars)

@@ -1,0 +1,86 @@
+"""Built-in toolsets by short name, and toolsets from any importable module.
+
+A toolset is a list of tools chosen by one word on the command line:
+``calc``, ``clock`` or ``files``. Anything else names a module (``pkg.mod``)
+whose module-level ``Tool`` objects are the toolset, or one attribute of it
+(``pkg.mod:TOOLS``) holding a ``Tool`` or a list of them. Every way this can
+go wrong is a ``ConfigurationError`` that says what to fix.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from tether.core.errors import ConfigurationError
+from tether.tools import Tool
+from tether.toolsets import calc, clock
+from tether.toolsets.files import files_tools
+
+FILES_ROOT_ENV = "TETHER_FILES_ROOT"
+
+Loader = Callable[[str | None], list[Tool]]
+
+# Each loader takes the --files-root flag; only ``files`` uses it.
+TOOLSETS: Mapping[str, Loader] = {
+    "calc": lambda _root: list(calc.TOOLS),
+    "clock": lambda _root: list(clock.TOOLS),
+    "files": lambda root: files_tools(resolve_files_root(root)),
+}
+
+
+def resolve_files_root(flag: str | None) -> Path:
+    """The ``files`` toolset's root: the flag, else ``$TETHER_FILES_ROOT``."""
+    value = flag or os.environ.get(FILES_ROOT_ENV)
+    if not value:
+        raise ConfigurationError(
+            f"the files toolset needs a root directory: set --files-root or {FILES_ROOT_ENV}"
+        )
+    return Path(value)
+
+
+def load_toolset(name_or_module: str, *, files_root: str | None = None) -> list[Tool]:
+    """The tools of a built-in toolset, a module, or a ``module:attribute``."""
+    builtin = TOOLSETS.get(name_or_module)
+    if builtin is not None:
+        return builtin(files_root)
+    module_name, _, attribute = name_or_module.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Only the module itself missing means an unknown name; a missing
+        # dependency of an existing module is an import failure.
+        missing = exc.name or ""
+        if module_name != missing and not module_name.startswith(f"{missing}."):
+            raise _error(f"cannot import toolset module {module_name!r}: {exc}") from exc
+        raise _error(
+            f"unknown toolset {name_or_module!r}: neither a built-in nor an importable module"
+        ) from None
+    except Exception as exc:
+        raise _error(f"cannot import toolset module {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    if attribute:
+        value = getattr(module, attribute, None)
+        found = [value] if isinstance(value, Tool) else value
+        if not isinstance(found, list | tuple) or not all(isinstance(t, Tool) for t in found):
+            raise _error(f"{name_or_module!r} is not a Tool or a list of Tools")
+        tools = list(found)
+    else:
+        tools = _unique(v for v in vars(module).values() if isinstance(v, Tool))
+    if not tools:
+        raise _error(f"toolset {name_or_module!r} has no tools")
+    return tools
+
+
+def _unique(tools: Iterable[Tool]) -> list[Tool]:
+    # One tool bound to two module-level names is still one tool.
+    return list({id(t): t for t in tools}.values())
+
+
+def _error(message: str) -> ConfigurationError:
+    first_line = message.splitlines()[0] if message else message
+    return ConfigurationError(f"{first_line}; built-in toolsets: {', '.join(sorted(TOOLSETS))}")
+
+
+__all__ = ["FILES_ROOT_ENV", "TOOLSETS", "load_toolset", "resolve_files_root"]

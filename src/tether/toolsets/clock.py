@@ -1,0 +1,44 @@
+"""The current time in a named IANA zone.
+
+The zone is required and echoed back: a time without its zone is a guess,
+and the host's own zone is nobody's business but the host's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import Field
+
+from tether.tools import Tool, ToolError, tool
+
+# Every IANA name fits; dots cannot appear, so neither can "..".
+ZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9/_+-]{0,63}$"
+
+
+@tool(read_only=True)
+def current_time(timezone: Annotated[str, Field(pattern=ZONE_PATTERN)]) -> dict[str, Any]:
+    """The current date and time in an IANA time zone, in ISO 8601.
+
+    Args:
+        timezone: An IANA time zone name such as "Europe/Paris" or "UTC".
+    """
+    # "localtime" is a file in the zone database that names the host's zone.
+    if timezone == "localtime":
+        raise ToolError(f"unknown time zone: {timezone}")
+    try:
+        zone = ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ToolError(f"unknown time zone: {timezone}") from None
+    now = datetime.now(zone)
+    offset = now.strftime("%z")  # "+0100"
+    return {
+        "time": now.isoformat(timespec="seconds"),
+        "timezone": timezone,
+        "utc_offset": f"{offset[:3]}:{offset[3:5]}",
+    }
+
+
+TOOLS: list[Tool] = [current_time]
