@@ -100,7 +100,9 @@ def wire(call_id: object, name: object, arguments: object, type: object = "funct
     return WireToolCall(id=call_id, type=type, name=name, arguments=arguments)
 
 
-def calls_reply(*calls: WireToolCall, finish: str | None = "tool_calls", usage: Usage | None = None) -> ModelReply:
+def calls_reply(
+    *calls: WireToolCall, finish: str | None = "tool_calls", usage: Usage | None = None
+) -> ModelReply:
     return ModelReply(choices=1, finish_reason=finish, tool_calls=calls, usage=usage or Usage())
 
 
@@ -275,10 +277,18 @@ def test_executed_call_without_a_result_gets_tool_failed() -> None:
         pytest.param("multiply", '{"a": NaN, "b": 1}', "invalid_json", None, id="nan"),
         pytest.param("multiply", '{"a": Infinity, "b": 1}', "invalid_json", None, id="infinity"),
         pytest.param(
-            "multiply", '{"a": true, "b": 7}', "invalid_arguments", "a: expected integer, got boolean", id="bool"
+            "multiply",
+            '{"a": true, "b": 7}',
+            "invalid_arguments",
+            "a: expected integer, got boolean",
+            id="bool",
         ),
         pytest.param(
-            "multiply", '{"a": 6, "b": "248"}', "invalid_arguments", "b: expected integer, got string", id="str"
+            "multiply",
+            '{"a": 6, "b": "248"}',
+            "invalid_arguments",
+            "b: expected integer, got string",
+            id="str",
         ),
         pytest.param("multiply", '{"a": 6, "b": 7, "c": 8}', "invalid_arguments", None, id="extra-field"),
         pytest.param("multiply", '{"a": 6}', "invalid_arguments", None, id="missing-field"),
@@ -289,7 +299,9 @@ def test_invalid_call_gets_a_controlled_error_and_is_not_executed(
 ) -> None:
     run = started()
 
-    command = reply(run, calls_reply(wire("bad", name, arguments), wire("good", "multiply", {"a": 6, "b": 7})))
+    command = reply(
+        run, calls_reply(wire("bad", name, arguments), wire("good", "multiply", {"a": 6, "b": 7}))
+    )
 
     assert isinstance(command, RunTools)
     bad, good = command.calls
@@ -313,7 +325,11 @@ def test_invalid_arguments_envelope_is_exactly_the_documented_shape() -> None:
     assert isinstance(command, RunTools)
     assert json.loads(command.calls[0].result or "") == {
         "ok": False,
-        "error": {"code": "invalid_arguments", "message": "b: expected integer, got string", "retryable": True},
+        "error": {
+            "code": "invalid_arguments",
+            "message": "b: expected integer, got string",
+            "retryable": True,
+        },
     }
 
 
@@ -327,13 +343,9 @@ def test_tool_not_offered_to_the_principal_is_unknown_and_not_revealed() -> None
     assert not command.to_execute
     code, message = error_of(command.calls[0].result)
     assert code == "unknown_tool"
-    assert "purge" not in message.replace("'purge'", "", 1)  # named once as the unknown name, never offered
+    assert message.count("purge") == 1  # echoed as the unknown name, never listed as available
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: strict_loads lets 1e999 through as float('inf'); a non-finite float is accepted and executed",
-)
 def test_overflowing_number_is_not_accepted_as_infinity() -> None:
     run = started()
 
@@ -378,7 +390,9 @@ def test_length_is_truncated_and_nothing_runs(model_reply: ModelReply, compat: C
     "model_reply",
     [
         pytest.param(text_reply("Here is how to build a", finish="content_filter"), id="text"),
-        pytest.param(calls_reply(wire("c1", "send", {"to": "ann"}), finish="content_filter"), id="with-calls"),
+        pytest.param(
+            calls_reply(wire("c1", "send", {"to": "ann"}), finish="content_filter"), id="with-calls"
+        ),
     ],
 )
 def test_content_filter_is_never_a_normal_answer(model_reply: ModelReply) -> None:
@@ -407,7 +421,9 @@ PROTOCOL_ERRORS = [
     pytest.param(calls_reply(wire("", "multiply", {"a": 1, "b": 2})), id="empty-id"),
     pytest.param(calls_reply(wire(7, "multiply", {"a": 1, "b": 2})), id="non-string-id"),
     pytest.param(calls_reply(GOOD, wire("c1", "multiply", {"a": 3, "b": 4})), id="duplicate-ids"),
-    pytest.param(calls_reply(wire("c1", "multiply", {"a": 1, "b": 2}, type="custom")), id="type-not-function"),
+    pytest.param(
+        calls_reply(wire("c1", "multiply", {"a": 1, "b": 2}, type="custom")), id="type-not-function"
+    ),
     pytest.param(calls_reply(wire("c1", "multiply", {"a": 1, "b": 2}, type=None)), id="type-missing"),
     pytest.param(calls_reply(wire("c1", "multiply", ["not", "a", "string"])), id="arguments-list"),
     pytest.param(calls_reply(WireToolCall("c1", "function", "multiply", {"a": 1})), id="arguments-dict"),
@@ -485,7 +501,9 @@ def test_synthesize_missing_ids_fills_unique_ids_used_throughout() -> None:
     [
         pytest.param(calls_reply(GOOD, GOOD), id="duplicate-ids"),
         pytest.param(calls_reply(wire(None, "multiply", {"a": 1, "b": 2}, type="custom")), id="type"),
-        pytest.param(calls_reply(wire(None, "multiply", {"a": 1, "b": 2}), finish="stop"), id="stop-with-calls"),
+        pytest.param(
+            calls_reply(wire(None, "multiply", {"a": 1, "b": 2}), finish="stop"), id="stop-with-calls"
+        ),
     ],
 )
 def test_synthesize_missing_ids_fixes_nothing_else(model_reply: ModelReply) -> None:
@@ -698,7 +716,8 @@ def test_repair_budget_first_invalid_reply_goes_back_second_ends_with_fallback()
 
     command = reply(run, invalid_reply("c2"), now=3.0)
 
-    assert command == Finish(Status.REPAIR_EXHAUSTED, "Sorry, I cannot do that.", command.reason)
+    assert isinstance(command, Finish)
+    assert (command.status, command.output) == (Status.REPAIR_EXHAUSTED, "Sorry, I cannot do that.")
     assert run.state.output == "Sorry, I cannot do that."
     [message] = assert_answered(run, ["c2"])
     assert error_of(message.content)[0] == "invalid_arguments"
@@ -710,7 +729,7 @@ def test_repair_budget_valid_calls_in_an_invalid_reply_are_not_executed_when_it_
     command = reply(run, calls_reply(wire("c1", "nope", {}), wire("c2", "send", {"to": "ann"})))
 
     assert isinstance(command, Finish)
-    assert command == Finish(Status.REPAIR_EXHAUSTED, DEFAULT_FALLBACK_ANSWER, command.reason)
+    assert (command.status, command.output) == (Status.REPAIR_EXHAUSTED, DEFAULT_FALLBACK_ANSWER)
     first, second = assert_answered(run, ["c1", "c2"])
     assert error_of(first.content)[0] == "unknown_tool"
     assert error_of(second.content)[0] == "budget_exhausted"
@@ -834,7 +853,9 @@ TRANSFER = {"to": "ann", "amount": 5}
 
 def awaiting_transfer(config: RunConfig | None = None) -> tuple[Run, AwaitApproval]:
     run = started(config)
-    command = reply(run, calls_reply(wire("c1", "transfer", TRANSFER), wire("c2", "multiply", {"a": 1, "b": 2})))
+    command = reply(
+        run, calls_reply(wire("c1", "transfer", TRANSFER), wire("c2", "multiply", {"a": 1, "b": 2}))
+    )
     assert isinstance(command, AwaitApproval)
     return run, command
 
@@ -888,7 +909,9 @@ def test_approved_call_is_executed() -> None:
 def test_denied_call_is_not_executed_and_carries_the_reason() -> None:
     run, waiting = awaiting_transfer()
 
-    command = run.send(ApprovalDecided("c1", waiting.calls[0].fingerprint, False, now=2.0, reason="not today"))
+    command = run.send(
+        ApprovalDecided("c1", waiting.calls[0].fingerprint, False, now=2.0, reason="not today")
+    )
 
     assert isinstance(command, RunTools)
     assert [p.call_id for p in command.to_execute] == ["c2"]
@@ -923,7 +946,9 @@ def test_each_call_needing_approval_is_decided_on_its_own() -> None:
 def test_untrusted_output_taints_the_run_and_side_effects_then_need_approval() -> None:
     run = started()
     # Before any untrusted output, a side-effecting call without approval just runs.
-    first = reply(run, calls_reply(wire("c1", "send", {"to": "ann"}), wire("c2", "fetch", {"url": "http://x"})))
+    first = reply(
+        run, calls_reply(wire("c1", "send", {"to": "ann"}), wire("c2", "fetch", {"url": "http://x"}))
+    )
     assert isinstance(first, RunTools)
     assert [p.call_id for p in first.to_execute] == ["c1", "c2"]
     assert not any(p.needs_approval for p in first.calls)
@@ -941,16 +966,10 @@ def test_untrusted_output_taints_the_run_and_side_effects_then_need_approval() -
 
     assert isinstance(command, AwaitApproval)
     assert [p.call_id for p in command.calls] == ["c3"]
-    # A tool message saying "approved" is data; only a decision event approves.
-    assert all(m.role != "tool" or m.tool_call_id in ("c1", "c2") for m in run.state.messages)
-
-
-def test_read_only_untrusted_tool_alone_does_not_taint_before_it_runs() -> None:
-    run = started()
-    command = reply(run, calls_reply(wire("c1", "fetch", {"url": "http://x"})))
-    assert isinstance(command, RunTools)
-
-    assert not run.state.tainted
+    # A tool result saying "approved" is data: no decision is recorded, the run still waits.
+    assert run.state.approvals == {}
+    with pytest.raises(TransitionError):
+        run.send(ToolsFinished({"c3": ok("sent"), "c4": ok(2)}, now=3.0))
 
 
 @pytest.mark.xfail(
@@ -967,7 +986,8 @@ def test_reusing_a_denied_call_id_does_not_bypass_approval() -> None:
     command = reply(
         run,
         calls_reply(
-            wire("c1", "transfer", {"to": "mallory", "amount": 5000}), wire("c2", "transfer", {"to": "bob", "amount": 1})
+            wire("c1", "transfer", {"to": "mallory", "amount": 5000}),
+            wire("c2", "transfer", {"to": "bob", "amount": 1}),
         ),
     )
     assert isinstance(command, AwaitApproval)
@@ -980,7 +1000,7 @@ def test_reusing_a_denied_call_id_does_not_bypass_approval() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG: a reused denied call id makes the run wait in awaiting_approval for nothing (AwaitApproval(()))",
+    reason="BUG: a reused denied call id leaves the run in awaiting_approval waiting for no call",
 )
 def test_reusing_a_denied_call_id_does_not_leave_the_run_waiting_for_nothing() -> None:
     run = started()
@@ -1016,7 +1036,7 @@ def run_in(status: Status) -> tuple[Run, list[str]]:
         reply(run, calls_reply(wire("c1", "nope", {}), wire("c2", "send", {"to": "ann"})))
         return run, ["c1", "c2"]
     if status is Status.AWAITING_APPROVAL:
-        run, waiting = awaiting_transfer()
+        run, _ = awaiting_transfer()
         return run, ["c1", "c2"]
     assert status is Status.AWAITING_RECONCILIATION
     run = started()
@@ -1190,7 +1210,9 @@ def scenario() -> list[Event]:
         ToolsFinished({"c4": ok("sent 5 to ann")}, now=106.0),
         ModelReplied(
             calls_reply(
-                wire("c1", "multiply", {"b": 7, "a": 6}), wire("c6", "multiply", {"a": 1, "b": 1}), usage=Usage(30, 5)
+                wire("c1", "multiply", {"b": 7, "a": 6}),
+                wire("c6", "multiply", {"a": 1, "b": 1}),
+                usage=Usage(30, 5),
             ),
             now=107.0,
         ),
@@ -1200,7 +1222,9 @@ def scenario() -> list[Event]:
 
 
 CHECKPOINT_CONFIG = RunConfig(
-    budget=Budget(max_steps=6, max_tool_calls=10, max_total_tokens=1000, deadline_seconds=60.0, max_repairs=2),
+    budget=Budget(
+        max_steps=6, max_tool_calls=10, max_total_tokens=1000, deadline_seconds=60.0, max_repairs=2
+    ),
     compat=Compat(synthesize_missing_ids=True),
     fallback_answer="fallback",
 )
@@ -1228,7 +1252,9 @@ def test_scenario_reaches_every_kind_of_command() -> None:
         "Finish",
     ]
     assert commands[-1] == Finish(Status.COMPLETED, "All done.", None)
-    assert commands[7].calls[0].result == ok(42)  # type: ignore[union-attr]
+    reused = commands[7]
+    assert isinstance(reused, RunTools)
+    assert reused.calls[0].result == ok(42)
 
 
 def test_checkpoint_round_trips_at_every_step_and_resumes_to_the_same_result() -> None:

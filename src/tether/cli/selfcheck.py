@@ -102,7 +102,10 @@ def scenarios() -> list[tuple[Scenario, list[Tool]]]:
         (
             Scenario(
                 "parallel read-only calls",
-                [tool_calls([("c1", "probe", '{"name": "a"}'), ("c2", "probe", '{"name": "b"}')]), text("both")],
+                [
+                    tool_calls([("c1", "probe", '{"name": "a"}'), ("c2", "probe", '{"name": "b"}')]),
+                    text("both"),
+                ],
                 Status.COMPLETED,
                 [("ok", True), ("ok", True)],
                 extra=overlapped,

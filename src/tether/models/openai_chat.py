@@ -105,7 +105,7 @@ def parse_reply(body: Any) -> ModelReply:
     return ModelReply(
         choices=len(choices),
         finish_reason=choice.get("finish_reason"),
-        content=content_text(message.get("content")),
+        content=content_text(message.get("content")) or None,  # "" and null both mean no text
         tool_calls=tuple(calls),
         usage=usage,
         model=body.get("model") if isinstance(body.get("model"), str) else None,

@@ -1,0 +1,18 @@
+"""Shared paths: the fixtures live beside the repository, in ../shared/fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO.parent / "shared" / "fixtures"
+RECORDED_OPENAI = FIXTURES / "recorded" / "openai_chat.jsonl"
+
+
+@pytest.fixture(scope="session")
+def recorded_openai() -> Path:
+    if not RECORDED_OPENAI.exists():
+        pytest.fail(f"fixture missing: {RECORDED_OPENAI} (tests read ../shared/fixtures in place)")
+    return RECORDED_OPENAI
