@@ -118,16 +118,18 @@ async def test_error_event_inside_a_stream() -> None:
     spec = text(
         "partial answer here", stream_error={"message": "upstream overloaded", "type": "server_error"}
     )
-    with FakeServer([spec]) as server:
-        with pytest.raises(ModelResponseError, match="error event in stream: upstream overloaded"):
-            await complete(server, stream=True)
+    with (
+        FakeServer([spec]) as server,
+        pytest.raises(ModelResponseError, match="error event in stream: upstream"),
+    ):
+        await complete(server, stream=True)
 
 
 async def test_stream_without_finish_is_an_error() -> None:
     sse = 'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
-    with FakeServer([raw(sse, headers={"Content-Type": "text/event-stream"})]) as server:
-        with pytest.raises(ModelResponseError, match="before a finish_reason"):
-            await complete(server, stream=True)
+    script = [raw(sse, headers={"Content-Type": "text/event-stream"})]
+    with FakeServer(script) as server, pytest.raises(ModelResponseError, match="before a finish_reason"):
+        await complete(server, stream=True)
 
 
 async def test_401_is_not_retried_and_never_shows_the_key() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tether.core.budget import Budget
@@ -28,7 +28,7 @@ class Scenario:
     script: list[ReplySpec] | Any
     status: Status
     outcomes: list[tuple[str, bool]]  # (outcome code, executed) of every call, in order
-    budget: Budget = Budget()
+    budget: Budget = field(default_factory=Budget)
     extra: Callable[[RunResult], str | None] | None = None
 
 
@@ -46,8 +46,8 @@ def _overlap_probe() -> tuple[list[Tool], Callable[[RunResult], str | None]]:
     def overlapped(_: RunResult) -> str | None:
         if len(spans) != 2:
             return f"expected 2 probe runs, saw {len(spans)}"
-        (a0, a1), (b0, b1) = sorted(spans)
-        return None if b0 < a1 else "read-only calls did not overlap in time"
+        (_, first_end), (second_start, _) = sorted(spans)
+        return None if second_start < first_end else "read-only calls did not overlap in time"
 
     return [probe], overlapped
 
