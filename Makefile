@@ -21,8 +21,8 @@ self-check: $(STAMP)
 	$(BIN)/tether self-check
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench docs
+	$(BIN)/ruff format --check src tests bench docs
 	$(BIN)/mypy
 	$(BIN)/pytest
 

@@ -1,0 +1,57 @@
+"""Regenerate the parts of the docs that are derived from code.
+
+    python docs/generate.py          # rewrite docs/state-machine.md and docs/cli.md
+    python docs/generate.py --check  # exit 1 if either is stale (the test suite runs this)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from tether.cli.main import cli
+from tether.core.machine import mermaid_diagram
+
+DOCS = Path(__file__).resolve().parent
+WIDTH = {"terminal_width": 100, "max_content_width": 100}  # stable output whatever the terminal
+
+
+def state_machine() -> str:
+    return (
+        "# The run state machine\n\n"
+        "Generated from `tether.core.machine.TRANSITIONS` by `docs/generate.py`; do not edit.\n\n"
+        "```mermaid\n" + mermaid_diagram() + "\n```\n"
+    )
+
+
+def cli_reference() -> str:
+    parts = ["# CLI reference\n", "Generated from the CLI itself by `docs/generate.py`; do not edit.\n"]
+    group = click.Context(cli, info_name="tether", **WIDTH)
+    parts.append("```\n" + cli.get_help(group) + "\n```\n")
+    for name in sorted(cli.list_commands(group)):
+        command = cli.get_command(group, name)
+        assert command is not None
+        context = click.Context(command, info_name=name, parent=group, **WIDTH)
+        parts.append(f"## tether {name}\n\n```\n{command.get_help(context)}\n```\n")
+    return "\n".join(parts)
+
+
+def main() -> int:
+    check = "--check" in sys.argv
+    stale = []
+    for path, text in ((DOCS / "state-machine.md", state_machine()), (DOCS / "cli.md", cli_reference())):
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(path.name)
+        else:
+            path.write_text(text)
+    if stale:
+        print(f"stale: {', '.join(stale)}; run python docs/generate.py")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
