@@ -1,7 +1,7 @@
 """Regenerate the parts of the docs that are derived from code.
 
-    python docs/generate.py          # rewrite docs/state-machine.md and docs/cli.md
-    python docs/generate.py --check  # exit 1 if either is stale (the test suite runs this)
+python docs/generate.py          # rewrite docs/state-machine.md and docs/cli.md
+python docs/generate.py --check  # exit 1 if either is stale (the test suite runs this)
 """
 
 from __future__ import annotations

@@ -682,10 +682,6 @@ def test_deadline_of_zero_stops_before_the_first_model_request() -> None:
     assert isinstance(command, Finish) and command.status is Status.BUDGET_EXHAUSTED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: _on_approval goes straight to _run_tools without checking budgets/deadline (now is ignored)",
-)
 def test_deadline_checked_when_an_approval_arrives_late() -> None:
     run = started(budget(deadline_seconds=10), now=100.0)
     waiting = reply(run, calls_reply(wire("c1", "transfer", {"to": "ann", "amount": 5})), now=101.0)
@@ -972,10 +968,6 @@ def test_untrusted_output_taints_the_run_and_side_effects_then_need_approval() -
         run.send(ToolsFinished({"c3": ok("sent"), "c4": ok(2)}, now=3.0))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: _undecided() keys approvals by call id only; reusing a denied call's id bypasses approval",
-)
 def test_reusing_a_denied_call_id_does_not_bypass_approval() -> None:
     run = started()
     waiting = reply(run, calls_reply(wire("c1", "transfer", {"to": "bob", "amount": 5})))
@@ -998,10 +990,6 @@ def test_reusing_a_denied_call_id_does_not_bypass_approval() -> None:
         assert "c1" not in [p.call_id for p in command.to_execute]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a reused denied call id leaves the run in awaiting_approval waiting for no call",
-)
 def test_reusing_a_denied_call_id_does_not_leave_the_run_waiting_for_nothing() -> None:
     run = started()
     waiting = reply(run, calls_reply(wire("c1", "transfer", TRANSFER)))
@@ -1286,10 +1274,6 @@ def test_restored_state_equals_the_live_state() -> None:
         assert restored == run.state
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: RunState.to_dict returns the live executed/approvals dicts, so a checkpoint changes later",
-)
 def test_checkpoint_value_does_not_change_when_the_run_goes_on() -> None:
     run = started()
     command = reply(run, calls_reply(wire("c1", "multiply", {"a": 6, "b": 7})))

@@ -4,7 +4,8 @@ Rules of this file:
 
 - It is sans-IO. It never reads the clock, the network, the disk or an event
   loop; time arrives inside events. A test imports it in a clean interpreter
-  and asserts that asyncio, aiohttp, sqlite3 and time stay unimported.
+  and asserts that asyncio, aiohttp, httpx, sqlite3 and socket stay
+  unimported, and searches the source for clock reads.
 - Everything that affects a run's state lives here. Drivers (the asyncio
   runner, later the Temporal workflow) only perform the commands it returns
   and feed back what happened.
@@ -228,7 +229,9 @@ TRANSITIONS: dict[Status, dict[type[Any], frozenset[Status]]] = {
         Cancel: frozenset({Status.CANCELLED}),
     },
     Status.AWAITING_APPROVAL: {
-        ApprovalDecided: frozenset({Status.AWAITING_APPROVAL, Status.AWAITING_TOOLS}),
+        ApprovalDecided: frozenset(
+            {Status.AWAITING_APPROVAL, Status.AWAITING_TOOLS, Status.BUDGET_EXHAUSTED}
+        ),
         Cancel: frozenset({Status.CANCELLED}),
     },
     Status.AWAITING_TOOLS: {
@@ -298,9 +301,9 @@ class RunState:
             "last_signature": self.last_signature,
             "repeats": self.repeats,
             "tainted": self.tainted,
-            "executed": self.executed,
+            "executed": {k: list(v) for k, v in self.executed.items()},
             "pending": [p.to_dict() for p in self.pending],
-            "approvals": self.approvals,
+            "approvals": {k: dict(v) for k, v in self.approvals.items()},
             "output": self.output,
             "reason": self.reason,
         }
@@ -320,9 +323,9 @@ class RunState:
             last_signature=data["last_signature"],
             repeats=data["repeats"],
             tainted=data["tainted"],
-            executed=data["executed"],
+            executed={k: list(v) for k, v in data["executed"].items()},
             pending=[PendingCall.from_dict(p) for p in data["pending"]],
-            approvals=data["approvals"],
+            approvals={k: dict(v) for k, v in data["approvals"].items()},
             output=data["output"],
             reason=data["reason"],
         )
@@ -343,7 +346,8 @@ class Run:
     def new(
         cls, run_id: str, messages: list[Message], catalog: Catalog, config: RunConfig | None = None
     ) -> Run:
-        return cls(RunState(run_id=run_id, config=config or RunConfig(), messages=messages), catalog)
+        state = RunState(run_id=run_id, config=config or RunConfig(), messages=list(messages))
+        return cls(state, catalog)
 
     @property
     def status(self) -> Status:
@@ -558,6 +562,7 @@ class Run:
             needs_approval = verdict.needs_approval or (s.tainted and not verdict.read_only)
             pending.append(replace(base, execute=True, needs_approval=needs_approval))
         s.pending = pending
+        s.approvals = {}  # a decision binds one call of one step, never a later reuse of its id
         s.failed_repairs = s.failed_repairs + 1 if repair_needed else 0
 
         to_execute = [p for p in pending if p.execute]
@@ -625,6 +630,10 @@ class Run:
             ]
         if self._undecided():
             return AwaitApproval(tuple(self._undecided()))
+        why = self._exhausted(event.now)  # a decision may come hours later
+        if why is not None:
+            self._close_pending(ErrorCode.BUDGET_EXHAUSTED, f"call not executed: {why}")
+            return self._finish(Status.BUDGET_EXHAUSTED, None, why)
         return self._run_tools()
 
     def _on_tools_finished(self, results: Mapping[str, str], now: float) -> Command:
