@@ -43,7 +43,7 @@ def _overlap_probe() -> tuple[list[Tool], Callable[[RunResult], str | None]]:
         spans.append((start, time.perf_counter()))
         return name
 
-    def overlapped(_: RunResult) -> str | None:
+    def overlapped(result: RunResult) -> str | None:
         if len(spans) != 2:
             return f"expected 2 probe runs, saw {len(spans)}"
         (_, first_end), (second_start, _) = sorted(spans)
