@@ -28,10 +28,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -47,8 +50,10 @@ ANSWER = "3720"
 BANNER = "listening on "
 
 CONCURRENT = 500
+SLOW_LATENCY = 0.2  # seconds: 2 round trips make the ideal concurrent wall 0.4 s
 
 RunOnce = Callable[[], Awaitable[str]]
+Drive = Callable[[RunOnce, int], Awaitable[None]]
 
 
 @contextlib.contextmanager
@@ -120,7 +125,7 @@ async def concurrent(once: RunOnce, n: int) -> None:
 
 
 async def compare(
-    runners: dict[str, RunOnce], drive: Callable[[RunOnce, int], Awaitable[None]], n: int, rounds: int
+    runners: dict[str, RunOnce], drive: Drive, n: int, rounds: int
 ) -> dict[str, dict[str, float]]:
     """Median wall and CPU seconds per batch of ``n`` runs, over ``rounds`` alternating batches."""
     for name, once in runners.items():
@@ -132,8 +137,7 @@ async def compare(
     order = list(runners)
     for _ in range(rounds):
         for name in order:
-            wall, cpu = await timed(lambda name=name: drive(runners[name], n))
-            samples[name].append((wall, cpu))
+            samples[name].append(await timed(functools.partial(drive, runners[name], n)))
         order.reverse()  # neither side always goes first
     return {
         name: {
@@ -144,7 +148,7 @@ async def compare(
     }
 
 
-async def bench_runs(base_url: str, drive: Any, n: int, rounds: int) -> dict[str, dict[str, float]]:
+async def bench_runs(base_url: str, drive: Drive, n: int, rounds: int) -> dict[str, dict[str, float]]:
     agent = Agent(OpenAIChatModel("fake", base_url=base_url, api_key="x"), load_toolset("calc"))
     # Unlimited connections like tether's own session, or 500 runs would queue behind 100.
     connector = aiohttp.TCPConnector(limit=0)
@@ -156,16 +160,6 @@ async def bench_runs(base_url: str, drive: Any, n: int, rounds: int) -> dict[str
             await agent.aclose()
 
 
-def interpreter_start(code: str, repeats: int) -> float:
-    """Median wall seconds of ``python -c code`` in a fresh process."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 IMPORTS = {
     "import tether": "import tether",
     "import tether.runner + models.openai_chat": "import tether.runner, tether.models.openai_chat",
@@ -173,10 +167,24 @@ IMPORTS = {
 
 
 def bench_imports(repeats: int) -> dict[str, dict[str, float]]:
-    bare = interpreter_start("pass", repeats)
+    """Median wall seconds of ``python -c CODE`` in fresh processes, interleaved with ``-c pass``."""
+    codes = {"bare": "pass", **IMPORTS}
+    times: dict[str, list[float]] = {label: [] for label in codes}
+    with tempfile.TemporaryDirectory() as cache:
+        # An installed package has its .pyc files; this environment may forbid writing them
+        # (PYTHONDONTWRITEBYTECODE), so compile once into a private cache, never into src/.
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = cache
+        for round_ in range(repeats + 1):  # round 0 fills the cache and is not counted
+            for label, code in codes.items():
+                start = time.perf_counter()
+                subprocess.run([sys.executable, "-c", code], check=True, env=env)
+                if round_:
+                    times[label].append(time.perf_counter() - start)
+    bare = statistics.median(times.pop("bare"))
     out = {"bare": {"seconds": bare}}
-    for label, code in IMPORTS.items():
-        seconds = interpreter_start(code, repeats)
+    for label, samples in times.items():
+        seconds = statistics.median(samples)
         out[label] = {"seconds": seconds, "extra_ms": (seconds - bare) * 1000, "ratio": seconds / bare}
     return out
 
@@ -192,44 +200,41 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer runs: a smoke test, noisier numbers")
     parser.add_argument("--json", action="store_true", help="also print the numbers as JSON")
     args = parser.parse_args()
-    runs, rounds, gathers, repeats = (60, 3, 1, 5) if args.quick else (300, 6, 3, 11)
+    runs, rounds, gathers, repeats = (60, 3, 1, 5) if args.quick else (300, 6, 5, 11)
     batch = runs // rounds
 
-    with fake_server(0.0) as fast_url, fake_server(0.2) as slow_url:
+    with fake_server(0.0) as fast_url, fake_server(SLOW_LATENCY) as slow_url:
         seq = asyncio.run(bench_runs(fast_url, sequential, batch, rounds))
         conc = asyncio.run(bench_runs(slow_url, concurrent, CONCURRENT, gathers))
     imports = bench_imports(repeats)
 
     # Sequential batches become per-run numbers; a concurrent batch's wall is the number itself.
     per_run = {side: {k: v / batch for k, v in seq[side].items()} for side in seq}
-    rows = [
-        ("per_run_wall", "per-run wall", 1.3, per_run["tether"]["wall"], per_run["raw"]["wall"], "ms"),
-        ("per_run_cpu", "per-run CPU", 1.3, per_run["tether"]["cpu"], per_run["raw"]["cpu"], "ms"),
-        (
-            "concurrent_wall",
-            f"{CONCURRENT} @200ms wall",
+    rows = {  # key: (label, target, tether, raw, unit, scale)
+        "per_run_wall": ("per-run wall", 1.3, per_run["tether"]["wall"], per_run["raw"]["wall"], "ms", 1e3),
+        "per_run_cpu": ("per-run CPU", 1.3, per_run["tether"]["cpu"], per_run["raw"]["cpu"], "ms", 1e3),
+        "concurrent_wall": (
+            f"{CONCURRENT} concurrent wall",
             1.2,
             conc["tether"]["wall"],
             conc["raw"]["wall"],
             "s",
+            1,
         ),
-    ]
-    ratios = {key: t / r for key, _, _, t, r, _ in rows}
-    print(
-        f"{runs} sequential runs per side in {rounds} alternating batches (medians); "
-        f"{gathers} alternating gathers of {CONCURRENT} runs"
-    )
-    for key, label, target, t, r, unit in rows:
-        scale = 1000 if unit == "ms" else 1
+    }
+    ratios = {key: row[2] / row[3] for key, row in rows.items()}
+    print(f"{runs} sequential runs per side in {rounds} alternating batches, medians;", end=" ")
+    print(f"{gathers} alternating gathers of {CONCURRENT} runs at {SLOW_LATENCY}s latency, median")
+    for key, (label, target, t, r, unit, scale) in rows.items():
         print(
-            f"  {label:16s} tether/raw = {ratios[key]:.2f}x  {verdict(ratios[key], target):24s}"
+            f"  {label:20s} tether/raw = {ratios[key]:.2f}x  {verdict(ratios[key], target):24s}"
             f"  tether {t * scale:.3f} {unit}, raw {r * scale:.3f} {unit}"
         )
     bare_ms = imports["bare"]["seconds"] * 1000
     print(f"interpreter start, median of {repeats} fresh processes (python -c pass: {bare_ms:.0f} ms)")
     for label in IMPORTS:
-        row = imports[label]
-        print(f"  {label:42s} +{row['extra_ms']:4.0f} ms = {row['ratio']:.2f}x bare start")
+        cost = imports[label]
+        print(f"  {label:42s} +{cost['extra_ms']:4.0f} ms = {cost['ratio']:.2f}x bare start")
     if args.json:
         numbers = {"ratios": ratios, "per_run": per_run, "concurrent": conc, "imports": imports}
         print(json.dumps(numbers, indent=2))

@@ -197,6 +197,7 @@ class Driver:
         self.steps: list[StepReport] = []
         self._step_start = 0  # where the current step's assistant message will land
         self._reported: set[str] = set()  # call ids of the current step with an event
+        self._finished: dict[str, str] = {}  # results of the current step's executed calls
 
     @property
     def state(self) -> RunState:
@@ -241,7 +242,7 @@ class Driver:
                         return self._result(command.status, command.output, command.reason)
         except asyncio.CancelledError:
             if not self.state.status.terminal:
-                self._send(Cancel(clock()))
+                self._send(Cancel(clock(), finished=dict(self._finished)))
                 self._sync_last_step()
                 self._emit(RUN_FINISHED, status=Status.CANCELLED.value, output=None, reason="cancelled")
             raise
@@ -289,11 +290,10 @@ class Driver:
                 self._emit(CALL_VALIDATED, id=p.call_id, tool=p.tool, read_only=p.read_only)
             else:
                 self._reject(p.call_id, p.tool, p.result or "")
-        results: dict[str, str] = {}
+        self._finished = {}
         for batch in _batches(command.to_execute):
-            outcomes = await asyncio.gather(*(self._invoke(p) for p in batch))
-            results.update(zip((p.call_id for p in batch), outcomes, strict=True))
-        next_command = self._send(ToolsFinished(results, self.agent.clock()))
+            await asyncio.gather(*(self._invoke(p) for p in batch))
+        next_command = self._send(ToolsFinished(dict(self._finished), self.agent.clock()))
         self._sync_last_step()
         return next_command
 
@@ -304,6 +304,7 @@ class Driver:
     async def _invoke(self, call: PendingCall) -> str:
         content = await self.agent.toolbox.invoke(call, self.state.run_id, self.run_machine.deadline_at)
         self._reported.add(call.call_id)
+        self._finished[call.call_id] = content
         self._emit(
             CALL_EXECUTED, id=call.call_id, tool=call.tool, outcome=outcome_code(content), result=content
         )

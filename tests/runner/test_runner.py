@@ -164,7 +164,9 @@ async def test_tool_messages_follow_call_order_not_completion_order() -> None:
     finished: list[str] = []
     model = ScriptedModel(
         [
-            calls(("c1", "read", args(name="slow", delay=0.4)), ("c2", "read", args(name="fast", delay=0.01))),
+            calls(
+                ("c1", "read", args(name="slow", delay=0.4)), ("c2", "read", args(name="fast", delay=0.01))
+            ),
             text("done"),
         ]
     )
@@ -301,15 +303,6 @@ async def test_cancelling_a_run_during_a_write_records_cancelled_and_answers_eve
     assert events[-1].kind == RUN_FINISHED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: on cancel, Driver.run sends Cancel and Run._close_pending (core/machine.py) writes "
-        "'tool_failed: run cancelled before this call finished' for every pending call, including "
-        "calls of the step that already finished: their results live only in the local `results` "
-        "dict of Driver._run_tools and are lost. A write that took effect is recorded as failed."
-    ),
-)
 async def test_cancelling_keeps_the_result_of_a_call_that_already_finished() -> None:
     started = asyncio.Event()
 
@@ -415,7 +408,11 @@ async def test_invalid_calls_are_call_rejected_and_never_executed() -> None:
     assert executed_ids == {"c1"}
     rejected = [e for e in events if e.kind == CALL_REJECTED]
     assert envelope(rejected[0].data["result"])["error"]["code"] == "invalid_arguments"
-    assert outcomes(result) == [("c1", "ok", True), ("c2", "invalid_arguments", False), ("c3", "invalid_json", False)]
+    assert outcomes(result) == [
+        ("c1", "ok", True),
+        ("c2", "invalid_arguments", False),
+        ("c3", "invalid_json", False),
+    ]
     assert_transcript_consistent(result.state.messages)
 
 
@@ -513,7 +510,9 @@ async def test_a_denied_call_is_not_executed_and_the_model_sees_the_reason() -> 
 
     model = ScriptedModel([calls(("c1", "deploy", args(env="prod"))), text("not deployed")])
     events: list[RunEvent] = []
-    result = await Agent(model, [deploy_tool(deployed)], approver=approver).run("ship", on_event=events.append)
+    result = await Agent(model, [deploy_tool(deployed)], approver=approver).run(
+        "ship", on_event=events.append
+    )
 
     assert result.status is Status.COMPLETED
     assert deployed == []

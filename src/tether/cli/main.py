@@ -151,6 +151,8 @@ def run(
     else:
         assert renderer is not None
         renderer.finish(result)
+    if result.status is not Status.COMPLETED:
+        click.echo(f"error: run {result.run_id} ended {result.status.value}: {result.reason}", err=True)
     sys.exit(EXIT_CODES.get(result.status, EXIT_INTERNAL))
 
 

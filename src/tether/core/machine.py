@@ -110,6 +110,7 @@ class ApprovalDecided:
 class Cancel:
     now: float
     reason: str = "cancelled"
+    finished: Mapping[str, str] = field(default_factory=dict)  # results of calls that did finish
 
 
 Event = Begin | ModelReplied | ModelFailed | ToolsFinished | ApprovalDecided | Cancel
@@ -402,7 +403,14 @@ class Run:
                 return self._on_tools_finished(results, now)
             case ApprovalDecided():
                 return self._on_approval(event)
-            case Cancel(reason=reason):
+            case Cancel(reason=reason, finished=finished):
+                s = self.state
+                s.pending = [
+                    replace(p, execute=False, result=self._record(p, finished[p.call_id]))
+                    if p.execute and p.call_id in finished
+                    else p
+                    for p in s.pending
+                ]
                 self._close_pending(ErrorCode.TOOL_FAILED, "run cancelled before this call finished")
                 return self._finish(Status.CANCELLED, None, reason)
         raise AssertionError(event)  # pragma: no cover - the table rejects unknown events
@@ -640,14 +648,18 @@ class Run:
         s = self.state
         for p in s.pending:
             if p.execute:
-                content = results.get(p.call_id) or envelope.error(
-                    ErrorCode.TOOL_FAILED, "the tool produced no result"
-                )
-                s.executed[p.call_id] = [p.fingerprint or "", content]
-                s.tool_calls += 1
-                s.tainted = s.tainted or p.untrusted_output
+                missing = envelope.error(ErrorCode.TOOL_FAILED, "the tool produced no result")
+                content = self._record(p, results.get(p.call_id) or missing)
             else:
                 content = p.result or ""
             s.messages.append(Message("tool", content, tool_call_id=p.call_id))
         s.pending = []
         return self._next_step(now)
+
+    def _record(self, call: PendingCall, content: str) -> str:
+        """Note that ``call`` was executed with this result."""
+        s = self.state
+        s.executed[call.call_id] = [call.fingerprint or "", content]
+        s.tool_calls += 1
+        s.tainted = s.tainted or call.untrusted_output
+        return content
