@@ -99,7 +99,7 @@ def raw_runner(session: aiohttp.ClientSession, base_url: str) -> RunOnce:
         messages.append(message)
         for call in message["tool_calls"]:
             function = call["function"]
-            result = functions[function["name"]](**json.loads(function["arguments"]))
+            result = await functions[function["name"]](**json.loads(function["arguments"]))
             content = json.dumps({"ok": True, "result": result})
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
         async with session.post(url, json=body) as response:

@@ -292,7 +292,10 @@ class Driver:
                 self._reject(p.call_id, p.tool, p.result or "")
         self._finished = {}
         for batch in _batches(command.to_execute):
-            await asyncio.gather(*(self._invoke(p) for p in batch))
+            if len(batch) == 1:
+                await self._invoke(batch[0])
+            else:
+                await asyncio.gather(*(self._invoke(p) for p in batch))
         next_command = self._send(ToolsFinished(dict(self._finished), self.agent.clock()))
         self._sync_last_step()
         return next_command

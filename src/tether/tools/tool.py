@@ -58,9 +58,10 @@ class Tool:
     context_param: str | None = field(default=None, repr=False)
     validator: Any = field(default=None, repr=False, compare=False)
 
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.function)
+    is_async: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.function))
 
     def spec(self) -> dict[str, Any]:
         """The tool as an OpenAI ``tools`` entry."""

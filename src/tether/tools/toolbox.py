@@ -95,11 +95,11 @@ class Toolbox:
             left = max(0.0, deadline_at - time.time())
             limit = left if limit is None else min(limit, left)
         try:
-            if found.is_async:
-                pending = found.function(**kwargs)
-            else:
-                pending = asyncio.to_thread(found.function, **kwargs)
-            result = await asyncio.wait_for(pending, limit)
+            async with asyncio.timeout(limit):  # no extra task, unlike wait_for
+                if found.is_async:
+                    result = await found.function(**kwargs)
+                else:  # a sync tool may block: keep it off the event loop
+                    result = await asyncio.to_thread(found.function, **kwargs)
         except TimeoutError:
             if found.read_only:
                 return envelope.error(ErrorCode.TIMEOUT, f"{found.name} did not finish within {limit}s")

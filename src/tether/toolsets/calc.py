@@ -2,6 +2,8 @@
 
 Operands are bounded so a model cannot make the host build huge integers,
 and typed ``int`` so the strict schema refuses ``true`` and ``"248"``.
+The functions are ``async`` only because they are instant: they then run on
+the event loop instead of a worker thread (a sync tool may block).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ Operand = Annotated[int, Field(ge=-LIMIT, le=LIMIT)]
 
 
 @tool(read_only=True)
-def add(a: Operand, b: Operand) -> int:
+async def add(a: Operand, b: Operand) -> int:
     """Add two integers.
 
     Args:
@@ -29,7 +31,7 @@ def add(a: Operand, b: Operand) -> int:
 
 
 @tool(read_only=True)
-def subtract(a: Operand, b: Operand) -> int:
+async def subtract(a: Operand, b: Operand) -> int:
     """Subtract b from a.
 
     Args:
@@ -40,7 +42,7 @@ def subtract(a: Operand, b: Operand) -> int:
 
 
 @tool(read_only=True)
-def multiply(a: Operand, b: Operand) -> int:
+async def multiply(a: Operand, b: Operand) -> int:
     """Multiply two integers.
 
     Args:
@@ -51,7 +53,7 @@ def multiply(a: Operand, b: Operand) -> int:
 
 
 @tool(read_only=True)
-def divide(a: Operand, b: Operand) -> int:
+async def divide(a: Operand, b: Operand) -> int:
     """Divide a by b, rounding down (integer floor division).
 
     Args:
