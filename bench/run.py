@@ -124,9 +124,7 @@ async def concurrent(once: RunOnce, n: int) -> None:
     await asyncio.gather(*(once() for _ in range(n)))
 
 
-async def compare(
-    runners: dict[str, RunOnce], drive: Drive, n: int, rounds: int
-) -> dict[str, dict[str, float]]:
+async def compare(runners: dict[str, RunOnce], drive: Drive, n: int, rounds: int) -> dict[str, dict[str, float]]:
     """Median wall and CPU seconds per batch of ``n`` runs, over ``rounds`` alternating batches."""
     for name, once in runners.items():
         output = await once()  # warm-up; also: never time a path that gives a wrong answer
@@ -194,9 +192,7 @@ def verdict(ratio: float, target: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer runs: a smoke test, noisier numbers")
     parser.add_argument("--json", action="store_true", help="also print the numbers as JSON")
     args = parser.parse_args()

@@ -260,9 +260,7 @@ class Driver:
         if self.on_event is not None:
             on_text = lambda piece: self._emit(TEXT, text=piece)  # noqa: E731
         timeout = None if command.deadline_at is None else max(0.0, command.deadline_at - clock())
-        request = ModelRequest(
-            command.messages, self.agent.toolbox.specs, self.agent.max_tokens, timeout, on_text
-        )
+        request = ModelRequest(command.messages, self.agent.toolbox.specs, self.agent.max_tokens, timeout, on_text)
         try:
             reply = await self.agent.model.complete(request)
         except ModelError as exc:
@@ -308,9 +306,7 @@ class Driver:
         content = await self.agent.toolbox.invoke(call, self.state.run_id, self.run_machine.deadline_at)
         self._reported.add(call.call_id)
         self._finished[call.call_id] = content
-        self._emit(
-            CALL_EXECUTED, id=call.call_id, tool=call.tool, outcome=outcome_code(content), result=content
-        )
+        self._emit(CALL_EXECUTED, id=call.call_id, tool=call.tool, outcome=outcome_code(content), result=content)
         return content
 
     async def _ask_approver(self, command: AwaitApproval) -> Command | None:
@@ -345,9 +341,7 @@ class Driver:
         step = self.steps[-1]
         known = {c.id: c for c in step.calls}
         replies = {m.tool_call_id: m.content or "" for m in messages[self._step_start + 1 :]}
-        step.calls = [
-            known.get(c.id) or CallReport(c.id, c.name, executed=False) for c in assistant.tool_calls
-        ]
+        step.calls = [known.get(c.id) or CallReport(c.id, c.name, executed=False) for c in assistant.tool_calls]
         for report in step.calls:
             if report.id in replies:
                 report.result = replies[report.id]

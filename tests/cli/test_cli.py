@@ -184,9 +184,7 @@ def test_an_unreachable_model_exits_17_naming_the_url() -> None:
 
 def test_an_unreachable_model_explains_itself_in_one_line_on_stderr() -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
-    done = tether(
-        "run", PROMPT, "--tools", "calc", "--json", "--base-url", url, "--model", "fake", "--api-key", "x"
-    )
+    done = tether("run", PROMPT, "--tools", "calc", "--json", "--base-url", url, "--model", "fake", "--api-key", "x")
 
     assert done.code == 17, done
     lines = done.err.strip().splitlines()

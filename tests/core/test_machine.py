@@ -100,9 +100,7 @@ def wire(call_id: object, name: object, arguments: object, type: object = "funct
     return WireToolCall(id=call_id, type=type, name=name, arguments=arguments)
 
 
-def calls_reply(
-    *calls: WireToolCall, finish: str | None = "tool_calls", usage: Usage | None = None
-) -> ModelReply:
+def calls_reply(*calls: WireToolCall, finish: str | None = "tool_calls", usage: Usage | None = None) -> ModelReply:
     return ModelReply(choices=1, finish_reason=finish, tool_calls=calls, usage=usage or Usage())
 
 
@@ -299,9 +297,7 @@ def test_invalid_call_gets_a_controlled_error_and_is_not_executed(
 ) -> None:
     run = started()
 
-    command = reply(
-        run, calls_reply(wire("bad", name, arguments), wire("good", "multiply", {"a": 6, "b": 7}))
-    )
+    command = reply(run, calls_reply(wire("bad", name, arguments), wire("good", "multiply", {"a": 6, "b": 7})))
 
     assert isinstance(command, RunTools)
     bad, good = command.calls
@@ -390,9 +386,7 @@ def test_length_is_truncated_and_nothing_runs(model_reply: ModelReply, compat: C
     "model_reply",
     [
         pytest.param(text_reply("Here is how to build a", finish="content_filter"), id="text"),
-        pytest.param(
-            calls_reply(wire("c1", "send", {"to": "ann"}), finish="content_filter"), id="with-calls"
-        ),
+        pytest.param(calls_reply(wire("c1", "send", {"to": "ann"}), finish="content_filter"), id="with-calls"),
     ],
 )
 def test_content_filter_is_never_a_normal_answer(model_reply: ModelReply) -> None:
@@ -421,9 +415,7 @@ PROTOCOL_ERRORS = [
     pytest.param(calls_reply(wire("", "multiply", {"a": 1, "b": 2})), id="empty-id"),
     pytest.param(calls_reply(wire(7, "multiply", {"a": 1, "b": 2})), id="non-string-id"),
     pytest.param(calls_reply(GOOD, wire("c1", "multiply", {"a": 3, "b": 4})), id="duplicate-ids"),
-    pytest.param(
-        calls_reply(wire("c1", "multiply", {"a": 1, "b": 2}, type="custom")), id="type-not-function"
-    ),
+    pytest.param(calls_reply(wire("c1", "multiply", {"a": 1, "b": 2}, type="custom")), id="type-not-function"),
     pytest.param(calls_reply(wire("c1", "multiply", {"a": 1, "b": 2}, type=None)), id="type-missing"),
     pytest.param(calls_reply(wire("c1", "multiply", ["not", "a", "string"])), id="arguments-list"),
     pytest.param(calls_reply(WireToolCall("c1", "function", "multiply", {"a": 1})), id="arguments-dict"),
@@ -501,9 +493,7 @@ def test_synthesize_missing_ids_fills_unique_ids_used_throughout() -> None:
     [
         pytest.param(calls_reply(GOOD, GOOD), id="duplicate-ids"),
         pytest.param(calls_reply(wire(None, "multiply", {"a": 1, "b": 2}, type="custom")), id="type"),
-        pytest.param(
-            calls_reply(wire(None, "multiply", {"a": 1, "b": 2}), finish="stop"), id="stop-with-calls"
-        ),
+        pytest.param(calls_reply(wire(None, "multiply", {"a": 1, "b": 2}), finish="stop"), id="stop-with-calls"),
     ],
 )
 def test_synthesize_missing_ids_fixes_nothing_else(model_reply: ModelReply) -> None:
@@ -849,9 +839,7 @@ TRANSFER = {"to": "ann", "amount": 5}
 
 def awaiting_transfer(config: RunConfig | None = None) -> tuple[Run, AwaitApproval]:
     run = started(config)
-    command = reply(
-        run, calls_reply(wire("c1", "transfer", TRANSFER), wire("c2", "multiply", {"a": 1, "b": 2}))
-    )
+    command = reply(run, calls_reply(wire("c1", "transfer", TRANSFER), wire("c2", "multiply", {"a": 1, "b": 2})))
     assert isinstance(command, AwaitApproval)
     return run, command
 
@@ -905,9 +893,7 @@ def test_approved_call_is_executed() -> None:
 def test_denied_call_is_not_executed_and_carries_the_reason() -> None:
     run, waiting = awaiting_transfer()
 
-    command = run.send(
-        ApprovalDecided("c1", waiting.calls[0].fingerprint, False, now=2.0, reason="not today")
-    )
+    command = run.send(ApprovalDecided("c1", waiting.calls[0].fingerprint, False, now=2.0, reason="not today"))
 
     assert isinstance(command, RunTools)
     assert [p.call_id for p in command.to_execute] == ["c2"]
@@ -942,9 +928,7 @@ def test_each_call_needing_approval_is_decided_on_its_own() -> None:
 def test_untrusted_output_taints_the_run_and_side_effects_then_need_approval() -> None:
     run = started()
     # Before any untrusted output, a side-effecting call without approval just runs.
-    first = reply(
-        run, calls_reply(wire("c1", "send", {"to": "ann"}), wire("c2", "fetch", {"url": "http://x"}))
-    )
+    first = reply(run, calls_reply(wire("c1", "send", {"to": "ann"}), wire("c2", "fetch", {"url": "http://x"})))
     assert isinstance(first, RunTools)
     assert [p.call_id for p in first.to_execute] == ["c1", "c2"]
     assert not any(p.needs_approval for p in first.calls)
@@ -956,9 +940,7 @@ def test_untrusted_output_taints_the_run_and_side_effects_then_need_approval() -
     )
     assert run.state.tainted
 
-    command = reply(
-        run, calls_reply(wire("c3", "send", {"to": "mallory"}), wire("c4", "multiply", {"a": 1, "b": 2}))
-    )
+    command = reply(run, calls_reply(wire("c3", "send", {"to": "mallory"}), wire("c4", "multiply", {"a": 1, "b": 2})))
 
     assert isinstance(command, AwaitApproval)
     assert [p.call_id for p in command.calls] == ["c3"]
@@ -1087,12 +1069,7 @@ EVENT_TYPES = [Begin, ModelReplied, ModelFailed, ToolsFinished, ApprovalDecided,
 
 @pytest.mark.parametrize(
     ("status", "event_type"),
-    [
-        (status, event_type)
-        for status in LIVE
-        for event_type in EVENT_TYPES
-        if event_type not in TRANSITIONS[status]
-    ],
+    [(status, event_type) for status in LIVE for event_type in EVENT_TYPES if event_type not in TRANSITIONS[status]],
     ids=lambda v: v.value if isinstance(v, Status) else v.__name__,
 )
 def test_disallowed_event_raises_and_poisons_the_run(status: Status, event_type: type) -> None:
@@ -1188,9 +1165,7 @@ def scenario() -> list[Event]:
         ),
         ToolsFinished({"c1": ok(42), "c2": ok("page text")}, now=102.0),
         ModelReplied(
-            calls_reply(
-                wire("c4", "transfer", TRANSFER), wire("c5", "send", {"to": "ann"}), usage=Usage(20, 5)
-            ),
+            calls_reply(wire("c4", "transfer", TRANSFER), wire("c5", "send", {"to": "ann"}), usage=Usage(20, 5)),
             now=103.0,
         ),
         ApprovalDecided("c4", fingerprint("transfer", TRANSFER), True, now=104.0),
@@ -1210,9 +1185,7 @@ def scenario() -> list[Event]:
 
 
 CHECKPOINT_CONFIG = RunConfig(
-    budget=Budget(
-        max_steps=6, max_tool_calls=10, max_total_tokens=1000, deadline_seconds=60.0, max_repairs=2
-    ),
+    budget=Budget(max_steps=6, max_tool_calls=10, max_total_tokens=1000, deadline_seconds=60.0, max_repairs=2),
     compat=Compat(synthesize_missing_ids=True),
     fallback_answer="fallback",
 )

@@ -23,13 +23,9 @@ CLOCK_READ = re.compile(r"\btime\.\w|\bimport time\b|\bfrom time import\b|\bdate
 def loaded_after_import(statement: str) -> list[str]:
     """Which forbidden modules a fresh interpreter holds after running ``statement``."""
     probe = (
-        "import json, sys\n"
-        f"{statement}\n"
-        f"print(json.dumps([m for m in {FORBIDDEN_MODULES!r} if m in sys.modules]))\n"
+        f"import json, sys\n{statement}\nprint(json.dumps([m for m in {FORBIDDEN_MODULES!r} if m in sys.modules]))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
-    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
     return loaded
@@ -73,9 +69,7 @@ def test_core_source_imports_only_pure_modules(path: Path) -> None:
 
     assert top_level & banned == set()
     # The core imports nothing from the layers above it.
-    assert {
-        name for name in imported if name.startswith("tether.") and not name.startswith("tether.core")
-    } == set()
+    assert {name for name in imported if name.startswith("tether.") and not name.startswith("tether.core")} == set()
 
 
 @pytest.mark.parametrize(
@@ -93,6 +87,4 @@ def test_the_clock_pattern_catches_clock_reads(snippet: str) -> None:
 
 
 def test_the_clock_pattern_ignores_prose() -> None:
-    assert not CLOCK_READ.search(
-        "no clock reads; time arrives inside events. Same call made 3 times in a row"
-    )
+    assert not CLOCK_READ.search("no clock reads; time arrives inside events. Same call made 3 times in a row")

@@ -108,16 +108,12 @@ def test_null_content_switch_is_off_by_default() -> None:
 async def test_streamed_text_reaches_on_text() -> None:
     pieces: list[str] = []
     with FakeServer([text("one two three four")]) as server:
-        reply = await complete(
-            server, ModelRequest([Message("user", "hi")], on_text=pieces.append), stream=True
-        )
+        reply = await complete(server, ModelRequest([Message("user", "hi")], on_text=pieces.append), stream=True)
     assert len(pieces) > 1 and "".join(pieces) == reply.content == "one two three four"
 
 
 async def test_error_event_inside_a_stream() -> None:
-    spec = text(
-        "partial answer here", stream_error={"message": "upstream overloaded", "type": "server_error"}
-    )
+    spec = text("partial answer here", stream_error={"message": "upstream overloaded", "type": "server_error"})
     with (
         FakeServer([spec]) as server,
         pytest.raises(ModelResponseError, match="error event in stream: upstream"),
@@ -157,9 +153,7 @@ async def test_429_is_retried_honouring_retry_after() -> None:
 
 
 async def test_retry_after_longer_than_allowed_gives_up() -> None:
-    with FakeServer(
-        [raw({"error": {"message": "later"}}, status=429, headers={"Retry-After": "3600"})]
-    ) as server:
+    with FakeServer([raw({"error": {"message": "later"}}, status=429, headers={"Retry-After": "3600"})]) as server:
         with pytest.raises(RateLimited) as caught:
             await complete(server)
         assert len(server.requests) == 1

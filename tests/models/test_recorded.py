@@ -32,9 +32,7 @@ def _toolbox(request: dict[str, Any]) -> Toolbox:
     for entry in (request or {}).get("tools") or ():
         function = entry.get("function", {})
         try:
-            tools.append(
-                tool_from_schema(function["name"], function.get("parameters") or {"type": "object"}, _echo)
-            )
+            tools.append(tool_from_schema(function["name"], function.get("parameters") or {"type": "object"}, _echo))
         except (ToolDefinitionError, KeyError):
             continue
     return Toolbox(tools)

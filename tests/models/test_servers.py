@@ -231,9 +231,7 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
 
 
 async def test_fake_server_runs_as_a_process() -> None:
-    proc, base_url = await run_module(
-        "tether.testing.fake_server", "--scenario", "multiply", "--latency", "0.05"
-    )
+    proc, base_url = await run_module("tether.testing.fake_server", "--scenario", "multiply", "--latency", "0.05")
     try:
         assert base_url.endswith("/v1")
         status, _, body = await post(base_url, messages=USER, stream=True)

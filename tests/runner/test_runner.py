@@ -164,9 +164,7 @@ async def test_tool_messages_follow_call_order_not_completion_order() -> None:
     finished: list[str] = []
     model = ScriptedModel(
         [
-            calls(
-                ("c1", "read", args(name="slow", delay=0.4)), ("c2", "read", args(name="fast", delay=0.01))
-            ),
+            calls(("c1", "read", args(name="slow", delay=0.4)), ("c2", "read", args(name="fast", delay=0.01))),
             text("done"),
         ]
     )
@@ -202,9 +200,7 @@ async def test_per_tool_timeout_is_an_outcome_and_the_run_continues() -> None:
         await asyncio.sleep(30)
         return "late"
 
-    model = ScriptedModel(
-        [calls(("c1", "stall_read", "{}"), ("c2", "stall_write", "{}")), text("gave up waiting")]
-    )
+    model = ScriptedModel([calls(("c1", "stall_read", "{}"), ("c2", "stall_write", "{}")), text("gave up waiting")])
     result = await Agent(model, [stall_read, stall_write]).run("go")
 
     assert result.status is Status.COMPLETED
@@ -318,9 +314,7 @@ async def test_cancelling_keeps_the_result_of_a_call_that_already_finished() -> 
         await asyncio.sleep(30)
         return name
 
-    model = ScriptedModel(
-        [calls(("c1", "write", args(name="a")), ("c2", "slow_write", args(name="b"))), text("x")]
-    )
+    model = ScriptedModel([calls(("c1", "write", args(name="a")), ("c2", "slow_write", args(name="b"))), text("x")])
     events: list[RunEvent] = []
     driver = Agent(model, [write, slow_write]).driver("go", on_event=events.append)
     task = asyncio.create_task(driver.run())
@@ -447,9 +441,7 @@ async def test_streamed_text_arrives_as_text_events_over_http() -> None:
 
 
 async def test_run_result_to_dict_reports_steps_calls_and_summed_usage() -> None:
-    model = ScriptedModel(
-        [calls(("c1", "multiply", args(a=6, b=7)), usage=(11, 4)), text("42", usage=(20, 3))]
-    )
+    model = ScriptedModel([calls(("c1", "multiply", args(a=6, b=7)), usage=(11, 4)), text("42", usage=(20, 3))])
     result = await Agent(model, load_toolset("calc")).run("go", run_id="run-42")
     data = result.to_dict()
 
@@ -510,9 +502,7 @@ async def test_a_denied_call_is_not_executed_and_the_model_sees_the_reason() -> 
 
     model = ScriptedModel([calls(("c1", "deploy", args(env="prod"))), text("not deployed")])
     events: list[RunEvent] = []
-    result = await Agent(model, [deploy_tool(deployed)], approver=approver).run(
-        "ship", on_event=events.append
-    )
+    result = await Agent(model, [deploy_tool(deployed)], approver=approver).run("ship", on_event=events.append)
 
     assert result.status is Status.COMPLETED
     assert deployed == []

@@ -306,9 +306,7 @@ def test_numbers_a_lenient_parser_lets_through() -> None:
         assert isinstance(verdict, Rejected) and verdict.code == ErrorCode.INVALID_JSON
         assert message in verdict.message
     float_for_int = check(tb, "order", '{"customer": "a", "lines": [], "count": 3.0}')
-    assert (
-        isinstance(float_for_int, Rejected) and "count: expected integer, got number" in float_for_int.message
-    )
+    assert isinstance(float_for_int, Rejected) and "count: expected integer, got number" in float_for_int.message
 
 
 def test_raw_schema_nested_objects_are_closed() -> None:

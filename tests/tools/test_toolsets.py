@@ -128,9 +128,7 @@ async def test_list_files_marks_directories_and_counts(files: Toolbox) -> None:
 
 
 async def test_missing_file(files: Toolbox) -> None:
-    assert (
-        error(await call(files, "read_file", {"path": "nope.txt"}), "tool_failed") == "no such file: nope.txt"
-    )
+    assert error(await call(files, "read_file", {"path": "nope.txt"}), "tool_failed") == "no such file: nope.txt"
 
 
 @pytest.mark.parametrize(
@@ -318,9 +316,7 @@ def test_bad_toolset_names(spec: str, expected: str) -> None:
 )
 def test_import_failure_is_a_configuration_error(module_dir: Path, source: str, expected: str) -> None:
     (module_dir / "broken_toolset_mod.py").write_text(source)
-    with pytest.raises(
-        ConfigurationError, match="cannot import toolset module 'broken_toolset_mod'"
-    ) as raised:
+    with pytest.raises(ConfigurationError, match="cannot import toolset module 'broken_toolset_mod'") as raised:
         load_toolset("broken_toolset_mod")
     assert expected in str(raised.value)
     assert "\n" not in str(raised.value)

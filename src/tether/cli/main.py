@@ -56,9 +56,7 @@ def _tools(names: tuple[str, ...], files_root: str | None) -> list[Any]:
     return tools
 
 
-def _endpoint(
-    model: str | None, base_url: str | None, api_key: str | None
-) -> tuple[str, str | None, str | None]:
+def _endpoint(model: str | None, base_url: str | None, api_key: str | None) -> tuple[str, str | None, str | None]:
     base_url = base_url or os.environ.get("OPENAI_BASE_URL")
     api_key = api_key or os.environ.get("OPENAI_API_KEY")
     model = model or os.environ.get("OPENAI_MODEL")
@@ -82,9 +80,7 @@ def _endpoint(
     help="A toolset: calc, files, clock, or an importable module (repeatable).",
 )
 @click.option("--model", help="Model name [env: OPENAI_MODEL].")
-@click.option(
-    "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env: OPENAI_BASE_URL]."
-)
+@click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env: OPENAI_BASE_URL].")
 @click.option("--api-key", help="API key [env: OPENAI_API_KEY].")
 @click.option(
     "--max-steps",

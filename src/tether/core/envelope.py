@@ -21,9 +21,7 @@ class ErrorCode(StrEnum):
 
 
 # The model may fix these by changing its call; the others need something else.
-RETRYABLE = frozenset(
-    {ErrorCode.INVALID_JSON, ErrorCode.UNKNOWN_TOOL, ErrorCode.INVALID_ARGUMENTS, ErrorCode.TIMEOUT}
-)
+RETRYABLE = frozenset({ErrorCode.INVALID_JSON, ErrorCode.UNKNOWN_TOOL, ErrorCode.INVALID_ARGUMENTS, ErrorCode.TIMEOUT})
 
 
 def ok(result: Any) -> str:

@@ -113,7 +113,25 @@ class Cancel:
     finished: Mapping[str, str] = field(default_factory=dict)  # results of calls that did finish
 
 
-Event = Begin | ModelReplied | ModelFailed | ToolsFinished | ApprovalDecided | Cancel
+@dataclass(frozen=True, slots=True)
+class OutcomeUnknown:
+    """On resume: these calls' intents were recorded but not their outcomes."""
+
+    call_ids: tuple[str, ...]
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """What became of a call whose outcome was unknown (a hook or a person says)."""
+
+    call_id: str
+    executed: bool
+    now: float
+    result: str | None = None  # the envelope, when executed
+
+
+Event = Begin | ModelReplied | ModelFailed | ToolsFinished | ApprovalDecided | Cancel | OutcomeUnknown | Reconciled
 
 
 # --- what the tools layer tells the machine about one call ------------------
@@ -209,15 +227,18 @@ class Finish:
     reason: str | None
 
 
-Command = CallModel | RunTools | AwaitApproval | Finish
+@dataclass(frozen=True, slots=True)
+class AwaitReconciliation:
+    calls: tuple[PendingCall, ...]  # the calls whose outcome nobody knows yet
+
+
+Command = CallModel | RunTools | AwaitApproval | AwaitReconciliation | Finish
 
 
 # --- the transition table ------------------------------------------------------
 
 _TERMINALS = frozenset(s for s in Status if s.terminal)
-_NEXT_AFTER_REPLY = frozenset({Status.AWAITING_TOOLS, Status.AWAITING_APPROVAL}) | (
-    _TERMINALS - {Status.CANCELLED}
-)
+_NEXT_AFTER_REPLY = frozenset({Status.AWAITING_TOOLS, Status.AWAITING_APPROVAL}) | (_TERMINALS - {Status.CANCELLED})
 
 TRANSITIONS: dict[Status, dict[type[Any], frozenset[Status]]] = {
     Status.READY: {
@@ -230,17 +251,16 @@ TRANSITIONS: dict[Status, dict[type[Any], frozenset[Status]]] = {
         Cancel: frozenset({Status.CANCELLED}),
     },
     Status.AWAITING_APPROVAL: {
-        ApprovalDecided: frozenset(
-            {Status.AWAITING_APPROVAL, Status.AWAITING_TOOLS, Status.BUDGET_EXHAUSTED}
-        ),
+        ApprovalDecided: frozenset({Status.AWAITING_APPROVAL, Status.AWAITING_TOOLS, Status.BUDGET_EXHAUSTED}),
         Cancel: frozenset({Status.CANCELLED}),
     },
     Status.AWAITING_TOOLS: {
         ToolsFinished: frozenset({Status.AWAITING_MODEL, Status.MAX_STEPS, Status.BUDGET_EXHAUSTED}),
+        OutcomeUnknown: frozenset({Status.AWAITING_RECONCILIATION}),
         Cancel: frozenset({Status.CANCELLED}),
     },
-    # Entered by the durable store's resume (unknown outcomes); only cancel leaves it here.
     Status.AWAITING_RECONCILIATION: {
+        Reconciled: frozenset({Status.AWAITING_RECONCILIATION, Status.AWAITING_TOOLS}),
         Cancel: frozenset({Status.CANCELLED}),
     },
     **{status: {} for status in _TERMINALS},
@@ -285,6 +305,7 @@ class RunState:
     executed: dict[str, list[str]] = field(default_factory=dict)  # call id -> [fingerprint, result]
     pending: list[PendingCall] = field(default_factory=list)
     approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)  # call ids awaiting reconciliation
     output: str | None = None
     reason: str | None = None
 
@@ -305,6 +326,7 @@ class RunState:
             "executed": {k: list(v) for k, v in self.executed.items()},
             "pending": [p.to_dict() for p in self.pending],
             "approvals": {k: dict(v) for k, v in self.approvals.items()},
+            "unknown": list(self.unknown),
             "output": self.output,
             "reason": self.reason,
         }
@@ -327,6 +349,7 @@ class RunState:
             executed={k: list(v) for k, v in data["executed"].items()},
             pending=[PendingCall.from_dict(p) for p in data["pending"]],
             approvals={k: dict(v) for k, v in data["approvals"].items()},
+            unknown=list(data.get("unknown", ())),
             output=data["output"],
             reason=data["reason"],
         )
@@ -344,9 +367,7 @@ class Run:
         self._poisoned: str | None = None
 
     @classmethod
-    def new(
-        cls, run_id: str, messages: list[Message], catalog: Catalog, config: RunConfig | None = None
-    ) -> Run:
+    def new(cls, run_id: str, messages: list[Message], catalog: Catalog, config: RunConfig | None = None) -> Run:
         state = RunState(run_id=run_id, config=config or RunConfig(), messages=list(messages))
         return cls(state, catalog)
 
@@ -380,6 +401,8 @@ class Run:
             return RunTools(s.steps, tuple(s.pending))
         if s.status is Status.AWAITING_APPROVAL:
             return AwaitApproval(tuple(self._undecided()))
+        if s.status is Status.AWAITING_RECONCILIATION:
+            return self._await_reconciliation()
         if s.status.terminal:
             return Finish(s.status, s.output, s.reason)
         raise TransitionError(s.status.value, "pending_command")
@@ -403,6 +426,15 @@ class Run:
                 return self._on_tools_finished(results, now)
             case ApprovalDecided():
                 return self._on_approval(event)
+            case OutcomeUnknown(call_ids=call_ids):
+                waiting = {p.call_id for p in self.state.pending if p.execute}
+                if not call_ids or not set(call_ids) <= waiting:
+                    raise ApprovalMismatch(f"calls {list(call_ids)} are not waiting to be executed")
+                self.state.unknown = list(call_ids)
+                self.state.status = Status.AWAITING_RECONCILIATION
+                return self._await_reconciliation()
+            case Reconciled():
+                return self._on_reconciled(event)
             case Cancel(reason=reason, finished=finished):
                 s = self.state
                 s.pending = [
@@ -516,9 +548,7 @@ class Run:
             if isinstance(verdict, Rejected):
                 repair_needed = True
                 pending.append(
-                    PendingCall(
-                        call.id, call.name, None, None, result=envelope.error(verdict.code, verdict.message)
-                    )
+                    PendingCall(call.id, call.name, None, None, result=envelope.error(verdict.code, verdict.message))
                 )
                 continue
             fp = fingerprint(call.name, verdict.arguments)
@@ -530,9 +560,7 @@ class Run:
                 pending.append(PendingCall(call.id, call.name, verdict.arguments, fp))
                 s.pending = pending + [PendingCall(c.id, c.name, None, None) for c in calls[len(pending) :]]
                 self._close_pending(ErrorCode.REPEATED_CALL, "call not executed: loop detected")
-                return self._finish(
-                    Status.LOOP_DETECTED, None, f"{call.name} requested {s.repeats} times in a row"
-                )
+                return self._finish(Status.LOOP_DETECTED, None, f"{call.name} requested {s.repeats} times in a row")
             base = PendingCall(
                 call.id,
                 call.name,
@@ -611,9 +639,7 @@ class Run:
         """Give every call of the step its one tool message, executed or not."""
         s = self.state
         for p in s.pending:
-            s.messages.append(
-                Message("tool", p.result or envelope.error(code, message), tool_call_id=p.call_id)
-            )
+            s.messages.append(Message("tool", p.result or envelope.error(code, message), tool_call_id=p.call_id))
         s.pending = []
 
     def _on_approval(self, event: ApprovalDecided) -> Command:
@@ -642,6 +668,26 @@ class Run:
         if why is not None:
             self._close_pending(ErrorCode.BUDGET_EXHAUSTED, f"call not executed: {why}")
             return self._finish(Status.BUDGET_EXHAUSTED, None, why)
+        return self._run_tools()
+
+    def _await_reconciliation(self) -> AwaitReconciliation:
+        unknown = set(self.state.unknown)
+        return AwaitReconciliation(tuple(p for p in self.state.pending if p.call_id in unknown))
+
+    def _on_reconciled(self, event: Reconciled) -> Command:
+        s = self.state
+        if event.call_id not in s.unknown:
+            raise ApprovalMismatch(f"call {event.call_id} has no unknown outcome")
+        if event.executed:
+            if event.result is None:
+                raise ApprovalMismatch(f"call {event.call_id}: an executed call needs its result")
+            s.pending = [
+                replace(p, execute=False, result=self._record(p, event.result)) if p.call_id == event.call_id else p
+                for p in s.pending
+            ]
+        s.unknown = [c for c in s.unknown if c != event.call_id]
+        if s.unknown:
+            return self._await_reconciliation()
         return self._run_tools()
 
     def _on_tools_finished(self, results: Mapping[str, str], now: float) -> Command:

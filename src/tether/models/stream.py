@@ -119,7 +119,5 @@ def parse_usage(usage: Any) -> Usage:
 
 def error_message(error: Any) -> str:
     if isinstance(error, dict):
-        message = error.get("message") or error.get("code") or "unknown error"
-    else:
-        message = error
-    return str(message)[:300]
+        return str(error.get("message") or error.get("code") or "unknown error")[:300]
+    return str(error)[:300]

@@ -171,8 +171,7 @@ def stream_events(reply: Reply, ident: str, model: str, include_usage: bool) -> 
         first = {"index": index, "id": cid, "type": "function", "function": {"name": name, "arguments": ""}}
         events.append(chunk({"tool_calls": [first]}))
         events += [
-            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-            for piece in _pieces(args)
+            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}) for piece in _pieces(args)
         ]
     if reply.stream_error is not None:
         return [*events[: len(events) // 2 + 1], {"error": dict(reply.stream_error)}]

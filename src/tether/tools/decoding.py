@@ -39,9 +39,7 @@ def _finite(text: str) -> float:
 def strict_loads(text: str) -> dict[str, Any]:
     """Decode ``text`` as one JSON object, refusing anything lenient."""
     try:
-        value = json.loads(
-            text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=_finite
-        )
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=_finite)
     except InvalidJson:
         raise
     except json.JSONDecodeError as exc:

@@ -155,11 +155,7 @@ def _close(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {
-        k: (
-            {n: _close(v) for n, v in val.items()}
-            if k in ("properties", "$defs", "definitions")
-            else _close(val)
-        )
+        k: ({n: _close(v) for n, v in val.items()} if k in ("properties", "$defs", "definitions") else _close(val))
         for k, val in schema.items()
     }
     if out.get("type") == "object" and "additionalProperties" not in out:
@@ -226,9 +222,7 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return "\n".join(summary).strip(), params
 
 
-def _from_function(
-    function: Callable[..., Any], name: str | None, description: str | None, **options: Any
-) -> Tool:
+def _from_function(function: Callable[..., Any], name: str | None, description: str | None, **options: Any) -> Tool:
     tool_name = name or function.__name__
     if not NAME_PATTERN.match(tool_name):
         raise ToolDefinitionError(f"tool name {tool_name!r} must match {NAME_PATTERN.pattern}")

@@ -35,9 +35,7 @@ def resolve_files_root(flag: str | None) -> Path:
     """The ``files`` toolset's root: the flag, else ``$TETHER_FILES_ROOT``."""
     value = flag or os.environ.get(FILES_ROOT_ENV)
     if not value:
-        raise ConfigurationError(
-            f"the files toolset needs a root directory: set --files-root or {FILES_ROOT_ENV}"
-        )
+        raise ConfigurationError(f"the files toolset needs a root directory: set --files-root or {FILES_ROOT_ENV}")
     return Path(value)
 
 
@@ -55,9 +53,7 @@ def load_toolset(name_or_module: str, *, files_root: str | None = None) -> list[
         missing = exc.name or ""
         if module_name != missing and not module_name.startswith(f"{missing}."):
             raise _error(f"cannot import toolset module {module_name!r}: {exc}") from exc
-        raise _error(
-            f"unknown toolset {name_or_module!r}: neither a built-in nor an importable module"
-        ) from None
+        raise _error(f"unknown toolset {name_or_module!r}: neither a built-in nor an importable module") from None
     except Exception as exc:
         raise _error(f"cannot import toolset module {module_name!r}: {type(exc).__name__}: {exc}") from exc
     if attribute:

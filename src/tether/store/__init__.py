@@ -1,0 +1,29 @@
+"""tether.store: durable runs (SQLite by default), the ledger and the audit log."""
+
+from tether.store.redact import REDACTED, redact, redact_text
+from tether.store.sqlite import (
+    LeaseHeld,
+    LedgerEntry,
+    RunNotFound,
+    RunSummary,
+    SQLiteStore,
+    StoredEvent,
+    StoredRun,
+    StoreError,
+    default_path,
+)
+
+__all__ = [
+    "REDACTED",
+    "LeaseHeld",
+    "LedgerEntry",
+    "RunNotFound",
+    "RunSummary",
+    "SQLiteStore",
+    "StoreError",
+    "StoredEvent",
+    "StoredRun",
+    "default_path",
+    "redact",
+    "redact_text",
+]

@@ -1,0 +1,31 @@
+"""Keep secrets out of logs, events and printed output.
+
+Any mapping key that looks like a credential has its value replaced, at any
+depth. Matching is on the key name, case-insensitive, so ``api_key``,
+``X-Api-Key``, ``refreshToken`` and ``Authorization`` are all caught.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REDACTED = "[redacted]"
+SECRET_KEY = re.compile(r"pass(word|wd)?|token|secret|api[_-]?key|authorization|credential|cookie", re.I)
+# A bearer token or an OpenAI-style key inside free text.
+SECRET_TEXT = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]{8,}|sk-[A-Za-z0-9_-]{8,}")
+
+
+def redact(value: Any) -> Any:
+    """A copy of ``value`` with every secret-looking entry replaced."""
+    if isinstance(value, dict):
+        return {k: REDACTED if isinstance(k, str) and SECRET_KEY.search(k) else redact(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(v) for v in value]
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
+def redact_text(text: str) -> str:
+    return SECRET_TEXT.sub(lambda m: (m.group(1) or "") + REDACTED, text)

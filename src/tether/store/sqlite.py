@@ -1,0 +1,496 @@
+"""The embedded run store: one SQLite file in WAL mode.
+
+What it keeps, and why each piece is shaped so:
+
+- ``runs``: one row per run with the state *without* its growing parts
+  (messages, executed calls). A checkpoint rewrites this small row and
+  appends the rest, so a step costs the same at step 200 as at step 1.
+- ``messages``: the transcript, append-only, each row hash-chained.
+- ``events``: the audit log, append-only; each row holds the hash of the
+  previous one, so ``verify`` finds any edited, removed or reordered row.
+  Events are redacted and carry no user text unless ``log_content``.
+- ``ledger``: one row per executed call. For a side-effecting call the
+  intent is committed *before* it runs and the outcome after; an intent
+  without an outcome is an unknown outcome, never re-run blindly.
+- A lease (owner, expiry) so that one driver at a time drives a run.
+
+Transactions are WAL with ``synchronous=NORMAL``: a commit survives the
+process being killed (the WAL is in the OS's hands), not a power cut.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tether.core.errors import TetherError
+from tether.core.machine import PendingCall, RunState
+from tether.core.messages import Message
+from tether.store.redact import redact
+from tether.tools.context import Principal
+
+DEFAULT_LEASE_SECONDS = 30.0
+GENESIS = "0" * 64
+# Event data keys that carry user or model text: kept only with log_content.
+CONTENT_KEYS = frozenset({"content", "text", "result", "output", "prompt"})
+
+
+class StoreError(TetherError):
+    exit_code = 3
+
+
+class RunNotFound(StoreError):
+    pass
+
+
+class LeaseHeld(StoreError):
+    exit_code = 5
+
+
+def default_path() -> Path:
+    """``$TETHER_DB``, else ``$XDG_DATA_HOME/tether/tether.db``, else ``~/.local/share/tether/tether.db``."""
+    if env := os.environ.get("TETHER_DB"):
+        return Path(env)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "tether" / "tether.db"
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def chain_hash(prev: str, row: Any) -> str:
+    return hashlib.sha256((prev + _canonical(row)).encode()).hexdigest()
+
+
+# --- migrations: an ordered list, each applied once and recorded --------------
+
+
+def _m1_initial(db: sqlite3.Connection) -> None:
+    db.executescript(
+        """
+        CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            status TEXT NOT NULL,
+            principal TEXT NOT NULL,
+            setup TEXT NOT NULL,
+            meta TEXT NOT NULL,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            message_hash TEXT NOT NULL,
+            event_count INTEGER NOT NULL DEFAULT 0,
+            event_hash TEXT NOT NULL,
+            lease_owner TEXT,
+            lease_until REAL
+        );
+        CREATE INDEX runs_by_principal ON runs (json_extract(principal, '$.id'), created_at);
+        CREATE TABLE messages (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            seq INTEGER NOT NULL,
+            body TEXT NOT NULL,
+            hash TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        ) WITHOUT ROWID;
+        CREATE TABLE events (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            seq INTEGER NOT NULL,
+            at REAL NOT NULL,
+            kind TEXT NOT NULL,
+            step INTEGER NOT NULL,
+            data TEXT NOT NULL,
+            prev_hash TEXT NOT NULL,
+            hash TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        ) WITHOUT ROWID;
+        CREATE TABLE ledger (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            call_id TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            intent_at REAL NOT NULL,
+            outcome TEXT,
+            outcome_at REAL,
+            PRIMARY KEY (run_id, call_id)
+        ) WITHOUT ROWID;
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_initial]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    call_id: str
+    tool: str
+    fingerprint: str
+    intent_at: float
+    outcome: str | None
+    outcome_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    seq: int
+    at: float
+    kind: str
+    step: int
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    run_id: str
+    status: str
+    principal: str
+    created_at: float
+    updated_at: float
+    steps: int
+
+
+@dataclass(slots=True)
+class StoredRun:
+    state: RunState
+    principal: Principal
+    setup: dict[str, Any]
+    created_at: float
+    updated_at: float
+
+
+def _principal_dict(principal: Principal) -> dict[str, Any]:
+    return {"id": principal.id, "scopes": sorted(principal.scopes), "roles": sorted(principal.roles)}
+
+
+def _principal(data: dict[str, Any]) -> Principal:
+    return Principal(data["id"], frozenset(data["scopes"]), frozenset(data.get("roles", ())))
+
+
+def _meta(state: RunState) -> str:
+    data = state.to_dict()
+    del data["messages"], data["executed"]  # the growing parts live in their own tables
+    return _canonical(data)
+
+
+class SQLiteStore:
+    """Runs, their transcripts, audit events and the execution ledger.
+
+    Example::
+
+        store = SQLiteStore()                       # ~/.local/share/tether/tether.db
+        agent = Agent(model, tools, store=store)
+        result = await agent.run("...")             # checkpointed after every event
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        log_content: bool = False,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path) if path is not None else default_path()
+        self.log_content = log_content
+        self.lease_seconds = lease_seconds
+        self.clock = clock
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open the run store at {self.path}: {exc} (set TETHER_DB or --db)") from None
+        # Per run: how many messages and events are stored, and the last hashes.
+        self._tails: dict[str, tuple[int, str, int, str]] = {}
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreError(f"run store {self.path}: {exc}") from None
+
+    def _migrate(self) -> None:
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at REAL)"
+        )
+        with self._transaction() as db:
+            done = {row[0] for row in db.execute("SELECT version FROM schema_migrations")}
+            for version, migration in enumerate(MIGRATIONS, start=1):
+                if version not in done:
+                    migration(db)
+                    db.execute(
+                        "INSERT INTO schema_migrations VALUES (?, ?, ?)",
+                        (version, migration.__name__.lstrip("_"), self.clock()),
+                    )
+
+    # --- runs and leases -----------------------------------------------------------
+
+    def create_run(self, state: RunState, principal: Principal, setup: dict[str, Any]) -> None:
+        now = self.clock()
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO runs (id, created_at, updated_at, status, principal, setup, meta, message_hash,"
+                " event_hash, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    state.run_id,
+                    now,
+                    now,
+                    state.status.value,
+                    _canonical(_principal_dict(principal)),
+                    _canonical(redact(setup)),
+                    _meta(state),
+                    GENESIS,
+                    GENESIS,
+                    self.owner,
+                    now + self.lease_seconds,
+                ),
+            )
+            self._tails[state.run_id] = (0, GENESIS, 0, GENESIS)
+            self._append_messages(db, state)
+
+    def acquire(self, run_id: str) -> None:
+        """Take the lease on ``run_id`` or raise ``LeaseHeld``."""
+        now = self.clock()
+        with self._transaction() as db:
+            row = db.execute("SELECT lease_owner, lease_until FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run {run_id} in {self.path}")
+            owner, until = row
+            if owner not in (None, self.owner) and until is not None and until > now and _alive(owner):
+                raise LeaseHeld(f"run {run_id} is being driven by {owner} (lease until {time.ctime(until)})")
+            db.execute(
+                "UPDATE runs SET lease_owner = ?, lease_until = ? WHERE id = ?",
+                (self.owner, now + self.lease_seconds, run_id),
+            )
+        self._tails.pop(run_id, None)
+
+    def release(self, run_id: str) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE runs SET lease_owner = NULL, lease_until = NULL WHERE id = ? AND lease_owner = ?",
+                (run_id, self.owner),
+            )
+
+    def _tail(self, db: sqlite3.Connection, run_id: str) -> tuple[int, str, int, str]:
+        tail = self._tails.get(run_id)
+        if tail is None:
+            row = db.execute(
+                "SELECT message_count, message_hash, event_count, event_hash FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run {run_id} in {self.path}")
+            tail = self._tails[run_id] = (row[0], row[1], row[2], row[3])
+        return tail
+
+    # --- checkpoints -----------------------------------------------------------------
+
+    def _append_messages(self, db: sqlite3.Connection, state: RunState) -> None:
+        count, last, events, event_hash = self._tail(db, state.run_id)
+        for seq in range(count, len(state.messages)):
+            body = _canonical(state.messages[seq].to_dict())
+            last = chain_hash(last, [seq, body])
+            db.execute("INSERT INTO messages VALUES (?, ?, ?, ?)", (state.run_id, seq, body, last))
+        self._tails[state.run_id] = (len(state.messages), last, events, event_hash)
+
+    def _event_data(self, data: dict[str, Any]) -> dict[str, Any]:
+        if not self.log_content:
+            data = {
+                k: (f"<{len(v)} chars>" if isinstance(v, str) else "<omitted>") if k in CONTENT_KEYS and v else v
+                for k, v in data.items()
+            }
+        return dict(redact(data))
+
+    def checkpoint(self, state: RunState, kind: str | None = None, data: dict[str, Any] | None = None) -> None:
+        """Save the state and, if given, append one audit event, in one transaction."""
+        now = self.clock()
+        with self._transaction() as db:
+            self._append_messages(db, state)
+            count, message_hash, events, event_hash = self._tails[state.run_id]
+            if kind is not None:
+                body = self._event_data(data or {})
+                row = [state.run_id, events + 1, now, kind, state.steps, body]
+                new_hash = chain_hash(event_hash, row)
+                db.execute(
+                    "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (state.run_id, events + 1, now, kind, state.steps, _canonical(body), event_hash, new_hash),
+                )
+                events, event_hash = events + 1, new_hash
+            updated = db.execute(
+                "UPDATE runs SET updated_at = ?, status = ?, meta = ?, message_count = ?, message_hash = ?,"
+                " event_count = ?, event_hash = ?, lease_until = ? WHERE id = ? AND lease_owner = ?",
+                (
+                    now,
+                    state.status.value,
+                    _meta(state),
+                    count,
+                    message_hash,
+                    events,
+                    event_hash,
+                    now + self.lease_seconds,
+                    state.run_id,
+                    self.owner,
+                ),
+            )
+            if updated.rowcount != 1:
+                raise LeaseHeld(f"run {state.run_id}: this process no longer holds its lease")
+            self._tails[state.run_id] = (count, message_hash, events, event_hash)
+
+    # --- the execution ledger ----------------------------------------------------
+
+    def record_intent(self, run_id: str, call: PendingCall) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO ledger (run_id, call_id, tool, fingerprint, intent_at) VALUES (?, ?, ?, ?, ?)",
+                (run_id, call.call_id, call.tool, call.fingerprint or "", self.clock()),
+            )
+
+    def record_outcome(self, run_id: str, call: PendingCall, outcome: str) -> None:
+        """The result of an executed call (an intent row is created if there is none)."""
+        now = self.clock()
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, call_id) DO UPDATE"
+                " SET outcome = excluded.outcome, outcome_at = excluded.outcome_at WHERE outcome IS NULL",
+                (run_id, call.call_id, call.tool, call.fingerprint or "", now, outcome, now),
+            )
+
+    def clear_intent(self, run_id: str, call_id: str) -> None:
+        """A person or a hook established that the call never ran."""
+        with self._transaction() as db:
+            db.execute("DELETE FROM ledger WHERE run_id = ? AND call_id = ? AND outcome IS NULL", (run_id, call_id))
+
+    def ledger_entry(self, run_id: str, call_id: str) -> LedgerEntry | None:
+        row = self._db.execute(
+            "SELECT call_id, tool, fingerprint, intent_at, outcome, outcome_at FROM ledger"
+            " WHERE run_id = ? AND call_id = ?",
+            (run_id, call_id),
+        ).fetchone()
+        return LedgerEntry(*row) if row else None
+
+    # --- reading -----------------------------------------------------------------
+
+    def load(self, run_id: str) -> StoredRun:
+        row = self._db.execute(
+            "SELECT meta, principal, setup, created_at, updated_at FROM runs WHERE id = ?", (run_id,)
+        ).fetchone()
+        if row is None:
+            raise RunNotFound(f"no run {run_id} in {self.path}")
+        data = json.loads(row[0])
+        data["messages"] = [
+            json.loads(body)
+            for (body,) in self._db.execute("SELECT body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,))
+        ]
+        data["executed"] = {
+            call_id: [fingerprint, outcome]
+            for call_id, fingerprint, outcome in self._db.execute(
+                "SELECT call_id, fingerprint, outcome FROM ledger WHERE run_id = ? AND outcome IS NOT NULL",
+                (run_id,),
+            )
+        }
+        return StoredRun(RunState.from_dict(data), _principal(json.loads(row[1])), json.loads(row[2]), row[3], row[4])
+
+    def list_runs(self, principal_id: str | None = None, limit: int = 50) -> list[RunSummary]:
+        query = "SELECT id, status, json_extract(principal, '$.id'), created_at, updated_at, meta FROM runs"
+        params: tuple[Any, ...] = ()
+        if principal_id is not None:
+            query += " WHERE json_extract(principal, '$.id') = ?"
+            params = (principal_id,)
+        query += " ORDER BY created_at DESC LIMIT ?"
+        rows = self._db.execute(query, (*params, limit)).fetchall()
+        return [RunSummary(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])["steps"]) for r in rows]
+
+    def events(self, run_id: str) -> list[StoredEvent]:
+        return [
+            StoredEvent(seq, at, kind, step, json.loads(data))
+            for seq, at, kind, step, data in self._db.execute(
+                "SELECT seq, at, kind, step, data FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+            )
+        ]
+
+    def ledger(self, run_id: str) -> list[LedgerEntry]:
+        return [
+            LedgerEntry(*row)
+            for row in self._db.execute(
+                "SELECT call_id, tool, fingerprint, intent_at, outcome, outcome_at FROM ledger"
+                " WHERE run_id = ? ORDER BY intent_at",
+                (run_id,),
+            )
+        ]
+
+    def verify(self, run_id: str) -> list[str]:
+        """Every break in the run's hash chains; empty when untouched."""
+        head = self._db.execute(
+            "SELECT message_count, message_hash, event_count, event_hash FROM runs WHERE id = ?", (run_id,)
+        ).fetchone()
+        if head is None:
+            raise RunNotFound(f"no run {run_id} in {self.path}")
+        problems: list[str] = []
+        last, expected_seq = GENESIS, 1
+        for seq, at, kind, step, data, prev, digest in self._db.execute(
+            "SELECT seq, at, kind, step, data, prev_hash, hash FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        ):
+            if seq != expected_seq:
+                problems.append(f"event {expected_seq}: missing or out of order (found event {seq})")
+            if prev != last:
+                problems.append(f"event {seq}: does not follow the previous event (removed or reordered)")
+            if chain_hash(prev, [run_id, seq, at, kind, step, json.loads(data)]) != digest:
+                problems.append(f"event {seq}: edited ({kind})")
+            last, expected_seq = digest, seq + 1
+        if expected_seq - 1 != head[2] or last != head[3]:
+            problems.append(f"events: the run records {head[2]} events, the log ends at {expected_seq - 1}")
+        last, expected = GENESIS, 0
+        for seq, body, digest in self._db.execute(
+            "SELECT seq, body, hash FROM messages WHERE run_id = ? ORDER BY seq", (run_id,)
+        ):
+            if seq != expected or chain_hash(last, [seq, body]) != digest:
+                problems.append(f"message {seq}: edited, removed or reordered")
+            last, expected = digest, seq + 1
+        if expected != head[0] or last != head[1]:
+            problems.append(f"messages: the run records {head[0]} messages, the transcript has {expected}")
+        return problems
+
+    def messages(self, run_id: str) -> list[Message]:
+        return [
+            Message.from_dict(json.loads(body))
+            for (body,) in self._db.execute("SELECT body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,))
+        ]
+
+
+def _alive(owner: str) -> bool:
+    """False only when the owner is a process on this host that no longer exists."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
