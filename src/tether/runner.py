@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig
 from tether.core.envelope import outcome_code
@@ -25,6 +25,7 @@ from tether.core.errors import ModelError
 from tether.core.machine import (
     ApprovalDecided,
     AwaitApproval,
+    AwaitReconciliation,
     Begin,
     CallModel,
     Cancel,
@@ -32,7 +33,9 @@ from tether.core.machine import (
     Finish,
     ModelFailed,
     ModelReplied,
+    OutcomeUnknown,
     PendingCall,
+    Reconciled,
     Run,
     RunState,
     RunTools,
@@ -41,9 +44,12 @@ from tether.core.machine import (
 )
 from tether.core.messages import Message, ModelReply, Usage
 from tether.models.base import Model, ModelRequest
-from tether.tools.context import LOCAL_PRINCIPAL, Principal
-from tether.tools.tool import Tool
-from tether.tools.toolbox import Toolbox
+from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
+from tether.tools.tool import Executed, NotExecuted, Tool
+from tether.tools.toolbox import Toolbox, result_envelope
+
+if TYPE_CHECKING:
+    from tether.store.sqlite import SQLiteStore
 
 # Event kinds, in the order a step emits them.
 STEP_STARTED = "step_started"
@@ -51,8 +57,16 @@ TEXT = "text"
 MODEL_REPLIED = "model_replied"
 CALL_VALIDATED = "call_validated"
 CALL_REJECTED = "call_rejected"
+INTENT_RECORDED = "intent_recorded"  # durable runs: the ledger holds the intent
 CALL_EXECUTED = "call_executed"
+OUTCOME_RECORDED = "outcome_recorded"  # durable runs: the ledger holds the outcome
+CALL_RECOVERED = "call_recovered"  # durable runs: the outcome came from the ledger, not a new execution
 APPROVAL_REQUESTED = "approval_requested"
+APPROVAL_DECIDED = "approval_decided"
+RECONCILIATION_NEEDED = "reconciliation_needed"
+RECONCILED = "reconciled"
+RUN_RESUMED = "run_resumed"
+RUN_PAUSED = "run_paused"
 RUN_FINISHED = "run_finished"
 
 
@@ -151,10 +165,15 @@ class Agent:
         system: str | None = None,
         approver: Approver | None = None,
         max_tokens: int | None = None,
+        store: SQLiteStore | None = None,
+        setup: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.model = model
-        self.toolbox = Toolbox(tools, principal)
+        self.tools = list(tools)
+        self.toolbox = Toolbox(self.tools, principal)
+        self.store = store
+        self.setup = setup or {}
         self.config = RunConfig(budget or Budget(), compat or Compat(), fallback_answer)
         self.system = system
         self.approver = approver
@@ -172,7 +191,18 @@ class Agent:
         if self.system is not None and not (messages and messages[0].role == "system"):
             messages.insert(0, Message("system", self.system))
         run = Run.new(run_id or uuid.uuid4().hex, messages, self.toolbox, self.config)
-        return Driver(self, run, on_event)
+        if self.store is not None:
+            self.store.create_run(run.state, self.toolbox.principal, self.setup)
+        return Driver(self, run, self.toolbox, on_event)
+
+    def resume(self, run_id: str, *, on_event: EventHandler | None = None) -> Driver:
+        """A driver for a stored run, under the principal it was started for."""
+        if self.store is None:
+            raise ValueError("resuming needs an Agent with a store")
+        self.store.acquire(run_id)
+        stored = self.store.load(run_id)
+        toolbox = Toolbox(self.tools, stored.principal)
+        return Driver(self, Run(stored.state, toolbox), toolbox, on_event, resumed=True)
 
     async def run(
         self,
@@ -190,10 +220,15 @@ class Agent:
 class Driver:
     """Drives one run to a finish or a pause (approval without an approver)."""
 
-    def __init__(self, agent: Agent, run: Run, on_event: EventHandler | None) -> None:
+    def __init__(
+        self, agent: Agent, run: Run, toolbox: Toolbox, on_event: EventHandler | None, resumed: bool = False
+    ) -> None:
         self.agent = agent
         self.run_machine = run
+        self.toolbox = toolbox
+        self.store = agent.store
         self.on_event = on_event
+        self.resumed = resumed
         self.steps: list[StepReport] = []
         self._step_start = 0  # where the current step's assistant message will land
         self._reported: set[str] = set()  # call ids of the current step with an event
@@ -204,6 +239,9 @@ class Driver:
         return self.run_machine.state
 
     def _emit(self, kind: str, **data: Any) -> None:
+        # Checkpoint first: whoever hears of an event may rely on it being stored.
+        if self.store is not None and kind != TEXT:
+            self.store.checkpoint(self.state, kind, data)
         if self.on_event is not None:
             self.on_event(RunEvent(kind, self.state.run_id, self.state.steps, data))
 
@@ -213,10 +251,8 @@ class Driver:
     async def run(self) -> RunResult:
         clock = self.agent.clock
         try:
-            if self.state.status is Status.READY:
-                command = self._send(Begin(clock()))
-            else:
-                command = self.run_machine.pending_command()
+            fresh = self.state.status is Status.READY
+            command = self._send(Begin(clock())) if fresh else self._resume_command()
             while True:
                 match command:
                     case CallModel():
@@ -226,7 +262,12 @@ class Driver:
                     case AwaitApproval():
                         next_command = await self._ask_approver(command)
                         if next_command is None:
-                            return self._result(self.state.status, None, "waiting for approval")
+                            return self._pause("waiting for approval")
+                        command = next_command
+                    case AwaitReconciliation():
+                        next_command = await self._reconcile(command)
+                        if next_command is None:
+                            return self._pause("waiting for reconciliation: the outcome of a call is unknown")
                         command = next_command
                     case Finish():
                         self._sync_last_step()
@@ -246,6 +287,64 @@ class Driver:
                 self._sync_last_step()
                 self._emit(RUN_FINISHED, status=Status.CANCELLED.value, output=None, reason="cancelled")
             raise
+        finally:
+            if self.store is not None:
+                self.store.release(self.state.run_id)
+
+    def _pause(self, reason: str) -> RunResult:
+        self._emit(RUN_PAUSED, status=self.state.status.value, reason=reason)
+        return self._result(self.state.status, None, reason)
+
+    def _resume_command(self) -> Command:
+        """Where a stored run goes on; intents without outcomes become unknown outcomes."""
+        self._emit(RUN_RESUMED, status=self.state.status.value)
+        if self.state.status is Status.AWAITING_TOOLS and self.store is not None:
+            unknown = []
+            for call in self.state.pending:
+                entry = self.store.ledger_entry(self.state.run_id, call.call_id) if call.execute else None
+                if entry is not None and entry.outcome is None:
+                    unknown.append(call.call_id)
+            if unknown:
+                self._emit(RECONCILIATION_NEEDED, ids=unknown)
+                return self._send(OutcomeUnknown(tuple(unknown), self.agent.clock()))
+        return self.run_machine.pending_command()
+
+    async def _reconcile(self, command: AwaitReconciliation) -> Command | None:
+        """Ask each unknown call's ``reconcile`` hook; None when a person must decide."""
+        next_command: Command = command
+        for call in command.calls:
+            found = self.toolbox.offered.get(call.tool)
+            if found is None or found.reconcile is None or call.arguments is None:
+                continue
+            context = ToolContext(self.state.run_id, call.call_id, self.toolbox.principal, None)
+            try:
+                verdict = found.reconcile(context, call.arguments)
+                if asyncio.iscoroutine(verdict):
+                    verdict = await verdict
+            except Exception:
+                continue  # a failing hook knows nothing: leave the call to a person
+            if isinstance(verdict, Executed):
+                next_command = self.settle(
+                    call,
+                    executed=True,
+                    result=result_envelope(verdict.result, found.max_result_chars),
+                    by="reconcile hook",
+                )
+            elif isinstance(verdict, NotExecuted):
+                next_command = self.settle(call, executed=False, result=None, by="reconcile hook")
+        return None if isinstance(next_command, AwaitReconciliation) else next_command
+
+    def settle(self, call: PendingCall, *, executed: bool, result: str | None, by: str) -> Command:
+        """Record what became of a call with an unknown outcome."""
+        store, run_id = self.store, self.state.run_id
+        if store is not None:
+            if executed and result is not None:
+                store.record_outcome(run_id, call, result)
+            elif not executed:
+                store.clear_intent(run_id, call.call_id)
+        command = self._send(Reconciled(call.call_id, executed, self.agent.clock(), result))
+        self._emit(RECONCILED, id=call.call_id, tool=call.tool, executed=executed, by=by)
+        return command
 
     def _result(self, status: Status, output: str | None, reason: str | None) -> RunResult:
         return RunResult(self.state.run_id, status, output, reason, self.steps, self.state)
@@ -260,7 +359,7 @@ class Driver:
         if self.on_event is not None:
             on_text = lambda piece: self._emit(TEXT, text=piece)  # noqa: E731
         timeout = None if command.deadline_at is None else max(0.0, command.deadline_at - clock())
-        request = ModelRequest(command.messages, self.agent.toolbox.specs, self.agent.max_tokens, timeout, on_text)
+        request = ModelRequest(command.messages, self.toolbox.specs, self.agent.max_tokens, timeout, on_text)
         try:
             reply = await self.agent.model.complete(request)
         except ModelError as exc:
@@ -327,6 +426,9 @@ class Driver:
                     self.agent.clock(),
                     decision.reason,
                 )
+            )
+            self._emit(
+                APPROVAL_DECIDED, id=call.call_id, approved=decision.approved, reason=decision.reason, by="approver"
             )
         return next_command
 

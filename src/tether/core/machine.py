@@ -398,7 +398,7 @@ class Run:
         if s.status is Status.AWAITING_MODEL:
             return self._call_model()
         if s.status is Status.AWAITING_TOOLS:
-            return RunTools(s.steps, tuple(s.pending))
+            return self._run_tools()
         if s.status is Status.AWAITING_APPROVAL:
             return AwaitApproval(tuple(self._undecided()))
         if s.status is Status.AWAITING_RECONCILIATION:
@@ -630,7 +630,19 @@ class Run:
     def _run_tools(self) -> RunTools:
         s = self.state
         s.status = Status.AWAITING_TOOLS
+        s.pending = [self._still_approved(p) for p in s.pending]
         return RunTools(s.steps, tuple(s.pending))
+
+    def _still_approved(self, call: PendingCall) -> PendingCall:
+        """Refuse a call needing approval unless a decision covers exactly these arguments."""
+        if not (call.execute and call.needs_approval):
+            return call
+        decision = self.state.approvals.get(call.call_id)
+        current = fingerprint(call.tool, call.arguments or {})
+        if decision and decision["approved"] and decision["fingerprint"] == current == call.fingerprint:
+            return call
+        note = "arguments changed after approval; not executed"
+        return replace(call, execute=False, result=envelope.error(ErrorCode.DENIED, note))
 
     def _undecided(self) -> list[PendingCall]:
         return [p for p in self.state.pending if p.needs_approval and p.call_id not in self.state.approvals]

@@ -5,6 +5,8 @@ from tether.tools.decoding import InvalidJson, canonical, strict_loads
 from tether.tools.tool import (
     DEFAULT_MAX_RESULT_CHARS,
     DEFAULT_TIMEOUT,
+    Executed,
+    NotExecuted,
     Tool,
     ToolError,
     tool,
@@ -17,7 +19,9 @@ __all__ = [
     "DEFAULT_MAX_RESULT_CHARS",
     "DEFAULT_TIMEOUT",
     "LOCAL_PRINCIPAL",
+    "Executed",
     "InvalidJson",
+    "NotExecuted",
     "Principal",
     "Tool",
     "ToolContext",

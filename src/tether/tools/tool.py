@@ -29,7 +29,26 @@ DEFAULT_MAX_RESULT_CHARS = 20_000
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 Approval = bool | Callable[[Mapping[str, Any]], bool]
-Reconcile = Callable[[ToolContext, Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    """A ``reconcile`` hook's answer: the call did take effect, with this result."""
+
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class NotExecuted:
+    """A ``reconcile`` hook's answer: the call never took effect; it may run now."""
+
+
+# Called on resume for a side-effecting call whose intent was recorded but not
+# its outcome. Return Executed(result), NotExecuted(), or None when it cannot
+# tell: the run then waits for a person (``tether reconcile``).
+Reconcile = Callable[
+    [ToolContext, Mapping[str, Any]], "Executed | NotExecuted | None | Awaitable[Executed | NotExecuted | None]"
+]
 
 
 class ToolError(Exception):
