@@ -46,9 +46,8 @@ class NotExecuted:
 # Called on resume for a side-effecting call whose intent was recorded but not
 # its outcome. Return Executed(result), NotExecuted(), or None when it cannot
 # tell: the run then waits for a person (``tether reconcile``).
-Reconcile = Callable[
-    [ToolContext, Mapping[str, Any]], "Executed | NotExecuted | None | Awaitable[Executed | NotExecuted | None]"
-]
+Verdict = Executed | NotExecuted | None
+Reconcile = Callable[[ToolContext, Mapping[str, Any]], Verdict | Awaitable[Verdict]]
 
 
 class ToolError(Exception):
