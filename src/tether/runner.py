@@ -35,7 +35,6 @@ from tether.core.machine import (
     ModelReplied,
     OutcomeUnknown,
     PendingCall,
-    Reconciled,
     Run,
     RunState,
     RunTools,
@@ -43,6 +42,7 @@ from tether.core.machine import (
     ToolsFinished,
 )
 from tether.core.messages import Message, ModelReply, Usage
+from tether.durable import settle
 from tether.models.base import Model, ModelRequest
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
 from tether.tools.tool import Executed, NotExecuted, Tool
@@ -336,13 +336,9 @@ class Driver:
 
     def settle(self, call: PendingCall, *, executed: bool, result: str | None, by: str) -> Command:
         """Record what became of a call with an unknown outcome."""
-        store, run_id = self.store, self.state.run_id
-        if store is not None:
-            if executed and result is not None:
-                store.record_outcome(run_id, call, result)
-            elif not executed:
-                store.clear_intent(run_id, call.call_id)
-        command = self._send(Reconciled(call.call_id, executed, self.agent.clock(), result))
+        command: Command = settle(
+            self.run_machine, self.store, call, executed=executed, result=result, clock=self.agent.clock
+        )
         self._emit(RECONCILED, id=call.call_id, tool=call.tool, executed=executed, by=by)
         return command
 
@@ -380,7 +376,10 @@ class Driver:
         )
 
     async def _run_tools(self, command: RunTools) -> Command:
-        step = self.steps[-1] if self.steps else StepReport(command.step)
+        if not self.steps:  # resumed mid-step
+            self.steps.append(StepReport(command.step))
+            self._step_start = self._assistant_index()
+        step = self.steps[-1]
         step.calls = [CallReport(p.call_id, p.tool, p.execute) for p in command.calls]
         for p in command.calls:
             if p.execute:
@@ -402,10 +401,26 @@ class Driver:
         self._emit(CALL_REJECTED, id=call_id, tool=tool, outcome=outcome_code(content), result=content)
 
     async def _invoke(self, call: PendingCall) -> str:
-        content = await self.agent.toolbox.invoke(call, self.state.run_id, self.run_machine.deadline_at)
+        store, run_id = self.store, self.state.run_id
+        durable = store is not None and not call.read_only
+        if store is not None and durable:
+            entry = store.ledger_entry(run_id, call.call_id)
+            if entry is not None and entry.outcome is not None:
+                return self._done(call, entry.outcome, CALL_RECOVERED)
+            store.record_intent(run_id, call)  # committed before the effect can happen
+            self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
+        content = await self.toolbox.invoke(call, run_id, self.run_machine.deadline_at)
+        self._done(call, content, CALL_EXECUTED)
+        if store is not None:
+            store.record_outcome(run_id, call, content)
+            if durable:
+                self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool)
+        return content
+
+    def _done(self, call: PendingCall, content: str, kind: str) -> str:
         self._reported.add(call.call_id)
         self._finished[call.call_id] = content
-        self._emit(CALL_EXECUTED, id=call.call_id, tool=call.tool, outcome=outcome_code(content), result=content)
+        self._emit(kind, id=call.call_id, tool=call.tool, outcome=outcome_code(content), result=content)
         return content
 
     async def _ask_approver(self, command: AwaitApproval) -> Command | None:
@@ -431,6 +446,10 @@ class Driver:
                 APPROVAL_DECIDED, id=call.call_id, approved=decision.approved, reason=decision.reason, by="approver"
             )
         return next_command
+
+    def _assistant_index(self) -> int:
+        messages = self.state.messages
+        return next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), len(messages))
 
     def _sync_last_step(self) -> None:
         """Fill the last step's calls from the transcript (outcomes, also of skipped calls)."""

@@ -11,7 +11,8 @@ import re
 from typing import Any
 
 REDACTED = "[redacted]"
-SECRET_KEY = re.compile(r"pass(word|wd)?|token|secret|api[_-]?key|authorization|credential|cookie", re.I)
+# "token" but not "tokens": usage counts (input_tokens) are not secrets.
+SECRET_KEY = re.compile(r"pass(word|wd)?|token(?!s)|secret|api[_-]?key|authorization|credential|cookie", re.I)
 # A bearer token or an OpenAI-style key inside free text.
 SECRET_TEXT = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]{8,}|sk-[A-Za-z0-9_-]{8,}")
 

@@ -76,8 +76,16 @@ def chain_hash(prev: str, row: Any) -> str:
 # --- migrations: an ordered list, each applied once and recorded --------------
 
 
+def _script(db: sqlite3.Connection, script: str) -> None:
+    # Not executescript(): it commits first, and a migration must share the transaction that records it.
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
 def _m1_initial(db: sqlite3.Connection) -> None:
-    db.executescript(
+    _script(
+        db,
         """
         CREATE TABLE runs (
             id TEXT PRIMARY KEY,
@@ -123,7 +131,7 @@ def _m1_initial(db: sqlite3.Connection) -> None:
             outcome_at REAL,
             PRIMARY KEY (run_id, call_id)
         ) WITHOUT ROWID;
-        """
+        """,
     )
 
 

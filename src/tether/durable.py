@@ -1,0 +1,109 @@
+"""Decisions made about a stored run from outside it: approvals and reconciliations.
+
+A person approves a paused call, or says what became of a call whose
+outcome is unknown, possibly hours later and from another process. Each
+operation takes the run's lease, applies one event to the state machine,
+checkpoints with an audit event and lets go; ``tether resume`` (or
+``Agent.resume``) then carries on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tether.core import envelope
+from tether.core.errors import ApprovalMismatch
+from tether.core.machine import ApprovalDecided, PendingCall, Reconciled, Run, Status
+from tether.store.sqlite import SQLiteStore, StoredRun
+from tether.tools.toolbox import Toolbox
+
+APPROVAL_DECIDED = "approval_decided"
+RECONCILED = "reconciled"
+
+
+def _open(store: SQLiteStore, run_id: str) -> tuple[StoredRun, Run]:
+    store.acquire(run_id)
+    stored = store.load(run_id)
+    # Deciding needs no tools: the machine only consults them when judging a reply.
+    return stored, Run(stored.state, Toolbox([], stored.principal))
+
+
+def _pending(run: Run, call_id: str, status: Status) -> PendingCall:
+    if run.status is not status:
+        raise ApprovalMismatch(f"run {run.state.run_id} is {run.status.value}, not {status.value}")
+    for call in run.state.pending:
+        if call.call_id == call_id:
+            return call
+    raise ApprovalMismatch(f"run {run.state.run_id} has no pending call {call_id}")
+
+
+def decide(
+    store: SQLiteStore,
+    run_id: str,
+    call_id: str,
+    *,
+    approved: bool,
+    reason: str | None = None,
+    by: str = "cli",
+    fingerprint: str | None = None,
+    clock: Callable[[], float] = time.time,
+) -> PendingCall:
+    """Approve or deny one call of a run waiting in ``awaiting_approval``.
+
+    ``fingerprint``, when given, is the argument fingerprint the approver
+    saw; a decision for other arguments is refused.
+    """
+    _, run = _open(store, run_id)
+    try:
+        call = _pending(run, call_id, Status.AWAITING_APPROVAL)
+        seen = fingerprint or call.fingerprint or ""
+        run.send(ApprovalDecided(call_id, seen, approved, clock(), reason))
+        store.checkpoint(
+            run.state,
+            APPROVAL_DECIDED,
+            {"id": call_id, "tool": call.tool, "approved": approved, "reason": reason, "by": by, "fingerprint": seen},
+        )
+        return call
+    finally:
+        store.release(run_id)
+
+
+def reconcile(
+    store: SQLiteStore,
+    run_id: str,
+    call_id: str,
+    *,
+    executed: bool,
+    result: Any = None,
+    by: str = "cli",
+    clock: Callable[[], float] = time.time,
+) -> PendingCall:
+    """Record what became of a call whose outcome was unknown."""
+    _, run = _open(store, run_id)
+    try:
+        call = _pending(run, call_id, Status.AWAITING_RECONCILIATION)
+        settle(run, store, call, executed=executed, result=envelope.ok(result) if executed else None, clock=clock)
+        store.checkpoint(run.state, RECONCILED, {"id": call_id, "tool": call.tool, "executed": executed, "by": by})
+        return call
+    finally:
+        store.release(run_id)
+
+
+def settle(
+    run: Run,
+    store: SQLiteStore | None,
+    call: PendingCall,
+    *,
+    executed: bool,
+    result: str | None,
+    clock: Callable[[], float],
+) -> Any:
+    """Write the ledger, then tell the machine; the ledger must never lag the state."""
+    if store is not None:
+        if executed and result is not None:
+            store.record_outcome(run.state.run_id, call, result)
+        elif not executed:
+            store.clear_intent(run.state.run_id, call.call_id)
+    return run.send(Reconciled(call.call_id, executed, clock(), result))
