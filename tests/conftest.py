@@ -16,3 +16,12 @@ def recorded_openai() -> Path:
     if not RECORDED_OPENAI.exists():
         pytest.fail(f"fixture missing: {RECORDED_OPENAI} (tests read ../shared/fixtures in place)")
     return RECORDED_OPENAI
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_run_store(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Runs recorded by the tests (and CLI subprocesses) never reach the developer's own store."""
+    import os
+
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("xdg-data"))
+    os.environ.pop("TETHER_DB", None)

@@ -14,31 +14,19 @@ from typing import Any, NoReturn
 
 import click
 
+from tether.cli.common import (
+    EXIT_CODES,
+    EXIT_INTERNAL,
+    api_key_option,
+    db_option,
+    fail,
+    json_option,
+    open_store,
+)
+from tether.cli.runs import approve, deny, reconcile, runs
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
 from tether.core.errors import ConfigurationError, TetherError
 from tether.core.machine import Status
-
-EXIT_CODES: dict[Status, int] = {
-    Status.COMPLETED: 0,
-    Status.MAX_STEPS: 10,
-    Status.BUDGET_EXHAUSTED: 11,
-    Status.TRUNCATED: 12,
-    Status.CONTENT_FILTERED: 13,
-    Status.PROTOCOL_ERROR: 14,
-    Status.LOOP_DETECTED: 15,
-    Status.REPAIR_EXHAUSTED: 16,
-    Status.MODEL_ERROR: 17,
-    Status.CANCELLED: 18,
-    Status.AWAITING_APPROVAL: 20,
-    Status.AWAITING_RECONCILIATION: 21,
-}
-EXIT_INTERNAL = 1
-EXIT_CONFIGURATION = ConfigurationError.exit_code
-
-
-def fail(message: str, code: int = EXIT_CONFIGURATION) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
 
 
 @click.group()
@@ -70,6 +58,60 @@ def _endpoint(model: str | None, base_url: str | None, api_key: str | None) -> t
     return model, base_url, api_key
 
 
+def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, max_steps: int) -> Any:
+    """The Agent a setup describes; the same setup rebuilds it on resume."""
+    from tether.models.openai_chat import OpenAIChatModel
+    from tether.runner import Agent
+
+    tools = _tools(tuple(setup["toolsets"]), setup.get("files_root"))
+    name, url, key = _endpoint(setup.get("model"), setup.get("base_url"), api_key)
+    chat = OpenAIChatModel(name, base_url=url, api_key=key, stream=setup.get("stream", False))
+    return Agent(chat, tools, budget=Budget(max_steps=max_steps), store=store, setup=setup, principal=principal)
+
+
+def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
+    """Run a driver to its end or pause, print it, and exit with the status's code."""
+    from tether.cli.render import Renderer
+
+    renderer = None if as_json else Renderer(click.echo, stream=stream)
+
+    async def go() -> Any:
+        try:
+            return await start(renderer).run()
+        finally:
+            await agent.aclose()
+
+    try:
+        result = asyncio.run(go())
+    except KeyboardInterrupt:
+        fail("interrupted", EXIT_CODES[Status.CANCELLED])
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+    else:
+        assert renderer is not None
+        renderer.finish(result)
+    if result.status is Status.AWAITING_APPROVAL:
+        for call in result.state.pending:
+            if call.execute and call.needs_approval and call.call_id not in result.state.approvals:
+                click.echo(
+                    f"paused: approve with `tether approve {result.run_id} {call.call_id}` "
+                    f"or deny with `tether deny {result.run_id} {call.call_id}`",
+                    err=True,
+                )
+    elif result.status is Status.AWAITING_RECONCILIATION:
+        for call_id in result.state.unknown:
+            click.echo(
+                f"paused: the outcome of call {call_id} is unknown; record it with `tether reconcile "
+                f"{result.run_id} {call_id} --executed RESULT_JSON | --not-executed`",
+                err=True,
+            )
+    elif result.status is not Status.COMPLETED:
+        click.echo(f"error: run {result.run_id} ended {result.status.value}: {result.reason}", err=True)
+    sys.exit(EXIT_CODES.get(result.status, EXIT_INTERNAL))
+
+
 @cli.command()
 @click.argument("prompt")
 @click.option(
@@ -81,7 +123,7 @@ def _endpoint(model: str | None, base_url: str | None, api_key: str | None) -> t
 )
 @click.option("--model", help="Model name [env: OPENAI_MODEL].")
 @click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env: OPENAI_BASE_URL].")
-@click.option("--api-key", help="API key [env: OPENAI_API_KEY].")
+@api_key_option
 @click.option(
     "--max-steps",
     type=click.IntRange(min=1),
@@ -94,8 +136,13 @@ def _endpoint(model: str | None, base_url: str | None, api_key: str | None) -> t
     type=click.Path(file_okay=False),
     help="Root for the files toolset [env: TETHER_FILES_ROOT].",
 )
+@click.option("--principal", default="local", show_default=True, help="Who the run acts for.")
+@click.option("--scope", "scopes", multiple=True, help="A scope the principal holds (repeatable; default: all).")
 @click.option("--stream", is_flag=True, help="Stream the model's replies.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the readable steps.")
+@db_option
+@click.option("--no-log", is_flag=True, help="Do not record this run in the run store.")
+@click.option("--log-content", is_flag=True, help="Keep prompts, replies and results in the audit events.")
+@json_option
 def run(
     prompt: str,
     toolsets: tuple[str, ...],
@@ -104,10 +151,18 @@ def run(
     api_key: str | None,
     max_steps: int,
     files_root: str | None,
+    principal: str,
+    scopes: tuple[str, ...],
     stream: bool,
+    db: str | None,
+    no_log: bool,
+    log_content: bool,
     as_json: bool,
 ) -> None:
     """Run PROMPT as an agent with the given tools.
+
+    The run is recorded in the run store (unless --no-log), so a paused or
+    crashed run can be resumed with `tether resume RUN`.
 
     \b
     Examples:
@@ -117,39 +172,52 @@ def run(
     Exit status: 0 completed, 3 configuration error, 10 max_steps,
     11 budget_exhausted, 12 truncated, 13 content_filtered, 14 protocol_error,
     15 loop_detected, 16 repair_exhausted, 17 model_error, 18 cancelled,
-    20 awaiting_approval.
+    20 awaiting_approval, 21 awaiting_reconciliation.
     """
-    from tether.cli.render import Renderer
-    from tether.models.openai_chat import OpenAIChatModel
-    from tether.runner import Agent
+    from tether.tools import Principal
 
+    root = files_root or os.environ.get("TETHER_FILES_ROOT")
+    setup = {
+        "model": model or os.environ.get("OPENAI_MODEL"),
+        "base_url": base_url or os.environ.get("OPENAI_BASE_URL"),
+        "stream": stream,
+        "toolsets": list(toolsets),
+        "files_root": os.path.abspath(root) if root else None,
+    }
+    who = Principal(principal, frozenset(scopes)) if scopes else Principal(principal)
     try:
-        tools = _tools(toolsets, files_root)
-        name, url, key = _endpoint(model, base_url, api_key)
-        chat = OpenAIChatModel(name, base_url=url, api_key=key, stream=stream)
+        store = None if no_log else open_store(db, log_content)
+        agent = _agent(setup, api_key, store, who, max_steps)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
-    agent = Agent(chat, tools, budget=Budget(max_steps=max_steps))
-    renderer = None if as_json else Renderer(click.echo, stream=stream)
+    _drive(agent, lambda renderer: agent.driver(prompt, on_event=renderer), as_json, stream)
 
-    async def go() -> Any:
-        try:
-            return await agent.run(prompt, on_event=renderer)
-        finally:
-            await agent.aclose()
 
+@cli.command()
+@click.argument("run_id")
+@api_key_option
+@db_option
+@json_option
+def resume(run_id: str, api_key: str | None, db: str | None, as_json: bool) -> None:
+    """Carry on a paused or interrupted run from its last checkpoint.
+
+    Side-effecting calls whose outcome is unknown are never run again
+    blindly: their tool's reconcile hook decides, or the run waits for
+    `tether reconcile`.
+
+    \b
+    Example:
+      tether resume 3f2a...
+    """
     try:
-        result = asyncio.run(go())
-    except KeyboardInterrupt:
-        fail("interrupted", EXIT_CODES[Status.CANCELLED])
-    if as_json:
-        click.echo(json.dumps(result.to_dict(), ensure_ascii=False))
-    else:
-        assert renderer is not None
-        renderer.finish(result)
-    if result.status is not Status.COMPLETED:
-        click.echo(f"error: run {result.run_id} ended {result.status.value}: {result.reason}", err=True)
-    sys.exit(EXIT_CODES.get(result.status, EXIT_INTERNAL))
+        store = open_store(db)
+        stored = store.load(run_id)
+        if stored.state.status.terminal:
+            fail(f"run {run_id} already ended {stored.state.status.value}", EXIT_CODES[stored.state.status])
+        agent = _agent(stored.setup, api_key, store, stored.principal, stored.state.config.budget.max_steps)
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
+    _drive(agent, lambda renderer: agent.resume(run_id, on_event=renderer), as_json, stored.setup.get("stream", False))
 
 
 @cli.command()
@@ -183,6 +251,12 @@ def self_check() -> None:
     if not ok:
         fail("self-check failed", EXIT_INTERNAL)
     click.echo("self-check passed")
+
+
+cli.add_command(runs)
+cli.add_command(approve)
+cli.add_command(deny)
+cli.add_command(reconcile)
 
 
 def main() -> None:

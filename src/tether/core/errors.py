@@ -8,7 +8,7 @@ below with ``raise ... from exc``, so callers catch only these::
     ├── ToolDefinitionError     a @tool or raw schema cannot be used
     ├── TransitionError         an event the run state machine does not allow
     ├── RunPoisoned             the machine refused input after an earlier error
-    ├── ApprovalMismatch        a decision names a call or arguments not pending
+    ├── ApprovalMismatch        a decision names a call or arguments not pending (exit 7)
     └── ModelError              the model endpoint failed to give a usable reply
         ├── ModelConnectionError    could not connect
         ├── ModelTimeout            connect or read timed out
@@ -50,7 +50,9 @@ class RunPoisoned(TetherError):
 
 
 class ApprovalMismatch(TetherError):
-    pass
+    """A decision (approval or reconciliation) names no pending call, or other arguments."""
+
+    exit_code: ClassVar[int] = 7
 
 
 class ModelError(TetherError):

@@ -1,0 +1,46 @@
+"""What the CLI's commands share: exit codes, errors, common options, the store."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NoReturn
+
+import click
+
+from tether.core.errors import ConfigurationError
+from tether.core.machine import Status
+
+EXIT_CODES: dict[Status, int] = {
+    Status.COMPLETED: 0,
+    Status.MAX_STEPS: 10,
+    Status.BUDGET_EXHAUSTED: 11,
+    Status.TRUNCATED: 12,
+    Status.CONTENT_FILTERED: 13,
+    Status.PROTOCOL_ERROR: 14,
+    Status.LOOP_DETECTED: 15,
+    Status.REPAIR_EXHAUSTED: 16,
+    Status.MODEL_ERROR: 17,
+    Status.CANCELLED: 18,
+    Status.AWAITING_APPROVAL: 20,
+    Status.AWAITING_RECONCILIATION: 21,
+}
+EXIT_INTERNAL = 1
+EXIT_CONFIGURATION = ConfigurationError.exit_code
+
+
+def fail(message: str, code: int = EXIT_CONFIGURATION) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def open_store(db: str | None, log_content: bool = False) -> Any:
+    from tether.store import SQLiteStore
+
+    return SQLiteStore(db, log_content=log_content)
+
+
+db_option = click.option(
+    "--db", type=click.Path(dir_okay=False), help="Run store [env: TETHER_DB; default ~/.local/share/tether/tether.db]."
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+api_key_option = click.option("--api-key", help="API key [env: OPENAI_API_KEY].")

@@ -1,0 +1,255 @@
+"""Commands over the run store: list, show, verify, approve, deny, reconcile."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+
+from tether.cli.common import db_option, fail, json_option, open_store
+from tether.core.errors import TetherError
+from tether.store.redact import redact
+
+EXIT_VERIFY_FAILED = 6
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(json.dumps(redact(value), ensure_ascii=False))
+
+
+def _when(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+@click.group()
+def runs() -> None:
+    """Inspect recorded runs."""
+
+
+@runs.command("list")
+@db_option
+@click.option("--principal", help="Only runs of this principal.")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@json_option
+def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) -> None:
+    """List recent runs, newest first."""
+    try:
+        found = open_store(db).list_runs(principal, limit)
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
+    if as_json:
+        _emit_json([_summary(r) for r in found])
+        return
+    for r in found:
+        click.echo(f"{r.run_id}  {r.status:<24} {r.principal:<12} {r.steps:>3} step(s)  {_when(r.created_at)}")
+    if not found:
+        click.echo("no runs recorded")
+
+
+def _summary(r: Any) -> dict[str, Any]:
+    return {
+        "run_id": r.run_id,
+        "status": r.status,
+        "principal": r.principal,
+        "steps": r.steps,
+        "created_at": r.created_at,
+        "updated_at": r.updated_at,
+    }
+
+
+def _describe(kind: str, data: dict[str, Any]) -> str:
+    """One readable line for an audit event."""
+    call = f"call {data['id']} {data.get('tool', '')}".rstrip() if "id" in data else ""
+    if kind == "model_replied":
+        if "error" in data:
+            return f"model error: {data['error']}"
+        return f"model replied: finish_reason={data.get('finish_reason')}, {data.get('tool_calls', 0)} call(s)"
+    if kind in ("call_executed", "call_rejected", "call_recovered"):
+        verb = {"call_executed": "executed", "call_rejected": "refused", "call_recovered": "recovered from ledger"}
+        return f"{call}: {verb[kind]} -> {data.get('outcome')}"
+    if kind == "approval_requested":
+        return f"{call}: waiting for approval, arguments {json.dumps(data.get('arguments'), ensure_ascii=False)}"
+    if kind == "approval_decided":
+        decision = "approved" if data.get("approved") else "denied"
+        reason = f" ({data['reason']})" if data.get("reason") else ""
+        return f"{call}: {decision} by {data.get('by')}{reason}"
+    if kind == "reconciled":
+        what = "executed" if data.get("executed") else "not executed"
+        return f"{call}: reconciled by {data.get('by')}: {what}"
+    if kind == "reconciliation_needed":
+        return f"outcome unknown for call(s) {', '.join(data.get('ids', []))}"
+    if kind in ("run_finished", "run_paused", "run_resumed"):
+        reason = f" ({data['reason']})" if data.get("reason") else ""
+        return f"{kind.replace('_', ' ')}: {data.get('status')}{reason}"
+    if kind in ("intent_recorded", "outcome_recorded", "call_validated"):
+        return f"{call}: {kind.replace('_', ' ')}"
+    return kind.replace("_", " ")
+
+
+@runs.command()
+@click.argument("run_id")
+@db_option
+@json_option
+def show(run_id: str, db: str | None, as_json: bool) -> None:
+    """Show a run's timeline: steps, calls, outcome codes, approvals, timings."""
+    try:
+        store = open_store(db)
+        stored = store.load(run_id)
+        events = store.events(run_id)
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
+    state = stored.state
+    pending = [
+        {"id": p.call_id, "tool": p.tool, "arguments": p.arguments, "fingerprint": p.fingerprint}
+        for p in state.pending
+        if p.execute and (p.needs_approval or p.call_id in state.unknown)
+    ]
+    if as_json:
+        _emit_json(
+            {
+                "run_id": run_id,
+                "status": state.status.value,
+                "principal": stored.principal.id,
+                "output": state.output,
+                "reason": state.reason,
+                "steps": state.steps,
+                "usage": {"input_tokens": state.usage.input_tokens, "output_tokens": state.usage.output_tokens},
+                "pending": pending,
+                "events": [{"seq": e.seq, "at": e.at, "kind": e.kind, "step": e.step, "data": e.data} for e in events],
+            }
+        )
+        return
+    click.echo(
+        f"run {run_id}  {state.status.value}  principal {stored.principal.id}  started {_when(stored.created_at)}"
+    )
+    start = events[0].at if events else stored.created_at
+    for e in events:
+        click.echo(f"  +{e.at - start:8.3f}s  step {e.step}  {_describe(e.kind, redact(e.data))}")
+    for p in pending:
+        args = json.dumps(redact(p["arguments"]), ensure_ascii=False)
+        click.echo(f"  pending: call {p['id']} {p['tool']} {args}  fingerprint {p['fingerprint'][:12]}")
+    if state.output is not None:
+        click.echo(f"answer: {state.output}")
+
+
+@runs.command()
+@click.argument("run_id")
+@db_option
+@json_option
+def verify(run_id: str, db: str | None, as_json: bool) -> None:
+    """Check a run's audit chain: any edited, removed or reordered row fails.
+
+    Exit status 0 when intact, 6 when tampered with.
+    """
+    try:
+        store = open_store(db)
+        problems = store.verify(run_id)
+        counts = (len(store.events(run_id)), len(store.messages(run_id)))
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
+    if as_json:
+        _emit_json({"run_id": run_id, "ok": not problems, "problems": problems})
+    elif problems:
+        for problem in problems:
+            click.echo(f"tampered: {problem}")
+    else:
+        click.echo(f"run {run_id}: intact ({counts[0]} events, {counts[1]} messages)")
+    if problems:
+        sys.exit(EXIT_VERIFY_FAILED)
+
+
+def _decide(
+    run_id: str,
+    call_id: str,
+    approved: bool,
+    reason: str | None,
+    fingerprint: str | None,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    from tether.durable import decide
+
+    try:
+        call = decide(open_store(db), run_id, call_id, approved=approved, reason=reason, fingerprint=fingerprint)
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
+    word = "approved" if approved else "denied"
+    if as_json:
+        _emit_json({"run_id": run_id, "call_id": call_id, "tool": call.tool, "decision": word, "reason": reason})
+    else:
+        click.echo(f"call {call_id} ({call.tool}) {word}; continue with: tether resume {run_id}")
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("call_id")
+@click.option("--reason", help="Why; recorded in the audit log.")
+@click.option("--fingerprint", help="The argument fingerprint you reviewed (from `tether runs show`).")
+@db_option
+@json_option
+def approve(
+    run_id: str, call_id: str, reason: str | None, fingerprint: str | None, db: str | None, as_json: bool
+) -> None:
+    """Approve a call waiting in a paused run; `tether resume` then runs it.
+
+    Exit status 7 when the run has no such pending call or the fingerprint
+    names other arguments.
+    """
+    _decide(run_id, call_id, True, reason, fingerprint, db, as_json)
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("call_id")
+@click.option("--reason", help="Why; recorded and shown to the model.")
+@db_option
+@json_option
+def deny(run_id: str, call_id: str, reason: str | None, db: str | None, as_json: bool) -> None:
+    """Deny a call waiting in a paused run; the model is told it was denied."""
+    _decide(run_id, call_id, False, reason, None, db, as_json)
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("call_id")
+@click.option(
+    "--executed", "result_json", metavar="RESULT_JSON", help="The call did take effect, with this JSON result."
+)
+@click.option("--not-executed", is_flag=True, help="The call never took effect; resume may run it.")
+@db_option
+@json_option
+def reconcile(
+    run_id: str, call_id: str, result_json: str | None, not_executed: bool, db: str | None, as_json: bool
+) -> None:
+    """Say what became of a call whose outcome is unknown after a crash.
+
+    \b
+    Examples:
+      tether reconcile RUN CALL --executed '{"id": 42}'
+      tether reconcile RUN CALL --not-executed
+    """
+    from tether.durable import reconcile as settle_call
+
+    if (result_json is None) == (not not_executed):
+        fail("give exactly one of --executed RESULT_JSON or --not-executed", 2)
+    result: Any = None
+    if result_json is not None:
+        try:
+            result = json.loads(result_json)
+        except ValueError as exc:
+            fail(f"--executed takes a JSON value: {exc.args[0]}", 2)
+    try:
+        call = settle_call(open_store(db), run_id, call_id, executed=result_json is not None, result=result)
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
+    what = "executed" if result_json is not None else "not executed"
+    if as_json:
+        _emit_json({"run_id": run_id, "call_id": call_id, "tool": call.tool, "reconciled": what})
+    else:
+        click.echo(f"call {call_id} ({call.tool}) recorded as {what}; continue with: tether resume {run_id}")
+
+
+__all__ = ["approve", "deny", "reconcile", "runs"]
