@@ -11,11 +11,12 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,local]'
 	touch $(STAMP)
 
+# The run's own status (a tiny local model may end loop_detected) is reported, not a make failure.
 demo: $(STAMP)
-	$(BIN)/tether run "What is 248 times 15?" --tools calc
+	-$(BIN)/tether run "What is 248 times 15?" --tools calc
 
 self-check: $(STAMP)
 	$(BIN)/tether self-check

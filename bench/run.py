@@ -13,8 +13,15 @@ client's. Printed:
   the medians over batches are compared. Target ≤ 1.3x.
 - 500 concurrent runs at 200 ms server latency, wall, tether / raw loop
   (ideal ≈ 0.4 s for both). Target ≤ 1.2x.
+- durable per-run wall and CPU, tether / raw loop: the same runs by an
+  agent with ``store=SQLiteStore(...)`` (a checkpoint after every event),
+  in the same alternating batches. Target ≤ 2x. Also durable / in-memory
+  tether, for orientation.
 - interpreter start with ``import tether`` (and with what ``tether run``
   needs) against ``python -c pass``: the difference in ms and the ratio.
+- a 200-step durable run (and the same in memory): median step time of the
+  last 20 tool steps over the first 20. Target ≤ 1.2x; on a miss the calls
+  that grew are profiled and listed. See ``bench/durable.py``.
 
 Tether runs "in memory, every gate on": a default ``Agent`` over
 ``OpenAIChatModel`` with the ``calc`` toolset. The raw loop is the least a
@@ -37,9 +44,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import aiohttp
+from durable import bench_long, close_agent, durable_agent, print_long, verdict
 
 from tether.models.openai_chat import OpenAIChatModel
 from tether.runner import Agent
@@ -146,16 +155,27 @@ async def compare(runners: dict[str, RunOnce], drive: Drive, n: int, rounds: int
     }
 
 
-async def bench_runs(base_url: str, drive: Drive, n: int, rounds: int) -> dict[str, dict[str, float]]:
-    agent = Agent(OpenAIChatModel("fake", base_url=base_url, api_key="x"), load_toolset("calc"))
+async def bench_runs(
+    base_url: str, drive: Drive, n: int, rounds: int, durable_db: Path | None = None
+) -> dict[str, dict[str, float]]:
+    """Tether against the raw loop; with ``durable_db``, also a durable agent storing runs there."""
+    agents = {"tether": Agent(fake_model(base_url), load_toolset("calc"))}
+    if durable_db is not None:
+        agents["durable"] = durable_agent(fake_model(base_url), durable_db)
     # Unlimited connections like tether's own session, or 500 runs would queue behind 100.
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, headers={"Authorization": "Bearer x"}) as session:
         try:
-            runners = {"tether": tether_runner(agent), "raw": raw_runner(session, base_url)}
+            runners = {name: tether_runner(agent) for name, agent in agents.items()}
+            runners["raw"] = raw_runner(session, base_url)
             return await compare(runners, drive, n, rounds)
         finally:
-            await agent.aclose()
+            for agent in agents.values():
+                await close_agent(agent)
+
+
+def fake_model(base_url: str) -> OpenAIChatModel:
+    return OpenAIChatModel("fake", base_url=base_url, api_key="x")
 
 
 IMPORTS = {
@@ -187,8 +207,44 @@ def bench_imports(repeats: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def verdict(ratio: float, target: float) -> str:
-    return f"(target ≤{target}x: {'met' if ratio <= target else 'NOT met'})"
+class Row(NamedTuple):
+    label: str
+    compared: str  # "a/b"
+    target: float | None  # None: for orientation only
+    a: tuple[str, float]  # (side, seconds)
+    b: tuple[str, float]
+    unit: str = "ms"
+
+    @property
+    def ratio(self) -> float:
+        return self.a[1] / self.b[1]
+
+    def line(self) -> str:
+        scale = 1e3 if self.unit == "ms" else 1
+        judged = "(for orientation)" if self.target is None else verdict(self.ratio, self.target)
+        (a, a_seconds), (b, b_seconds) = self.a, self.b
+        return (
+            f"  {self.label:20s} {self.compared:17s} = {self.ratio:.2f}x  {judged:24s}"
+            f"  {a} {a_seconds * scale:.3f} {self.unit}, {b} {b_seconds * scale:.3f} {self.unit}"
+        )
+
+
+def table(per_run: dict[str, dict[str, float]], conc: dict[str, dict[str, float]]) -> dict[str, Row]:
+    t, d, r = per_run["tether"], per_run["durable"], per_run["raw"]
+    walls = ("tether", conc["tether"]["wall"]), ("raw", conc["raw"]["wall"])
+    return {
+        "per_run_wall": Row("per-run wall", "tether/raw", 1.3, ("tether", t["wall"]), ("raw", r["wall"])),
+        "per_run_cpu": Row("per-run CPU", "tether/raw", 1.3, ("tether", t["cpu"]), ("raw", r["cpu"])),
+        "concurrent_wall": Row(f"{CONCURRENT} concurrent wall", "tether/raw", 1.2, *walls, unit="s"),
+        "durable_wall": Row("durable per-run wall", "tether/raw", 2.0, ("durable", d["wall"]), ("raw", r["wall"])),
+        "durable_cpu": Row("durable per-run CPU", "tether/raw", 2.0, ("durable", d["cpu"]), ("raw", r["cpu"])),
+        "durable_vs_memory_wall": Row(
+            "durable per-run wall", "durable/in-memory", None, ("durable", d["wall"]), ("in-memory", t["wall"])
+        ),
+        "durable_vs_memory_cpu": Row(
+            "durable per-run CPU", "durable/in-memory", None, ("durable", d["cpu"]), ("in-memory", t["cpu"])
+        ),
+    }
 
 
 def main() -> None:
@@ -196,43 +252,32 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer runs: a smoke test, noisier numbers")
     parser.add_argument("--json", action="store_true", help="also print the numbers as JSON")
     args = parser.parse_args()
-    runs, rounds, gathers, repeats = (60, 3, 1, 5) if args.quick else (300, 6, 5, 11)
+    runs, rounds, gathers, repeats, long_repeats = (60, 3, 1, 5, 2) if args.quick else (300, 6, 5, 11, 5)
     batch = runs // rounds
 
-    with fake_server(0.0) as fast_url, fake_server(SLOW_LATENCY) as slow_url:
-        seq = asyncio.run(bench_runs(fast_url, sequential, batch, rounds))
-        conc = asyncio.run(bench_runs(slow_url, concurrent, CONCURRENT, gathers))
-    imports = bench_imports(repeats)
+    with tempfile.TemporaryDirectory() as tmp:
+        with fake_server(0.0) as fast_url, fake_server(SLOW_LATENCY) as slow_url:
+            seq = asyncio.run(bench_runs(fast_url, sequential, batch, rounds, durable_db=Path(tmp) / "bench.db"))
+            conc = asyncio.run(bench_runs(slow_url, concurrent, CONCURRENT, gathers))
+        imports = bench_imports(repeats)
+        long = bench_long(Path(tmp), long_repeats)
 
-    # Sequential batches become per-run numbers; a concurrent batch's wall is the number itself.
-    per_run = {side: {k: v / batch for k, v in seq[side].items()} for side in seq}
-    rows = {  # key: (label, target, tether, raw, unit, scale)
-        "per_run_wall": ("per-run wall", 1.3, per_run["tether"]["wall"], per_run["raw"]["wall"], "ms", 1e3),
-        "per_run_cpu": ("per-run CPU", 1.3, per_run["tether"]["cpu"], per_run["raw"]["cpu"], "ms", 1e3),
-        "concurrent_wall": (
-            f"{CONCURRENT} concurrent wall",
-            1.2,
-            conc["tether"]["wall"],
-            conc["raw"]["wall"],
-            "s",
-            1,
-        ),
-    }
-    ratios = {key: row[2] / row[3] for key, row in rows.items()}
-    print(f"{runs} sequential runs per side in {rounds} alternating batches, medians;", end=" ")
-    print(f"{gathers} alternating gathers of {CONCURRENT} runs at {SLOW_LATENCY}s latency, median")
-    for key, (label, target, t, r, unit, scale) in rows.items():
-        print(
-            f"  {label:20s} tether/raw = {ratios[key]:.2f}x  {verdict(ratios[key], target):24s}"
-            f"  tether {t * scale:.3f} {unit}, raw {r * scale:.3f} {unit}"
-        )
-    bare_ms = imports["bare"]["seconds"] * 1000
-    print(f"interpreter start, median of {repeats} fresh processes (python -c pass: {bare_ms:.0f} ms)")
-    for label in IMPORTS:
-        cost = imports[label]
-        print(f"  {label:42s} +{cost['extra_ms']:4.0f} ms = {cost['ratio']:.2f}x bare start")
+        # Sequential batches become per-run numbers; a concurrent batch's wall is the number itself.
+        per_run = {side: {k: v / batch for k, v in seq[side].items()} for side in seq}
+        rows = table(per_run, conc)
+        print(f"{runs} sequential runs per side in {rounds} alternating batches, medians;", end=" ")
+        print(f"{gathers} alternating gathers of {CONCURRENT} runs at {SLOW_LATENCY}s latency, median")
+        print("durable: the same sequential runs with store=SQLiteStore(...), a checkpoint after every event")
+        print("\n".join(row.line() for row in rows.values()))
+        bare_ms = imports["bare"]["seconds"] * 1000
+        print(f"interpreter start, median of {repeats} fresh processes (python -c pass: {bare_ms:.0f} ms)")
+        for label in IMPORTS:
+            cost = imports[label]
+            print(f"  {label:42s} +{cost['extra_ms']:4.0f} ms = {cost['ratio']:.2f}x bare start")
+        print_long(long, long_repeats, Path(tmp))  # profiles into tmp on a miss
     if args.json:
-        numbers = {"ratios": ratios, "per_run": per_run, "concurrent": conc, "imports": imports}
+        ratios = {key: row.ratio for key, row in rows.items()}
+        numbers = {"ratios": ratios, "per_run": per_run, "concurrent": conc, "imports": imports, "long_run": long}
         print(json.dumps(numbers, indent=2))
 
 

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
@@ -51,22 +52,43 @@ def _endpoint(model: str | None, base_url: str | None, api_key: str | None) -> t
     if not base_url and not api_key:
         raise ConfigurationError(
             "no model endpoint configured: set OPENAI_BASE_URL and OPENAI_MODEL for an OpenAI-compatible "
-            "server, or OPENAI_API_KEY and OPENAI_MODEL for api.openai.com (or pass --base-url/--model)"
+            "server, or OPENAI_API_KEY and OPENAI_MODEL for api.openai.com (or pass --base-url/--model), "
+            "or pip install 'tether[local]' for an embedded model"
         )
     if not model:
         raise ConfigurationError("no model named: set OPENAI_MODEL or pass --model")
     return model, base_url, api_key
 
 
+def _model(setup: dict[str, Any], api_key: str | None) -> Any:
+    """The model a setup names: an HTTP endpoint, or the embedded local model when none is configured."""
+    from tether.models.local import default_model_path, local_available
+
+    endpoint = setup.get("base_url") or api_key or os.environ.get("OPENAI_API_KEY")
+    if setup.get("local_model") or (not endpoint and local_available()):
+        from tether.models.local import LocalModel
+
+        path = setup.get("local_model") or str(default_model_path())
+        setup["local_model"] = path
+        click.echo(
+            f"using the local model {Path(path).stem} (no OPENAI_BASE_URL or OPENAI_API_KEY set); "
+            "a model this small gives weak answers: set OPENAI_BASE_URL and OPENAI_MODEL for a real one",
+            err=True,
+        )
+        return LocalModel(path)
+    from tether.models.openai_chat import OpenAIChatModel
+
+    name, url, key = _endpoint(setup.get("model"), setup.get("base_url"), api_key)
+    return OpenAIChatModel(name, base_url=url, api_key=key, stream=setup.get("stream", False))
+
+
 def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, max_steps: int) -> Any:
     """The Agent a setup describes; the same setup rebuilds it on resume."""
-    from tether.models.openai_chat import OpenAIChatModel
     from tether.runner import Agent
 
     tools = _tools(tuple(setup["toolsets"]), setup.get("files_root"))
-    name, url, key = _endpoint(setup.get("model"), setup.get("base_url"), api_key)
-    chat = OpenAIChatModel(name, base_url=url, api_key=key, stream=setup.get("stream", False))
-    return Agent(chat, tools, budget=Budget(max_steps=max_steps), store=store, setup=setup, principal=principal)
+    model = _model(setup, api_key)
+    return Agent(model, tools, budget=Budget(max_steps=max_steps), store=store, setup=setup, principal=principal)
 
 
 def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
@@ -136,6 +158,11 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
     type=click.Path(file_okay=False),
     help="Root for the files toolset [env: TETHER_FILES_ROOT].",
 )
+@click.option(
+    "--local-model",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Run this GGUF file in-process instead of an endpoint [env: TETHER_LOCAL_MODEL].",
+)
 @click.option("--principal", default="local", show_default=True, help="Who the run acts for.")
 @click.option("--scope", "scopes", multiple=True, help="A scope the principal holds (repeatable; default: all).")
 @click.option("--stream", is_flag=True, help="Stream the model's replies.")
@@ -151,6 +178,7 @@ def run(
     api_key: str | None,
     max_steps: int,
     files_root: str | None,
+    local_model: str | None,
     principal: str,
     scopes: tuple[str, ...],
     stream: bool,
@@ -183,6 +211,7 @@ def run(
         "stream": stream,
         "toolsets": list(toolsets),
         "files_root": os.path.abspath(root) if root else None,
+        "local_model": local_model,
     }
     who = Principal(principal, frozenset(scopes)) if scopes else Principal(principal)
     try:

@@ -52,13 +52,20 @@ class WireCompat:
     ``null_content_as_empty``: send ``""`` instead of ``null`` as the content
     of an assistant message that only carries tool calls (llama.cpp's
     server rejects ``null``).
+    ``tool_results_as_user``: send each tool result as a user turn marked as
+    tool output, for chat formats that drop ``role=tool`` messages
+    (llama-cpp-python's ``chatml-function-calling``).
     """
 
     null_content_as_empty: bool = False
+    tool_results_as_user: bool = False
 
 
 def message_to_wire(message: Message, compat: WireCompat = WireCompat()) -> dict[str, Any]:
     if message.role == "tool":
+        if compat.tool_results_as_user:
+            marked = f'<tool_result call_id="{message.tool_call_id}">\n{message.content or ""}\n</tool_result>'
+            return {"role": "user", "content": marked}
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content or ""}
     wire: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:

@@ -1,0 +1,50 @@
+"""``tether`` exactly as installed, except that it SIGKILLs itself at one run event.
+
+    CRASH_AT=intent_recorded python crash_harness.py run "..." --tools crash_tools --db run.db ...
+
+The arguments are the ``tether`` command's own. ``tether run`` passes its
+renderer as the driver's ``on_event``; the driver checkpoints each event
+before ``on_event`` hears of it, so killing inside the renderer dies right
+after the event named by ``$CRASH_AT`` was committed, and before anything
+that follows it. ``CRASH_AT=tool`` names no event: ``crash_tools`` itself
+dies inside the tool. ``CRASH_LEASE_SECONDS`` shortens the run's lease (the
+default is 30 s), standing in for a tool that runs longer than the lease.
+Everything ``tether resume`` needs (the stored setup:
+model, base URL, toolsets) is recorded by the real ``tether run`` code.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+from tether.cli import main as cli_main
+from tether.cli import render
+from tether.cli.main import main
+from tether.store import SQLiteStore
+
+CRASH_AT = os.environ.get("CRASH_AT", "")
+
+
+class CrashingRenderer(render.Renderer):
+    def __call__(self, event: Any) -> None:
+        super().__call__(event)
+        if event.kind == CRASH_AT:
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+render.Renderer = CrashingRenderer  # type: ignore[misc]
+
+if lease := os.environ.get("CRASH_LEASE_SECONDS"):
+
+    def open_store(db: str | None, log_content: bool = False) -> SQLiteStore:
+        return SQLiteStore(db, log_content=log_content, lease_seconds=float(lease))
+
+    cli_main.open_store = open_store
+
+if __name__ == "__main__":
+    sys.argv = ["tether", *sys.argv[1:]]
+    main()
