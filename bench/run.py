@@ -16,7 +16,7 @@ client's. Printed:
 - durable per-run wall and CPU, tether / raw loop: the same runs by an
   agent with ``store=SQLiteStore(...)`` (a checkpoint after every event),
   in the same alternating batches. Target ≤ 2x. Also durable / in-memory
-  tether, for orientation.
+  tether, for orientation. Durable batches alternate with the other two.
 - interpreter start with ``import tether`` (and with what ``tether run``
   needs) against ``python -c pass``: the difference in ms and the ratio.
 - a 200-step durable run (and the same in memory): median step time of the
@@ -24,10 +24,12 @@ client's. Printed:
   that grew are profiled and listed. See ``bench/durable.py``.
 
 Tether runs "in memory, every gate on": a default ``Agent`` over
-``OpenAIChatModel`` with the ``calc`` toolset. The raw loop is the least a
-careful user would write on the same ``aiohttp.ClientSession``. Both keep
-one client for all runs, as a real caller would. The exit status is always
-0: a benchmark informs, it does not pass or fail.
+``OpenAIChatModel`` with the ``calc`` toolset; "durable" is the same agent
+with a store in a temporary directory, one database for all its runs. The
+raw loop is the least a careful user would write on the same
+``aiohttp.ClientSession``. All keep one client for all runs, as a real
+caller would. The exit status is always 0: a benchmark informs, it does not
+pass or fail.
 """
 
 from __future__ import annotations

@@ -193,7 +193,8 @@ def test_an_unreachable_model_explains_itself_in_one_line_on_stderr() -> None:
 
 
 def test_no_endpoint_configured_exits_3_naming_the_variables() -> None:
-    done = tether("run", PROMPT, "--tools", "calc")
+    # TETHER_LOCAL=off: no fallback to the embedded model (tests/models/test_local.py covers that path).
+    done = tether("run", PROMPT, "--tools", "calc", env=clean_env(TETHER_LOCAL="off"))
 
     assert done.code == 3, done
     assert done.out == ""

@@ -9,7 +9,8 @@ Switches, read from the environment of the process running the tool:
 - ``CRASH_AT=tool``: SIGKILL this process right after the effect, before the
   tool returns (a crash *during* execution).
 - ``CRASH_SLOW=SECONDS``: before the effect, write ``$CRASH_EFFECTS.started``
-  and sleep (a driver that holds its lease inside a slow tool).
+  and wait that long, or until ``$CRASH_EFFECTS.go`` exists (a driver that
+  holds its lease inside a slow tool).
 
 ``close_ticket`` and ``refund`` have a ``reconcile`` hook that looks for the
 call's key in the file; ``close_ticket_by_hand`` has none, so a person must
@@ -46,7 +47,9 @@ def _take_effect(context: ToolContext, tool_name: str, ticket: str) -> str:
     slow = os.environ.get(SLOW_ENV)
     if slow:
         Path(f"{path}.started").write_text(context.idempotency_key, encoding="utf-8")
-        time.sleep(float(slow))
+        until, go = time.monotonic() + float(slow), Path(f"{path}.go")
+        while time.monotonic() < until and not go.exists():
+            time.sleep(0.05)
     with path.open("a", encoding="utf-8") as effects:
         effects.write(f"{context.idempotency_key}\t{tool_name}\t{ticket}\n")
     if os.environ.get(CRASH_AT_ENV) == "tool":

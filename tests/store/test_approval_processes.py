@@ -14,7 +14,6 @@ from pathlib import Path
 from process_helpers import CALL, Bench, after_last_resume, assert_transcript, bench, kinds
 
 from tether.core import envelope
-
 from tether.testing.fake_server import text, tool_calls
 
 ANSWER = "Done."

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from process_helpers import CALL, SIGKILLED, Bench, Done, after_last_resume, bench, kinds, stop, wait_for
+from process_helpers import CALL, SIGKILLED, TIMEOUT, Bench, Done, after_last_resume, bench, kinds, stop, wait_for
 
 from tether.testing.fake_server import text, tool_calls
 
@@ -73,16 +73,23 @@ def test_two_resumes_racing_after_a_crash_one_drives_the_other_is_refused(tmp_pa
         died = b.crash("intent_recorded")
         assert died.code == SIGKILLED, died
         run_id = b.run_id()
-        # Both start at once; the winner then sits in the (slow) tool holding the lease.
-        racers = [b.start("resume", run_id, "--db", str(b.db), "--api-key", "x", CRASH_SLOW="5") for _ in range(2)]
+        # Both start at once; the winner then waits inside the tool, holding the lease, until the loser is done.
+        argv = ("resume", run_id, "--db", str(b.db), "--api-key", "x")
+        racers = [b.start(*argv, CRASH_SLOW="60") for _ in range(2)]
         try:
-            done = [Done(r.wait(timeout=90), *r.communicate(timeout=90)) for r in racers]
+            deadline = time.monotonic() + 60
+            while all(r.poll() is None for r in racers) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            [loser] = [r for r in racers if r.poll() is not None]
+            [winner] = [r for r in racers if r is not loser]
+            assert_refused(Done(loser.returncode, *loser.communicate(timeout=TIMEOUT)), run_id)
+            assert Path(f"{b.effects}.started").exists() and winner.poll() is None
+            Path(f"{b.effects}.go").touch()
+            out, err = winner.communicate(timeout=TIMEOUT)
         finally:
             for racer in racers:
                 stop(racer)
-        codes = sorted(d.code for d in done)
-        assert codes == [0, 5], done
-        assert_refused(next(d for d in done if d.code == 5), run_id)
+        assert winner.returncode == 0, (out, err)
         assert len(b.effects_of(run_id)) == 1 and len(b.effect_lines()) == 1
         events = b.events(run_id)
         assert kinds(events).count("run_resumed") == 1

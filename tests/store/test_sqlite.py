@@ -6,6 +6,7 @@ on the file, from a second connection, while the store knows nothing of it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -64,12 +65,12 @@ def raw(path: Path) -> sqlite3.Connection:
 def table_text(path: Path, table: str) -> str:
     """Every column of every row of ``table``, as one string to grep."""
     with raw(path) as db:
-        return "\n".join(repr(row) for row in db.execute(f"SELECT * FROM {table}"))  # noqa: S608
+        return "\n".join(repr(row) for row in db.execute(f"SELECT * FROM {table}"))
 
 
 def count(path: Path, table: str, run_id: str) -> int:
     with raw(path) as db:
-        (n,) = db.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", (run_id,)).fetchone()  # noqa: S608
+        (n,) = db.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", (run_id,)).fetchone()
     return int(n)
 
 
@@ -189,7 +190,7 @@ async def test_checkpoints_append_messages_and_never_rewrite_them(
     assert seen, "no events were heard"
     for expected, rows in seen:
         assert len(rows) == expected
-    for (_, before), (_, after) in zip(seen, seen[1:], strict=False):
+    for (_, before), (_, after) in itertools.pairwise(seen):
         assert after[: len(before)] == before  # earlier rows untouched
         assert len(after) >= len(before)
     sizes = sorted({len(rows) for _, rows in seen})
@@ -581,8 +582,8 @@ def _delete_middle_event(db: sqlite3.Connection, run_id: str) -> None:
 
 
 def _delete_last_event(db: sqlite3.Connection, run_id: str) -> None:
-    db.execute("DELETE FROM events WHERE run_id = ? AND seq = (SELECT max(seq) FROM events WHERE run_id = ?)",
-               (run_id, run_id))  # fmt: skip
+    (last,) = db.execute("SELECT max(seq) FROM events WHERE run_id = ?", (run_id,)).fetchone()
+    db.execute("DELETE FROM events WHERE run_id = ? AND seq = ?", (run_id, last))
 
 
 def _swap_events(db: sqlite3.Connection, run_id: str) -> None:
@@ -605,8 +606,8 @@ def _delete_message(db: sqlite3.Connection, run_id: str) -> None:
 
 
 def _delete_last_message(db: sqlite3.Connection, run_id: str) -> None:
-    db.execute("DELETE FROM messages WHERE run_id = ? AND seq = (SELECT max(seq) FROM messages WHERE run_id = ?)",
-               (run_id, run_id))  # fmt: skip
+    (last,) = db.execute("SELECT max(seq) FROM messages WHERE run_id = ?", (run_id,)).fetchone()
+    db.execute("DELETE FROM messages WHERE run_id = ? AND seq = ?", (run_id, last))
 
 
 def _forge_event_with_a_valid_chain(db: sqlite3.Connection, run_id: str) -> None:
@@ -632,11 +633,11 @@ def _forge_event_with_made_up_hashes(db: sqlite3.Connection, run_id: str) -> Non
 
 def _forge_event_before_the_first(db: sqlite3.Connection, run_id: str) -> None:
     data = {"note": "forged"}
+    digest = chain_hash(GENESIS, [run_id, 0, 1.0, "step_started", 0, data])
     db.execute(
         "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (run_id, 0, 1.0, "step_started", 0, json.dumps(data), GENESIS, chain_hash(GENESIS, [run_id, 0, 1.0,
-         "step_started", 0, data])),
-    )  # fmt: skip
+        (run_id, 0, 1.0, "step_started", 0, json.dumps(data), GENESIS, digest),
+    )
 
 
 TAMPERING: dict[str, Tamper] = {
@@ -655,9 +656,7 @@ TAMPERING: dict[str, Tamper] = {
 
 
 @pytest.mark.parametrize("tamper", list(TAMPERING.values()), ids=list(TAMPERING))
-async def test_verify_finds_tampering(
-    tamper: Tamper, stores: Callable[..., SQLiteStore], db_path: Path
-) -> None:
+async def test_verify_finds_tampering(tamper: Tamper, stores: Callable[..., SQLiteStore], db_path: Path) -> None:
     store = stores()
     run_id = await completed_run(store)
     assert store.verify(run_id) == []
@@ -716,9 +715,7 @@ def test_acquiring_an_unknown_run_names_it(stores: Callable[..., SQLiteStore]) -
         stores().acquire("ghost-run")
 
 
-def test_a_lease_of_a_dead_local_process_is_taken_over(
-    stores: Callable[..., SQLiteStore], db_path: Path
-) -> None:
+def test_a_lease_of_a_dead_local_process_is_taken_over(stores: Callable[..., SQLiteStore], db_path: Path) -> None:
     first, second = stores(), stores()
     first.create_run(new_state("orphan"), Principal("alice"), {})
     dead = f"{socket.gethostname()}:{dead_pid()}:deadbeef"
@@ -739,7 +736,9 @@ def test_a_lease_of_another_host_is_respected_until_it_expires(
     store = stores(clock=lambda: now[0], lease_seconds=30)
     store.create_run(new_state("remote"), Principal("alice"), {})
     with raw(db_path) as db:
-        db.execute("UPDATE runs SET lease_owner = 'elsewhere:1:cafe', lease_until = ? WHERE id = 'remote'", (now[0] + 30,))
+        db.execute(
+            "UPDATE runs SET lease_owner = 'elsewhere:1:cafe', lease_until = ? WHERE id = 'remote'", (now[0] + 30,)
+        )
     with pytest.raises(LeaseHeld, match="remote"):
         store.acquire("remote")
     now[0] += 31

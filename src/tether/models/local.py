@@ -50,6 +50,9 @@ def default_model_path() -> Path | None:
 
 
 def local_available() -> bool:
+    """Whether ``tether run`` may fall back to the embedded model (``TETHER_LOCAL=off`` forbids it)."""
+    if os.environ.get("TETHER_LOCAL", "").lower() in ("off", "0", "no", "false"):
+        return False
     return importlib.util.find_spec("llama_cpp") is not None and default_model_path() is not None
 
 
