@@ -85,6 +85,8 @@ class Decision:
 
 
 EventHandler = Callable[[RunEvent], None]
+# "auto", "none", "required" or {"type": "function", "function": {"name": ...}}; None leaves it to the provider.
+ToolChoice = str | dict[str, Any] | None
 Approver = Callable[[PendingCall], Awaitable[Decision | None]]
 
 
@@ -165,6 +167,7 @@ class Agent:
         system: str | None = None,
         approver: Approver | None = None,
         max_tokens: int | None = None,
+        tool_choice: ToolChoice | Callable[[int], ToolChoice] = None,
         store: SQLiteStore | None = None,
         setup: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
@@ -178,6 +181,7 @@ class Agent:
         self.system = system
         self.approver = approver
         self.max_tokens = max_tokens
+        self.tool_choice = tool_choice
         self.clock = clock
 
     def driver(
@@ -355,7 +359,15 @@ class Driver:
         if self.on_event is not None:
             on_text = lambda piece: self._emit(TEXT, text=piece)  # noqa: E731
         timeout = None if command.deadline_at is None else max(0.0, command.deadline_at - clock())
-        request = ModelRequest(command.messages, self.toolbox.specs, self.agent.max_tokens, timeout, on_text)
+        choice = self.agent.tool_choice
+        request = ModelRequest(
+            command.messages,
+            self.toolbox.specs,
+            max_tokens=self.agent.max_tokens,
+            timeout=timeout,
+            tool_choice=choice(command.step) if callable(choice) else choice,
+            on_text=on_text,
+        )
         try:
             reply = await self.agent.model.complete(request)
         except ModelError as exc:

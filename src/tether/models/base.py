@@ -15,6 +15,7 @@ class ModelRequest:
     tools: Sequence[dict[str, Any]] = ()
     max_tokens: int | None = None
     timeout: float | None = None  # seconds left before the run's deadline
+    tool_choice: str | dict[str, Any] | None = None  # None: the provider's default ("auto")
     on_text: Callable[[str], None] | None = field(default=None, compare=False)  # streamed text pieces
 
 

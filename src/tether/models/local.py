@@ -112,7 +112,7 @@ class LocalModel:
         }
         if request.tools:
             kwargs["tools"] = list(request.tools)
-            kwargs["tool_choice"] = "auto"
+            kwargs["tool_choice"] = request.tool_choice or "auto"
         try:
             raw = await asyncio.wait_for(asyncio.to_thread(self._generate, kwargs), request.timeout)
         except TimeoutError:

@@ -17,7 +17,7 @@ import asyncio
 import json
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -55,10 +55,22 @@ class WireCompat:
     ``tool_results_as_user``: send each tool result as a user turn marked as
     tool output, for chat formats that drop ``role=tool`` messages
     (llama-cpp-python's ``chatml-function-calling``).
+    ``explicit_tool_choice``: send ``tool_choice: "auto"`` with tools, for
+    servers that ignore tools unless a choice is named (llama-cpp-python).
+    ``no_stream_with_auto_tools``: make a request with tools and automatic
+    choice without streaming, for servers that answer such a stream with an
+    empty body (llama-cpp-python).
+    ``max_tokens_means_length``: a reply that used all of ``max_tokens`` is
+    truncated whatever its ``finish_reason`` says (llama-cpp-python reports a
+    forced call cut off mid-arguments as ``tool_calls``). This only ever
+    refuses more.
     """
 
     null_content_as_empty: bool = False
     tool_results_as_user: bool = False
+    explicit_tool_choice: bool = False
+    no_stream_with_auto_tools: bool = False
+    max_tokens_means_length: bool = False
 
 
 def message_to_wire(message: Message, compat: WireCompat = WireCompat()) -> dict[str, Any]:
@@ -214,11 +226,17 @@ class OpenAIChatModel:
             "messages": [message_to_wire(m, self.compat) for m in request.messages],
             **self.extra_body,
         }
+        choice = request.tool_choice
         if request.tools:
             body["tools"] = list(request.tools)
+            if choice is None and self.compat.explicit_tool_choice:
+                choice = "auto"
+        if choice is not None:
+            body["tool_choice"] = choice
         if request.max_tokens is not None:
             body["max_tokens"] = request.max_tokens
-        if self.stream:
+        auto_tools = bool(request.tools) and choice in (None, "auto")
+        if self.stream and not (auto_tools and self.compat.no_stream_with_auto_tools):
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         return body
@@ -243,13 +261,20 @@ class OpenAIChatModel:
                 await asyncio.sleep(delay)
 
     async def _once(self, body: dict[str, Any], request: ModelRequest) -> ModelReply:
+        reply = await self._exchange(body, request)
+        limit = request.max_tokens
+        if self.compat.max_tokens_means_length and limit is not None and reply.usage.output_tokens >= limit:
+            reply = replace(reply, finish_reason="length")
+        return reply
+
+    async def _exchange(self, body: dict[str, Any], request: ModelRequest) -> ModelReply:
         try:
             async with self._client().post(self._url, json=body) as response:
                 if response.status >= 400:
                     text = await response.text(errors="replace")
                     retry = _retry_after(response.headers.get("Retry-After"))
                     raise _http_error(response.status, text, retry)
-                if self.stream and response.content_type == "text/event-stream":
+                if body.get("stream") and response.content_type == "text/event-stream":
                     return await self._read_stream(response, request)
                 raw = await response.read()
         except aiohttp.ClientConnectorError as exc:

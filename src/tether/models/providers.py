@@ -1,0 +1,59 @@
+"""Per-provider compatibility profiles: every leniency is named, off by default.
+
+A profile switches wire quirks (``WireCompat``) and, rarely, protocol
+leniency (``Compat``) for one kind of server. The defaults are strict; a
+profile is chosen explicitly with ``--provider`` or ``TETHER_PROVIDER``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tether.core.budget import Compat
+from tether.core.errors import ConfigurationError
+from tether.models.openai_chat import WireCompat
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    name: str
+    wire: WireCompat = field(default_factory=WireCompat)
+    compat: Compat = field(default_factory=Compat)
+    notes: tuple[str, ...] = ()
+
+
+# Each quirk below was observed against the real server and has a test in
+# tests/models/test_llama_server.py.
+LLAMA_CPP_PYTHON = Provider(
+    "llama-cpp-python",
+    wire=WireCompat(
+        null_content_as_empty=True,
+        tool_results_as_user=True,
+        explicit_tool_choice=True,
+        no_stream_with_auto_tools=True,
+        max_tokens_means_length=True,
+    ),
+    notes=(
+        'rejects an assistant message whose content is null (HTTP 500, validation error): sends ""',
+        'ignores tools unless tool_choice is given: sends tool_choice "auto"',
+        "answers a streamed request with tools and automatic choice with an empty stream: such requests are not streamed",
+        "drops role=tool messages from the prompt (chatml-function-calling): results are sent as marked user turns",
+        "reports a forced call cut off by max_tokens as finish_reason tool_calls: a reply that used all of max_tokens "
+        "is treated as length",
+        "ignores max_tokens with automatic tool choice: a run can only be forced into length without tools or with "
+        "a named tool choice",
+        'answers tool_choice "required" with HTTP 500 and an empty message',
+    ),
+)
+
+PROVIDERS: dict[str, Provider] = {
+    "openai": Provider("openai"),
+    LLAMA_CPP_PYTHON.name: LLAMA_CPP_PYTHON,
+}
+
+
+def provider(name: str) -> Provider:
+    try:
+        return PROVIDERS[name]
+    except KeyError:
+        raise ConfigurationError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}") from None
