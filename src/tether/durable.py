@@ -60,11 +60,8 @@ def decide(
         call = _pending(run, call_id, Status.AWAITING_APPROVAL)
         seen = fingerprint or call.fingerprint or ""
         run.send(ApprovalDecided(call_id, seen, approved, clock(), reason))
-        store.checkpoint(
-            run.state,
-            APPROVAL_DECIDED,
-            {"id": call_id, "tool": call.tool, "approved": approved, "reason": reason, "by": by, "fingerprint": seen},
-        )
+        decision = {"id": call_id, "tool": call.tool, "approved": approved, "reason": reason, "by": by}
+        store.checkpoint(run.state, [(APPROVAL_DECIDED, {**decision, "fingerprint": seen})])
         return call
     finally:
         store.release(run_id)
@@ -85,7 +82,7 @@ def reconcile(
     try:
         call = _pending(run, call_id, Status.AWAITING_RECONCILIATION)
         settle(run, store, call, executed=executed, result=envelope.ok(result) if executed else None, clock=clock)
-        store.checkpoint(run.state, RECONCILED, {"id": call_id, "tool": call.tool, "executed": executed, "by": by})
+        store.checkpoint(run.state, [(RECONCILED, {"id": call_id, "tool": call.tool, "executed": executed, "by": by})])
         return call
     finally:
         store.release(run_id)

@@ -237,17 +237,38 @@ class Driver:
         self._step_start = 0  # where the current step's assistant message will land
         self._reported: set[str] = set()  # call ids of the current step with an event
         self._finished: dict[str, str] = {}  # results of the current step's executed calls
+        self._unsaved: list[RunEvent] = []  # events not yet checkpointed (durable runs)
+        self._outcomes: list[tuple[PendingCall, str]] = []  # read-only results for the next checkpoint
 
     @property
     def state(self) -> RunState:
         return self.run_machine.state
 
     def _emit(self, kind: str, **data: Any) -> None:
-        # Checkpoint first: whoever hears of an event may rely on it being stored.
-        if self.store is not None and kind != TEXT:
-            self.store.checkpoint(self.state, kind, data)
+        event = RunEvent(kind, self.state.run_id, self.state.steps, data)
+        if self.store is None or kind == TEXT:
+            self._deliver(event)
+        else:
+            self._unsaved.append(event)
+
+    def _deliver(self, event: RunEvent) -> None:
         if self.on_event is not None:
-            self.on_event(RunEvent(kind, self.state.run_id, self.state.steps, data))
+            self.on_event(event)
+
+    def _flush(self, *, release: bool = False) -> None:
+        """Checkpoint the state with the events since the last one, then let listeners hear of them.
+
+        Called before anything the events could lead to (a model request, a
+        tool call, a pause): events that happen back to back share one
+        transaction, and no listener hears of an event that is not stored.
+        """
+        if self.store is None:
+            return
+        events, self._unsaved = self._unsaved, []
+        outcomes, self._outcomes = self._outcomes, []
+        self.store.checkpoint(self.state, [(e.kind, e.data) for e in events], outcomes, release=release)
+        for event in events:
+            self._deliver(event)
 
     def _send(self, event: Any) -> Command:
         return self.run_machine.send(event)
@@ -293,7 +314,7 @@ class Driver:
             raise
         finally:
             if self.store is not None:
-                self.store.release(self.state.run_id)
+                self._flush(release=True)
 
     def _pause(self, reason: str) -> RunResult:
         self._emit(RUN_PAUSED, status=self.state.status.value, reason=reason)
@@ -368,6 +389,7 @@ class Driver:
             tool_choice=choice(command.step) if callable(choice) else choice,
             on_text=on_text,
         )
+        self._flush()
         try:
             reply = await self.agent.model.complete(request)
         except ModelError as exc:
@@ -414,19 +436,22 @@ class Driver:
 
     async def _invoke(self, call: PendingCall) -> str:
         store, run_id = self.store, self.state.run_id
-        durable = store is not None and not call.read_only
-        if store is not None and durable:
+        self._flush()
+        if store is not None and not call.read_only:
             entry = store.ledger_entry(run_id, call.call_id)
             if entry is not None and entry.outcome is not None:
                 return self._done(call, entry.outcome, CALL_RECOVERED)
             store.record_intent(run_id, call)  # committed before the effect can happen
             self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
+            self._flush()
         content = await self.toolbox.invoke(call, run_id, self.run_machine.deadline_at)
         self._done(call, content, CALL_EXECUTED)
-        if store is not None:
-            store.record_outcome(run_id, call, content)
-            if durable:
-                self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool)
+        if store is not None and not call.read_only:
+            self._flush()
+            store.record_outcome(run_id, call, content)  # its own commit: the effect has happened
+            self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool)
+        elif store is not None:
+            self._outcomes.append((call, content))  # a read-only result rides on the next checkpoint
         return content
 
     def _done(self, call: PendingCall, content: str, kind: str) -> str:

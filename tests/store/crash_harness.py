@@ -6,11 +6,17 @@ The arguments are the ``tether`` command's own. ``tether run`` passes its
 renderer as the driver's ``on_event``; the driver checkpoints each event
 before ``on_event`` hears of it, so killing inside the renderer dies right
 after the event named by ``$CRASH_AT`` was committed, and before anything
-that follows it. ``CRASH_AT=tool`` names no event: ``crash_tools`` itself
-dies inside the tool. ``CRASH_LEASE_SECONDS`` shortens the run's lease (the
-default is 30 s), standing in for a tool that runs longer than the lease.
-Everything ``tether resume`` needs (the stored setup:
-model, base URL, toolsets) is recorded by the real ``tether run`` code.
+that follows it.
+
+- ``CRASH_AT=tool`` names no event: ``crash_tools`` itself dies inside the
+  tool, right after the effect.
+- ``CRASH_AT=record_outcome`` dies as soon as the ledger's outcome is
+  committed, before the run state is checkpointed again.
+- ``CRASH_LEASE_SECONDS`` shortens the run's lease (default 30 s), standing
+  in for a tool that runs longer than the lease.
+
+Everything ``tether resume`` needs (the stored setup: model, base URL,
+toolsets) is recorded by the real ``tether run`` code.
 """
 
 from __future__ import annotations
@@ -37,6 +43,16 @@ class CrashingRenderer(render.Renderer):
 
 
 render.Renderer = CrashingRenderer  # type: ignore[misc]
+
+if CRASH_AT == "record_outcome":
+    # Right after the ledger's outcome commit returns, before any checkpoint that follows it.
+    commit_outcome = SQLiteStore.record_outcome
+
+    def record_outcome(self: SQLiteStore, *args: Any, **kwargs: Any) -> None:
+        commit_outcome(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    SQLiteStore.record_outcome = record_outcome  # type: ignore[method-assign]
 
 if lease := os.environ.get("CRASH_LEASE_SECONDS"):
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_MAX_STEPS = 8
@@ -59,7 +59,13 @@ class RunConfig:
     fallback_answer: str = DEFAULT_FALLBACK_ANSWER
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Not dataclasses.asdict: it deep-copies every field and costs more than a whole checkpoint.
+        b, c = self.budget, self.compat
+        return {
+            "budget": {name: getattr(b, name) for name in b.__dataclass_fields__},
+            "compat": {name: getattr(c, name) for name in c.__dataclass_fields__},
+            "fallback_answer": self.fallback_answer,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:

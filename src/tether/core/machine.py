@@ -314,6 +314,17 @@ class RunState:
             "run_id": self.run_id,
             "config": self.config.to_dict(),
             "messages": [m.to_dict() for m in self.messages],
+            "executed": {k: list(v) for k, v in self.executed.items()},
+            **self.progress(),
+        }
+
+    def progress(self) -> dict[str, Any]:
+        """The parts of the state that do not grow with the run (no config, messages or executed calls).
+
+        A store that appends messages and executed calls elsewhere saves only
+        this at each checkpoint, so a step costs the same at step 200 as at step 1.
+        """
+        return {
             "status": self.status.value,
             "started_at": self.started_at,
             "steps": self.steps,
@@ -323,7 +334,6 @@ class RunState:
             "last_signature": self.last_signature,
             "repeats": self.repeats,
             "tainted": self.tainted,
-            "executed": {k: list(v) for k, v in self.executed.items()},
             "pending": [p.to_dict() for p in self.pending],
             "approvals": {k: dict(v) for k, v in self.approvals.items()},
             "unknown": list(self.unknown),

@@ -36,7 +36,8 @@ LLAMA_CPP_PYTHON = Provider(
     notes=(
         'rejects an assistant message whose content is null (HTTP 500, validation error): sends ""',
         'ignores tools unless tool_choice is given: sends tool_choice "auto"',
-        "answers a streamed request with tools and automatic choice with an empty stream: such requests are not streamed",
+        "answers a streamed request with tools and automatic choice with an empty stream: "
+        "such requests are not streamed",
         "drops role=tool messages from the prompt (chatml-function-calling): results are sent as marked user turns",
         "reports a forced call cut off by max_tokens as finish_reason tool_calls: a reply that used all of max_tokens "
         "is treated as length",

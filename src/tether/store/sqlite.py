@@ -27,7 +27,7 @@ import socket
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +36,7 @@ from typing import Any
 from tether.core.errors import TetherError
 from tether.core.machine import PendingCall, RunState
 from tether.core.messages import Message
-from tether.store.redact import redact
+from tether.store.redact import REDACTED, SECRET_KEY, redact
 from tether.tools.context import Principal
 
 DEFAULT_LEASE_SECONDS = 30.0
@@ -69,8 +69,10 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def chain_hash(prev: str, row: Any) -> str:
-    return hashlib.sha256((prev + _canonical(row)).encode()).hexdigest()
+def chain_hash(prev: str, *fields: object) -> str:
+    """The next link: the previous hash and this row's stored fields, as text."""
+    text = "\x1f".join([prev, *map(str, fields)])
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 # --- migrations: an ordered list, each applied once and recorded --------------
@@ -94,6 +96,7 @@ def _m1_initial(db: sqlite3.Connection) -> None:
             status TEXT NOT NULL,
             principal TEXT NOT NULL,
             setup TEXT NOT NULL,
+            config TEXT NOT NULL,
             meta TEXT NOT NULL,
             message_count INTEGER NOT NULL DEFAULT 0,
             message_hash TEXT NOT NULL,
@@ -185,9 +188,7 @@ def _principal(data: dict[str, Any]) -> Principal:
 
 
 def _meta(state: RunState) -> str:
-    data = state.to_dict()
-    del data["messages"], data["executed"]  # the growing parts live in their own tables
-    return _canonical(data)
+    return _canonical(state.progress())  # the growing parts live in their own tables
 
 
 class SQLiteStore:
@@ -225,6 +226,7 @@ class SQLiteStore:
             raise StoreError(f"cannot open the run store at {self.path}: {exc} (set TETHER_DB or --db)") from None
         # Per run: how many messages and events are stored, and the last hashes.
         self._tails: dict[str, tuple[int, str, int, str]] = {}
+        self._new: dict[str, tuple[str, str, str]] = {}  # runs registered but not yet written
 
     def close(self) -> None:
         self._db.close()
@@ -259,27 +261,34 @@ class SQLiteStore:
     # --- runs and leases -----------------------------------------------------------
 
     def create_run(self, state: RunState, principal: Principal, setup: dict[str, Any]) -> None:
-        now = self.clock()
-        with self._transaction() as db:
-            db.execute(
-                "INSERT INTO runs (id, created_at, updated_at, status, principal, setup, meta, message_hash,"
-                " event_hash, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    state.run_id,
-                    now,
-                    now,
-                    state.status.value,
-                    _canonical(_principal_dict(principal)),
-                    _canonical(redact(setup)),
-                    _meta(state),
-                    GENESIS,
-                    GENESIS,
-                    self.owner,
-                    now + self.lease_seconds,
-                ),
-            )
-            self._tails[state.run_id] = (0, GENESIS, 0, GENESIS)
-            self._append_messages(db, state)
+        """Register a new run; its row is written with its first checkpoint, in the same transaction."""
+        self._new[state.run_id] = (
+            _canonical(_principal_dict(principal)),
+            _canonical(redact(setup)),
+            _canonical(state.config.to_dict()),
+        )
+
+    def _insert_run(self, db: sqlite3.Connection, state: RunState, now: float) -> None:
+        principal, setup, config = self._new.pop(state.run_id)
+        db.execute(
+            "INSERT INTO runs (id, created_at, updated_at, status, principal, setup, config, meta, message_hash,"
+            " event_hash, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                state.run_id,
+                now,
+                now,
+                state.status.value,
+                principal,
+                setup,
+                config,
+                "{}",
+                GENESIS,
+                GENESIS,
+                self.owner,
+                now + self.lease_seconds,
+            ),
+        )
+        self._tails[state.run_id] = (0, GENESIS, 0, GENESIS)
 
     def acquire(self, run_id: str) -> None:
         """Take the lease on ``run_id`` or raise ``LeaseHeld``."""
@@ -321,52 +330,72 @@ class SQLiteStore:
         count, last, events, event_hash = self._tail(db, state.run_id)
         for seq in range(count, len(state.messages)):
             body = _canonical(state.messages[seq].to_dict())
-            last = chain_hash(last, [seq, body])
+            last = chain_hash(last, seq, body)
             db.execute("INSERT INTO messages VALUES (?, ?, ?, ?)", (state.run_id, seq, body, last))
         self._tails[state.run_id] = (len(state.messages), last, events, event_hash)
 
     def _event_data(self, data: dict[str, Any]) -> dict[str, Any]:
-        if not self.log_content:
-            data = {
-                k: (f"<{len(v)} chars>" if isinstance(v, str) else "<omitted>") if k in CONTENT_KEYS and v else v
-                for k, v in data.items()
-            }
-        return dict(redact(data))
+        """An event's data as stored: secrets redacted, user and model text left out unless asked."""
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            if not self.log_content and key in CONTENT_KEYS and value:
+                value = f"<{len(value)} chars>" if isinstance(value, str) else "<omitted>"
+            elif SECRET_KEY.search(key):
+                value = REDACTED
+            elif isinstance(value, dict | list | str):
+                value = redact(value)
+            out[key] = value
+        return out
 
-    def checkpoint(self, state: RunState, kind: str | None = None, data: dict[str, Any] | None = None) -> None:
-        """Save the state and, if given, append one audit event, in one transaction."""
+    def checkpoint(
+        self,
+        state: RunState,
+        events: Sequence[tuple[str, dict[str, Any]]] = (),
+        outcomes: Sequence[tuple[PendingCall, str]] = (),
+        *,
+        release: bool = False,
+    ) -> None:
+        """Save the state, append audit events and executed calls' outcomes, in one transaction.
+
+        ``release`` lets go of the lease in the same transaction.
+        """
         now = self.clock()
         with self._transaction() as db:
+            if state.run_id in self._new:
+                self._insert_run(db, state, now)
             self._append_messages(db, state)
-            count, message_hash, events, event_hash = self._tails[state.run_id]
-            if kind is not None:
-                body = self._event_data(data or {})
-                row = [state.run_id, events + 1, now, kind, state.steps, body]
-                new_hash = chain_hash(event_hash, row)
-                db.execute(
-                    "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (state.run_id, events + 1, now, kind, state.steps, _canonical(body), event_hash, new_hash),
-                )
-                events, event_hash = events + 1, new_hash
+            count, message_hash, seq, event_hash = self._tails[state.run_id]
+            rows = []
+            for kind, data in events:
+                body = _canonical(self._event_data(data))
+                seq += 1
+                new_hash = chain_hash(event_hash, state.run_id, seq, repr(now), kind, state.steps, body)
+                rows.append((state.run_id, seq, now, kind, state.steps, body, event_hash, new_hash))
+                event_hash = new_hash
+            if rows:
+                db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            for call, outcome in outcomes:
+                self._write_outcome(db, state.run_id, call, outcome, now)
             updated = db.execute(
                 "UPDATE runs SET updated_at = ?, status = ?, meta = ?, message_count = ?, message_hash = ?,"
-                " event_count = ?, event_hash = ?, lease_until = ? WHERE id = ? AND lease_owner = ?",
+                " event_count = ?, event_hash = ?, lease_owner = ?, lease_until = ? WHERE id = ? AND lease_owner = ?",
                 (
                     now,
                     state.status.value,
                     _meta(state),
                     count,
                     message_hash,
-                    events,
+                    seq,
                     event_hash,
-                    now + self.lease_seconds,
+                    None if release else self.owner,
+                    None if release else now + self.lease_seconds,
                     state.run_id,
                     self.owner,
                 ),
             )
             if updated.rowcount != 1:
                 raise LeaseHeld(f"run {state.run_id}: this process no longer holds its lease")
-            self._tails[state.run_id] = (count, message_hash, events, event_hash)
+            self._tails[state.run_id] = (count, message_hash, seq, event_hash)
 
     # --- the execution ledger ----------------------------------------------------
 
@@ -378,14 +407,16 @@ class SQLiteStore:
             )
 
     def record_outcome(self, run_id: str, call: PendingCall, outcome: str) -> None:
-        """The result of an executed call (an intent row is created if there is none)."""
-        now = self.clock()
+        """The result of an executed call, committed now (an intent row is created if there is none)."""
         with self._transaction() as db:
-            db.execute(
-                "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, call_id) DO UPDATE"
-                " SET outcome = excluded.outcome, outcome_at = excluded.outcome_at WHERE outcome IS NULL",
-                (run_id, call.call_id, call.tool, call.fingerprint or "", now, outcome, now),
-            )
+            self._write_outcome(db, run_id, call, outcome, self.clock())
+
+    def _write_outcome(self, db: sqlite3.Connection, run_id: str, call: PendingCall, outcome: str, now: float) -> None:
+        db.execute(
+            "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, call_id) DO UPDATE"
+            " SET outcome = excluded.outcome, outcome_at = excluded.outcome_at WHERE outcome IS NULL",
+            (run_id, call.call_id, call.tool, call.fingerprint or "", now, outcome, now),
+        )
 
     def clear_intent(self, run_id: str, call_id: str) -> None:
         """A person or a hook established that the call never ran."""
@@ -404,11 +435,13 @@ class SQLiteStore:
 
     def load(self, run_id: str) -> StoredRun:
         row = self._db.execute(
-            "SELECT meta, principal, setup, created_at, updated_at FROM runs WHERE id = ?", (run_id,)
+            "SELECT meta, principal, setup, created_at, updated_at, config FROM runs WHERE id = ?", (run_id,)
         ).fetchone()
         if row is None:
             raise RunNotFound(f"no run {run_id} in {self.path}")
         data = json.loads(row[0])
+        data["run_id"] = run_id
+        data["config"] = json.loads(row[5])
         data["messages"] = [
             json.loads(body)
             for (body,) in self._db.execute("SELECT body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,))
@@ -466,7 +499,7 @@ class SQLiteStore:
                 problems.append(f"event {expected_seq}: missing or out of order (found event {seq})")
             if prev != last:
                 problems.append(f"event {seq}: does not follow the previous event (removed or reordered)")
-            if chain_hash(prev, [run_id, seq, at, kind, step, json.loads(data)]) != digest:
+            if chain_hash(prev, run_id, seq, repr(at), kind, step, data) != digest:
                 problems.append(f"event {seq}: edited ({kind})")
             last, expected_seq = digest, seq + 1
         if expected_seq - 1 != head[2] or last != head[3]:
@@ -475,7 +508,7 @@ class SQLiteStore:
         for seq, body, digest in self._db.execute(
             "SELECT seq, body, hash FROM messages WHERE run_id = ? ORDER BY seq", (run_id,)
         ):
-            if seq != expected or chain_hash(last, [seq, body]) != digest:
+            if seq != expected or chain_hash(last, seq, body) != digest:
                 problems.append(f"message {seq}: edited, removed or reordered")
             last, expected = digest, seq + 1
         if expected != head[0] or last != head[1]:
