@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from tether.store.sqlite import SQLiteStore
 
 # Event kinds, in the order a step emits them.
+RUN_STARTED = "run_started"
 STEP_STARTED = "step_started"
 TEXT = "text"
 MODEL_REPLIED = "model_replied"
@@ -276,8 +277,12 @@ class Driver:
     async def run(self) -> RunResult:
         clock = self.agent.clock
         try:
-            fresh = self.state.status is Status.READY
-            command = self._send(Begin(clock())) if fresh else self._resume_command()
+            if self.state.status is Status.READY:
+                prompt = "\n".join(m.content or "" for m in self.state.messages if m.role == "user")
+                self._emit(RUN_STARTED, principal=self.toolbox.principal.id, prompt=prompt)
+                command = self._send(Begin(clock()))
+            else:
+                command = self._resume_command()
             while True:
                 match command:
                     case CallModel():
@@ -418,17 +423,31 @@ class Driver:
         for p in command.calls:
             if p.execute:
                 self._emit(CALL_VALIDATED, id=p.call_id, tool=p.tool, read_only=p.read_only)
+            elif self.state.executed.get(p.call_id, [None, None])[1] == p.result:
+                self._done(p, p.result or "", CALL_RECOVERED)  # reconciled as executed, or a reused call id
             else:
                 self._reject(p.call_id, p.tool, p.result or "")
         self._finished = {}
-        for batch in _batches(command.to_execute):
-            if len(batch) == 1:
-                await self._invoke(batch[0])
-            else:
-                await asyncio.gather(*(self._invoke(p) for p in batch))
+        heartbeat = asyncio.create_task(self._keep_lease()) if self.store is not None else None
+        try:
+            for batch in _batches(command.to_execute):
+                if len(batch) == 1:
+                    await self._invoke(batch[0])
+                else:
+                    await asyncio.gather(*(self._invoke(p) for p in batch))
+        finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
         next_command = self._send(ToolsFinished(dict(self._finished), self.agent.clock()))
         self._sync_last_step()
         return next_command
+
+    async def _keep_lease(self) -> None:
+        """Renew the lease while tools run, so a long call is not mistaken for a dead driver."""
+        assert self.store is not None
+        while True:
+            await asyncio.sleep(self.store.lease_seconds / 3)
+            self.store.renew(self.state.run_id)
 
     def _reject(self, call_id: str, tool: str, content: str) -> None:
         self._reported.add(call_id)

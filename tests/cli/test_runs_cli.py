@@ -313,8 +313,9 @@ def test_verify_after_reordering_exits_6(db: Path, env: dict[str, str]) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG: tampered event data that is not JSON crashes `runs verify` (and `runs show`) with a "
-    "JSONDecodeError traceback, exit 1, instead of exit 6 (sqlite.py verify/events json.loads)",
+    reason="BUG: tampered event data that is not JSON makes `runs verify` and `runs show` die with a "
+    "JSONDecodeError traceback (exit 1): SQLiteStore.events() json.loads every row (store/sqlite.py events), "
+    "called by cli/runs.py verify (`counts = ...`, after verify() found the problem) and show",
 )
 @pytest.mark.parametrize("command", ["verify", "show"])
 def test_tampered_event_data_that_is_not_json(command: str, db: Path, env: dict[str, str]) -> None:
@@ -327,9 +328,9 @@ def test_tampered_event_data_that_is_not_json(command: str, db: Path, env: dict[
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG: a tampered message body that is not JSON crashes `runs verify` with a JSONDecodeError "
-    "traceback: verify() finds the problem, but the CLI then calls store.messages(), which json.loads "
-    "every body (cli/runs.py verify, `counts = ...`)",
+    reason="BUG: a tampered message body that is not JSON makes `runs verify` die with a JSONDecodeError "
+    "traceback (exit 1): verify() finds the problem, but cli/runs.py verify then calls store.messages(), "
+    "which json.loads every body (`counts = ...`)",
 )
 def test_verify_a_message_body_that_is_not_json(db: Path, env: dict[str, str]) -> None:
     run_id = record_run(env)
@@ -477,6 +478,7 @@ def test_a_paused_run_is_approved_then_resumed(toolset: Path, env: dict[str, str
         assert paused.code == 20, paused
         run_id = json.loads(paused.out)["run_id"]
         assert f"tether approve {run_id} call_w1" in paused.err
+        assert secret not in paused.out + paused.err
         assert not toolset.exists()
 
         shown = tether("runs", "show", run_id, env=env)
@@ -485,6 +487,11 @@ def test_a_paused_run_is_approved_then_resumed(toolset: Path, env: dict[str, str
         assert "call call_w1 wire: waiting for approval" in shown.out
         assert re.search(r"pending: call call_w1 wire .*fingerprint [0-9a-f]{12}", shown.out)
         assert secret not in shown.out + shown.err
+        shown_json = tether("runs", "show", run_id, "--json", env=env)
+        (pending,) = json.loads(shown_json.out)["pending"]
+        assert pending["id"] == "call_w1"
+        assert pending["arguments"] == {"amount": 7, "password": "[redacted]"}
+        assert secret not in shown_json.out
 
         wrong = tether("approve", run_id, "call_other", env=env)
         assert wrong.code == EXIT_MISMATCH, wrong

@@ -27,6 +27,7 @@ from tether.runner import (
     CALL_VALIDATED,
     MODEL_REPLIED,
     RUN_FINISHED,
+    RUN_STARTED,
     STEP_STARTED,
     TEXT,
     Agent,
@@ -344,6 +345,7 @@ async def test_event_kinds_of_a_two_step_run_over_http() -> None:
 
     assert result.status is Status.COMPLETED
     assert kinds(events) == [
+        RUN_STARTED,
         STEP_STARTED,
         MODEL_REPLIED,
         CALL_VALIDATED,
@@ -352,9 +354,9 @@ async def test_event_kinds_of_a_two_step_run_over_http() -> None:
         MODEL_REPLIED,
         RUN_FINISHED,
     ]
-    assert [e.step for e in events] == [1, 1, 1, 1, 2, 2, 2]
+    assert [e.step for e in events] == [0, 1, 1, 1, 1, 2, 2, 2]  # run_started comes before step 1
     assert {e.run_id for e in events} == {result.run_id}
-    by_kind = {e.kind: e.data for e in events if e.kind not in (STEP_STARTED, MODEL_REPLIED)}
+    by_kind = {e.kind: e.data for e in events if e.kind not in (RUN_STARTED, STEP_STARTED, MODEL_REPLIED)}
     assert by_kind[CALL_VALIDATED] == {"id": "c1", "tool": "multiply", "read_only": True}
     assert by_kind[CALL_EXECUTED]["outcome"] == "ok"
     assert envelope(by_kind[CALL_EXECUTED]["result"]) == {"ok": True, "result": 42}
@@ -369,6 +371,7 @@ async def test_event_kinds_of_a_two_step_run_with_the_scripted_model() -> None:
     await Agent(model, load_toolset("calc")).run("go", on_event=events.append)
 
     assert [k for k in kinds(events) if k != TEXT] == [
+        RUN_STARTED,
         STEP_STARTED,
         MODEL_REPLIED,
         CALL_VALIDATED,

@@ -204,11 +204,6 @@ def test_without_a_hook_a_person_says_not_executed_and_resume_runs_it_once(tmp_p
         assert kinds(after_last_resume(events)).count("call_executed") == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: on resume, a call that reconciliation settled as executed is logged as call_rejected and shown "
-    "as 'refused -> ok' (Driver._run_tools calls _reject for every pending call with execute=False)",
-)
 def test_a_call_reconciled_as_executed_is_not_logged_as_refused(tmp_path: Path) -> None:
     with bench(tmp_path, script("close_ticket")) as b:
         run_id = crash(b, CASES["c_during_execution"])

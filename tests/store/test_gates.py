@@ -344,22 +344,28 @@ async def test_a_call_recorded_before_a_crash_is_not_executed_again(stores: Call
         if event.kind == OUTCOME_RECORDED:
             raise Crash
 
-    model = ScriptedModel([calls(("c1", "transfer", '{"amount": 5, "to": "x"}')), text("done")])
+    # c2 keeps the step open: the crash comes between c1's outcome and the end of the step.
+    model = ScriptedModel(
+        [calls(("c1", "transfer", '{"amount": 5, "to": "x"}'), ("c2", "balance", '{"account": "a"}')), text("done")]
+    )
     with pytest.raises(Crash):
         await Agent(model, TOOLS, principal=BOB, store=stores()).run("pay", on_event=crash_after_outcome)
     assert effects == [("transfer", 5, "x")]
     store = stores()
     (summary,) = store.list_runs()
     assert summary.status == Status.AWAITING_TOOLS.value
+    entry = store.ledger_entry(summary.run_id, "c1")
+    assert entry is not None and entry.outcome is not None
 
     heard: list[RunEvent] = []
     agent = Agent(ScriptedModel([text("done")]), TOOLS, store=store)
     result = await agent.resume(summary.run_id, on_event=heard.append).run()
 
     assert result.status is Status.COMPLETED
-    assert effects == [("transfer", 5, "x")]  # once
+    assert effects == [("transfer", 5, "x"), ("balance", "a")]  # the transfer once
     assert [e.data["id"] for e in heard if e.kind == CALL_RECOVERED] == ["c1"]
     assert tool_message(result, "c1")["result"]["moved"] == 5
+    assert tool_message(result, "c1") == json.loads(entry.outcome)
 
 
 async def test_a_reused_call_id_after_resume_returns_the_recorded_result(stores: Callable[[], SQLiteStore]) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 from process_helpers import CALL, SIGKILLED, TIMEOUT, Bench, Done, after_last_resume, bench, kinds, stop, wait_for
 
 from tether.testing.fake_server import text, tool_calls
@@ -97,12 +96,6 @@ def test_two_resumes_racing_after_a_crash_one_drives_the_other_is_refused(tmp_pa
         assert len(b.server.requests) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a live driver does not renew its lease while a tool runs; once the lease (30 s by default) "
-    "expires, a second driver takes the run over and executes the call again (SQLiteStore.acquire treats an "
-    "expired lease as free even when _alive(owner))",
-)
 def test_a_driver_inside_a_tool_longer_than_the_lease_still_holds_the_run(tmp_path: Path) -> None:
     with bench(tmp_path, script()) as b:
         # A 2 s lease stands in for the default 30 s: the tool runs longer than the lease.

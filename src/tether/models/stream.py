@@ -70,7 +70,9 @@ class Assembler:
             call.type = fragment["type"]
         function = fragment.get("function") or {}
         name, arguments = function.get("name"), function.get("arguments")
-        if isinstance(name, str):
+        if isinstance(name, str) and name != call.name:
+            # Usually only the first fragment names the function; llama-cpp-python repeats
+            # the whole name in every fragment, which must not be read as more of it.
             call.name += name
         if isinstance(arguments, str):
             call.arguments += arguments

@@ -239,6 +239,7 @@ class SQLiteStore:
                 yield self._db
             except BaseException:
                 self._db.execute("ROLLBACK")
+                self._tails.clear()  # cached tails may describe rows that were just rolled back
                 raise
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -298,13 +299,23 @@ class SQLiteStore:
             if row is None:
                 raise RunNotFound(f"no run {run_id} in {self.path}")
             owner, until = row
-            if owner not in (None, self.owner) and until is not None and until > now and _alive(owner):
-                raise LeaseHeld(f"run {run_id} is being driven by {owner} (lease until {time.ctime(until)})")
+            if owner not in (None, self.owner) and _holds(owner, until, now):
+                raise LeaseHeld(f"run {run_id} is being driven by {owner} (lease until {time.ctime(until or now)})")
             db.execute(
                 "UPDATE runs SET lease_owner = ?, lease_until = ? WHERE id = ?",
                 (self.owner, now + self.lease_seconds, run_id),
             )
         self._tails.pop(run_id, None)
+
+    def renew(self, run_id: str) -> None:
+        """Extend this process's lease (a driver does so while a long tool runs)."""
+        with self._transaction() as db:
+            updated = db.execute(
+                "UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ?",
+                (self.clock() + self.lease_seconds, run_id, self.owner),
+            )
+            if updated.rowcount != 1:
+                raise LeaseHeld(f"run {run_id}: this process no longer holds its lease")
 
     def release(self, run_id: str) -> None:
         with self._transaction() as db:
@@ -326,13 +337,17 @@ class SQLiteStore:
 
     # --- checkpoints -----------------------------------------------------------------
 
-    def _append_messages(self, db: sqlite3.Connection, state: RunState) -> None:
-        count, last, events, event_hash = self._tail(db, state.run_id)
+    def _append_messages(self, db: sqlite3.Connection, state: RunState) -> tuple[int, str]:
+        """Insert the messages not stored yet; the new count and last hash."""
+        count, last, _, _ = self._tail(db, state.run_id)
+        rows = []
         for seq in range(count, len(state.messages)):
             body = _canonical(state.messages[seq].to_dict())
             last = chain_hash(last, seq, body)
-            db.execute("INSERT INTO messages VALUES (?, ?, ?, ?)", (state.run_id, seq, body, last))
-        self._tails[state.run_id] = (len(state.messages), last, events, event_hash)
+            rows.append((state.run_id, seq, body, last))
+        if rows:
+            db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)", rows)
+        return len(state.messages), last
 
     def _event_data(self, data: dict[str, Any]) -> dict[str, Any]:
         """An event's data as stored: secrets redacted, user and model text left out unless asked."""
@@ -363,8 +378,8 @@ class SQLiteStore:
         with self._transaction() as db:
             if state.run_id in self._new:
                 self._insert_run(db, state, now)
-            self._append_messages(db, state)
-            count, message_hash, seq, event_hash = self._tails[state.run_id]
+            count, message_hash = self._append_messages(db, state)
+            _, _, seq, event_hash = self._tails[state.run_id]
             rows = []
             for kind, data in events:
                 body = _canonical(self._event_data(data))
@@ -372,10 +387,6 @@ class SQLiteStore:
                 new_hash = chain_hash(event_hash, state.run_id, seq, repr(now), kind, state.steps, body)
                 rows.append((state.run_id, seq, now, kind, state.steps, body, event_hash, new_hash))
                 event_hash = new_hash
-            if rows:
-                db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-            for call, outcome in outcomes:
-                self._write_outcome(db, state.run_id, call, outcome, now)
             updated = db.execute(
                 "UPDATE runs SET updated_at = ?, status = ?, meta = ?, message_count = ?, message_hash = ?,"
                 " event_count = ?, event_hash = ?, lease_owner = ?, lease_until = ? WHERE id = ? AND lease_owner = ?",
@@ -395,6 +406,10 @@ class SQLiteStore:
             )
             if updated.rowcount != 1:
                 raise LeaseHeld(f"run {state.run_id}: this process no longer holds its lease")
+            if rows:
+                db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            for call, outcome in outcomes:
+                self._write_outcome(db, state.run_id, call, outcome, now)
             self._tails[state.run_id] = (count, message_hash, seq, event_hash)
 
     # --- the execution ledger ----------------------------------------------------
@@ -412,9 +427,11 @@ class SQLiteStore:
             self._write_outcome(db, run_id, call, outcome, self.clock())
 
     def _write_outcome(self, db: sqlite3.Connection, run_id: str, call: PendingCall, outcome: str, now: float) -> None:
+        # A side effect's recorded outcome is final; a read-only call run again on resume replaces its own.
+        only_if_unknown = "" if call.read_only else " WHERE outcome IS NULL"
         db.execute(
             "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, call_id) DO UPDATE"
-            " SET outcome = excluded.outcome, outcome_at = excluded.outcome_at WHERE outcome IS NULL",
+            " SET outcome = excluded.outcome, outcome_at = excluded.outcome_at" + only_if_unknown,
             (run_id, call.call_id, call.tool, call.fingerprint or "", now, outcome, now),
         )
 
@@ -522,12 +539,16 @@ class SQLiteStore:
         ]
 
 
-def _alive(owner: str) -> bool:
-    """False only when the owner is a process on this host that no longer exists."""
+def _holds(owner: str, until: float | None, now: float) -> bool:
+    """Whether ``owner`` still holds a lease.
+
+    A process on this host holds it exactly as long as it lives, however long
+    one tool call takes; for another host only the expiry can tell.
+    """
     host, _, rest = owner.partition(":")
     pid = rest.partition(":")[0]
     if host != socket.gethostname() or not pid.isdigit():
-        return True
+        return until is not None and until > now
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
