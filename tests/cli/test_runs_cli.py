@@ -203,7 +203,7 @@ def test_runs_show_prints_a_readable_timeline(env: dict[str, str]) -> None:
     lines = done.out.splitlines()
     assert lines[0].startswith(f"run {run_id}  completed  principal local  started ")
     timeline = [line for line in lines[1:] if line.startswith("  +")]
-    assert len(timeline) == 7  # a read-only call has no ledger intent or outcome events
+    assert len(timeline) == 8  # a read-only call has no ledger intent or outcome events
     seconds = []
     for line in timeline:
         match = re.match(r"^  \+\s*(\d+\.\d{3})s  step [12]  \S", line)
@@ -212,6 +212,7 @@ def test_runs_show_prints_a_readable_timeline(env: dict[str, str]) -> None:
     assert seconds[0] == 0.0
     assert seconds == sorted(seconds)
     text_ = "\n".join(timeline)
+    assert timeline[0].endswith("step 1  run started")
     assert "step 1  step started" in text_
     assert "step 2  step started" in text_
     assert "model replied: finish_reason=tool_calls, 1 call(s)" in text_
@@ -237,7 +238,9 @@ def test_runs_show_json_gives_the_events(env: dict[str, str]) -> None:
     events = data["events"]
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     kinds = [e["kind"] for e in events]
-    assert kinds[0] == "step_started"
+    assert kinds[:2] == ["run_started", "step_started"]
+    assert events[0]["data"]["principal"] == "local"
+    assert PROMPT not in json.dumps(events[0]["data"])  # no user text unless --log-content
     assert kinds[-1] == "run_finished"
     assert "call_executed" in kinds
     (executed,) = [e for e in events if e["kind"] == "call_executed"]
@@ -253,6 +256,8 @@ def test_log_content_keeps_results_in_the_events(env: dict[str, str]) -> None:
     data = json.loads(tether("runs", "show", run_id, "--json", env=env).out)
     (executed,) = [e for e in data["events"] if e["kind"] == "call_executed"]
     assert "3720" in executed["data"]["result"]
+    (started,) = [e for e in data["events"] if e["kind"] == "run_started"]
+    assert started["data"]["prompt"] == PROMPT
 
 
 # ---------------------------------------------------------------- runs verify
