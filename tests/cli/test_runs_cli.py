@@ -316,12 +316,6 @@ def test_verify_after_reordering_exits_6(db: Path, env: dict[str, str]) -> None:
     assert json.loads(done.out)["ok"] is False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: tampered event data that is not JSON makes `runs verify` and `runs show` die with a "
-    "JSONDecodeError traceback (exit 1): SQLiteStore.events() json.loads every row (store/sqlite.py events), "
-    "called by cli/runs.py verify (`counts = ...`, after verify() found the problem) and show",
-)
 @pytest.mark.parametrize("command", ["verify", "show"])
 def test_tampered_event_data_that_is_not_json(command: str, db: Path, env: dict[str, str]) -> None:
     run_id = record_run(env)
@@ -331,12 +325,6 @@ def test_tampered_event_data_that_is_not_json(command: str, db: Path, env: dict[
     assert done.code in ((EXIT_VERIFY_FAILED,) if command == "verify" else (0, EXIT_VERIFY_FAILED, 3))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a tampered message body that is not JSON makes `runs verify` die with a JSONDecodeError "
-    "traceback (exit 1): verify() finds the problem, but cli/runs.py verify then calls store.messages(), "
-    "which json.loads every body (`counts = ...`)",
-)
 def test_verify_a_message_body_that_is_not_json(db: Path, env: dict[str, str]) -> None:
     run_id = record_run(env)
     with raw(db) as conn:

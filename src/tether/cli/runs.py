@@ -147,7 +147,7 @@ def verify(run_id: str, db: str | None, as_json: bool) -> None:
     try:
         store = open_store(db)
         problems = store.verify(run_id)
-        counts = (len(store.events(run_id)), len(store.messages(run_id)))
+        counts = store.counts(run_id)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     if as_json:

@@ -179,6 +179,15 @@ class StoredRun:
     updated_at: float
 
 
+def _decode(text: str, run_id: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise StoreError(
+            f"run {run_id}: {what} is not readable; the store was edited (see tether runs verify)"
+        ) from None
+
+
 def _principal_dict(principal: Principal) -> dict[str, Any]:
     return {"id": principal.id, "scopes": sorted(principal.scopes), "roles": sorted(principal.roles)}
 
@@ -456,12 +465,12 @@ class SQLiteStore:
         ).fetchone()
         if row is None:
             raise RunNotFound(f"no run {run_id} in {self.path}")
-        data = json.loads(row[0])
+        data = _decode(row[0], run_id, "its saved state")
         data["run_id"] = run_id
-        data["config"] = json.loads(row[5])
+        data["config"] = _decode(row[5], run_id, "its configuration")
         data["messages"] = [
-            json.loads(body)
-            for (body,) in self._db.execute("SELECT body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,))
+            _decode(body, run_id, f"message {seq}")
+            for seq, body in self._db.execute("SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,))
         ]
         data["executed"] = {
             call_id: [fingerprint, outcome]
@@ -470,7 +479,12 @@ class SQLiteStore:
                 (run_id,),
             )
         }
-        return StoredRun(RunState.from_dict(data), _principal(json.loads(row[1])), json.loads(row[2]), row[3], row[4])
+        try:
+            state = RunState.from_dict(data)
+        except (KeyError, TypeError, ValueError):
+            raise StoreError(f"run {run_id}: its saved state is not readable (see tether runs verify)") from None
+        principal = _principal(_decode(row[1], run_id, "its principal"))
+        return StoredRun(state, principal, _decode(row[2], run_id, "its setup"), row[3], row[4])
 
     def list_runs(self, principal_id: str | None = None, limit: int = 50) -> list[RunSummary]:
         query = "SELECT id, status, json_extract(principal, '$.id'), created_at, updated_at, meta FROM runs"
@@ -484,7 +498,7 @@ class SQLiteStore:
 
     def events(self, run_id: str) -> list[StoredEvent]:
         return [
-            StoredEvent(seq, at, kind, step, json.loads(data))
+            StoredEvent(seq, at, kind, step, _decode(data, run_id, f"event {seq}"))
             for seq, at, kind, step, data in self._db.execute(
                 "SELECT seq, at, kind, step, data FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
             )
@@ -534,9 +548,15 @@ class SQLiteStore:
 
     def messages(self, run_id: str) -> list[Message]:
         return [
-            Message.from_dict(json.loads(body))
-            for (body,) in self._db.execute("SELECT body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,))
+            Message.from_dict(_decode(body, run_id, f"message {seq}"))
+            for seq, body in self._db.execute("SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,))
         ]
+
+    def counts(self, run_id: str) -> tuple[int, int]:
+        """How many events and messages a run has stored."""
+        events = self._db.execute("SELECT count(*) FROM events WHERE run_id = ?", (run_id,)).fetchone()[0]
+        messages = self._db.execute("SELECT count(*) FROM messages WHERE run_id = ?", (run_id,)).fetchone()[0]
+        return int(events), int(messages)
 
 
 def _holds(owner: str, until: float | None, now: float) -> bool:
