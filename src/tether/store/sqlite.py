@@ -197,7 +197,8 @@ def _principal(data: dict[str, Any]) -> Principal:
 
 
 def _meta(state: RunState) -> str:
-    return _canonical(state.progress())  # the growing parts live in their own tables
+    # The growing parts live in their own tables. Not hashed, so no need for sorted keys.
+    return json.dumps(state.progress(), ensure_ascii=False)
 
 
 class SQLiteStore:
@@ -391,7 +392,7 @@ class SQLiteStore:
             _, _, seq, event_hash = self._tails[state.run_id]
             rows = []
             for kind, data in events:
-                body = _canonical(self._event_data(data))
+                body = json.dumps(self._event_data(data), ensure_ascii=False)  # the hash covers this text
                 seq += 1
                 new_hash = chain_hash(event_hash, state.run_id, seq, repr(now), kind, state.steps, body)
                 rows.append((state.run_id, seq, now, kind, state.steps, body, event_hash, new_hash))
