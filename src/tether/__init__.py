@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tether.core import Budget, Compat, Message, RunConfig, Status, TetherError
     from tether.models import Model, ModelRequest, OpenAIChatModel, ScriptedModel
-    from tether.runner import Agent, Decision, RunEvent, RunResult
+    from tether.report import RunResult
+    from tether.runner import Agent, Decision, RunEvent
     from tether.tools import Principal, Tool, ToolContext, ToolError, tool, tool_from_schema
     from tether.toolsets import load_toolset
 
@@ -22,7 +23,7 @@ _WHERE = {
     "Agent": "tether.runner",
     "Decision": "tether.runner",
     "RunEvent": "tether.runner",
-    "RunResult": "tether.runner",
+    "RunResult": "tether.report",
     "Budget": "tether.core",
     "Compat": "tether.core",
     "Message": "tether.core",

@@ -41,15 +41,27 @@ from tether.core.machine import (
     Status,
     ToolsFinished,
 )
-from tether.core.messages import Message, ModelReply, Usage
+from tether.core.messages import Message, ModelReply
 from tether.durable import settle
 from tether.models.base import Model, ModelRequest
+from tether.report import CallReport, RunResult, StepReport, usage_dict
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
 from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, result_envelope
 
 if TYPE_CHECKING:
     from tether.store.sqlite import SQLiteStore
+
+__all__ = [
+    "Agent",
+    "CallReport",
+    "Decision",
+    "Driver",
+    "RunEvent",
+    "RunResult",
+    "StepReport",
+    "ToolChoice",
+]
 
 # Event kinds, in the order a step emits them.
 RUN_STARTED = "run_started"
@@ -89,68 +101,6 @@ EventHandler = Callable[[RunEvent], None]
 # "auto", "none", "required" or {"type": "function", "function": {"name": ...}}; None leaves it to the provider.
 ToolChoice = str | dict[str, Any] | None
 Approver = Callable[[PendingCall], Awaitable[Decision | None]]
-
-
-@dataclass(slots=True)
-class CallReport:
-    id: str
-    tool: str
-    executed: bool
-    outcome: str = ""
-    result: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "tool": self.tool, "outcome": self.outcome, "executed": self.executed}
-
-
-@dataclass(slots=True)
-class StepReport:
-    step: int
-    finish_reason: str | None = None
-    content: str | None = None
-    usage: Usage = field(default_factory=Usage)
-    calls: list[CallReport] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "finish_reason": self.finish_reason,
-            "content": self.content,
-            "usage": _usage_dict(self.usage),
-            "calls": [c.to_dict() for c in self.calls],
-        }
-
-
-def _usage_dict(usage: Usage) -> dict[str, int]:
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-    }
-
-
-@dataclass(slots=True)
-class RunResult:
-    run_id: str
-    status: Status
-    output: str | None
-    reason: str | None
-    steps: list[StepReport]
-    state: RunState
-
-    @property
-    def usage(self) -> Usage:
-        return self.state.usage
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "status": self.status.value,
-            "output": self.output,
-            "reason": self.reason,
-            "steps": [s.to_dict() for s in self.steps],
-            "usage": _usage_dict(self.usage),
-        }
 
 
 class Agent:
@@ -207,7 +157,7 @@ class Agent:
         self.store.acquire(run_id)
         stored = self.store.load(run_id)
         toolbox = Toolbox(self.tools, stored.principal)
-        return Driver(self, Run(stored.state, toolbox), toolbox, on_event, resumed=True)
+        return Driver(self, Run(stored.state, toolbox), toolbox, on_event)
 
     async def run(
         self,
@@ -225,15 +175,12 @@ class Agent:
 class Driver:
     """Drives one run to a finish or a pause (approval without an approver)."""
 
-    def __init__(
-        self, agent: Agent, run: Run, toolbox: Toolbox, on_event: EventHandler | None, resumed: bool = False
-    ) -> None:
+    def __init__(self, agent: Agent, run: Run, toolbox: Toolbox, on_event: EventHandler | None) -> None:
         self.agent = agent
         self.run_machine = run
         self.toolbox = toolbox
         self.store = agent.store
         self.on_event = on_event
-        self.resumed = resumed
         self.steps: list[StepReport] = []
         self._step_start = 0  # where the current step's assistant message will land
         self._reported: set[str] = set()  # call ids of the current step with an event
@@ -411,7 +358,7 @@ class Driver:
             finish_reason=reply.finish_reason,
             content=reply.content,
             tool_calls=len(reply.tool_calls),
-            usage=_usage_dict(reply.usage),
+            usage=usage_dict(reply.usage),
         )
 
     async def _run_tools(self, command: RunTools) -> Command:

@@ -16,7 +16,8 @@ from typing import Any
 from tether.core.budget import Budget
 from tether.core.machine import Status
 from tether.models.openai_chat import OpenAIChatModel
-from tether.runner import Agent, RunResult
+from tether.report import RunResult
+from tether.runner import Agent
 from tether.testing.fake_server import SCENARIOS, FakeServer, ReplySpec, text, tool_calls
 from tether.tools import Tool, tool
 from tether.toolsets import load_toolset

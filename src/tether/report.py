@@ -1,0 +1,71 @@
+"""What a run did, step by step: the object `tether run --json` prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.core.machine import RunState, Status
+from tether.core.messages import Usage
+
+
+def usage_dict(usage: Usage) -> dict[str, int]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+@dataclass(slots=True)
+class CallReport:
+    id: str
+    tool: str
+    executed: bool
+    outcome: str = ""
+    result: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "tool": self.tool, "outcome": self.outcome, "executed": self.executed}
+
+
+@dataclass(slots=True)
+class StepReport:
+    step: int
+    finish_reason: str | None = None
+    content: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    calls: list[CallReport] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "finish_reason": self.finish_reason,
+            "content": self.content,
+            "usage": usage_dict(self.usage),
+            "calls": [c.to_dict() for c in self.calls],
+        }
+
+
+@dataclass(slots=True)
+class RunResult:
+    run_id: str
+    status: Status
+    output: str | None
+    reason: str | None
+    steps: list[StepReport]
+    state: RunState
+
+    @property
+    def usage(self) -> Usage:
+        return self.state.usage
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status.value,
+            "output": self.output,
+            "reason": self.reason,
+            "steps": [s.to_dict() for s in self.steps],
+            "usage": usage_dict(self.usage),
+        }
