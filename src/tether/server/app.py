@@ -1,0 +1,185 @@
+"""The ticket-support HTTP API (docs/tickets-service.md) and the page that uses it.
+
+    app = create_app(Settings.from_env())
+    uvicorn.run(app, host="127.0.0.1", port=8000)
+
+Routes stay thin: authentication is a dependency (``tether.server.auth``),
+runs live in ``tether.server.runs``, errors become problem documents in
+``tether.server.problems``. Handlers that touch the run store are ``async``
+so that the store is only ever used on the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Query, Response
+from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.server.auth import Approver, Authority, CurrentUser
+from tether.server.problems import Problem, install
+from tether.server.runs import RunService
+from tether.server.settings import Settings
+from tether.store.sqlite import SQLiteStore
+from tether.tickets.db import TicketsDB, User, verify_password
+from tether.tickets.tools import KnowledgeSource, ticket_tools
+from tether.tools.tool import Tool
+
+log = logging.getLogger("tether.server")
+
+PLACEHOLDER_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>tether tickets</title></head>
+<body><h1>tether tickets</h1><p>The API is at <code>/api</code>; the web page is not installed.</p></body></html>
+"""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class TokenRequest(_Strict):
+    username: Annotated[str, Field(min_length=1, max_length=100)]
+    password: Annotated[str, Field(min_length=1, max_length=1000)]
+
+
+class RunRequest(_Strict):
+    prompt: Annotated[str, Field(min_length=1, max_length=20_000)]
+
+
+class ApprovalRequest(_Strict):
+    approved: bool
+    reason: Annotated[str | None, Field(max_length=1000)] = None
+    # The argument fingerprint the approver saw; a decision for other arguments is refused.
+    fingerprint: Annotated[str | None, Field(max_length=200)] = None
+
+
+def _user(user: User) -> dict[str, Any]:
+    return {"id": user.id, "username": user.username, "role": user.role}
+
+
+def _open_kb(settings: Settings) -> KnowledgeSource | None:
+    if settings.kb_index is None:
+        return None
+    from tether.tickets.kb import KnowledgeBase  # torch and numpy load only when there is an index
+
+    return KnowledgeBase.open(settings.kb_index)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The service, wired to its two SQLite files; nothing else needs to run."""
+    authority = Authority.from_secret(settings.jwt_secret, settings.token_ttl)
+    tickets = TicketsDB(settings.tickets_db)
+    kb = _open_kb(settings)
+    store = SQLiteStore(settings.run_db, log_content=settings.log_content)
+
+    def tools() -> list[Tool]:
+        return ticket_tools(tickets, kb)
+
+    runs = RunService(settings, store, tools)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await runs.aclose()
+            store.close()
+            tickets.close()
+
+    app = FastAPI(
+        title="tether tickets",
+        lifespan=lifespan,
+        docs_url="/api/docs",
+        redoc_url=None,
+        openapi_url="/api/openapi.json",
+    )
+    app.state.authority = authority
+    app.state.tickets = tickets
+    app.state.runs = runs
+    install(app, max_body_bytes=settings.max_body_bytes)
+    _routes(app, settings, authority, tickets, runs)
+    return app
+
+
+def _routes(app: FastAPI, settings: Settings, authority: Authority, tickets: TicketsDB, runs: RunService) -> None:
+    @app.get("/api/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/api/auth/token")
+    async def token(body: TokenRequest, response: Response) -> dict[str, Any]:
+        # argon2 is slow on purpose: keep it off the event loop.
+        user = await asyncio.to_thread(verify_password, tickets, body.username, body.password)
+        if user is None:
+            raise Problem(401, "wrong username or password", headers={"WWW-Authenticate": 'Bearer realm="tether"'})
+        response.headers["Cache-Control"] = "no-store"  # RFC 6749 §5.1
+        return {
+            "access_token": authority.issue(user),
+            "token_type": "bearer",
+            "expires_in": int(authority.ttl),
+            "user": _user(user),
+        }
+
+    @app.get("/api/me")
+    async def me(user: CurrentUser) -> dict[str, Any]:
+        return _user(user)
+
+    @app.post("/api/runs", status_code=202)
+    async def start_run(body: RunRequest, user: CurrentUser, response: Response) -> dict[str, Any]:
+        live = runs.start(user, body.prompt)
+        response.headers["Location"] = f"/api/runs/{live.run_id}"
+        return {"run_id": live.run_id, "status": "ready"}
+
+    @app.get("/api/runs")
+    async def list_runs(user: CurrentUser, limit: Annotated[int, Query(ge=1, le=500)] = 50) -> dict[str, Any]:
+        return {"runs": runs.list_for(user, limit)}
+
+    @app.get("/api/runs/{run_id}")
+    async def get_run(run_id: str, user: CurrentUser) -> dict[str, Any]:
+        return runs.view(run_id, user)
+
+    @app.get("/api/runs/{run_id}/events")
+    async def run_events(run_id: str, user: CurrentUser) -> StreamingResponse:
+        stream = runs.follow(run_id, user)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+
+    @app.get("/api/approvals")
+    async def approvals(user: Approver) -> dict[str, Any]:
+        return {"approvals": runs.pending_approvals()}
+
+    @app.post("/api/runs/{run_id}/approvals/{call_id}")
+    async def decide(run_id: str, call_id: str, body: ApprovalRequest, user: Approver) -> dict[str, Any]:
+        return runs.decide(
+            run_id,
+            call_id,
+            approved=body.approved,
+            reason=body.reason,
+            fingerprint=body.fingerprint,
+            by=user,
+        )
+
+    _page(app, settings)
+
+
+def _page(app: FastAPI, settings: Settings) -> None:
+    index = settings.static_dir / "index.html"
+
+    @app.get("/", include_in_schema=False, response_model=None)
+    async def page() -> Response:
+        if index.is_file():
+            return FileResponse(index, media_type="text/html")
+        return HTMLResponse(PLACEHOLDER_PAGE)
+
+    app.mount("/static", StaticFiles(directory=settings.static_dir, check_dir=False), name="static")
+
+
+def main_app() -> FastAPI:
+    """For ``uvicorn --factory tether.server.app:main_app``: settings from the environment."""
+    return create_app(Settings.from_env())

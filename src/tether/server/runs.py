@@ -1,0 +1,372 @@
+"""Runs driven in the background of the HTTP service, and their live events.
+
+One ``SQLiteStore`` (one sqlite3 connection) serves every run. That is safe
+because the store is touched only on the event loop's thread, and each of
+its calls is one synchronous transaction: two drivers can interleave
+between transactions, never inside one. Tools may run in worker threads;
+they never see the store.
+
+A run in progress is *live*: the service holds its task, its owner and the
+queues of the clients following its events. The driver's ``on_event``
+pushes each event to those queues after the store has it, numbered with the
+store's own sequence (the driver delivers only checkpointed events, in
+order), so a client that reads the stored events and then the live ones,
+in the same step of the loop, neither misses nor repeats one.
+
+All runs in this process share one store, and so one lease owner: the
+store's lease cannot keep two of our own drivers apart. The live registry
+does: a run that is live is never resumed or decided on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.core.budget import RunConfig
+from tether.core.envelope import outcome_code
+from tether.core.errors import ApprovalMismatch, ConfigurationError
+from tether.core.machine import PendingCall, RunState, Status
+from tether.durable import decide
+from tether.runner import RUN_FINISHED, RUN_PAUSED, TEXT, Agent, Driver, RunEvent
+from tether.server.problems import Problem
+from tether.server.settings import Settings
+from tether.store.redact import redact
+from tether.store.sqlite import LeaseHeld, RunNotFound, SQLiteStore
+from tether.tickets.db import User
+from tether.tools.context import Principal
+from tether.tools.tool import Tool
+
+KEEPALIVE_SECONDS = 15.0
+ENDS_STREAM = frozenset({RUN_FINISHED, RUN_PAUSED})
+# Scanned for pending approvals; a store query by status would make this unnecessary.
+APPROVAL_SCAN_LIMIT = 10_000
+
+log = logging.getLogger("tether.server")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    kind: str
+    seq: int | None  # None for streamed text pieces, which the store does not keep
+    step: int
+    data: dict[str, Any]
+
+    def sse(self, run_id: str) -> str:
+        payload = {"run_id": run_id, "seq": self.seq, "kind": self.kind, "step": self.step, "data": self.data}
+        lines = [f"event: {self.kind}"]
+        if self.seq is not None:
+            lines.append(f"id: {self.seq}")
+        lines.append("data: " + json.dumps(payload, ensure_ascii=False, default=str))  # one line: no indent
+        return "\n".join(lines) + "\n\n"
+
+
+@dataclass(slots=True)
+class LiveRun:
+    run_id: str
+    owner: str
+    next_seq: int = 0  # the store's seq of the last event this run has
+    driver: Driver | None = None  # once the run has a slot
+    task: asyncio.Task[None] | None = None
+    followers: set[asyncio.Queue[StreamEvent | None]] = field(default_factory=set)
+
+    def on_event(self, event: RunEvent) -> None:
+        seq = None
+        if event.kind != TEXT:
+            self.next_seq += 1
+            seq = self.next_seq
+        item = StreamEvent(event.kind, seq, event.step, redact(event.data))
+        for queue in self.followers:
+            queue.put_nowait(item)
+
+    def end(self) -> None:
+        for queue in self.followers:
+            queue.put_nowait(None)
+
+
+def principal_for(user: User) -> Principal:
+    # Every scope for now: the ticket tools filter by owner and role themselves (DESIGN.md §7).
+    return Principal(user.id, roles=frozenset({user.role}))
+
+
+class RunService:
+    """Starts, follows, lists and decides on runs, all on the event loop's thread."""
+
+    def __init__(self, settings: Settings, store: SQLiteStore, tools: Callable[[], list[Tool]]) -> None:
+        self.settings = settings
+        self.store = store
+        self.tools = tools
+        self.slots = asyncio.Semaphore(settings.max_concurrent_runs)
+        self.live: dict[str, LiveRun] = {}
+
+    def _agent(self, principal: Principal) -> Agent:
+        return Agent(
+            self.settings.model_factory(),
+            self.tools(),
+            principal=principal,
+            store=self.store,
+            system=self.settings.system,
+            budget=self.settings.budget,
+            setup={"surface": "server"},
+        )
+
+    # --- driving -----------------------------------------------------------------
+
+    def start(self, user: User, prompt: str) -> LiveRun:
+        live = LiveRun(uuid.uuid4().hex, user.id)
+
+        def make(agent: Agent) -> Driver:
+            return agent.driver(prompt, run_id=live.run_id, on_event=live.on_event)
+
+        self._launch(live, principal_for(user), make)
+        return live
+
+    def resume(self, run_id: str, principal: Principal) -> LiveRun:
+        live = LiveRun(run_id, principal.id)
+
+        def make(agent: Agent) -> Driver:
+            live.next_seq = len(self.store.events(run_id))  # the driver's events follow these
+            return agent.resume(run_id, on_event=live.on_event)
+
+        self._launch(live, principal, make)
+        return live
+
+    def _launch(self, live: LiveRun, principal: Principal, make: Callable[[Agent], Driver]) -> None:
+        try:
+            agent = self._agent(principal)  # now, so that a model misconfiguration is the caller's answer
+        except ConfigurationError as exc:
+            log.error("cannot start a run: %s", exc)
+            raise Problem(503, "the service cannot reach a model now; the error is logged") from None
+        self.live[live.run_id] = live
+        live.task = asyncio.create_task(self._drive(live, agent, make), name=f"run {live.run_id}")
+
+    async def _drive(self, live: LiveRun, agent: Agent, make: Callable[[Agent], Driver]) -> None:
+        try:
+            async with self.slots:
+                live.driver = make(agent)
+                await live.driver.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("run %s failed outside the run state machine", live.run_id)
+        finally:
+            # Before any await: the run is not live once its driver is done.
+            if self.live.get(live.run_id) is live:
+                del self.live[live.run_id]
+            live.end()
+            await agent.aclose()
+
+    async def aclose(self) -> None:
+        """Cancel the runs in progress (each records ``cancelled``) and wait for them."""
+        tasks = [live.task for live in self.live.values() if live.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- reading -----------------------------------------------------------------
+
+    def owned_state(self, run_id: str, user: User) -> tuple[RunState, float | None, float | None]:
+        """The run's state if ``user`` owns it; a 404 if it is missing *or* someone else's."""
+        live = self.live.get(run_id)
+        try:
+            stored = self.store.load(run_id)
+        except RunNotFound:
+            if live is not None and live.owner == user.id:  # started; its first checkpoint is to come
+                return (live.driver.state if live.driver else _queued_state(run_id)), None, None
+            raise _no_run(run_id) from None
+        if stored.principal.id != user.id:
+            raise _no_run(run_id)
+        return stored.state, stored.created_at, stored.updated_at
+
+    def view(self, run_id: str, user: User) -> dict[str, Any]:
+        state, created_at, updated_at = self.owned_state(run_id, user)
+        return {
+            "run_id": run_id,
+            "status": state.status.value,
+            "output": state.output,
+            "reason": state.reason,
+            "created_at": created_at,
+            "updated_at": updated_at,
+            "usage": {
+                "input_tokens": state.usage.input_tokens,
+                "output_tokens": state.usage.output_tokens,
+                "total_tokens": state.usage.total_tokens,
+            },
+            "steps": _steps(state),
+            "pending_approvals": [_approval(run_id, call) for call in _pending_approvals(state)],
+        }
+
+    def list_for(self, user: User, limit: int) -> list[dict[str, Any]]:
+        runs = [
+            {
+                "run_id": r.run_id,
+                "status": r.status,
+                "created_at": r.created_at,
+                "updated_at": r.updated_at,
+                "steps": r.steps,
+            }
+            for r in self.store.list_runs(principal_id=user.id, limit=limit)
+        ]
+        known = {r["run_id"] for r in runs}
+        queued = [
+            {"run_id": live.run_id, "status": Status.READY.value, "created_at": None, "updated_at": None, "steps": 0}
+            for live in self.live.values()
+            if live.owner == user.id and live.run_id not in known
+        ]
+        return queued + runs
+
+    def follow(self, run_id: str, user: User) -> AsyncIterator[str]:
+        """The run's events as SSE text: the stored ones, then live ones until it finishes or pauses."""
+        self.owned_state(run_id, user)
+        live = self.live.get(run_id)
+        queue: asyncio.Queue[StreamEvent | None] | None = None
+        if live is not None:
+            queue = asyncio.Queue()
+            live.followers.add(queue)
+        # No await between subscribing and reading the store: no event can fall between the two.
+        stored = [StreamEvent(e.kind, e.seq, e.step, e.data) for e in self.store.events(run_id)]
+        return self._stream(run_id, stored, live, queue)
+
+    async def _stream(
+        self,
+        run_id: str,
+        stored: list[StreamEvent],
+        live: LiveRun | None,
+        queue: asyncio.Queue[StreamEvent | None] | None,
+    ) -> AsyncIterator[str]:
+        try:
+            last = 0
+            for event in stored:
+                last = event.seq or last
+                yield event.sse(run_id)
+            if queue is None:
+                return
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+                except TimeoutError:
+                    yield ": keep-alive\n\n"
+                    continue
+                if item is None:
+                    return
+                if item.seq is not None and item.seq <= last:
+                    continue
+                yield item.sse(run_id)
+                if item.kind in ENDS_STREAM:
+                    return
+        finally:
+            if live is not None and queue is not None:
+                live.followers.discard(queue)
+
+    # --- approvals ---------------------------------------------------------------
+
+    def pending_approvals(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for summary in self.store.list_runs(limit=APPROVAL_SCAN_LIMIT):
+            if summary.status != Status.AWAITING_APPROVAL.value or summary.run_id in self.live:
+                continue
+            try:
+                stored = self.store.load(summary.run_id)
+            except RunNotFound:
+                continue
+            for call in _pending_approvals(stored.state):
+                found.append({**_approval(summary.run_id, call), "owner": stored.principal.id,
+                              "requested_at": stored.updated_at})  # fmt: skip
+        found.sort(key=lambda a: a["requested_at"])
+        return found
+
+    def decide(
+        self,
+        run_id: str,
+        call_id: str,
+        *,
+        approved: bool,
+        reason: str | None,
+        fingerprint: str | None,
+        by: User,
+    ) -> dict[str, Any]:
+        """Record a decision, then resume the run once no call waits for one."""
+        if run_id in self.live:
+            raise Problem(409, f"run {run_id} is running; decisions are taken while it waits for approval")
+        try:
+            stored = self.store.load(run_id)
+        except RunNotFound:
+            raise _no_run(run_id) from None
+        if not any(c.id == call_id for m in stored.state.messages for c in m.tool_calls):
+            raise Problem(404, f"run {run_id} has no call {call_id}")
+        try:
+            call = decide(
+                self.store,
+                run_id,
+                call_id,
+                approved=approved,
+                reason=reason,
+                by=by.username,
+                fingerprint=fingerprint,
+            )
+        except ApprovalMismatch as exc:
+            raise Problem(409, str(exc)) from None
+        except LeaseHeld:
+            raise Problem(409, f"run {run_id} is being driven elsewhere; try again later") from None
+        state = self.store.load(run_id).state
+        resumed = state.status is not Status.AWAITING_APPROVAL
+        if resumed:
+            self.resume(run_id, stored.principal)
+        return {
+            "run_id": run_id,
+            "call_id": call_id,
+            "tool": call.tool,
+            "approved": approved,
+            "status": "running" if resumed else state.status.value,
+        }
+
+
+def _no_run(run_id: str) -> Problem:
+    return Problem(404, f"no run {run_id}")
+
+
+def _queued_state(run_id: str) -> RunState:
+    return RunState(run_id, RunConfig(), [])
+
+
+def _pending_approvals(state: RunState) -> list[PendingCall]:
+    if state.status is not Status.AWAITING_APPROVAL:
+        return []
+    return [p for p in state.pending if p.execute and p.needs_approval and p.call_id not in state.approvals]
+
+
+def _approval(run_id: str, call: PendingCall) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "call_id": call.call_id,
+        "tool": call.tool,
+        "arguments": call.arguments,
+        "fingerprint": call.fingerprint,
+    }
+
+
+def _steps(state: RunState) -> list[dict[str, Any]]:
+    """One entry per model reply that the transcript holds, with its calls and their outcomes."""
+    replies = {m.tool_call_id: m.content or "" for m in state.messages if m.role == "tool"}
+    steps: list[dict[str, Any]] = []
+    for message in (m for m in state.messages if m.role == "assistant"):
+        calls = []
+        for c in message.tool_calls:
+            result = replies.get(c.id)
+            calls.append(
+                {
+                    "id": c.id,
+                    "tool": c.name,
+                    "arguments": c.arguments,
+                    "executed": c.id in state.executed,
+                    "outcome": None if result is None else outcome_code(result),
+                    "result": result,
+                }
+            )
+        steps.append({"step": len(steps) + 1, "content": message.content, "calls": calls})
+    return steps

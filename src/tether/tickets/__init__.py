@@ -1,0 +1,27 @@
+"""tether.tickets: the ticket-support reference application's data and tools."""
+
+from tether.tickets.db import (
+    Comment,
+    Ticket,
+    TicketPage,
+    TicketsDB,
+    TicketsDBError,
+    User,
+    seed,
+    verify_password,
+)
+from tether.tickets.tools import KnowledgeSource, Snippet, ticket_tools
+
+__all__ = [
+    "Comment",
+    "KnowledgeSource",
+    "Snippet",
+    "Ticket",
+    "TicketPage",
+    "TicketsDB",
+    "TicketsDBError",
+    "User",
+    "seed",
+    "ticket_tools",
+    "verify_password",
+]
