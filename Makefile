@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench self-check clean
+.PHONY: demo test bench self-check clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,11 +21,20 @@ demo: $(STAMP)
 self-check: $(STAMP)
 	$(BIN)/tether self-check
 
-test: $(STAMP)
+# The browser test drives Debian's Chromium with playwright-core from npm (no browser download).
+E2E := tests/e2e/node_modules/playwright-core/package.json
+$(E2E): tests/e2e/package.json tests/e2e/package-lock.json
+	npm ci --prefix tests/e2e --no-audit --no-fund --loglevel=error
+
+browser:
+	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
+		|| { echo "install Debian's chromium (apt-get install chromium) for the browser test"; exit 1; }
+
+test: $(STAMP) $(E2E) browser
 	$(BIN)/ruff check src tests bench docs
 	$(BIN)/ruff format --check src tests bench docs
 	$(BIN)/mypy
-	$(BIN)/pytest
+	TETHER_REQUIRE_BROWSER=1 $(BIN)/pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

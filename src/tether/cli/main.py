@@ -25,6 +25,7 @@ from tether.cli.common import (
     open_store,
 )
 from tether.cli.runs import approve, deny, reconcile, runs
+from tether.cli.serve import kb, serve, tickets
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
 from tether.core.errors import ConfigurationError, TetherError
 from tether.core.machine import Status
@@ -283,6 +284,9 @@ def self_check() -> None:
 
 
 cli.add_command(runs)
+cli.add_command(serve)
+cli.add_command(tickets)
+cli.add_command(kb)
 cli.add_command(approve)
 cli.add_command(deny)
 cli.add_command(reconcile)

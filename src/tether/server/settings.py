@@ -38,7 +38,7 @@ def openai_model_factory(base_url: str | None = None, model: str | None = None) 
     def make() -> Model:
         from tether.models.openai_chat import OpenAIChatModel
 
-        return OpenAIChatModel(model, base_url=base_url)
+        return OpenAIChatModel(model, base_url=base_url, stream=True)  # the page shows the answer as it streams
 
     return make
 
