@@ -65,6 +65,23 @@ def default_path() -> Path:
     return Path(base) / "tether" / "tether.db"
 
 
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection in the house settings: WAL, process-crash-safe commits, waits on locks, foreign keys.
+
+    Transactions are explicit (``isolation_level=None``). Raises ``sqlite3.Error`` or ``OSError``.
+    """
+    if str(path) != ":memory:":
+        path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=5000", "foreign_keys=ON"):
+            db.execute(f"PRAGMA {pragma}")
+    except sqlite3.Error:
+        db.close()
+        raise
+    return db
+
+
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -225,12 +242,7 @@ class SQLiteStore:
         self.clock = clock
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db = connect(self.path)
             self._migrate()
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the run store at {self.path}: {exc} (set TETHER_DB or --db)") from None

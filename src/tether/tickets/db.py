@@ -36,6 +36,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from tether.core.errors import ConfigurationError, TetherError
+from tether.store.sqlite import connect
 
 Role = Literal["customer", "agent", "admin"]
 Status = Literal["open", "pending", "closed"]
@@ -214,23 +215,24 @@ class TicketsDB:
         self._lock = threading.RLock()
         self._dummy: str | None = None
         try:
-            if str(path) != ":memory:":
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        except (sqlite3.Error, OSError) as exc:
+            self._db = connect(self.path)
+        except OSError as exc:
             raise ConfigurationError(f"cannot open the tickets database at {self.path}: {exc}") from None
+        except sqlite3.Error as exc:
+            raise self._unusable(exc) from None
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.execute("PRAGMA foreign_keys=ON")
             self.create_schema()
         except (sqlite3.Error, TicketsDBError) as exc:
             self._db.close()
-            raise ConfigurationError(
-                f"cannot use {self.path} as the tickets database: {exc} "
-                "(is it a SQLite file made by another program, or damaged?)"
-            ) from None
+            raise self._unusable(exc) from None
+
+    def _unusable(self, exc: Exception) -> ConfigurationError:
+        if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
+            return ConfigurationError(f"cannot open the tickets database at {self.path}: {exc}")
+        return ConfigurationError(
+            f"cannot use {self.path} as the tickets database: {exc} "
+            "(is it a SQLite file made by another program, or damaged?)"
+        )
 
     # --- lifecycle -----------------------------------------------------------
 
