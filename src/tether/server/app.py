@@ -29,7 +29,6 @@ from tether.server.settings import Settings
 from tether.store.sqlite import SQLiteStore
 from tether.tickets.db import TicketsDB, User, verify_password
 from tether.tickets.tools import KnowledgeSource, ticket_tools
-from tether.tools.tool import Tool
 
 log = logging.getLogger("tether.server")
 
@@ -78,10 +77,7 @@ def create_app(settings: Settings) -> FastAPI:
     kb = _open_kb(settings)
     store = SQLiteStore(settings.run_db, log_content=settings.log_content)
 
-    def tools() -> list[Tool]:
-        return ticket_tools(tickets, kb)
-
-    runs = RunService(settings, store, tools)
+    runs = RunService(settings, store, ticket_tools(tickets, kb))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -24,7 +24,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from tether.core.envelope import outcome_code
 from tether.core.errors import ApprovalMismatch, ConfigurationError
 from tether.core.machine import PendingCall, RunState, Status
 from tether.durable import decide
+from tether.models.base import Model
 from tether.runner import RUN_FINISHED, RUN_PAUSED, TEXT, Agent, Driver, RunEvent
 from tether.server.problems import Problem
 from tether.server.settings import Settings
@@ -97,17 +98,22 @@ def principal_for(user: User) -> Principal:
 class RunService:
     """Starts, follows, lists and decides on runs, all on the event loop's thread."""
 
-    def __init__(self, settings: Settings, store: SQLiteStore, tools: Callable[[], list[Tool]]) -> None:
+    def __init__(self, settings: Settings, store: SQLiteStore, tools: Sequence[Tool]) -> None:
         self.settings = settings
         self.store = store
-        self.tools = tools
+        # Built once: a tool's schema and validator cost milliseconds, and tools hold no per-user state
+        # (who is asking comes from the run's principal, in each call's context).
+        self.tools = list(tools)
+        self.model: Model | None = None  # one client shared by every run, made on first use
         self.slots = asyncio.Semaphore(settings.max_concurrent_runs)
         self.live: dict[str, LiveRun] = {}
 
     def _agent(self, principal: Principal) -> Agent:
+        if self.model is None:
+            self.model = self.settings.model_factory()
         return Agent(
-            self.settings.model_factory(),
-            self.tools(),
+            self.model,
+            self.tools,
             principal=principal,
             store=self.store,
             system=self.settings.system,
@@ -159,14 +165,15 @@ class RunService:
             if self.live.get(live.run_id) is live:
                 del self.live[live.run_id]
             live.end()
-            await agent.aclose()
 
     async def aclose(self) -> None:
-        """Cancel the runs in progress (each records ``cancelled``) and wait for them."""
+        """Cancel the runs in progress (each records ``cancelled``), wait for them, close the model client."""
         tasks = [live.task for live in self.live.values() if live.task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.model is not None:
+            await self.model.aclose()
 
     # --- reading -----------------------------------------------------------------
 
