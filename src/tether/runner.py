@@ -187,6 +187,7 @@ class Driver:
         self._finished: dict[str, str] = {}  # results of the current step's executed calls
         self._unsaved: list[RunEvent] = []  # events not yet checkpointed (durable runs)
         self._outcomes: list[tuple[PendingCall, str]] = []  # read-only results for the next checkpoint
+        self._lease_timer: asyncio.TimerHandle | None = None
 
     @property
     def state(self) -> RunState:
@@ -375,7 +376,8 @@ class Driver:
             else:
                 self._reject(p.call_id, p.tool, p.result or "")
         self._finished = {}
-        heartbeat = asyncio.create_task(self._keep_lease()) if self.store is not None else None
+        if self.store is not None:
+            self._renew_lease_later()
         try:
             for batch in _batches(command.to_execute):
                 if len(batch) == 1:
@@ -383,18 +385,26 @@ class Driver:
                 else:
                     await asyncio.gather(*(self._invoke(p) for p in batch))
         finally:
-            if heartbeat is not None:
-                heartbeat.cancel()
+            if self._lease_timer is not None:
+                self._lease_timer.cancel()
+                self._lease_timer = None
         next_command = self._send(ToolsFinished(dict(self._finished), self.agent.clock()))
         self._sync_last_step()
         return next_command
 
-    async def _keep_lease(self) -> None:
-        """Renew the lease while tools run, so a long call is not mistaken for a dead driver."""
+    def _renew_lease_later(self) -> None:
+        """Renew the lease every third of its term while tools run, so a long call is not taken for a dead driver.
+
+        A timer, not a task: most steps' tools finish long before it fires.
+        """
         assert self.store is not None
-        while True:
-            await asyncio.sleep(self.store.lease_seconds / 3)
-            self.store.renew(self.state.run_id)
+        store = self.store
+
+        def renew() -> None:
+            store.renew(self.state.run_id)
+            self._renew_lease_later()
+
+        self._lease_timer = asyncio.get_running_loop().call_later(store.lease_seconds / 3, renew)
 
     def _reject(self, call_id: str, tool: str, content: str) -> None:
         self._reported.add(call_id)
