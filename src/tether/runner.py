@@ -208,8 +208,10 @@ class Driver:
         """Checkpoint the state with the events since the last one, then let listeners hear of them.
 
         Called before anything the events could lead to (a model request, a
-        tool call, a pause): events that happen back to back share one
-        transaction, and no listener hears of an event that is not stored.
+        side-effecting call, a pause, the end): events that happen back to
+        back share one transaction, and no listener hears of an event that is
+        not stored. A read-only call needs no checkpoint before it: if the
+        process dies during it, resume simply runs it again.
         """
         if self.store is None:
             return
@@ -412,8 +414,8 @@ class Driver:
 
     async def _invoke(self, call: PendingCall) -> str:
         store, run_id = self.store, self.state.run_id
-        self._flush()
         if store is not None and not call.read_only:
+            self._flush()  # a read has no effect to protect: its events ride on the next checkpoint
             entry = store.ledger_entry(run_id, call.call_id)
             if entry is not None and entry.outcome is not None:
                 return self._done(call, entry.outcome, CALL_RECOVERED)

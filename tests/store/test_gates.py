@@ -344,9 +344,13 @@ async def test_a_call_recorded_before_a_crash_is_not_executed_again(stores: Call
         if event.kind == OUTCOME_RECORDED:
             raise Crash
 
-    # c2 keeps the step open: the crash comes between c1's outcome and the end of the step.
+    # c2, also side-effecting, keeps the step open: the checkpoint before it delivers c1's
+    # outcome_recorded, so the crash comes between c1's outcome and c2.
     model = ScriptedModel(
-        [calls(("c1", "transfer", '{"amount": 5, "to": "x"}'), ("c2", "balance", '{"account": "a"}')), text("done")]
+        [
+            calls(("c1", "transfer", '{"amount": 5, "to": "x"}'), ("c2", "transfer", '{"amount": 7, "to": "y"}')),
+            text("done"),
+        ]
     )
     with pytest.raises(Crash):
         await Agent(model, TOOLS, principal=BOB, store=stores()).run("pay", on_event=crash_after_outcome)
@@ -362,7 +366,7 @@ async def test_a_call_recorded_before_a_crash_is_not_executed_again(stores: Call
     result = await agent.resume(summary.run_id, on_event=heard.append).run()
 
     assert result.status is Status.COMPLETED
-    assert effects == [("transfer", 5, "x"), ("balance", "a")]  # the transfer once
+    assert effects == [("transfer", 5, "x"), ("transfer", 7, "y")]  # each transfer once
     assert [e.data["id"] for e in heard if e.kind == CALL_RECOVERED] == ["c1"]
     assert tool_message(result, "c1")["result"]["moved"] == 5
     assert tool_message(result, "c1") == json.loads(entry.outcome)

@@ -74,7 +74,15 @@ def connect(path: Path) -> sqlite3.Connection:
         path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
-        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=5000", "foreign_keys=ON"):
+        # wal_autocheckpoint: fold the WAL back every ~16 MB rather than 4 MB, a quarter of the fsyncs.
+        pragmas = (
+            "journal_mode=WAL",
+            "synchronous=NORMAL",
+            "busy_timeout=5000",
+            "foreign_keys=ON",
+            "wal_autocheckpoint=4000",
+        )
+        for pragma in pragmas:
             db.execute(f"PRAGMA {pragma}")
     except sqlite3.Error:
         db.close()
