@@ -280,6 +280,11 @@ def mermaid_diagram() -> str:
 # --- the state -------------------------------------------------------------------
 
 
+def _refused(call: PendingCall, code: ErrorCode, message: str) -> PendingCall:
+    """``call`` answered with an error instead of being executed."""
+    return replace(call, execute=False, result=envelope.error(code, message))
+
+
 def fingerprint(tool: str, arguments: Mapping[str, Any]) -> str:
     """A stable digest of a tool name and its canonical arguments."""
     canonical = json.dumps([tool, arguments], sort_keys=True, separators=(",", ":"))
@@ -557,9 +562,7 @@ class Run:
             verdict = self._catalog.check(call)
             if isinstance(verdict, Rejected):
                 repair_needed = True
-                pending.append(
-                    PendingCall(call.id, call.name, None, None, result=envelope.error(verdict.code, verdict.message))
-                )
+                pending.append(_refused(PendingCall(call.id, call.name, None, None), verdict.code, verdict.message))
                 continue
             fp = fingerprint(call.name, verdict.arguments)
             if fp == s.last_signature:
@@ -579,34 +582,18 @@ class Run:
                 read_only=verdict.read_only,
                 untrusted_output=verdict.untrusted_output,
             )
-            if s.repeats == b.loop_limit:
-                pending.append(
-                    replace(
-                        base,
-                        result=envelope.error(
-                            ErrorCode.REPEATED_CALL,
-                            f"same call made {s.repeats} times in a row; change the arguments or answer",
-                        ),
-                    )
-                )
-                continue
             earlier = s.executed.get(call.id)
-            if earlier is not None:
-                if earlier[0] == fp:
-                    pending.append(replace(base, result=earlier[1]))
-                else:
-                    pending.append(
-                        replace(
-                            base,
-                            result=envelope.error(
-                                ErrorCode.CALL_ID_REUSED,
-                                f"call id {call.id} was already used with other arguments; use a new id",
-                            ),
-                        )
-                    )
-                continue
-            needs_approval = verdict.needs_approval or (s.tainted and not verdict.read_only)
-            pending.append(replace(base, execute=True, needs_approval=needs_approval))
+            if s.repeats == b.loop_limit:
+                message = f"same call made {s.repeats} times in a row; change the arguments or answer"
+                pending.append(_refused(base, ErrorCode.REPEATED_CALL, message))
+            elif earlier is not None and earlier[0] == fp:
+                pending.append(replace(base, result=earlier[1]))  # the recorded result, not a second execution
+            elif earlier is not None:
+                message = f"call id {call.id} was already used with other arguments; use a new id"
+                pending.append(_refused(base, ErrorCode.CALL_ID_REUSED, message))
+            else:
+                needs_approval = verdict.needs_approval or (s.tainted and not verdict.read_only)
+                pending.append(replace(base, execute=True, needs_approval=needs_approval))
         s.pending = pending
         s.approvals = {}  # a decision binds one call of one step, never a later reuse of its id
         s.failed_repairs = s.failed_repairs + 1 if repair_needed else 0
@@ -651,8 +638,7 @@ class Run:
         current = fingerprint(call.tool, call.arguments or {})
         if decision and decision["approved"] and decision["fingerprint"] == current == call.fingerprint:
             return call
-        note = "arguments changed after approval; not executed"
-        return replace(call, execute=False, result=envelope.error(ErrorCode.DENIED, note))
+        return _refused(call, ErrorCode.DENIED, "arguments changed after approval; not executed")
 
     def _undecided(self) -> list[PendingCall]:
         return [p for p in self.state.pending if p.needs_approval and p.call_id not in self.state.approvals]
@@ -678,12 +664,7 @@ class Run:
         }
         if not event.approved:
             note = f"denied by approver: {event.reason}" if event.reason else "denied by approver"
-            s.pending = [
-                replace(p, execute=False, result=envelope.error(ErrorCode.DENIED, note))
-                if p.call_id == event.call_id
-                else p
-                for p in s.pending
-            ]
+            s.pending = [_refused(p, ErrorCode.DENIED, note) if p.call_id == event.call_id else p for p in s.pending]
         if self._undecided():
             return AwaitApproval(tuple(self._undecided()))
         why = self._exhausted(event.now)  # a decision may come hours later
