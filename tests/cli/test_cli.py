@@ -8,53 +8,17 @@ child's environment so the developer's own settings never leak in.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
-import subprocess
-import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from cli_helpers import clean_env, endpoint, tether
 
 from tether.testing.fake_server import SCENARIOS, FakeServer, raw, text
 
 PROMPT = "What is 248 times 15?"
 SECRET_KEY = "sk-test-DO-NOT-PRINT-0123456789abcdef"
-
-
-@dataclass(frozen=True)
-class Completed:
-    code: int
-    out: str
-    err: str
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TETHER_"))}
-    env["PYTHONUTF8"] = "1"
-    env.update(extra)
-    return env
-
-
-def tether(*argv: str, env: Mapping[str, str] | None = None) -> Completed:
-    done = subprocess.run(
-        [sys.executable, "-m", "tether", *argv],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        env=dict(env) if env is not None else clean_env(),
-        timeout=90,
-    )
-    result = Completed(done.returncode, done.stdout, done.stderr)
-    assert "Traceback" not in result.out + result.err, result
-    return result
-
-
-def endpoint(server: FakeServer, key: str = "x") -> list[str]:
-    return ["--base-url", server.base_url, "--model", "fake", "--api-key", key]
 
 
 def one_json_object(stdout: str) -> dict[str, Any]:

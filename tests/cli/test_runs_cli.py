@@ -11,15 +11,13 @@ import json
 import os
 import re
 import sqlite3
-import subprocess
-import sys
 import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import clean_env, endpoint, tether
 
 from tether.store import SQLiteStore
 from tether.testing.fake_server import SCENARIOS, FakeServer, text, tool_calls
@@ -28,38 +26,6 @@ PROMPT = "What is 248 times 15?"
 RUN_ID = re.compile(r"\b[0-9a-f]{32}\b")
 EXIT_VERIFY_FAILED = 6
 EXIT_MISMATCH = 7
-
-
-@dataclass(frozen=True)
-class Completed:
-    code: int
-    out: str
-    err: str
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TETHER_"))}
-    env["PYTHONUTF8"] = "1"
-    env.update(extra)
-    return env
-
-
-def tether(*argv: str, env: Mapping[str, str]) -> Completed:
-    done = subprocess.run(
-        [sys.executable, "-m", "tether", *argv],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        env=dict(env),
-        timeout=90,
-    )
-    result = Completed(done.returncode, done.stdout, done.stderr)
-    assert "Traceback" not in result.out + result.err, result
-    return result
-
-
-def endpoint(server: FakeServer, key: str = "x") -> list[str]:
-    return ["--base-url", server.base_url, "--model", "fake", "--api-key", key]
 
 
 def raw(path: Path) -> sqlite3.Connection:
