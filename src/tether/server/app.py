@@ -81,6 +81,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runs.recover()  # runs a crash or a hard stop cut off carry on from their last checkpoint
         try:
             yield
         finally:

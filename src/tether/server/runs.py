@@ -38,13 +38,14 @@ from tether.runner import RUN_FINISHED, RUN_PAUSED, TEXT, Agent, Driver, RunEven
 from tether.server.problems import Problem
 from tether.server.settings import Settings
 from tether.store.redact import redact
-from tether.store.sqlite import LeaseHeld, RunNotFound, SQLiteStore
+from tether.store.sqlite import LeaseHeld, RunNotFound, SQLiteStore, StoreError
 from tether.tickets.db import User
 from tether.tools.context import Principal
 from tether.tools.tool import Tool
 
 KEEPALIVE_SECONDS = 15.0
 ENDS_STREAM = frozenset({RUN_FINISHED, RUN_PAUSED})
+RECOVERY_SCAN_LIMIT = 10_000  # runs looked at on start-up for ones a crash cut off
 # Scanned for pending approvals; a store query by status would make this unnecessary.
 APPROVAL_SCAN_LIMIT = 10_000
 
@@ -142,6 +143,27 @@ class RunService:
         self._launch(live, principal, make)
         return live
 
+    def recover(self) -> list[str]:
+        """Resume the runs a crash cut off mid-flight; runs waiting for a person stay waiting.
+
+        A run whose lease a live process still holds is left to it (the driver logs so).
+        """
+        interrupted = {Status.READY.value, Status.AWAITING_MODEL.value, Status.AWAITING_TOOLS.value}
+        resumed = []
+        for summary in self.store.list_runs(limit=RECOVERY_SCAN_LIMIT, statuses=interrupted):
+            if summary.run_id in self.live:
+                continue
+            try:
+                principal = self.store.load(summary.run_id).principal
+                self.resume(summary.run_id, principal)
+            except (StoreError, Problem) as exc:
+                log.warning("cannot resume run %s: %s", summary.run_id, exc)
+                continue
+            resumed.append(summary.run_id)
+        if resumed:
+            log.info("resumed %d run(s) cut off by a previous stop", len(resumed))
+        return resumed
+
     def _launch(self, live: LiveRun, principal: Principal, make: Callable[[Agent], Driver]) -> None:
         try:
             agent = self._agent(principal)  # now, so that a model misconfiguration is the caller's answer
@@ -158,6 +180,8 @@ class RunService:
                 await live.driver.run()
         except asyncio.CancelledError:
             raise
+        except LeaseHeld as exc:
+            log.info("run %s is driven elsewhere: %s", live.run_id, exc)
         except Exception:
             log.exception("run %s failed outside the run state machine", live.run_id)
         finally:
@@ -274,8 +298,9 @@ class RunService:
 
     def pending_approvals(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
-        for summary in self.store.list_runs(limit=APPROVAL_SCAN_LIMIT):
-            if summary.status != Status.AWAITING_APPROVAL.value or summary.run_id in self.live:
+        waiting = {Status.AWAITING_APPROVAL.value}
+        for summary in self.store.list_runs(limit=APPROVAL_SCAN_LIMIT, statuses=waiting):
+            if summary.run_id in self.live:
                 continue
             try:
                 stored = self.store.load(summary.run_id)

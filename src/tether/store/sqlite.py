@@ -27,7 +27,7 @@ import socket
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -507,12 +507,21 @@ class SQLiteStore:
         principal = _principal(_decode(row[1], run_id, "its principal"))
         return StoredRun(state, principal, _decode(row[2], run_id, "its setup"), row[3], row[4])
 
-    def list_runs(self, principal_id: str | None = None, limit: int = 50) -> list[RunSummary]:
+    def list_runs(
+        self, principal_id: str | None = None, limit: int = 50, *, statuses: Collection[str] | None = None
+    ) -> list[RunSummary]:
+        """Runs, newest first; only a principal's, or only those in ``statuses``, when given."""
         query = "SELECT id, status, json_extract(principal, '$.id'), created_at, updated_at, meta FROM runs"
+        where: list[str] = []
         params: tuple[Any, ...] = ()
         if principal_id is not None:
-            query += " WHERE json_extract(principal, '$.id') = ?"
-            params = (principal_id,)
+            where.append("json_extract(principal, '$.id') = ?")
+            params += (principal_id,)
+        if statuses is not None:
+            where.append(f"status IN ({', '.join('?' * len(statuses))})")
+            params += tuple(statuses)
+        if where:
+            query += " WHERE " + " AND ".join(where)
         query += " ORDER BY created_at DESC LIMIT ?"
         rows = self._db.execute(query, (*params, limit)).fetchall()
         return [RunSummary(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])["steps"]) for r in rows]
