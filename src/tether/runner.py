@@ -13,6 +13,7 @@ still gets its tool message) before the ``CancelledError`` propagates.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig
 from tether.core.envelope import outcome_code
-from tether.core.errors import ModelError
+from tether.core.errors import ModelError, TetherError
 from tether.core.machine import (
     ApprovalDecided,
     AwaitApproval,
@@ -225,51 +226,55 @@ class Driver:
         return self.run_machine.send(event)
 
     async def run(self) -> RunResult:
-        clock = self.agent.clock
         try:
-            if self.state.status is Status.READY:
-                prompt = "\n".join(m.content or "" for m in self.state.messages if m.role == "user")
-                self._emit(RUN_STARTED, principal=self.toolbox.principal.id, prompt=prompt)
-                command = self._send(Begin(clock()))
-            else:
-                command = self._resume_command()
-            while True:
-                match command:
-                    case CallModel():
-                        command = await self._call_model(command)
-                    case RunTools():
-                        command = await self._run_tools(command)
-                    case AwaitApproval():
-                        next_command = await self._ask_approver(command)
-                        if next_command is None:
-                            return self._pause("waiting for approval")
-                        command = next_command
-                    case AwaitReconciliation():
-                        next_command = await self._reconcile(command)
-                        if next_command is None:
-                            return self._pause("waiting for reconciliation: the outcome of a call is unknown")
-                        command = next_command
-                    case Finish():
-                        self._sync_last_step()
-                        for call in self.steps[-1].calls if self.steps else ():
-                            if call.id not in self._reported and call.result:
-                                self._reject(call.id, call.tool, call.result)
-                        self._emit(
-                            RUN_FINISHED,
-                            status=command.status.value,
-                            output=command.output,
-                            reason=command.reason,
-                        )
-                        return self._result(command.status, command.output, command.reason)
+            result = await self._drive()
         except asyncio.CancelledError:
             if not self.state.status.terminal:
-                self._send(Cancel(clock(), finished=dict(self._finished)))
+                self._send(Cancel(self.agent.clock(), finished=dict(self._finished)))
                 self._sync_last_step()
                 self._emit(RUN_FINISHED, status=Status.CANCELLED.value, output=None, reason="cancelled")
-            raise
-        finally:
-            if self.store is not None:
+            with contextlib.suppress(TetherError):  # the cancellation is the news; a failed save must not hide it
                 self._flush(release=True)
+            raise
+        except BaseException:
+            # Already failing (the store itself, perhaps): save what can be saved, keep the first error.
+            with contextlib.suppress(TetherError):
+                self._flush(release=True)
+            raise
+        self._flush(release=True)
+        return result
+
+    async def _drive(self) -> RunResult:
+        clock = self.agent.clock
+        if self.state.status is Status.READY:
+            prompt = "\n".join(m.content or "" for m in self.state.messages if m.role == "user")
+            self._emit(RUN_STARTED, principal=self.toolbox.principal.id, prompt=prompt)
+            command = self._send(Begin(clock()))
+        else:
+            command = self._resume_command()
+        while True:
+            match command:
+                case CallModel():
+                    command = await self._call_model(command)
+                case RunTools():
+                    command = await self._run_tools(command)
+                case AwaitApproval():
+                    next_command = await self._ask_approver(command)
+                    if next_command is None:
+                        return self._pause("waiting for approval")
+                    command = next_command
+                case AwaitReconciliation():
+                    next_command = await self._reconcile(command)
+                    if next_command is None:
+                        return self._pause("waiting for reconciliation: the outcome of a call is unknown")
+                    command = next_command
+                case Finish():
+                    self._sync_last_step()
+                    for call in self.steps[-1].calls if self.steps else ():
+                        if call.id not in self._reported and call.result:
+                            self._reject(call.id, call.tool, call.result)
+                    self._emit(RUN_FINISHED, status=command.status.value, output=command.output, reason=command.reason)
+                    return self._result(command.status, command.output, command.reason)
 
     def _pause(self, reason: str) -> RunResult:
         self._emit(RUN_PAUSED, status=self.state.status.value, reason=reason)

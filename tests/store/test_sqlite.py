@@ -865,3 +865,40 @@ def test_a_truncated_database_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError) as caught:
         SQLiteStore(path)
     _assert_clear(caught.value, path)
+
+
+async def test_a_store_made_before_the_config_column_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "early.db"
+    early = sqlite3.connect(path, isolation_level=None)
+    early.executescript(
+        """
+        CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at REAL);
+        INSERT INTO schema_migrations VALUES (1, 'm1_initial', 0);
+        CREATE TABLE runs (id TEXT PRIMARY KEY, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+            status TEXT NOT NULL, principal TEXT NOT NULL, setup TEXT NOT NULL, meta TEXT NOT NULL,
+            message_count INTEGER NOT NULL DEFAULT 0, message_hash TEXT NOT NULL,
+            event_count INTEGER NOT NULL DEFAULT 0, event_hash TEXT NOT NULL, lease_owner TEXT, lease_until REAL);
+        CREATE TABLE messages (run_id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, hash TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq));
+        CREATE TABLE events (run_id TEXT NOT NULL, seq INTEGER NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL,
+            step INTEGER NOT NULL, data TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq));
+        CREATE TABLE ledger (run_id TEXT NOT NULL, call_id TEXT NOT NULL, tool TEXT NOT NULL,
+            fingerprint TEXT NOT NULL, intent_at REAL NOT NULL, outcome TEXT, outcome_at REAL,
+            PRIMARY KEY (run_id, call_id));
+        """
+    )
+    early.close()
+    store = SQLiteStore(path)
+    result = await Agent(ScriptedModel([text("hello")]), [], store=store).run("hi")
+    assert result.status is Status.COMPLETED
+    assert store.load(result.run_id).state.to_dict() == result.state.to_dict()
+    versions = [row[0] for row in sqlite3.connect(path).execute("SELECT version FROM schema_migrations ORDER BY 1")]
+    assert versions == [1, 2]
+
+
+async def test_a_failing_store_is_reported_not_masked(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    store._db.execute("DROP TABLE events")  # the store breaks under the run
+    with pytest.raises(StoreError, match="no such table: events"):
+        await Agent(ScriptedModel([text("hello")]), [], store=store).run("hi")

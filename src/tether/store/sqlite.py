@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tether.core.budget import RunConfig
 from tether.core.errors import TetherError
 from tether.core.machine import PendingCall, RunState
 from tether.core.messages import Message
@@ -163,7 +164,15 @@ def _m1_initial(db: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_initial]
+def _m2_run_config(db: sqlite3.Connection) -> None:
+    # Early stores kept the run's configuration inside its state; it now has a column of its own.
+    columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+    if "config" not in columns:
+        default = _canonical(RunConfig().to_dict()).replace("'", "''")
+        db.execute(f"ALTER TABLE runs ADD COLUMN config TEXT NOT NULL DEFAULT '{default}'")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_initial, _m2_run_config]
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +309,7 @@ class SQLiteStore:
         )
 
     def _insert_run(self, db: sqlite3.Connection, state: RunState, now: float) -> None:
-        principal, setup, config = self._new.pop(state.run_id)
+        principal, setup, config = self._new[state.run_id]  # forgotten once the transaction commits
         db.execute(
             "INSERT INTO runs (id, created_at, updated_at, status, principal, setup, config, meta, message_hash,"
             " event_hash, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -441,6 +450,7 @@ class SQLiteStore:
             for call, outcome in outcomes:
                 self._write_outcome(db, state.run_id, call, outcome, now)
             self._tails[state.run_id] = (count, message_hash, seq, event_hash)
+        self._new.pop(state.run_id, None)
 
     # --- the execution ledger ----------------------------------------------------
 
