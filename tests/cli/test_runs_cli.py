@@ -59,11 +59,12 @@ def test_run_prints_the_run_id_and_records_the_run(db: Path, env: dict[str, str]
         done = tether("run", PROMPT, "--tools", "calc", *endpoint(server), env=env)
 
     assert done.code == 0, done
-    (line,) = [line for line in done.out.splitlines() if line.startswith("run ")]
-    match = RUN_ID.search(line)
-    assert match is not None, line
+    first, last = [line for line in done.out.splitlines() if line.startswith("run ")]
+    match = RUN_ID.search(first)
+    assert match is not None, first
     run_id = match.group()
-    assert "completed" in line
+    assert first == f"run {run_id}"  # printed first, so a run that dies can still be found
+    assert last.startswith(f"run {run_id}: completed")
     with raw(db) as conn:
         rows = conn.execute("SELECT id, status, json_extract(principal, '$.id') FROM runs").fetchall()
         (events,) = conn.execute("SELECT count(*) FROM events WHERE run_id = ?", (run_id,)).fetchone()

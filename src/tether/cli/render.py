@@ -11,6 +11,7 @@ from tether.runner import (
     CALL_EXECUTED,
     CALL_REJECTED,
     MODEL_REPLIED,
+    RUN_STARTED,
     STEP_STARTED,
     TEXT,
     RunEvent,
@@ -44,7 +45,9 @@ class Renderer:
 
     def __call__(self, event: RunEvent) -> None:
         data = event.data
-        if event.kind == STEP_STARTED:
+        if event.kind == RUN_STARTED:
+            self.echo(f"run {event.run_id}")  # first, so a run that dies can still be found
+        elif event.kind == STEP_STARTED:
             self.echo(f"step {event.step}")
         elif event.kind == TEXT and self.stream:
             self.echo(data["text"], nl=False)
