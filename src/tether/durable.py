@@ -16,11 +16,9 @@ from typing import Any
 from tether.core import envelope
 from tether.core.errors import ApprovalMismatch
 from tether.core.machine import ApprovalDecided, PendingCall, Reconciled, Run, Status
+from tether.events import APPROVAL_DECIDED, RECONCILED, digest
 from tether.store.sqlite import SQLiteStore, StoredRun
 from tether.tools.toolbox import Toolbox
-
-APPROVAL_DECIDED = "approval_decided"
-RECONCILED = "reconciled"
 
 
 def _open(store: SQLiteStore, run_id: str) -> tuple[StoredRun, Run]:
@@ -81,11 +79,19 @@ def reconcile(
     _, run = _open(store, run_id)
     try:
         call = _pending(run, call_id, Status.AWAITING_RECONCILIATION)
-        settle(run, store, call, executed=executed, result=envelope.ok(result) if executed else None, clock=clock)
-        store.checkpoint(run.state, [(RECONCILED, {"id": call_id, "tool": call.tool, "executed": executed, "by": by})])
+        content = envelope.ok(result) if executed else None
+        settle(run, store, call, executed=executed, result=content, clock=clock)
+        store.checkpoint(run.state, [(RECONCILED, reconciled_event(call, executed, content, by))])
         return call
     finally:
         store.release(run_id)
+
+
+def reconciled_event(call: PendingCall, executed: bool, result: str | None, by: str) -> dict[str, Any]:
+    data: dict[str, Any] = {"id": call.call_id, "tool": call.tool, "executed": executed, "by": by}
+    if result is not None:
+        data["digest"] = digest(result)
+    return data
 
 
 def settle(

@@ -43,7 +43,27 @@ from tether.core.machine import (
     ToolsFinished,
 )
 from tether.core.messages import Message, ModelReply
-from tether.durable import settle
+from tether.durable import reconciled_event, settle
+from tether.events import (
+    APPROVAL_DECIDED,
+    APPROVAL_REQUESTED,
+    CALL_EXECUTED,
+    CALL_RECOVERED,
+    CALL_REJECTED,
+    CALL_VALIDATED,
+    INTENT_RECORDED,
+    MODEL_REPLIED,
+    OUTCOME_RECORDED,
+    RECONCILED,
+    RECONCILIATION_NEEDED,
+    RUN_FINISHED,
+    RUN_PAUSED,
+    RUN_RESUMED,
+    RUN_STARTED,
+    STEP_STARTED,
+    TEXT,
+    digest,
+)
 from tether.models.base import Model, ModelRequest
 from tether.report import CallReport, RunResult, StepReport, usage_dict
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
@@ -54,6 +74,23 @@ if TYPE_CHECKING:
     from tether.store.sqlite import SQLiteStore
 
 __all__ = [
+    "APPROVAL_DECIDED",
+    "APPROVAL_REQUESTED",
+    "CALL_EXECUTED",
+    "CALL_RECOVERED",
+    "CALL_REJECTED",
+    "CALL_VALIDATED",
+    "INTENT_RECORDED",
+    "MODEL_REPLIED",
+    "OUTCOME_RECORDED",
+    "RECONCILED",
+    "RECONCILIATION_NEEDED",
+    "RUN_FINISHED",
+    "RUN_PAUSED",
+    "RUN_RESUMED",
+    "RUN_STARTED",
+    "STEP_STARTED",
+    "TEXT",
     "Agent",
     "CallReport",
     "Decision",
@@ -63,25 +100,6 @@ __all__ = [
     "StepReport",
     "ToolChoice",
 ]
-
-# Event kinds, in the order a step emits them.
-RUN_STARTED = "run_started"
-STEP_STARTED = "step_started"
-TEXT = "text"
-MODEL_REPLIED = "model_replied"
-CALL_VALIDATED = "call_validated"
-CALL_REJECTED = "call_rejected"
-INTENT_RECORDED = "intent_recorded"  # durable runs: the ledger holds the intent
-CALL_EXECUTED = "call_executed"
-OUTCOME_RECORDED = "outcome_recorded"  # durable runs: the ledger holds the outcome
-CALL_RECOVERED = "call_recovered"  # durable runs: the outcome came from the ledger, not a new execution
-APPROVAL_REQUESTED = "approval_requested"
-APPROVAL_DECIDED = "approval_decided"
-RECONCILIATION_NEEDED = "reconciliation_needed"
-RECONCILED = "reconciled"
-RUN_RESUMED = "run_resumed"
-RUN_PAUSED = "run_paused"
-RUN_FINISHED = "run_finished"
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +342,7 @@ class Driver:
         command: Command = settle(
             self.run_machine, self.store, call, executed=executed, result=result, clock=self.agent.clock
         )
-        self._emit(RECONCILED, id=call.call_id, tool=call.tool, executed=executed, by=by)
+        self._emit(RECONCILED, **reconciled_event(call, executed, result, by))
         return command
 
     def _result(self, status: Status, output: str | None, reason: str | None) -> RunResult:
@@ -432,7 +450,7 @@ class Driver:
         if store is not None and not call.read_only:
             self._flush()
             store.record_outcome(run_id, call, content)  # its own commit: the effect has happened
-            self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool)
+            self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool, digest=digest(content))
         elif store is not None:
             self._outcomes.append((call, content))  # a read-only result rides on the next checkpoint
         return content
@@ -440,7 +458,9 @@ class Driver:
     def _done(self, call: PendingCall, content: str, kind: str) -> str:
         self._reported.add(call.call_id)
         self._finished[call.call_id] = content
-        self._emit(kind, id=call.call_id, tool=call.tool, outcome=outcome_code(content), result=content)
+        self._emit(
+            kind, id=call.call_id, tool=call.tool, outcome=outcome_code(content), result=content, digest=digest(content)
+        )
         return content
 
     async def _ask_approver(self, command: AwaitApproval) -> Command | None:

@@ -902,3 +902,19 @@ async def test_a_failing_store_is_reported_not_masked(tmp_path: Path) -> None:
     store._db.execute("DROP TABLE events")  # the store breaks under the run
     with pytest.raises(StoreError, match="no such table: events"):
         await Agent(ScriptedModel([text("hello")]), [], store=store).run("hi")
+
+
+async def test_verify_finds_an_edited_ledger_outcome(tmp_path: Path) -> None:
+    @tool
+    def transfer(amount: int) -> str:
+        """Moves money."""
+        return f"moved {amount}"
+
+    store = SQLiteStore(tmp_path / "runs.db")
+    model = ScriptedModel([calls(("c1", "transfer", '{"amount": 5}')), text("done")])
+    result = await Agent(model, [transfer], store=store).run("pay")
+    assert result.status is Status.COMPLETED
+    assert store.verify(result.run_id) == []
+    with sqlite3.connect(tmp_path / "runs.db", isolation_level=None) as db:
+        db.execute("UPDATE ledger SET outcome = ? WHERE call_id = 'c1'", ('{"ok": true, "result": "moved 0"}',))
+    assert store.verify(result.run_id) == ["ledger: the outcome of call c1 does not match the audit log"]

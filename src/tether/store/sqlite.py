@@ -584,6 +584,26 @@ class SQLiteStore:
             last, expected = digest, seq + 1
         if expected != head[0] or last != head[1]:
             problems.append(f"messages: the run records {head[0]} messages, the transcript has {expected}")
+        return problems + self._verify_ledger(run_id)
+
+    def _verify_ledger(self, run_id: str) -> list[str]:
+        """Each recorded outcome must match the digest its (chained) audit event carries."""
+        logged: dict[str, str] = {}  # call id -> the digest of its latest logged result
+        for (data,) in self._db.execute("SELECT data FROM events WHERE run_id = ? ORDER BY seq", (run_id,)):
+            try:
+                event = json.loads(data)
+            except ValueError:
+                continue  # reported above as an edited event
+            if isinstance(event, dict) and isinstance(event.get("digest"), str) and "id" in event:
+                logged[str(event["id"])] = event["digest"]
+        if not logged:
+            return []  # a run logged before results carried digests: nothing to compare against
+        problems = []
+        for call_id, outcome in self._db.execute(
+            "SELECT call_id, outcome FROM ledger WHERE run_id = ? AND outcome IS NOT NULL ORDER BY call_id", (run_id,)
+        ):
+            if logged.get(call_id) != hashlib.sha256(outcome.encode()).hexdigest():
+                problems.append(f"ledger: the outcome of call {call_id} does not match the audit log")
         return problems
 
     def messages(self, run_id: str) -> list[Message]:

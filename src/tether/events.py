@@ -1,0 +1,32 @@
+"""The kinds of event a run emits, in the order a step emits them, and what binds results to the log.
+
+The runner emits them to listeners and, for durable runs, to the audit log;
+``tether.durable`` writes the decisions made from outside a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+RUN_STARTED = "run_started"
+STEP_STARTED = "step_started"
+TEXT = "text"
+MODEL_REPLIED = "model_replied"
+CALL_VALIDATED = "call_validated"
+CALL_REJECTED = "call_rejected"
+INTENT_RECORDED = "intent_recorded"  # durable runs: the ledger holds the intent
+CALL_EXECUTED = "call_executed"
+OUTCOME_RECORDED = "outcome_recorded"  # durable runs: the ledger holds the outcome
+CALL_RECOVERED = "call_recovered"  # durable runs: the outcome came from the ledger, not a new execution
+APPROVAL_REQUESTED = "approval_requested"
+APPROVAL_DECIDED = "approval_decided"
+RECONCILIATION_NEEDED = "reconciliation_needed"
+RECONCILED = "reconciled"
+RUN_RESUMED = "run_resumed"
+RUN_PAUSED = "run_paused"
+RUN_FINISHED = "run_finished"
+
+
+def digest(content: str) -> str:
+    """The digest of a call's result that its audit event carries, binding the ledger row to the chain."""
+    return hashlib.sha256(content.encode()).hexdigest()
