@@ -116,13 +116,12 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
         assert renderer is not None
         renderer.finish(result)
     if result.status is Status.AWAITING_APPROVAL:
-        for call in result.state.pending:
-            if call.execute and call.needs_approval and call.call_id not in result.state.approvals:
-                click.echo(
-                    f"paused: approve with `tether approve {result.run_id} {call.call_id}` "
-                    f"or deny with `tether deny {result.run_id} {call.call_id}`",
-                    err=True,
-                )
+        for call in result.state.undecided():
+            click.echo(
+                f"paused: approve with `tether approve {result.run_id} {call.call_id}` "
+                f"or deny with `tether deny {result.run_id} {call.call_id}`",
+                err=True,
+            )
     elif result.status is Status.AWAITING_RECONCILIATION:
         for call_id in result.state.unknown:
             click.echo(

@@ -314,6 +314,10 @@ class RunState:
     output: str | None = None
     reason: str | None = None
 
+    def undecided(self) -> list[PendingCall]:
+        """The calls of the current step that wait for an approval decision."""
+        return [p for p in self.pending if p.execute and p.needs_approval and p.call_id not in self.approvals]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
@@ -415,7 +419,7 @@ class Run:
         if s.status is Status.AWAITING_TOOLS:
             return self._run_tools()
         if s.status is Status.AWAITING_APPROVAL:
-            return AwaitApproval(tuple(self._undecided()))
+            return AwaitApproval(tuple(self.state.undecided()))
         if s.status is Status.AWAITING_RECONCILIATION:
             return self._await_reconciliation()
         if s.status.terminal:
@@ -621,7 +625,7 @@ class Run:
             return self._finish(refusal[0], None, refusal[1])
         if any(p.needs_approval for p in to_execute):
             s.status = Status.AWAITING_APPROVAL
-            return AwaitApproval(tuple(self._undecided()))
+            return AwaitApproval(tuple(self.state.undecided()))
         return self._run_tools()
 
     def _run_tools(self) -> RunTools:
@@ -640,9 +644,6 @@ class Run:
             return call
         return _refused(call, ErrorCode.DENIED, "arguments changed after approval; not executed")
 
-    def _undecided(self) -> list[PendingCall]:
-        return [p for p in self.state.pending if p.needs_approval and p.call_id not in self.state.approvals]
-
     def _close_pending(self, code: ErrorCode, message: str) -> None:
         """Give every call of the step its one tool message, executed or not."""
         s = self.state
@@ -652,7 +653,7 @@ class Run:
 
     def _on_approval(self, event: ApprovalDecided) -> Command:
         s = self.state
-        match = next((p for p in self._undecided() if p.call_id == event.call_id), None)
+        match = next((p for p in self.state.undecided() if p.call_id == event.call_id), None)
         if match is None:
             raise ApprovalMismatch(f"call {event.call_id} is not waiting for approval")
         if match.fingerprint != event.fingerprint:
@@ -665,8 +666,8 @@ class Run:
         if not event.approved:
             note = f"denied by approver: {event.reason}" if event.reason else "denied by approver"
             s.pending = [_refused(p, ErrorCode.DENIED, note) if p.call_id == event.call_id else p for p in s.pending]
-        if self._undecided():
-            return AwaitApproval(tuple(self._undecided()))
+        if self.state.undecided():
+            return AwaitApproval(tuple(self.state.undecided()))
         why = self._exhausted(event.now)  # a decision may come hours later
         if why is not None:
             self._close_pending(ErrorCode.BUDGET_EXHAUSTED, f"call not executed: {why}")

@@ -369,7 +369,7 @@ def _queued_state(run_id: str) -> RunState:
 def _pending_approvals(state: RunState) -> list[PendingCall]:
     if state.status is not Status.AWAITING_APPROVAL:
         return []
-    return [p for p in state.pending if p.execute and p.needs_approval and p.call_id not in state.approvals]
+    return state.undecided()
 
 
 def _approval(run_id: str, call: PendingCall) -> dict[str, Any]:

@@ -91,6 +91,21 @@ def connect(path: Path) -> sqlite3.Connection:
     return db
 
 
+@contextmanager
+def immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction, its lock taken up front so that check-then-write cannot race.
+
+    Rolled back on any exception; ``sqlite3.Error`` is left for the caller to map.
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -273,14 +288,12 @@ class SQLiteStore:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                self._tails.clear()  # cached tails may describe rows that were just rolled back
-                raise
-            self._db.execute("COMMIT")
+            with immediate(self._db) as db:
+                try:
+                    yield db
+                except BaseException:
+                    self._tails.clear()  # cached tails may describe rows that are being rolled back
+                    raise
         except sqlite3.Error as exc:
             raise StoreError(f"run store {self.path}: {exc}") from None
 

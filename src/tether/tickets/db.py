@@ -36,7 +36,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from tether.core.errors import ConfigurationError, TetherError
-from tether.store.sqlite import connect
+from tether.store.sqlite import connect, immediate
 
 Role = Literal["customer", "agent", "admin"]
 Status = Literal["open", "pending", "closed"]
@@ -262,13 +262,8 @@ class TicketsDB:
         """One write transaction, taken up front so check-then-insert cannot race."""
         with self._lock:
             try:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    yield self._db
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-                self._db.execute("COMMIT")
+                with immediate(self._db) as db:
+                    yield db
             except sqlite3.Error as exc:
                 raise TicketsDBError(f"tickets database {self.path}: {exc}") from None
 
