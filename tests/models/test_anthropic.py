@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -324,3 +326,14 @@ def test_configuration_errors_say_what_to_set(monkeypatch: pytest.MonkeyPatch) -
     model = AnthropicModel()
     assert model.base_url == "http://127.0.0.1:9" and model.name == "m"
     assert model._url == "http://127.0.0.1:9/v1/messages"
+
+
+def test_import_tether_stays_light_and_exports_the_adapter_lazily() -> None:
+    code = (
+        "import sys, tether\n"
+        "light = not {'aiohttp', 'tether.models.anthropic', 'tether.models.http'} & set(sys.modules)\n"
+        "from tether import AnthropicModel\n"
+        "print(light, AnthropicModel.__module__, 'AnthropicModel' in tether.__all__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "tether.models.anthropic", "True"]

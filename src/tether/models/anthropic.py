@@ -239,8 +239,10 @@ def parse_message(body: Any) -> Turn:
 
 
 def _read_body(raw: bytes) -> Turn:
+    # Repeated keys matter only in a call's input; without a tool_use block the C decoder runs alone.
+    hook = _object if b'"tool_use"' in raw else None
     try:
-        decoded = json.loads(raw, object_pairs_hook=_object)
+        decoded = json.loads(raw, object_pairs_hook=hook)
     except ValueError:
         raise ModelResponseError("response body is not JSON") from None
     return parse_message(decoded)
@@ -467,7 +469,9 @@ class AnthropicModel(HTTPModel):
 
     async def _read_stream(self, response: aiohttp.ClientResponse, request: ModelRequest) -> Turn:
         assembler = MessageAssembler()
-        async for _, payload in sse_events(response.content):
+        async for name, payload in sse_events(response.content):
+            if name == "ping":
+                continue  # a keep-alive: nothing to decode
             piece = assembler.feed(_decode_event(payload))
             if piece and request.on_text is not None:
                 request.on_text(piece)
