@@ -9,6 +9,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO.parent / "shared" / "fixtures"
 RECORDED_OPENAI = FIXTURES / "recorded" / "openai_chat.jsonl"
+RECORDED_ANTHROPIC = FIXTURES / "recorded" / "anthropic_messages.jsonl"
 
 
 @pytest.fixture(scope="session")
@@ -16,6 +17,13 @@ def recorded_openai() -> Path:
     if not RECORDED_OPENAI.exists():
         pytest.fail(f"fixture missing: {RECORDED_OPENAI} (tests read ../shared/fixtures in place)")
     return RECORDED_OPENAI
+
+
+@pytest.fixture(scope="session")
+def recorded_anthropic() -> Path:
+    if not RECORDED_ANTHROPIC.exists():
+        pytest.fail(f"fixture missing: {RECORDED_ANTHROPIC} (tests read ../shared/fixtures in place)")
+    return RECORDED_ANTHROPIC
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tether.core import Budget, Compat, Message, RunConfig, Status, TetherError
-    from tether.models import Model, ModelRequest, OpenAIChatModel, ScriptedModel
+    from tether.models import AnthropicModel, Model, ModelRequest, OpenAIChatModel, ScriptedModel
     from tether.report import RunResult
     from tether.runner import Agent, Decision, RunEvent
     from tether.tools import Principal, Tool, ToolContext, ToolError, tool, tool_from_schema
@@ -30,6 +30,7 @@ _WHERE = {
     "RunConfig": "tether.core",
     "Status": "tether.core",
     "TetherError": "tether.core",
+    "AnthropicModel": "tether.models",
     "Model": "tether.models",
     "ModelRequest": "tether.models",
     "OpenAIChatModel": "tether.models",
@@ -45,6 +46,7 @@ _WHERE = {
 
 __all__ = [
     "Agent",
+    "AnthropicModel",
     "Budget",
     "Compat",
     "Decision",

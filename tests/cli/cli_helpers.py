@@ -19,8 +19,8 @@ class Completed:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without the developer's OPENAI_* and TETHER_* settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TETHER_"))}
+    """This environment without the developer's OPENAI_*, ANTHROPIC_* and TETHER_* settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "TETHER_"))}
     env["PYTHONUTF8"] = "1"
     env.update(extra)
     return env

@@ -107,6 +107,28 @@ def test_run_stream_gives_the_same_answer() -> None:
     assert data["output"] == "248 × 15 = 3720"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_run_with_provider_anthropic_speaks_the_messages_api(stream: bool) -> None:
+    with FakeServer(SCENARIOS["multiply"]) as server:
+        argv = ["run", PROMPT, "--provider", "anthropic", "--base-url", server.origin, "--tools", "calc", "--json"]
+        done = tether(*argv, *(["--stream"] if stream else []), env=clean_env(ANTHROPIC_MODEL="claude-fake"))
+        requests, headers = list(server.requests), list(server.headers)
+
+    assert done.code == 0, done
+    data = one_json_object(done.out)
+    assert data["status"] == "completed" and data["output"] == "248 × 15 = 3720"
+    assert len(requests) == 2 and all(r["model"] == "claude-fake" and r["max_tokens"] == 4096 for r in requests)
+    assert [bool(r.get("stream")) for r in requests] == [stream, stream]
+    (result,) = requests[1]["messages"][-1]["content"]
+    assert result["type"] == "tool_result" and json.loads(result["content"]) == {"ok": True, "result": 3720}
+    assert all(h.get("anthropic-version") == "2023-06-01" for h in headers)
+
+
+def test_an_unknown_provider_is_a_configuration_error() -> None:
+    done = tether("run", PROMPT, "--provider", "nope", "--base-url", "http://127.0.0.1:9/v1", "--model", "m")
+    assert done.code == 3 and "unknown provider 'nope'" in done.err and "anthropic" in done.err
+
+
 # ---------------------------------------------------------------- exit codes
 
 

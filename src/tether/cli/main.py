@@ -61,8 +61,24 @@ def _endpoint(model: str | None, base_url: str | None, api_key: str | None) -> t
     return model, base_url, api_key
 
 
+def _profile(setup: dict[str, Any]) -> Any:
+    """The provider profile a setup names, or None for the strict OpenAI-compatible default."""
+    if not setup.get("provider"):
+        return None
+    from tether.models.providers import provider
+
+    return provider(setup["provider"])
+
+
 def _model(setup: dict[str, Any], api_key: str | None) -> Any:
     """The model a setup names: an HTTP endpoint, or the embedded local model when none is configured."""
+    profile = _profile(setup)
+    if profile is not None and profile.protocol == "anthropic":
+        from tether.models.anthropic import AnthropicModel
+
+        return AnthropicModel(
+            setup.get("model"), base_url=setup.get("base_url"), api_key=api_key, stream=setup.get("stream", False)
+        )
     from tether.models.local import default_model_path, local_available
 
     endpoint = setup.get("base_url") or api_key or os.environ.get("OPENAI_API_KEY")
@@ -80,7 +96,10 @@ def _model(setup: dict[str, Any], api_key: str | None) -> Any:
     from tether.models.openai_chat import OpenAIChatModel
 
     name, url, key = _endpoint(setup.get("model"), setup.get("base_url"), api_key)
-    return OpenAIChatModel(name, base_url=url, api_key=key, stream=setup.get("stream", False))
+    stream = setup.get("stream", False)
+    if profile is not None:
+        return OpenAIChatModel(name, base_url=url, api_key=key, stream=stream, compat=profile.wire)
+    return OpenAIChatModel(name, base_url=url, api_key=key, stream=stream)
 
 
 def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, max_steps: int) -> Any:
@@ -89,7 +108,11 @@ def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: An
 
     tools = _tools(tuple(setup["toolsets"]), setup.get("files_root"))
     model = _model(setup, api_key)
-    return Agent(model, tools, budget=Budget(max_steps=max_steps), store=store, setup=setup, principal=principal)
+    profile = _profile(setup)
+    compat = profile.compat if profile is not None else None
+    return Agent(
+        model, tools, budget=Budget(max_steps=max_steps), compat=compat, store=store, setup=setup, principal=principal
+    )
 
 
 def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
@@ -143,9 +166,19 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
     metavar="NAME_OR_MODULE",
     help="A toolset: calc, files, clock, or an importable module (repeatable).",
 )
-@click.option("--model", help="Model name [env: OPENAI_MODEL].")
-@click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env: OPENAI_BASE_URL].")
+@click.option("--model", help="Model name [env: OPENAI_MODEL, or ANTHROPIC_MODEL with --provider anthropic].")
+@click.option(
+    "--base-url",
+    help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env: OPENAI_BASE_URL, "
+    "or ANTHROPIC_BASE_URL with --provider anthropic].",
+)
 @api_key_option
+@click.option(
+    "--provider",
+    metavar="NAME",
+    help="A provider profile: openai, llama-cpp-python, or anthropic (the Messages API; "
+    "key from ANTHROPIC_API_KEY) [env: TETHER_PROVIDER].",
+)
 @click.option(
     "--max-steps",
     type=click.IntRange(min=1),
@@ -176,6 +209,7 @@ def run(
     model: str | None,
     base_url: str | None,
     api_key: str | None,
+    provider: str | None,
     max_steps: int,
     files_root: str | None,
     local_model: str | None,
@@ -196,6 +230,7 @@ def run(
     Examples:
       tether run "What is 248 times 15?" --tools calc
       tether run "List the files" --tools files --files-root ./docs --json
+      tether run "What is 248 times 15?" --tools calc --provider anthropic --model claude-sonnet-4-5
 
     Exit status: 0 completed, 3 configuration error, 10 max_steps,
     11 budget_exhausted, 12 truncated, 13 content_filtered, 14 protocol_error,
@@ -205,9 +240,12 @@ def run(
     from tether.tools import Principal
 
     root = files_root or os.environ.get("TETHER_FILES_ROOT")
+    provider = provider or os.environ.get("TETHER_PROVIDER")
+    env = "ANTHROPIC" if provider == "anthropic" else "OPENAI"
     setup = {
-        "model": model or os.environ.get("OPENAI_MODEL"),
-        "base_url": base_url or os.environ.get("OPENAI_BASE_URL"),
+        "model": model or os.environ.get(f"{env}_MODEL"),
+        "base_url": base_url or os.environ.get(f"{env}_BASE_URL"),
+        "provider": provider,
         "stream": stream,
         "toolsets": list(toolsets),
         "files_root": os.path.abspath(root) if root else None,

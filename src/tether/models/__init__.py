@@ -1,7 +1,7 @@
 """tether.models: adapters behind the one seam ``Model.complete``.
 
-``OpenAIChatModel`` is imported lazily so that ``import tether.models``
-does not pull in aiohttp.
+``OpenAIChatModel`` and ``AnthropicModel`` are imported lazily so that
+``import tether.models`` does not pull in aiohttp.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -10,9 +10,10 @@ from tether.models.base import Model, ModelRequest
 from tether.models.scripted import ScriptedModel
 
 if TYPE_CHECKING:
+    from tether.models.anthropic import AnthropicModel
     from tether.models.openai_chat import OpenAIChatModel, WireCompat
 
-__all__ = ["Model", "ModelRequest", "OpenAIChatModel", "ScriptedModel", "WireCompat"]
+__all__ = ["AnthropicModel", "Model", "ModelRequest", "OpenAIChatModel", "ScriptedModel", "WireCompat"]
 
 
 def __getattr__(name: str) -> Any:
@@ -20,4 +21,8 @@ def __getattr__(name: str) -> Any:
         from tether.models import openai_chat
 
         return getattr(openai_chat, name)
+    if name == "AnthropicModel":
+        from tether.models.anthropic import AnthropicModel
+
+        return AnthropicModel
     raise AttributeError(name)

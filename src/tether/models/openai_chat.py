@@ -1,7 +1,4 @@
-"""OpenAI-compatible ``/chat/completions`` over HTTP (aiohttp).
-
-aiohttp, not httpx: measured in ``bench/http_clients.py``, httpx2 used about
-2.5x the CPU per request and 4x the wall time for 500 requests in flight.
+"""OpenAI-compatible ``/chat/completions`` over HTTP (aiohttp, see ``models/http.py``).
 
 Translation only: the reply's shape is checked by the run state machine.
 Two wire facts are normalised here because they carry no information: a
@@ -13,36 +10,26 @@ with backoff honouring ``Retry-After``; 401/403 are not.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import random
 from dataclasses import dataclass, replace
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import aiohttp
 
-from tether.core.errors import (
-    AuthenticationError,
-    ConfigurationError,
-    ModelConnectionError,
-    ModelError,
-    ModelHTTPError,
-    ModelResponseError,
-    ModelTimeout,
-    RateLimited,
-    ServerError,
-)
+from tether.core.errors import ConfigurationError, ModelResponseError
 from tether.core.messages import Message, ModelReply, WireToolCall
 from tether.models.base import ModelRequest
+from tether.models.http import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_READ_TIMEOUT,
+    HTTPModel,
+    sse_events,
+)
 from tether.models.stream import Assembler, content_text, error_message, parse_usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-DEFAULT_CONNECT_TIMEOUT = 10.0
-DEFAULT_READ_TIMEOUT = 120.0
-DEFAULT_MAX_RETRIES = 2
-MAX_RETRY_AFTER = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,37 +118,7 @@ def parse_reply(body: Any) -> ModelReply:
     )
 
 
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    from datetime import UTC, datetime  # a header date is the one clock read here
-
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
-def _http_error(status: int, text: str, retry_after: float | None) -> ModelHTTPError:
-    try:
-        message = error_message(json.loads(text).get("error", text))
-    except (ValueError, AttributeError):
-        message = text[:300] or "no body"
-    if status in (401, 403):
-        return AuthenticationError(status, f"{message} (check OPENAI_API_KEY)")
-    if status == 429:
-        return RateLimited(status, message, retry_after)
-    if status >= 500:
-        return ServerError(status, message, retry_after)
-    return ModelHTTPError(status, message)
-
-
-class OpenAIChatModel:
+class OpenAIChatModel(HTTPModel):
     """A model behind an OpenAI-compatible chat-completions endpoint.
 
     Reads ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``OPENAI_MODEL`` for
@@ -170,6 +127,8 @@ class OpenAIChatModel:
         model = OpenAIChatModel(model="gpt-4o-mini")
         reply = await model.complete(ModelRequest(messages=[Message("user", "hi")]))
     """
+
+    key_variable = "OPENAI_API_KEY"
 
     def __init__(
         self,
@@ -188,37 +147,22 @@ class OpenAIChatModel:
         if not self.name:
             raise ConfigurationError("no model named: set OPENAI_MODEL or pass --model")
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        if not self._api_key and self.base_url == DEFAULT_BASE_URL:
+        api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        if not api_key and self.base_url == DEFAULT_BASE_URL:
             raise ConfigurationError(
                 "no API key: set OPENAI_API_KEY (or --api-key), or OPENAI_BASE_URL for a local server"
             )
+        headers = {"Content-Type": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        super().__init__(headers, max_retries=max_retries, connect_timeout=connect_timeout, read_timeout=read_timeout)
         self.stream = stream
-        self.max_retries = max_retries
         self.compat = compat
         self.extra_body = dict(extra_body or {})
-        self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
-        self._session: aiohttp.ClientSession | None = None
         self._url = f"{self.base_url}/chat/completions"
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAIChatModel(model={self.name!r}, base_url={self.base_url!r})"
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            headers = {"Content-Type": "application/json"}
-            if self._api_key:
-                headers["Authorization"] = f"Bearer {self._api_key}"
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(
-                headers=headers, timeout=self._timeout, connector=connector, raise_for_status=False
-            )
-        return self._session
-
-    async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -243,75 +187,34 @@ class OpenAIChatModel:
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         body = self.body(request)
-        attempt = 0
-        while True:
-            try:
-                return await asyncio.wait_for(self._once(body, request), request.timeout)
-            except TimeoutError:
-                raise ModelTimeout("the run's deadline passed while waiting for the model") from None
-            except ModelError as exc:
-                if not exc.retryable or attempt >= self.max_retries:
-                    raise
-                delay = getattr(exc, "retry_after", None)
-                if delay is None:
-                    delay = min(8.0, 0.5 * 2**attempt) * (0.5 + random.random() / 2)
-                if delay > MAX_RETRY_AFTER:
-                    raise
-                attempt += 1
-                await asyncio.sleep(delay)
+        return await self.within(self.retrying(lambda: self._once(body, request)), request.timeout)
 
     async def _once(self, body: dict[str, Any], request: ModelRequest) -> ModelReply:
-        reply = await self._exchange(body, request)
+        reply = await self.post(self._url, body, lambda response: self._read_stream(response, request), _read_body)
         limit = request.max_tokens
         if self.compat.max_tokens_means_length and limit is not None and reply.usage.output_tokens >= limit:
             reply = replace(reply, finish_reason="length")
         return reply
 
-    async def _exchange(self, body: dict[str, Any], request: ModelRequest) -> ModelReply:
-        try:
-            async with self._client().post(self._url, json=body) as response:
-                if response.status >= 400:
-                    text = await response.text(errors="replace")
-                    retry = _retry_after(response.headers.get("Retry-After"))
-                    raise _http_error(response.status, text, retry)
-                if body.get("stream") and response.content_type == "text/event-stream":
-                    return await self._read_stream(response, request)
-                raw = await response.read()
-        except aiohttp.ClientConnectorError as exc:
-            raise ModelConnectionError(f"cannot connect to {self.base_url}: {exc.strerror or exc}") from None
-        except (aiohttp.ServerTimeoutError, aiohttp.SocketTimeoutError) as exc:
-            raise ModelTimeout(f"{self.base_url} timed out: {exc}") from None
-        except aiohttp.ClientError as exc:
-            raise ModelConnectionError(f"{self.base_url}: {type(exc).__name__}: {exc}") from None
-        try:
-            decoded = json.loads(raw)
-        except ValueError:
-            raise ModelResponseError("response body is not JSON") from None
-        return parse_reply(decoded)
-
     async def _read_stream(self, response: aiohttp.ClientResponse, request: ModelRequest) -> ModelReply:
         assembler = Assembler()
-        data: list[str] = []
-        done = False
-        async for raw_line in response.content:
-            line = raw_line.decode("utf-8", errors="replace").rstrip("\r\n")
-            if line.startswith("data:"):
-                data.append(line[5:].lstrip(" "))
-                continue
-            if line or not data:
-                continue  # comments, other fields, keep-alive blank lines
-            payload, data = "\n".join(data), []
+        async for _, payload in sse_events(response.content):
             if payload == "[DONE]":
-                done = True
                 break
             piece = assembler.feed(_decode_event(payload))
             if piece and request.on_text is not None:
                 request.on_text(piece)
-        if data and not done and (payload := "\n".join(data)) != "[DONE]":
-            assembler.feed(_decode_event(payload))  # a last event without its blank line
         if assembler.finish_reason is None:
             raise ModelResponseError("the stream ended before a finish_reason")
         return assembler.reply()
+
+
+def _read_body(raw: bytes) -> ModelReply:
+    try:
+        decoded = json.loads(raw)
+    except ValueError:
+        raise ModelResponseError("response body is not JSON") from None
+    return parse_reply(decoded)
 
 
 def _decode_event(payload: str) -> dict[str, Any]:

@@ -3,11 +3,14 @@
 A profile switches wire quirks (``WireCompat``) and, rarely, protocol
 leniency (``Compat``) for one kind of server. The defaults are strict; a
 profile is chosen explicitly with ``--provider`` or ``TETHER_PROVIDER``.
+A profile also names its wire protocol: ``openai`` (``OpenAIChatModel``) or
+``anthropic`` (``AnthropicModel``, Anthropic's Messages API).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from tether.core.budget import Compat
 from tether.core.errors import ConfigurationError
@@ -17,6 +20,7 @@ from tether.models.openai_chat import WireCompat
 @dataclass(frozen=True, slots=True)
 class Provider:
     name: str
+    protocol: Literal["openai", "anthropic"] = "openai"
     wire: WireCompat = field(default_factory=WireCompat)
     compat: Compat = field(default_factory=Compat)
     notes: tuple[str, ...] = ()
@@ -47,9 +51,19 @@ LLAMA_CPP_PYTHON = Provider(
     ),
 )
 
+ANTHROPIC = Provider(
+    "anthropic",
+    protocol="anthropic",
+    notes=(
+        "the Messages API, not chat completions: env ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_MODEL",
+        "max_tokens is required by the API: tether sends DEFAULT_MAX_TOKENS (4096) unless the run sets it",
+    ),
+)
+
 PROVIDERS: dict[str, Provider] = {
     "openai": Provider("openai"),
     LLAMA_CPP_PYTHON.name: LLAMA_CPP_PYTHON,
+    ANTHROPIC.name: ANTHROPIC,
 }
 
 

@@ -1,4 +1,4 @@
-"""A local server speaking OpenAI's chat-completions wire format, scripted by tests.
+"""A local server speaking OpenAI's chat completions and Anthropic's Messages, scripted by tests.
 
 Why a real HTTP server rather than a mock of the adapter's client: the
 adapter's framing, SSE parsing, tool-call fragment assembly, status and
@@ -11,7 +11,9 @@ request (a request past the end gets HTTP 500, so over-calls are noticed), or
 a responder ``(request_json) -> ReplySpec`` for stateless scenarios such as
 :data:`SCENARIOS` ``["multiply"]``. A spec is rendered as a ``chat.completion``
 object, or as ``chat.completion.chunk`` SSE events when the request says
-``"stream": true``.
+``"stream": true``. The same scripts answer ``POST /v1/messages`` in the
+Messages API's shape, streamed or not (see ``messages_wire``); responders
+read those requests rewritten in chat-completions form.
 
 Three ways to run it::
 
@@ -131,7 +133,7 @@ def _usage(usage: tuple[int, int]) -> dict[str, int]:
     return {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
 
 
-def _pieces(s: str, n: int = 3) -> list[str]:
+def pieces(s: str, n: int = 3) -> list[str]:
     # Several pieces per string, so clients must really concatenate fragments.
     size = max(1, -(-len(s) // n))
     return [s[i : i + size] for i in range(0, len(s), size)]
@@ -166,12 +168,12 @@ def stream_events(reply: Reply, ident: str, model: str, include_usage: bool) -> 
                 "choices": [choice]}  # fmt: skip
 
     events = [chunk({"role": "assistant", "content": "" if reply.content else None})]
-    events += [chunk({"content": piece}) for piece in _pieces(reply.content or "")]
+    events += [chunk({"content": piece}) for piece in pieces(reply.content or "")]
     for index, (cid, name, args) in enumerate(reply.tool_calls):
         first = {"index": index, "id": cid, "type": "function", "function": {"name": name, "arguments": ""}}
         events.append(chunk({"tool_calls": [first]}))
         events += [
-            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}) for piece in _pieces(args)
+            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}) for piece in pieces(args)
         ]
     if reply.stream_error is not None:
         return [*events[: len(events) // 2 + 1], {"error": dict(reply.stream_error)}]
@@ -188,6 +190,11 @@ _dumps = functools.partial(json.dumps, ensure_ascii=False)
 
 def _error(status: int, message: str, kind: str) -> web.Response:
     body = {"error": {"message": message, "type": kind, "code": None}}
+    return web.json_response(body, status=status, dumps=_dumps)
+
+
+def _messages_error(status: int, message: str, kind: str) -> web.Response:
+    body = {"type": "error", "error": {"type": kind, "message": message}}
     return web.json_response(body, status=status, dumps=_dumps)
 
 
@@ -273,7 +280,10 @@ class ServerBase:
 
 
 class FakeServer(ServerBase):
-    """POST ``{base_url}/chat/completions`` answered from a script or a responder."""
+    """POST ``{base_url}/chat/completions`` or ``{origin}/v1/messages`` answered from a script or a responder.
+
+    ``requests`` holds each request body as received, in either dialect.
+    """
 
     def __init__(
         self,
@@ -288,6 +298,7 @@ class FakeServer(ServerBase):
         self.latency = latency
         # Appended on the server's loop only; list.append is atomic, so other threads may read it.
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []  # each request's headers, beside its body
 
     @property
     def base_url(self) -> str:
@@ -299,29 +310,44 @@ class FakeServer(ServerBase):
     def make_app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/messages", self._handle_messages)
         return app
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _spec(
+        self,
+        request: web.Request,
+        error: Callable[[int, str, str], web.Response] = _error,
+        dialect: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> tuple[dict[str, Any], ReplySpec] | web.Response:
+        """The request body and the spec answering it, or an error response in the request's dialect."""
         try:
             body = await request.json()
         except ValueError:
-            return _error(400, "request body is not JSON", "invalid_request_error")
+            return error(400, "request body is not JSON", "invalid_request_error")
         if not isinstance(body, dict):
-            return _error(400, "request body must be a JSON object", "invalid_request_error")
+            return error(400, "request body must be a JSON object", "invalid_request_error")
+        self.headers.append(dict(request.headers))
         self.requests.append(body)
         n = len(self.requests)
         if callable(self.script):
             try:
-                spec = self.script(body)
+                spec = self.script(dialect(body) if dialect else body)
             except Exception as exc:  # a broken scenario should say so, not look like a server bug
-                return _error(500, f"FakeServer responder failed: {exc!r}", "responder_failed")
+                return error(500, f"FakeServer responder failed: {exc!r}", "responder_failed")
         elif n <= len(self.script):
             spec = self.script[n - 1]
         else:
             msg = f"FakeServer script exhausted: request {n} arrived, {len(self.script)} were scripted"
-            return _error(500, msg, "script_exhausted")
+            return error(500, msg, "script_exhausted")
         if self.latency or spec.latency:
             await asyncio.sleep(self.latency + spec.latency)
+        return body, spec
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        found = await self._spec(request)
+        if isinstance(found, web.Response):
+            return found
+        body, spec = found
         if isinstance(spec, Raw):
             return _raw_response(spec)
         ident, model = f"chatcmpl-fake-{uuid.uuid4().hex[:12]}", str(body.get("model") or "fake-model")
@@ -332,6 +358,20 @@ class FakeServer(ServerBase):
         if spec.stream_error is None:
             payloads.append("[DONE]")
         return await send_sse(request, (f"data: {p}\n\n" for p in payloads))
+
+    async def _handle_messages(self, request: web.Request) -> web.StreamResponse:
+        from tether.testing import messages_wire as wire
+
+        found = await self._spec(request, _messages_error, wire.chat_request)
+        if isinstance(found, web.Response):
+            return found
+        body, spec = found
+        if isinstance(spec, Raw):
+            return _raw_response(spec)
+        ident, model = f"msg_fake{uuid.uuid4().hex[:20]}", str(body.get("model") or "fake-model")
+        if not body.get("stream"):
+            return web.Response(text=wire.message_text(spec, ident, model), content_type="application/json")
+        return await send_sse(request, wire.sse(wire.stream_events(spec, ident, model)))
 
 
 def _raw_response(spec: Raw) -> web.Response:

@@ -4,8 +4,9 @@ Why: the fake server only says what we think providers say. The recordings in
 ``../shared/fixtures/recorded/`` are what 17 OpenAI-compatible providers
 really said (empty tool-call ids, ``reasoning_content``, errors inside an SSE
 stream), so each adapter test can point at one of them. Interaction ``i`` (its
-0-based line number) answers ``POST /{i}/chat/completions`` with the recorded
-status and body — JSON as recorded, SSE text unchanged — so a client given
+0-based line number) answers ``POST /{i}/chat/completions`` (and, for the
+Anthropic recordings, ``POST /{i}/v1/messages``) with the recorded status and
+body — JSON as recorded, SSE text unchanged — so a client given
 ``base_url_for(i)`` as its base URL gets exactly that reply, whatever it sends.
 
     with ReplayServer(FIXTURE) as server:
@@ -30,7 +31,7 @@ from tether.testing.fake_server import ServerBase, send_sse
 
 
 class ReplayServer(ServerBase):
-    """POST ``{base_url_for(i)}/chat/completions`` replays recorded interaction ``i``."""
+    """POST ``{base_url_for(i)}/chat/completions`` or ``.../v1/messages`` replays recorded interaction ``i``."""
 
     def __init__(self, path: str | Path, *, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(host=host, port=port)
@@ -51,6 +52,7 @@ class ReplayServer(ServerBase):
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024**2)  # recorded requests can carry images
         app.router.add_post(r"/{index:\d+}/chat/completions", self._handle)
+        app.router.add_post(r"/{index:\d+}/v1/messages", self._handle)
         return app
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
