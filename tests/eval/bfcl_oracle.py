@@ -122,3 +122,175 @@ def categories() -> list[str]:
     from tether.eval.bfcl import SINGLE_TURN
 
     return list(SINGLE_TURN)
+
+
+# ---------------------------------------------------------------- Java and JavaScript source text
+
+
+def _java(value: Any, kind: str | None) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if kind == "long" and isinstance(value, int):
+        return f"{value}L"
+    if kind == "float" and isinstance(value, int | float):
+        return f"{value}f"
+    if isinstance(value, int | float):
+        return repr(value)
+    return str(value)
+
+
+def _java_source(value: Any, kind: str, nested: str | None) -> str:
+    if isinstance(value, str):
+        return value
+    if kind == "Array" and isinstance(value, list):
+        return "new Object[]{" + ", ".join(_java(v, nested) for v in value) + "}"
+    if kind == "ArrayList" and isinstance(value, list):
+        quote = nested in ("String", "char")
+        items = [f'"{v}"' if quote else _java(v, nested) for v in value]
+        return "new ArrayList<>(Arrays.asList(" + ", ".join(items) + "))"
+    if kind == "HashMap" and isinstance(value, dict):
+        puts = " ".join(
+            f'put("{k}", {json.dumps(v) if isinstance(v, str) else _java(v, None)});' for k, v in value.items()
+        )
+        return "new HashMap<String, Object>() {{ " + puts + " }}"
+    return _java(value, kind)
+
+
+def _js(value: Any) -> str:
+    if isinstance(value, str):
+        return f"'{value}'"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_js(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_js(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def _js_source(value: Any, kind: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float):
+        return _js(value)
+    return _js(value)
+
+
+def source_arguments(function: dict[str, Any], arguments: dict[str, Any], language: str) -> dict[str, Any]:
+    """Arguments as a Java or JavaScript model writes them: each one a string of source text."""
+    if language == "python":
+        return arguments
+    properties = function["parameters"]["properties"]
+    out = {}
+    for name, value in arguments.items():
+        param = properties.get(name, {})
+        kind, nested = param.get("type", ""), (param.get("items") or {}).get("type")
+        out[name] = _java_source(value, kind, nested) if language == "java" else _js_source(value, kind)
+    return out
+
+
+def oracle_output(case: Any) -> list[tuple[str, str]]:
+    """The correct calls of a case as (BFCL name, arguments JSON text)."""
+    functions = {f["name"]: f for f in case.functions}
+    return [
+        (name, json.dumps(source_arguments(functions[name], arguments, case.language)))
+        for name, arguments in answer_calls(list(case.ground_truth))
+    ]
+
+
+# ---------------------------------------------------------------- perturbed answers
+
+_NOT_ALLOWED = "zz_not_an_allowed_value"
+
+
+def _wrong_type(value: Any) -> Any:
+    if isinstance(value, str):
+        return 12345
+    if isinstance(value, bool):
+        return "yes"
+    if isinstance(value, int | float):
+        return "a string"
+    return "a string"  # list, dict, null
+
+
+def _outside(value: Any) -> Any:
+    if isinstance(value, str):
+        return _NOT_ALLOWED
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return 987654321
+    if isinstance(value, list):
+        return [_NOT_ALLOWED]
+    if isinstance(value, dict):
+        return {_NOT_ALLOWED: 1}
+    return _NOT_ALLOWED
+
+
+def _edit_first_argument(output: list[tuple[str, str]], edit: Any) -> list[tuple[str, str]] | None:
+    name, text = output[0]
+    arguments = json.loads(text)
+    if not arguments:
+        return None
+    key = next(iter(arguments))
+    arguments[key] = edit(arguments[key])
+    return [(name, json.dumps(arguments)), *output[1:]]
+
+
+def _edit_matching(output: list[tuple[str, str]], wanted: Any, edit: Any) -> list[tuple[str, str]] | None:
+    """``output`` with the first argument that ``wanted`` picks changed by ``edit``; None if none matches."""
+    for at, (name, text) in enumerate(output):
+        arguments = json.loads(text)
+        for key, value in arguments.items():
+            if wanted(value):
+                arguments[key] = edit(value)
+                return [*output[:at], (name, json.dumps(arguments)), *output[at + 1 :]]
+    return None
+
+
+def _restyle(text: str) -> str:
+    """Another spelling BFCL accepts: other case, other punctuation among ``,./-_*^``."""
+    return text.upper().replace(" ", "_") + "."
+
+
+def perturbations(case: Any) -> dict[str, list[tuple[str, str]] | None]:
+    """Outputs to score: the right answer, and ways a model gets it wrong."""
+    if case.ground_truth is None:
+        outputs: dict[str, list[tuple[str, str]] | None] = {"no_call": None}
+        if case.functions:
+            name = case.functions[0]["name"]
+            outputs["call"] = [(name, "{}")]
+            outputs["call_bad_json"] = [(name, "{oops")]
+        return outputs
+    right = oracle_output(case)
+    outputs = {"oracle": right, "no_call": None, "extra_call": [*right, right[0]]}
+    if len(right) > 1:
+        outputs["swapped"] = list(reversed(right))
+    outputs["unknown_tool"] = [("no_such_function", right[0][1]), *right[1:]]
+    outputs["bad_json"] = [(right[0][0], right[0][1][:-1]), *right[1:]]
+    function = next(f for f in case.functions if f["name"] == right[0][0])
+    arguments = json.loads(right[0][1])
+    required = [r for r in function["parameters"].get("required", ()) if r in arguments]
+    if required:
+        del arguments[required[0]]
+        outputs["missing_required"] = [(right[0][0], json.dumps(arguments)), *right[1:]]
+    for label, wanted, change in (
+        ("restyled", lambda v: isinstance(v, str) and v.strip(), _restyle),
+        ("int_for_float", lambda v: isinstance(v, float) and v.is_integer(), int),
+        ("float_for_int", lambda v: isinstance(v, int) and not isinstance(v, bool), float),
+        (
+            "string_list_restyled",
+            lambda v: isinstance(v, list) and v and isinstance(v[0], str),
+            lambda v: [_restyle(v[0]), *v[1:]],
+        ),
+    ):
+        edited = _edit_matching(right, wanted, change)
+        if edited is not None:
+            outputs[label] = edited
+    for label, edit in (("wrong_type", _wrong_type), ("outside_set", _outside)):
+        edited = _edit_first_argument(right, edit)
+        if edited is not None:
+            outputs[label] = edited
+    return outputs
