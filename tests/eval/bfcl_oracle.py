@@ -17,6 +17,7 @@ import copy
 import json
 import sys
 import types
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,10 @@ sys.modules.setdefault("bfcl_eval.constants.model_config", _stub)
 from bfcl_eval.constants.enums import Language  # noqa: E402
 from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker  # noqa: E402
 from bfcl_eval.utils import is_empty_output, is_function_calling_format_output, is_java, is_js  # noqa: E402
+
+from tether.eval import Case  # noqa: E402
+from tether.eval.bfcl import tool_name  # noqa: E402
+from tether.testing.fake_server import ReplySpec, raw, text, tool_calls  # noqa: E402
 
 DATA = Path(next(iter(bfcl_eval.__path__))) / "data"
 
@@ -241,8 +246,8 @@ def _edit_first_argument(output: list[tuple[str, str]], edit: Any) -> list[tuple
 
 def _edit_matching(output: list[tuple[str, str]], wanted: Any, edit: Any) -> list[tuple[str, str]] | None:
     """``output`` with the first argument that ``wanted`` picks changed by ``edit``; None if none matches."""
-    for at, (name, text) in enumerate(output):
-        arguments = json.loads(text)
+    for at, (name, arguments_text) in enumerate(output):
+        arguments = json.loads(arguments_text)
         for key, value in arguments.items():
             if wanted(value):
                 arguments[key] = edit(value)
@@ -294,3 +299,46 @@ def perturbations(case: Any) -> dict[str, list[tuple[str, str]] | None]:
         if edited is not None:
             outputs[label] = edited
     return outputs
+
+
+# ---------------------------------------------------------------- the oracle model behind a FakeServer
+
+Output = list[tuple[str, str]] | None
+
+
+def request_key(messages: Sequence[Any], tools: Sequence[str]) -> str:
+    return json.dumps([[[m["role"], m["content"]] for m in messages], sorted(tools)])
+
+
+def case_key(case: Case) -> str:
+    messages = [{"role": m.role, "content": m.content} for m in case.messages]
+    return request_key(messages, [tool_name(f["name"]) for f in case.functions])
+
+
+def reply(output: Output) -> ReplySpec:
+    if output is None:
+        return text("I cannot help with that using these tools.")
+    return tool_calls([(f"call_{i}", tool_name(name), arguments) for i, (name, arguments) in enumerate(output)])
+
+
+class Oracle:
+    """A responder: finds the case a request is for, and answers with the output chosen for it."""
+
+    def __init__(self, cases: Sequence[Case], outputs: dict[str, Output]) -> None:
+        self.by_key: dict[str, list[str]] = {}
+        for case in cases:
+            self.by_key.setdefault(case_key(case), []).append(case.id)
+        self.outputs = outputs
+        self.asked: list[str] = []
+
+    def ambiguous(self) -> set[str]:
+        """Cases whose request is identical to another case's (the model cannot tell them apart)."""
+        return {i for ids in self.by_key.values() if len(ids) > 1 for i in ids}
+
+    def __call__(self, request: dict[str, Any]) -> ReplySpec:
+        names = [t["function"]["name"] for t in request.get("tools") or ()]
+        ids = self.by_key.get(request_key(request["messages"], names))
+        if not ids:
+            return raw({"error": {"message": "unknown case"}}, status=400)
+        self.asked.append(ids[0])
+        return reply(self.outputs[ids[0]])

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from bfcl_oracle import DATA, categories, official, oracle_output, perturbations
+from bfcl_oracle import DATA, Oracle, Output, categories, official, oracle_output, perturbations
 
 from tether.eval import (
     ERROR,
@@ -29,49 +29,8 @@ from tether.eval import (
     summarize,
     table,
 )
-from tether.eval.bfcl import tool_name
 from tether.models.openai_chat import OpenAIChatModel
-from tether.testing.fake_server import FakeServer, ReplySpec, raw, text, tool_calls
-
-Output = list[tuple[str, str]] | None
-
-
-def request_key(messages: Sequence[Any], tools: Sequence[str]) -> str:
-    return json.dumps([[[m["role"], m["content"]] for m in messages], sorted(tools)])
-
-
-def case_key(case: Case) -> str:
-    messages = [{"role": m.role, "content": m.content} for m in case.messages]
-    return request_key(messages, [tool_name(f["name"]) for f in case.functions])
-
-
-def reply(output: Output) -> ReplySpec:
-    if output is None:
-        return text("I cannot help with that using these tools.")
-    return tool_calls([(f"call_{i}", tool_name(name), arguments) for i, (name, arguments) in enumerate(output)])
-
-
-class Oracle:
-    """A responder: finds the case a request is for, and answers with the output chosen for it."""
-
-    def __init__(self, cases: Sequence[Case], outputs: dict[str, Output]) -> None:
-        self.by_key: dict[str, list[str]] = {}
-        for case in cases:
-            self.by_key.setdefault(case_key(case), []).append(case.id)
-        self.outputs = outputs
-        self.asked: list[str] = []
-
-    def ambiguous(self) -> set[str]:
-        """Cases whose request is identical to another case's (the model cannot tell them apart)."""
-        return {i for ids in self.by_key.values() if len(ids) > 1 for i in ids}
-
-    def __call__(self, request: dict[str, Any]) -> ReplySpec:
-        names = [t["function"]["name"] for t in request.get("tools") or ()]
-        ids = self.by_key.get(request_key(request["messages"], names))
-        if not ids:
-            return raw({"error": {"message": "unknown case"}}, status=400)
-        self.asked.append(ids[0])
-        return reply(self.outputs[ids[0]])
+from tether.testing.fake_server import FakeServer, raw
 
 
 def evaluate(cases: list[Case], outputs: dict[str, Output], **options: Any) -> tuple[list[CaseResult], Oracle]:
