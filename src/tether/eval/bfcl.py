@@ -30,6 +30,7 @@ The tools have no implementation: ``tether eval`` runs agents with
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import re
@@ -230,7 +231,18 @@ def _not_executable(**_: Any) -> Any:
 
 
 def tool_from_document(document: Mapping[str, Any], language: str = "python") -> Tool:
-    """A tether tool for a BFCL function document (see the module docstring for the rules)."""
+    """A tether tool for a BFCL function document (see the module docstring for the rules).
+
+    Tools are immutable, so one made for a document serves every case that
+    offers the same document (BFCL's live categories repeat them often):
+    compiling a schema is most of what a case costs the host.
+    """
+    return _cached_tool(json.dumps(document, sort_keys=True), language)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_tool(document_json: str, language: str) -> Tool:
+    document = json.loads(document_json)
     name = document.get("name")
     if not isinstance(name, str):
         raise ToolDefinitionError("a BFCL function document needs a string name")

@@ -123,7 +123,9 @@ async def run_case(model: Model, case: Case, *, compat: Compat | None = None) ->
             gates[event.data["id"]] = (event.data["outcome"], message)
 
     try:
-        agent = Agent(model, case.tools(), compat=compat, propose_only=True)
+        # Compiling the schemas is CPU work: off the event loop, so other cases' replies are read meanwhile.
+        tools = await asyncio.to_thread(case.tools)
+        agent = Agent(model, tools, compat=compat, propose_only=True)
         result = await agent.run(list(case.messages), on_event=note)
     except TetherError as exc:
         return CaseResult(case.id, case.category, ERROR, f"{type(exc).__name__}: {exc}", seconds=_since(started))
