@@ -29,8 +29,9 @@ from tether.eval import (
     summarize,
     table,
 )
+from tether.eval.bfcl import tool_name
 from tether.models.openai_chat import OpenAIChatModel
-from tether.testing.fake_server import FakeServer, raw
+from tether.testing.fake_server import FakeServer, raw, tool_calls
 
 
 def evaluate(cases: list[Case], outputs: dict[str, Output], **options: Any) -> tuple[list[CaseResult], Oracle]:
@@ -148,3 +149,34 @@ def test_an_infrastructure_error_is_no_verdict_and_is_retried(tmp_path: Path) ->
     fixed = asyncio.run(go(Oracle(cases, outputs)))
     assert {r.outcome for r in fixed} == {PASSED}
     assert {r.outcome for r in read_results(tmp_path).values()} == {PASSED}
+
+
+@pytest.mark.parametrize("finish_reason", ["stop", "length"])
+def test_a_reply_tether_refuses_whole_is_still_scored_as_bfcl_scores_it(finish_reason: str) -> None:
+    """Calls under finish_reason "stop" (a protocol error) or "length" (truncated) end the run unexecuted,
+    but BFCL scores the calls the model sent all the same, and so does tether."""
+    case = load(DATA / "BFCL_v4_simple_python.json")[0]
+    right = oracle_output(case)
+    wrong = [(right[0][0], "{}")]
+    for output, valid in ((right, True), (wrong, False)):
+        official_valid, _ = official(case.category, list(case.functions), case.ground_truth, output)
+        assert official_valid is valid
+
+        def respond(request: dict[str, Any], output: Any = output) -> Any:
+            calls = [(f"call_{i}", tool_name(n), a) for i, (n, a) in enumerate(output)]
+            return tool_calls(calls, finish_reason=finish_reason)
+
+        async def go() -> CaseResult:
+            async with FakeServer(respond) as server:
+                model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x")
+                try:
+                    return (await run_eval(model, [case]))[0]
+                finally:
+                    await model.aclose()
+
+        result = asyncio.run(go())
+        assert result.status == ("protocol_error" if finish_reason == "stop" else "truncated")
+        assert result.valid is valid
+        assert result.outcome == (PASSED if valid else REFUSED)
+        assert [(c["tool"], c["arguments"]) for c in result.calls] == output
+        assert {c["gate"] for c in result.calls} == {result.status}

@@ -54,7 +54,7 @@ def _fail(error_type: str, message: Any) -> Verdict:
 # ---------------------------------------------------------------- decoding
 
 
-Output = Sequence[tuple[str, str]] | None
+Output = Sequence[tuple[str, str | None]] | None  # arguments None: not a string at all
 
 
 def decode(output: Output) -> list[dict[str, Any]] | None:
@@ -63,9 +63,11 @@ def decode(output: Output) -> list[dict[str, Any]] | None:
         return None  # a text answer: BFCL's decoder fails on it
     decoded = []
     for name, arguments in output:
+        if arguments is None:
+            return None  # json.loads would refuse it too
         try:
             decoded.append({name: json.loads(arguments)})
-        except (ValueError, RecursionError):
+        except (TypeError, ValueError, RecursionError):
             return None
     return decoded
 

@@ -36,9 +36,10 @@ from typing import Any
 from tether.core.budget import Compat
 from tether.core.errors import TetherError
 from tether.core.machine import Status
+from tether.core.messages import ModelReply
 from tether.eval.bfcl import Case, bfcl_name
 from tether.eval.checker import check
-from tether.models.base import Model
+from tether.models.base import Model, ModelRequest
 from tether.runner import CALL_REJECTED, CALL_VALIDATED, Agent, RunEvent
 
 RESULTS_FILE = "results.jsonl"
@@ -109,6 +110,40 @@ def score(case: Case, calls: Sequence[dict[str, Any]] | None, content: str | Non
     return CaseResult(case.id, case.category, outcome, reason, list(calls or ()), content, status.value)
 
 
+class _Recorder:
+    """The model, and the last reply it gave: what BFCL scores, whatever tether then did with it."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.name = model.name
+        self.reply: ModelReply | None = None
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        self.reply = await self.model.complete(request)
+        return self.reply
+
+    async def aclose(self) -> None:  # the caller's model outlives the case
+        pass
+
+
+def _proposed(
+    reply: ModelReply | None, gates: dict[str, tuple[str, str]], status: Status
+) -> list[dict[str, Any]] | None:
+    """The calls of the reply as the model sent them, each with the gates' verdict."""
+    if reply is None or not reply.tool_calls:
+        return None
+    unjudged = (status.value, "the reply was refused whole") if status in _REPLY_REFUSED else ("accepted", "")
+    return [
+        {
+            "tool": bfcl_name(call.name) if isinstance(call.name, str) else repr(call.name),
+            "arguments": call.arguments if isinstance(call.arguments, str) else None,
+            "gate": gates.get(call.id if isinstance(call.id, str) else "", unjudged)[0],
+            "message": gates.get(call.id if isinstance(call.id, str) else "", unjudged)[1],
+        }
+        for call in reply.tool_calls
+    ]
+
+
 async def run_case(model: Model, case: Case, *, compat: Compat | None = None) -> CaseResult:
     """Ask the model once with the case's tools and score the calls it proposes."""
     started = time.perf_counter()
@@ -122,10 +157,11 @@ async def run_case(model: Model, case: Case, *, compat: Compat | None = None) ->
             message = (envelope.get("error") or {}).get("message", "")
             gates[event.data["id"]] = (event.data["outcome"], message)
 
+    recorder = _Recorder(model)
     try:
         # Compiling the schemas is CPU work: off the event loop, so other cases' replies are read meanwhile.
         tools = await asyncio.to_thread(case.tools)
-        agent = Agent(model, tools, compat=compat, propose_only=True)
+        agent = Agent(recorder, tools, compat=compat, propose_only=True)
         result = await agent.run(list(case.messages), on_event=note)
     except TetherError as exc:
         return CaseResult(case.id, case.category, ERROR, f"{type(exc).__name__}: {exc}", seconds=_since(started))
@@ -133,20 +169,9 @@ async def run_case(model: Model, case: Case, *, compat: Compat | None = None) ->
         return CaseResult(
             case.id, case.category, ERROR, result.reason or "", status="model_error", seconds=_since(started)
         )
-    assistant = next((m for m in result.state.messages if m.role == "assistant"), None)
-    calls = None
-    if assistant is not None and assistant.tool_calls:
-        calls = [
-            {
-                "tool": bfcl_name(c.name),
-                "arguments": c.arguments,
-                "gate": gates.get(c.id, ("accepted", ""))[0],
-                "message": gates.get(c.id, ("", ""))[1],
-            }
-            for c in assistant.tool_calls
-        ]
-    content = assistant.content if assistant is not None else None
-    scored = score(case, calls, content, result.status)
+    reply = recorder.reply
+    calls = _proposed(reply, gates, result.status)
+    scored = score(case, calls, reply.content if reply is not None else None, result.status)
     scored.seconds = _since(started)
     return scored
 
