@@ -110,3 +110,11 @@ def test_eval_json_summary_and_precise_errors(tmp_path: Path) -> None:
     refused = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=60)
     assert refused.returncode == 3
     assert "'multi_turn_base' is not supported yet" in refused.stderr
+
+
+def test_an_unknown_provider_is_a_configuration_error(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "tether", "eval", str(FIXTURE), "--provider", "nope", "--out", str(tmp_path)]
+    argv += ["--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=60)
+    assert done.returncode == 3
+    assert "unknown provider 'nope'" in done.stderr and "Traceback" not in done.stderr
