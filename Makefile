@@ -14,6 +14,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev,local,server,kb]'
 	touch $(STAMP)
 
+# BFCL's official checker and data, the oracle of tests/eval. Its package pins heavy dependencies
+# (torch, vllm, every provider's SDK) that the checker does not use: installed without them, never
+# a dependency of tether itself.
+BFCL := $(VENV)/.bfcl-eval
+$(BFCL): $(STAMP)
+	$(BIN)/python -m pip install -q --no-deps bfcl-eval==2026.3.23
+	touch $(BFCL)
+
 # The run's own status (a tiny local model may end loop_detected) is reported, not a make failure.
 demo: $(STAMP)
 	-$(BIN)/tether run "What is 248 times 15?" --tools calc
@@ -30,7 +38,7 @@ browser:
 	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
 		|| { echo "install Debian's chromium (apt-get install chromium) for the browser test"; exit 1; }
 
-test: $(STAMP) $(E2E) browser
+test: $(STAMP) $(BFCL) $(E2E) browser
 	$(BIN)/ruff check src tests bench docs
 	$(BIN)/ruff format --check src tests bench docs
 	$(BIN)/mypy

@@ -83,6 +83,7 @@ __all__ = [
     "INTENT_RECORDED",
     "MODEL_REPLIED",
     "OUTCOME_RECORDED",
+    "PROPOSE_ONLY_REASON",
     "RECONCILED",
     "RECONCILIATION_NEEDED",
     "RUN_FINISHED",
@@ -117,6 +118,7 @@ class Decision:
 
 
 EventHandler = Callable[[RunEvent], None]
+PROPOSE_ONLY_REASON = "propose_only: the calls of the first step were judged and recorded, not executed"
 # "auto", "none", "required" or {"type": "function", "function": {"name": ...}}; None leaves it to the provider.
 ToolChoice = str | dict[str, Any] | None
 Approver = Callable[[PendingCall], Awaitable[Decision | None]]
@@ -141,7 +143,17 @@ class Agent:
         store: SQLiteStore | None = None,
         setup: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
+        propose_only: bool = False,
     ) -> None:
+        """``propose_only=True`` ends every run after its first step's calls are judged.
+
+        Every gate runs on the calls (decoding, tool offered, schema, loop
+        guard, budgets), each verdict is reported (``call_validated`` or
+        ``call_rejected``), and then the run is cancelled with reason
+        ``PROPOSE_ONLY_REASON``: nothing is executed. ``tether eval`` scores
+        models this way with tools that have no implementation.
+        """
+        self.propose_only = propose_only
         self.model = model
         self.tools = list(tools)
         self.toolbox = Toolbox(self.tools, principal)
@@ -272,6 +284,8 @@ class Driver:
             command = self._resume_command()
         while True:
             match command:
+                case RunTools() | AwaitApproval() if self.agent.propose_only:
+                    command = self._stop_proposed()
                 case CallModel():
                     command = await self._call_model(command)
                 case RunTools():
@@ -293,6 +307,16 @@ class Driver:
                             self._reject(call.id, call.tool, call.result)
                     self._emit(RUN_FINISHED, status=command.status.value, output=command.output, reason=command.reason)
                     return self._result(command.status, command.output, command.reason)
+
+    def _stop_proposed(self) -> Command:
+        """Report each call's verdict, then cancel the run before anything runs (``propose_only``)."""
+        for p in self.state.pending:
+            self._reported.add(p.call_id)
+            if p.execute:
+                self._emit(CALL_VALIDATED, id=p.call_id, tool=p.tool, read_only=p.read_only)
+            else:
+                self._reject(p.call_id, p.tool, p.result or "")
+        return self._send(Cancel(self.agent.clock(), reason=PROPOSE_ONLY_REASON))
 
     def _pause(self, reason: str) -> RunResult:
         self._emit(RUN_PAUSED, status=self.state.status.value, reason=reason)

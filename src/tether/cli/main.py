@@ -24,6 +24,7 @@ from tether.cli.common import (
     json_option,
     open_store,
 )
+from tether.cli.eval import eval_command
 from tether.cli.runs import approve, deny, reconcile, runs
 from tether.cli.serve import kb, serve, tickets
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
@@ -327,6 +328,7 @@ cli.add_command(kb)
 cli.add_command(approve)
 cli.add_command(deny)
 cli.add_command(reconcile)
+cli.add_command(eval_command)
 
 
 def main() -> None:

@@ -1,0 +1,130 @@
+"""``tether eval``: score a model on BFCL datasets through tether's own loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tether.cli.common import EXIT_INTERNAL, api_key_option, fail
+from tether.core.errors import ConfigurationError, TetherError
+
+DEFAULT_OUT = "eval-results"
+
+
+def _model(model: str | None, base_url: str | None, api_key: str | None, local_model: str | None, wire: Any) -> Any:
+    if local_model:
+        from tether.models.local import LocalModel
+
+        return LocalModel(local_model)
+    from tether.models.openai_chat import OpenAIChatModel
+
+    base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+    api_key = api_key or os.environ.get("OPENAI_API_KEY")
+    model = model or os.environ.get("OPENAI_MODEL")
+    if not base_url and not api_key:
+        raise ConfigurationError(
+            "no model endpoint configured: set OPENAI_BASE_URL and OPENAI_MODEL (or OPENAI_API_KEY), "
+            "pass --base-url/--model, or --local-model FILE.gguf"
+        )
+    if not model:
+        raise ConfigurationError("no model named: set OPENAI_MODEL or pass --model")
+    return OpenAIChatModel(model, base_url=base_url, api_key=api_key, compat=wire)
+
+
+@click.command("eval")
+@click.argument("datasets", nargs=-1, required=True, metavar="DATASET...")
+@click.option("--model", help="Model name [env: OPENAI_MODEL].")
+@click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env: OPENAI_BASE_URL].")
+@api_key_option
+@click.option("--provider", help="A compatibility profile: openai, llama-cpp-python [env: TETHER_PROVIDER].")
+@click.option(
+    "--local-model",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Run this GGUF file in-process instead of an endpoint.",
+)
+@click.option(
+    "--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Cases run at the same time."
+)
+@click.option("--limit", type=click.IntRange(min=1), help="Run only the first N cases of each dataset.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=DEFAULT_OUT,
+    show_default=True,
+    help="Directory for results.jsonl; cases already there are not run again.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON lines, one per category.")
+def eval_command(
+    datasets: tuple[str, ...],
+    model: str | None,
+    base_url: str | None,
+    api_key: str | None,
+    provider: str | None,
+    local_model: str | None,
+    concurrency: int,
+    limit: int | None,
+    out: str,
+    as_json: bool,
+) -> None:
+    """Score a model on Berkeley Function Calling Leaderboard DATASETs.
+
+    A DATASET is a BFCL_v4_<category>.json file (its possible_answer/ file
+    beside it), or a category name when the bfcl-eval package is installed.
+    Single-turn categories: simple_python, simple_java, simple_javascript,
+    multiple, parallel, parallel_multiple, irrelevance and the live_ ones.
+
+    Each case is one run through tether's loop with every gate on; the
+    model's proposed calls are judged and recorded, never executed, and
+    scored as BFCL's AST checker scores them. Failures are sorted into the
+    model's mistakes, calls tether's gates refused, and infrastructure
+    errors. results.jsonl in --out gets every case's calls, verdict and
+    reason; run the same command again to resume an interrupted eval.
+
+    \b
+    Examples:
+      tether eval simple_python multiple --model gpt-4o-mini --concurrency 16
+      tether eval data/BFCL_v4_parallel.json --base-url http://127.0.0.1:8080/v1 --model local --limit 20
+
+    Exit status: 0 when every case has a verdict, 1 when some had an
+    infrastructure error, 3 for a configuration error.
+    """
+    from tether.eval import load, run_eval, summarize, table
+    from tether.eval.harness import ERROR
+    from tether.models.providers import provider as find_provider
+
+    try:
+        profile = find_provider(provider or os.environ.get("TETHER_PROVIDER") or "openai")
+        cases = []
+        for dataset in datasets:
+            cases.extend(load(dataset)[:limit])
+        chosen = _model(model, base_url, api_key, local_model, profile.wire)
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
+
+    async def go() -> Any:
+        try:
+            return await run_eval(chosen, cases, concurrency=concurrency, out=Path(out), compat=profile.compat)
+        finally:
+            await chosen.aclose()
+
+    try:
+        results = asyncio.run(go())
+    except KeyboardInterrupt:
+        fail(f"interrupted; run the same command again to resume from {Path(out) / 'results.jsonl'}", 18)
+    rows = summarize(results)
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps({**row.to_dict(), "accuracy": row.accuracy}))
+    else:
+        click.echo(table(rows))
+        click.echo(f"results: {Path(out) / 'results.jsonl'}")
+    errors = sum(1 for r in results if r.outcome == ERROR)
+    if errors:
+        click.echo(f"error: {errors} case(s) had an infrastructure error; run again to retry them", err=True)
+        sys.exit(EXIT_INTERNAL)

@@ -1,0 +1,328 @@
+"""Running BFCL cases through tether's loop, scoring them, and keeping the results.
+
+Each case is one run of an ``Agent`` with every gate on and
+``propose_only=True``: the model is asked once, its calls are judged by the
+gates (strict decoding, tool offered, strict schema, loop guard, budgets)
+and recorded, and the run ends before anything executes. The calls the model
+proposed are then scored by ``tether.eval.checker`` exactly as BFCL scores
+them, whatever the gates said, so the verdict means what it means on the
+leaderboard. The gates' verdicts sort the failures:
+
+- ``passed``   the checker accepts the calls (or the lack of them);
+- ``mistake``  the checker refuses them and the gates let every call through:
+  a wrong tool, a wrong or missing argument, a call where none was expected,
+  no call where one was;
+- ``refused``  the checker refuses them and a gate refused a call (invalid
+  JSON, invalid arguments, unknown tool, a repeated call) or the reply
+  itself (protocol error, truncated, filtered);
+- ``error``    the infrastructure failed (the model could not be reached, an
+  HTTP error): no verdict. Such cases are asked again on the next run.
+
+``results.jsonl`` gets one line per case as soon as it is scored; a later run
+with the same ``--out`` skips every case already there with a verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tether.core.budget import Compat
+from tether.core.errors import TetherError
+from tether.core.machine import Status
+from tether.core.messages import ModelReply
+from tether.eval.bfcl import Case, bfcl_name
+from tether.eval.checker import check
+from tether.models.base import Model, ModelRequest
+from tether.runner import CALL_REJECTED, CALL_VALIDATED, Agent, RunEvent
+
+RESULTS_FILE = "results.jsonl"
+DEFAULT_CONCURRENCY = 8
+
+PASSED, MISTAKE, REFUSED, ERROR = "passed", "mistake", "refused", "error"
+_REPLY_REFUSED = {Status.PROTOCOL_ERROR, Status.TRUNCATED, Status.CONTENT_FILTERED}
+
+
+@dataclass(slots=True)
+class CaseResult:
+    """One scored case: a line of ``results.jsonl``."""
+
+    id: str
+    category: str
+    outcome: str  # passed, mistake, refused or error
+    reason: str  # BFCL's error type, the gate's refusal, or the infrastructure error
+    calls: list[dict[str, Any]] = field(default_factory=list)  # tool, arguments, gate, message
+    content: str | None = None
+    status: str = ""
+    seconds: float = 0.0
+
+    @property
+    def valid(self) -> bool | None:
+        """BFCL's verdict; None when there is none (an infrastructure error)."""
+        return None if self.outcome == ERROR else self.outcome == PASSED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "category": self.category,
+            "valid": self.valid,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "calls": self.calls,
+            "content": self.content,
+            "status": self.status,
+            "seconds": round(self.seconds, 3),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CaseResult:
+        return cls(
+            data["id"],
+            data["category"],
+            data["outcome"],
+            data.get("reason", ""),
+            data.get("calls", []),
+            data.get("content"),
+            data.get("status", ""),
+            data.get("seconds", 0.0),
+        )
+
+
+def score(case: Case, calls: Sequence[dict[str, Any]] | None, content: str | None, status: Status) -> CaseResult:
+    """The verdict on what the model proposed, and which kind of failure it is."""
+    output = None if calls is None else [(c["tool"], c["arguments"]) for c in calls]
+    verdict = check(case.category, case.functions, case.ground_truth, output)
+    refusals = [f"{c['tool']}: {c['gate']}: {c['message']}" for c in calls or () if c["gate"] != "accepted"]
+    if status in _REPLY_REFUSED:
+        refusals.insert(0, f"the reply was refused: {status.value}")
+    if verdict.valid:
+        outcome, reason = PASSED, ""
+    elif refusals:
+        outcome, reason = REFUSED, "; ".join(refusals)
+    else:
+        outcome, reason = MISTAKE, verdict.error_type
+    return CaseResult(case.id, case.category, outcome, reason, list(calls or ()), content, status.value)
+
+
+class _Recorder:
+    """The model, and the last reply it gave: what BFCL scores, whatever tether then did with it."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.name = model.name
+        self.reply: ModelReply | None = None
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        self.reply = await self.model.complete(request)
+        return self.reply
+
+    async def aclose(self) -> None:  # the caller's model outlives the case
+        pass
+
+
+def _proposed(
+    reply: ModelReply | None, gates: dict[str, tuple[str, str]], status: Status
+) -> list[dict[str, Any]] | None:
+    """The calls of the reply as the model sent them, each with the gates' verdict."""
+    if reply is None or not reply.tool_calls:
+        return None
+    unjudged = (status.value, "the reply was refused whole") if status in _REPLY_REFUSED else ("accepted", "")
+    return [
+        {
+            "tool": bfcl_name(call.name) if isinstance(call.name, str) else repr(call.name),
+            "arguments": call.arguments if isinstance(call.arguments, str) else None,
+            "gate": gates.get(call.id if isinstance(call.id, str) else "", unjudged)[0],
+            "message": gates.get(call.id if isinstance(call.id, str) else "", unjudged)[1],
+        }
+        for call in reply.tool_calls
+    ]
+
+
+async def run_case(model: Model, case: Case, *, compat: Compat | None = None) -> CaseResult:
+    """Ask the model once with the case's tools and score the calls it proposes."""
+    started = time.perf_counter()
+    gates: dict[str, tuple[str, str]] = {}
+
+    def note(event: RunEvent) -> None:
+        if event.kind == CALL_VALIDATED:
+            gates[event.data["id"]] = ("accepted", "")
+        elif event.kind == CALL_REJECTED:
+            envelope = json.loads(event.data["result"] or "{}")
+            message = (envelope.get("error") or {}).get("message", "")
+            gates[event.data["id"]] = (event.data["outcome"], message)
+
+    recorder = _Recorder(model)
+    try:
+        # Compiling the schemas is CPU work: off the event loop, so other cases' replies are read meanwhile.
+        tools = await asyncio.to_thread(case.tools)
+        agent = Agent(recorder, tools, compat=compat, propose_only=True)
+        result = await agent.run(list(case.messages), on_event=note)
+    except TetherError as exc:
+        return CaseResult(case.id, case.category, ERROR, f"{type(exc).__name__}: {exc}", seconds=_since(started))
+    if result.status is Status.MODEL_ERROR:
+        return CaseResult(
+            case.id, case.category, ERROR, result.reason or "", status="model_error", seconds=_since(started)
+        )
+    reply = recorder.reply
+    calls = _proposed(reply, gates, result.status)
+    scored = score(case, calls, reply.content if reply is not None else None, result.status)
+    scored.seconds = _since(started)
+    return scored
+
+
+def _since(started: float) -> float:
+    return time.perf_counter() - started
+
+
+# ---------------------------------------------------------------- many cases
+
+
+def read_results(out: Path) -> dict[str, CaseResult]:
+    """The results already in ``out/results.jsonl`` (the last line per case wins; a torn last line is ignored)."""
+    path = out / RESULTS_FILE
+    found: dict[str, CaseResult] = {}
+    if not path.is_file():
+        return found
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            result = CaseResult.from_dict(json.loads(line))
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut short by a killed process
+        found[result.id] = result
+    return found
+
+
+class ResultsFile:
+    """Appends one line per scored case; each line is written whole, in one call."""
+
+    def __init__(self, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / RESULTS_FILE
+        self._handle = path.open("a", encoding="utf-8")
+        if path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+            self._handle.write("\n")  # end a line torn by a killed process before appending
+
+    def write(self, result: CaseResult) -> None:
+        self._handle.write(json.dumps(result.to_dict(), ensure_ascii=False) + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+async def run_eval(
+    model: Model,
+    cases: Iterable[Case],
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    out: Path | None = None,
+    compat: Compat | None = None,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> list[CaseResult]:
+    """Run and score every case not already scored in ``out``; all results, earlier ones included."""
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    cases = list(cases)
+    earlier = read_results(out) if out is not None else {}
+    done = {i: r for i, r in earlier.items() if r.outcome != ERROR}
+    todo: asyncio.Queue[Case] = asyncio.Queue()
+    for case in cases:
+        if case.id not in done:
+            todo.put_nowait(case)
+    sink = ResultsFile(out) if out is not None else None
+    fresh: dict[str, CaseResult] = {}
+
+    async def worker() -> None:
+        while not todo.empty():
+            case = todo.get_nowait()
+            result = await run_case(model, case, compat=compat)
+            fresh[case.id] = result
+            if sink is not None:
+                sink.write(result)
+            if on_result is not None:
+                on_result(result)
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, todo.qsize())))))
+    finally:
+        if sink is not None:
+            sink.close()
+    return [fresh.get(c.id) or done[c.id] for c in cases]
+
+
+# ---------------------------------------------------------------- the summary
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    category: str
+    cases: int
+    passed: int
+    mistakes: int
+    refused: int
+    errors: int
+
+    @property
+    def accuracy(self) -> float | None:
+        scored = self.cases - self.errors
+        return self.passed / scored if scored else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category": self.category,
+            "cases": self.cases,
+            "passed": self.passed,
+            "mistakes": self.mistakes,
+            "refused": self.refused,
+            "errors": self.errors,
+        }
+
+
+def summarize(results: Iterable[CaseResult]) -> list[Row]:
+    """One row per category, in the order categories first appear, then a total."""
+    counts: dict[str, Counter[str]] = {}
+    for r in results:
+        counts.setdefault(r.category, Counter())[r.outcome] += 1
+    rows = [Row(cat, sum(c.values()), c[PASSED], c[MISTAKE], c[REFUSED], c[ERROR]) for cat, c in counts.items()]
+    if len(rows) > 1:
+        rows.append(
+            Row(
+                "total",
+                sum(r.cases for r in rows),
+                sum(r.passed for r in rows),
+                sum(r.mistakes for r in rows),
+                sum(r.refused for r in rows),
+                sum(r.errors for r in rows),
+            )
+        )
+    return rows
+
+
+def table(rows: Sequence[Row]) -> str:
+    """The summary as aligned text; accuracy leaves infrastructure errors out."""
+    head = ("category", "cases", "passed", "accuracy", "mistakes", "refused", "errors")
+    body = [
+        (
+            r.category,
+            str(r.cases),
+            str(r.passed),
+            "-" if r.accuracy is None else f"{100 * r.accuracy:.1f}%",
+            str(r.mistakes),
+            str(r.refused),
+            str(r.errors),
+        )
+        for r in rows
+    ]
+    widths = [max(len(x[i]) for x in (head, *body)) for i in range(len(head))]
+    lines = []
+    for cells in (head, *body):
+        lines.append(
+            "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+        )
+    return "\n".join(lines)

@@ -1,0 +1,182 @@
+"""BFCL cases through tether's real loop: a FakeServer model over HTTP, every gate on, nothing executed.
+
+The FakeServer plays an oracle model: it answers each case with calls built
+from the possible answers (or with perturbed ones). The verdict tether gives
+each case must be the official checker's on exactly what the model sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bfcl_oracle import DATA, Oracle, Output, categories, official, oracle_output, perturbations
+
+from tether.eval import (
+    ERROR,
+    MISTAKE,
+    PASSED,
+    REFUSED,
+    Case,
+    CaseResult,
+    load,
+    read_results,
+    run_eval,
+    summarize,
+    table,
+)
+from tether.eval.bfcl import tool_name
+from tether.models.openai_chat import OpenAIChatModel
+from tether.testing.fake_server import FakeServer, raw, tool_calls
+
+
+def evaluate(cases: list[Case], outputs: dict[str, Output], **options: Any) -> tuple[list[CaseResult], Oracle]:
+    oracle = Oracle(cases, outputs)
+
+    async def go() -> list[CaseResult]:
+        async with FakeServer(oracle) as server:
+            model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x")
+            try:
+                return await run_eval(model, cases, **options)
+            finally:
+                await model.aclose()
+
+    return asyncio.run(go()), oracle
+
+
+def assert_agrees(cases: list[Case], outputs: dict[str, Output], results: list[CaseResult]) -> None:
+    """tether's verdict is the official one; failures are sorted by what the gates said."""
+    assert [r.id for r in results] == [c.id for c in cases]
+    disagreements = []
+    for case, result in zip(cases, results, strict=True):
+        valid, _ = official(case.category, list(case.functions), case.ground_truth, outputs[case.id])
+        if result.valid != valid:
+            disagreements.append((case.id, valid, result.to_dict()))
+        refused = any(c["gate"] != "accepted" for c in result.calls)
+        expected = PASSED if valid else REFUSED if refused else MISTAKE
+        assert result.outcome == expected, result
+        sent = outputs[case.id]
+        assert [(c["tool"], c["arguments"]) for c in result.calls] == (sent or [])
+    assert not disagreements, disagreements[:5]
+
+
+def _unambiguous(cases: list[Case]) -> list[Case]:
+    ambiguous = Oracle(cases, {}).ambiguous()
+    assert len(ambiguous) <= 0.05 * len(cases)
+    return [c for c in cases if c.id not in ambiguous]
+
+
+def all_cases() -> Iterator[Case]:
+    for category in categories():
+        yield from load(DATA / f"BFCL_v4_{category}.json")
+
+
+def test_the_oracle_model_scores_like_the_official_checker_on_every_case() -> None:
+    cases = _unambiguous(list(all_cases()))
+    outputs: dict[str, Output] = {c.id: oracle_output(c) if c.ground_truth is not None else None for c in cases}
+    results, oracle = evaluate(cases, outputs, concurrency=16)
+    assert sorted(oracle.asked) == sorted(c.id for c in cases)  # one model request per case
+    assert_agrees(cases, outputs, results)
+    passed = sum(r.outcome == PASSED for r in results)
+    assert passed >= 0.99 * len(cases)
+
+
+@pytest.mark.parametrize("category", categories())
+def test_perturbed_answers_score_like_the_official_checker(category: str) -> None:
+    cases = _unambiguous(load(DATA / f"BFCL_v4_{category}.json"))[:12]
+    labels = sorted({label for c in cases for label in perturbations(c)})
+    for label in labels:
+        chosen = [c for c in cases if label in perturbations(c)]
+        outputs = {c.id: perturbations(c)[label] for c in chosen}
+        results, _ = evaluate(chosen, outputs, concurrency=4)
+        assert_agrees(chosen, outputs, results)
+        by_outcome = {r.outcome for r in results}
+        if label in ("unknown_tool", "bad_json", "call_bad_json") and category.endswith("irrelevance") is False:
+            assert by_outcome == {REFUSED}, (label, results[0])
+        if label == "no_call" and cases[0].ground_truth is not None:
+            assert by_outcome == {MISTAKE}
+
+
+def test_results_file_summary_and_resume(tmp_path: Path) -> None:
+    cases = load(DATA / "BFCL_v4_simple_python.json")[:6] + load(DATA / "BFCL_v4_irrelevance.json")[:4]
+    outputs: dict[str, Output] = {c.id: oracle_output(c) if c.ground_truth else None for c in cases}
+    outputs[cases[1].id] = None  # no call where one was expected: the model's mistake
+    outputs[cases[2].id] = [("no_such_function", "{}")]  # refused by the gate
+    outputs[cases[7].id] = [(cases[7].functions[0]["name"], "{}")]  # a call in an irrelevance case
+    results, oracle = evaluate(cases, outputs, concurrency=3, out=tmp_path)
+    lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert sorted(line["id"] for line in lines) == sorted(c.id for c in cases)
+    kept = {line["id"]: line for line in lines}
+    assert kept[cases[0].id]["valid"] is True and kept[cases[0].id]["calls"][0]["gate"] == "accepted"
+    assert kept[cases[1].id]["outcome"] == MISTAKE and kept[cases[1].id]["reason"] == "ast_decoder:decoder_failed"
+    assert kept[cases[2].id]["outcome"] == REFUSED and "unknown_tool" in kept[cases[2].id]["reason"]
+    assert kept[cases[7].id]["valid"] is False
+    rows = summarize(results)
+    assert [(r.category, r.cases, r.passed) for r in rows] == [
+        ("simple_python", 6, 4),
+        ("irrelevance", 4, 3),
+        ("total", 10, 7),
+    ]
+    printed = table(rows)
+    assert "simple_python" in printed and "66.7%" in printed and "75.0%" in printed
+
+    again, oracle = evaluate(cases, outputs, concurrency=3, out=tmp_path)
+    assert oracle.asked == []  # every case already had a verdict: none is sent again
+    assert [r.to_dict() for r in again] == [r.to_dict() for r in results]
+    assert len(read_results(tmp_path)) == len(cases)
+
+
+def test_an_infrastructure_error_is_no_verdict_and_is_retried(tmp_path: Path) -> None:
+    cases = load(DATA / "BFCL_v4_simple_python.json")[:3]
+    outputs: dict[str, Output] = {c.id: oracle_output(c) for c in cases}
+
+    async def go(script: Any) -> list[CaseResult]:
+        async with FakeServer(script) as server:
+            model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x", max_retries=0)
+            try:
+                return await run_eval(model, cases, concurrency=1, out=tmp_path)
+            finally:
+                await model.aclose()
+
+    broken = asyncio.run(go(lambda request: raw({"error": {"message": "unauthorized"}}, status=401)))
+    assert {r.outcome for r in broken} == {ERROR}
+    assert all(r.valid is None and r.reason for r in broken)
+    assert summarize(broken)[0].accuracy is None
+    fixed = asyncio.run(go(Oracle(cases, outputs)))
+    assert {r.outcome for r in fixed} == {PASSED}
+    assert {r.outcome for r in read_results(tmp_path).values()} == {PASSED}
+
+
+@pytest.mark.parametrize("finish_reason", ["stop", "length"])
+def test_a_reply_tether_refuses_whole_is_still_scored_as_bfcl_scores_it(finish_reason: str) -> None:
+    """Calls under finish_reason "stop" (a protocol error) or "length" (truncated) end the run unexecuted,
+    but BFCL scores the calls the model sent all the same, and so does tether."""
+    case = load(DATA / "BFCL_v4_simple_python.json")[0]
+    right = oracle_output(case)
+    wrong = [(right[0][0], "{}")]
+    for output, valid in ((right, True), (wrong, False)):
+        official_valid, _ = official(case.category, list(case.functions), case.ground_truth, output)
+        assert official_valid is valid
+
+        def respond(request: dict[str, Any], output: Any = output) -> Any:
+            calls = [(f"call_{i}", tool_name(n), a) for i, (n, a) in enumerate(output)]
+            return tool_calls(calls, finish_reason=finish_reason)
+
+        async def go() -> CaseResult:
+            async with FakeServer(respond) as server:
+                model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x")
+                try:
+                    return (await run_eval(model, [case]))[0]
+                finally:
+                    await model.aclose()
+
+        result = asyncio.run(go())
+        assert result.status == ("protocol_error" if finish_reason == "stop" else "truncated")
+        assert result.valid is valid
+        assert result.outcome == (PASSED if valid else REFUSED)
+        assert [(c["tool"], c["arguments"]) for c in result.calls] == output
+        assert {c["gate"] for c in result.calls} == {result.status}
