@@ -31,7 +31,7 @@ from tether.models.base import ModelRequest
 from tether.models.scripted import ScriptedModel, calls, text
 from tether.runner import Agent
 from tether.store import LeaseHeld, RunNotFound, SQLiteStore, StoreError
-from tether.store.sqlite import GENESIS, SEALED_COLUMNS, chain_hash, seal
+from tether.store.audit import GENESIS, SEALED_COLUMNS, chain_hash, seal
 from tether.tools import ToolContext, tool
 
 KEY = "correct horse battery staple"

@@ -39,7 +39,7 @@ from tether.runner import RUN_FINISHED, RUN_PAUSED, TEXT, Agent, Driver, RunEven
 from tether.server.problems import Problem
 from tether.server.settings import Settings
 from tether.store.redact import redact
-from tether.store.sqlite import LeaseHeld, RunNotFound, SQLiteStore, StoreError
+from tether.store.sqlite import LeaseHeld, RunNotFound, SQLiteStore, StoreError, TamperedRun
 from tether.tickets.db import User
 from tether.tools.context import Principal
 from tether.tools.tool import Tool
@@ -226,7 +226,7 @@ class RunService:
         """The run's state if ``user`` owns it; a 404 if it is missing *or* someone else's."""
         live = self.live.get(run_id)
         try:
-            stored = self.store.load(run_id)
+            stored = self.store.load(run_id, check=False)  # shown as stored; acting on it checks it
         except RunNotFound:
             if live is not None and live.owner == user.id:  # started; its first checkpoint is to come
                 return (live.driver.state if live.driver else _queued_state(run_id)), None, None
@@ -325,6 +325,9 @@ class RunService:
                 continue
             try:
                 stored = self.store.load(summary.run_id)
+            except TamperedRun as exc:
+                log.warning("run %s is not offered for approval: %s", summary.run_id, exc)
+                continue
             except RunNotFound:
                 continue
             for call in _pending_approvals(stored.state):
@@ -350,6 +353,9 @@ class RunService:
             stored = self.store.load(run_id)
         except RunNotFound:
             raise _no_run(run_id) from None
+        except TamperedRun as exc:
+            log.warning("%s", exc)
+            raise Problem(409, f"run {run_id} fails its audit check and is not acted on; the error is logged") from None
         if not any(c.id == call_id for m in stored.state.messages for c in m.tool_calls):
             raise Problem(404, f"run {run_id} has no call {call_id}")
         try:

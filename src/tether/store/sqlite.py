@@ -35,8 +35,6 @@ power cut a lost intent would let resume run the effect again blindly.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import socket
@@ -53,35 +51,20 @@ from tether.core.budget import RunConfig
 from tether.core.errors import TetherError
 from tether.core.machine import PendingCall, RunState
 from tether.core.messages import Message
-from tether.events import (
-    CALL_EXECUTED,
-    CALL_VALIDATED,
-    INTENT_RECORDED,
-    OUTCOME_RECORDED,
-    RECONCILED,
-    digest,
+from tether.events import digest
+from tether.store.audit import (
+    GENESIS,
+    SEALED_COLUMNS,
+    audit_key_from_env,
+    chain_hash,
+    ledger_problems,
+    seal,
+    seal_problem,
 )
 from tether.store.redact import REDACTED, SECRET_KEY, redact
 from tether.tools.context import Principal
 
 DEFAULT_LEASE_SECONDS = 30.0
-GENESIS = "0" * 64
-AUDIT_KEY_ENV = "TETHER_AUDIT_KEY"
-# The columns of a run's row that its seal covers: all but the id (hashed on its own) and the lease.
-SEALED_COLUMNS = (
-    "created_at",
-    "updated_at",
-    "status",
-    "principal",
-    "setup",
-    "config",
-    "meta",
-    "message_count",
-    "message_hash",
-    "event_count",
-    "event_hash",
-)
-KEYED, UNKEYED = "hmac-sha256:", "sha256:"
 # Event data keys that carry user or model text: kept only with log_content.
 CONTENT_KEYS = frozenset({"content", "text", "result", "output", "prompt"})
 
@@ -166,25 +149,6 @@ def immediate(db: sqlite3.Connection, *, durable: bool = False) -> Iterator[sqli
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def chain_hash(prev: str, *fields: object) -> str:
-    """The next link: the previous hash and this row's stored fields, as text."""
-    text = "\x1f".join([prev, *map(str, fields)])
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def seal(key: str | None, run_id: str, row: Sequence[object]) -> str:
-    """The seal of a run's row: ``row`` holds the ``SEALED_COLUMNS`` values; an HMAC when there is a key."""
-    text = json.dumps([run_id, *row], ensure_ascii=False).encode()
-    if key:
-        return KEYED + hmac.new(key.encode(), text, hashlib.sha256).hexdigest()
-    return UNKEYED + hashlib.sha256(text).hexdigest()
-
-
-def audit_key_from_env() -> str | None:
-    """``$TETHER_AUDIT_KEY``, if set and not empty."""
-    return os.environ.get(AUDIT_KEY_ENV) or None
 
 
 # --- migrations: an ordered list, each applied once and recorded --------------
@@ -454,18 +418,6 @@ class SQLiteStore:
                 (run_id, self.owner),
             )
 
-    def _seal_problem(self, run_id: str, row: Sequence[Any], stored: str | None) -> str | None:
-        """What is wrong with a run row's seal, or None. ``row`` holds the ``SEALED_COLUMNS`` values."""
-        if stored is None:
-            return "run: its row has no seal (recorded before tether sealed runs)"
-        if stored.startswith(KEYED) and not self.audit_key:
-            return f"run: sealed with an audit key; set {AUDIT_KEY_ENV} to verify it"
-        if self.audit_key and not stored.startswith(KEYED):
-            return f"run: not sealed with {AUDIT_KEY_ENV} (written without the key, or re-sealed by someone without it)"
-        if not hmac.compare_digest(stored, seal(self.audit_key, run_id, row)):
-            return "run: its row (saved state, setup, principal, configuration or chain heads) does not match its seal"
-        return None
-
     # --- checkpoints -----------------------------------------------------------------
 
     def _append_messages(self, db: sqlite3.Connection, state: RunState, count: int, last: str) -> tuple[int, str]:
@@ -524,7 +476,7 @@ class SQLiteStore:
             if head[-1] != self.owner:
                 raise LeaseHeld(f"run {run_id}: this process no longer holds its lease")
             sealed = dict(zip(SEALED_COLUMNS, head, strict=False))
-            if problem := self._seal_problem(run_id, head[:-2], head[-2]):
+            if problem := seal_problem(self.audit_key, run_id, head[:-2], head[-2]):
                 raise TamperedRun(f"run {run_id}: {problem}; see tether runs verify {run_id}")
             count, message_hash = self._append_messages(db, state, sealed["message_count"], sealed["message_hash"])
             seq, event_hash = sealed["event_count"], sealed["event_hash"]
@@ -675,7 +627,7 @@ class SQLiteStore:
         if head is None:
             raise RunNotFound(f"no run {run_id} in {self.path}")
         sealed = dict(zip(SEALED_COLUMNS, head, strict=False))
-        problem = self._seal_problem(run_id, head[:-1], head[-1])
+        problem = seal_problem(self.audit_key, run_id, head[:-1], head[-1])
         problems: list[str] = [] if problem is None else [problem]
         last, expected_seq = GENESIS, 1
         logged: list[tuple[int, float, str, str]] = []
@@ -705,43 +657,6 @@ class SQLiteStore:
             problems.append(
                 f"messages: the run records {sealed['message_count']} messages, the transcript has {expected}"
             )
-        return problems + self._verify_ledger(run_id, logged)
-
-    def _verify_ledger(self, run_id: str, logged: Sequence[tuple[int, float, str, str]]) -> list[str]:
-        """Replay the ledger writes the events record and compare with the ledger, row by row, both ways.
-
-        Each ledger write shares its transaction (and so its time) with the
-        event that logs it: ``intent_recorded`` inserts an intent,
-        ``outcome_recorded`` or an executed ``reconciled`` sets its outcome, a
-        ``reconciled`` as not executed deletes it, and a read-only call's
-        ``call_executed`` writes its row whole. Outcomes are compared by digest.
-        """
-        problems: list[str] = []
-        expected: dict[str, list[Any]] = {}  # call id -> [tool, fingerprint, intent_at, outcome digest, outcome_at]
-        read_only: dict[str, tuple[bool, str]] = {}  # call id -> (read-only?, fingerprint), from its validation
-        for seq, at, kind, data in logged:
-            try:
-                event = json.loads(data)
-            except ValueError:
-                continue  # reported as an edited event
-            call_id = event.get("id") if isinstance(event, dict) else None
-            if not isinstance(call_id, str):
-                continue
-            if kind == CALL_VALIDATED:
-                read_only[call_id] = (event.get("read_only") is True, event.get("fingerprint") or "")
-            elif kind == INTENT_RECORDED:
-                expected[call_id] = [event.get("tool"), event.get("fingerprint") or "", at, None, None]
-            elif kind == OUTCOME_RECORDED or (kind == RECONCILED and event.get("executed") is True):
-                row = expected.get(call_id)
-                if row is None:
-                    problems.append(f"event {seq}: an outcome of call {call_id} without a recorded intent")
-                elif row[3] is None:
-                    row[3:] = [event.get("digest"), at]
-            elif kind == RECONCILED:
-                expected.pop(call_id, None)
-            elif kind == CALL_EXECUTED and read_only.get(call_id, (False, ""))[0]:
-                row = expected.setdefault(call_id, [event.get("tool"), read_only[call_id][1], at, None, None])
-                row[3:] = [event.get("digest"), at]
         stored = {
             call_id: [tool, fingerprint, intent_at, None if outcome is None else digest(outcome), outcome_at]
             for call_id, tool, fingerprint, intent_at, outcome, outcome_at in self._db.execute(
@@ -749,17 +664,7 @@ class SQLiteStore:
                 (run_id,),
             )
         }
-        for call_id in sorted(expected.keys() | stored.keys()):
-            want, got = expected.get(call_id), stored.get(call_id)
-            if got is None:
-                problems.append(f"ledger: call {call_id} is missing (the audit log records it)")
-            elif want is None:
-                problems.append(f"ledger: call {call_id} is not in the audit log")
-            elif want[3] != got[3]:
-                problems.append(f"ledger: the outcome of call {call_id} does not match the audit log")
-            elif want != got:
-                problems.append(f"ledger: call {call_id} does not match the audit log (tool, fingerprint or times)")
-        return problems
+        return problems + ledger_problems(logged, stored)
 
     def messages(self, run_id: str) -> list[Message]:
         return [
