@@ -25,14 +25,16 @@ from typing import Any
 
 import pytest
 
-from tether.core.machine import Status
+from tether.core.budget import RunConfig
+from tether.core.machine import RunState, Status
+from tether.core.messages import Message
 from tether.durable import decide
 from tether.models.base import ModelRequest
 from tether.models.scripted import ScriptedModel, calls, text
 from tether.runner import Agent
-from tether.store import LeaseHeld, RunNotFound, SQLiteStore, StoreError
+from tether.store import LeaseHeld, RunNotFound, SQLiteStore, StoreError, TamperedRun
 from tether.store.audit import GENESIS, SEALED_COLUMNS, chain_hash, seal
-from tether.tools import ToolContext, tool
+from tether.tools import Principal, ToolContext, tool
 
 KEY = "correct horse battery staple"
 LEASE_COLUMNS = frozenset({"lease_owner", "lease_until"})
@@ -335,3 +337,25 @@ async def test_a_driver_waiting_on_the_model_longer_than_its_lease_keeps_it(tmp_
     finally:
         store.close()
         other.close()
+
+
+def test_a_checkpoint_refuses_to_reseal_a_row_edited_since_the_last(tmp_path: Path) -> None:
+    """A driver never vouches for what someone else wrote: the next checkpoint checks the seal before it writes."""
+    path = tmp_path / "runs.db"
+    store = SQLiteStore(path)
+    try:
+        state = RunState(run_id="edited", config=RunConfig(), messages=[Message("user", "hi")])
+        store.create_run(state, Principal("alice"), {"base_url": "http://127.0.0.1:8080/v1"})
+        store.checkpoint(state, [("run_started", {})])
+        with raw(path) as db:
+            db.execute("UPDATE runs SET setup = ? WHERE id = 'edited'", ('{"base_url": "http://attacker.example/v1"}',))
+            before = db.execute("SELECT seal, event_count FROM runs WHERE id = 'edited'").fetchone()
+
+        with pytest.raises(TamperedRun, match=r"edited.*does not match its seal"):
+            store.checkpoint(state, [("step_started", {})])
+
+        with raw(path) as db:
+            assert db.execute("SELECT seal, event_count FROM runs WHERE id = 'edited'").fetchone() == before
+        assert TamperedRun.exit_code == 6
+    finally:
+        store.close()
