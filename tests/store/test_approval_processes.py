@@ -181,3 +181,24 @@ def assert_refused_as_tampered(b: Bench, run_id: str) -> None:
         assert store.ledger(run_id) == []
         events = store.events(run_id)
     assert "intent_recorded" not in kinds(events) and "call_executed" not in kinds(events)
+
+
+def test_with_an_audit_key_every_process_needs_it(tmp_path: Path) -> None:
+    """TETHER_AUDIT_KEY seals the run with an HMAC: run, approve and resume with it; verify without it fails."""
+    key = {"TETHER_AUDIT_KEY": "a secret the forger does not have"}
+    with bench(tmp_path, script()) as b:
+        paused = b.tether(*b.run_argv("Refund ticket T-9."), **key)
+        assert paused.code == 20, paused
+        run_id = b.run_id()
+        refused = b.tether("approve", run_id, CALL, "--db", str(b.db))  # without the key
+        assert refused.code == 6, refused
+        assert "TETHER_AUDIT_KEY" in refused.err
+        assert b.tether("approve", run_id, CALL, "--db", str(b.db), **key).code == 0
+        resumed = b.tether("resume", run_id, "--db", str(b.db), "--api-key", "x", **key)
+        assert resumed.code == 0, resumed
+        assert b.effects_of(run_id) == [f"{run_id}:{CALL}\trefund\tT-9"]
+
+        assert b.tether("runs", "verify", run_id, "--db", str(b.db), **key).code == 0
+        unkeyed = b.tether("runs", "verify", run_id, "--db", str(b.db))
+        assert unkeyed.code == 6, unkeyed
+        assert "set TETHER_AUDIT_KEY to verify it" in unkeyed.out
