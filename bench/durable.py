@@ -1,6 +1,6 @@
 """Durable mode: what checkpointing every event to a SQLiteStore costs.
 
-    python bench/durable.py [--quick] [--profile]     # only the 200-step run
+    python bench/durable.py [--quick] [--profile]     # the 200-step run, then the fsynced intents
 
 ``bench/run.py`` uses this module for two things:
 
@@ -18,6 +18,15 @@
 When a growth ratio misses its target, ``growth_profile`` profiles one more
 run, steps 2-21 and 180-199 separately, and lists the calls whose cumulative
 time grew most: the function that grows, not just the fact.
+
+``bench_intents`` prices the one fsync the store makes: the intent of a
+side-effecting call commits with ``synchronous=FULL`` so that a power cut
+cannot lose it. Runs of ``INTENT_STEPS`` steps, each one side-effecting
+call, are timed with that fsync and without it
+(``SQLiteStore(durable_intents=False)``), alternating; the ratio is the
+median per-call time with / without, and the difference is what one
+side-effecting call pays for surviving a power cut. Read-only calls and
+every other commit are unchanged.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from tether.models.base import Model
 from tether.models.scripted import ScriptedModel, calls, text
 from tether.runner import RUN_FINISHED, STEP_STARTED, Agent, RunEvent
 from tether.store.sqlite import SQLiteStore
+from tether.tools import tool
 from tether.toolsets import load_toolset
 
 LONG_STEPS = 200
@@ -177,6 +187,61 @@ def print_long(long: dict[str, dict[str, float]], repeats: int, tmpdir: Path, pr
             print("\n".join(lines))
 
 
+INTENT_STEPS = 40
+
+
+@tool
+def note(n: int) -> int:
+    """A side-effecting call (not marked read_only) that does nothing: only the store's cost is left."""
+    return n
+
+
+async def intent_run(store: SQLiteStore) -> list[float]:
+    """Seconds per step of one run whose every step but the last makes one side-effecting call."""
+    script = [calls((f"call{i}", "note", json.dumps({"n": i}))) for i in range(1, INTENT_STEPS)]
+    budget = Budget(max_steps=INTENT_STEPS, max_tool_calls=1000)
+    agent = Agent(ScriptedModel([*script, text(LONG_ANSWER)]), [note], budget=budget, store=store)
+    starts: list[float] = []
+
+    def on_event(event: RunEvent) -> None:
+        if event.kind in (STEP_STARTED, RUN_FINISHED):
+            starts.append(time.perf_counter())
+
+    result = await agent.run("Note every number.", on_event=on_event)
+    if result.output != LONG_ANSWER:
+        raise RuntimeError(f"the intent run ended {result.status.value}: {result.reason}")
+    return [end - start for start, end in itertools.pairwise(starts)][1:-1]  # the tool steps, first left out
+
+
+def bench_intents(tmpdir: Path, repeats: int) -> dict[str, float]:
+    """Median seconds per side-effecting step with the intent fsynced and without, and their ratio."""
+    stores = {
+        "fsynced": SQLiteStore(tmpdir / "intents-fsynced.db"),
+        "not fsynced": SQLiteStore(tmpdir / "intents-plain.db", durable_intents=False),
+    }
+    steps: dict[str, list[float]] = {name: [] for name in stores}
+    try:
+        for store in stores.values():  # warm-up, not counted
+            asyncio.run(intent_run(store))
+        for _ in range(repeats):
+            for name, store in stores.items():
+                steps[name].extend(asyncio.run(intent_run(store)))
+    finally:
+        for store in stores.values():
+            store.close()
+    durable, plain = statistics.median(steps["fsynced"]), statistics.median(steps["not fsynced"])
+    return {"fsynced": durable, "not fsynced": plain, "ratio": durable / plain}
+
+
+def print_intents(numbers: dict[str, float], repeats: int) -> None:
+    print(
+        f"side-effecting call, intent fsynced / not fsynced, median step time over {repeats} runs"
+        f" of {INTENT_STEPS - 2} calls: {numbers['ratio']:.2f}x"
+        f"  ({numbers['fsynced'] * 1e3:.3f} ms vs {numbers['not fsynced'] * 1e3:.3f} ms:"
+        f" {(numbers['fsynced'] - numbers['not fsynced']) * 1e3:.3f} ms per call for surviving a power cut)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer runs: a smoke test, noisier numbers")
@@ -185,6 +250,7 @@ def main() -> None:
     repeats = 2 if args.quick else 5
     with tempfile.TemporaryDirectory() as tmp:
         print_long(bench_long(Path(tmp), repeats), repeats, Path(tmp), args.profile)
+        print_intents(bench_intents(Path(tmp), repeats), repeats)
 
 
 if __name__ == "__main__":

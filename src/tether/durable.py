@@ -23,7 +23,11 @@ from tether.tools.toolbox import Toolbox
 
 def _open(store: SQLiteStore, run_id: str) -> tuple[StoredRun, Run]:
     store.acquire(run_id)
-    stored = store.load(run_id)
+    try:
+        stored = store.load(run_id)
+    except BaseException:
+        store.release(run_id)
+        raise
     # Deciding needs no tools: the machine only consults them when judging a reply.
     return stored, Run(stored.state, Toolbox([], stored.principal))
 
@@ -75,13 +79,22 @@ def reconcile(
     by: str = "cli",
     clock: Callable[[], float] = time.time,
 ) -> PendingCall:
-    """Record what became of a call whose outcome was unknown."""
+    """Record what became of a call whose outcome was unknown.
+
+    The ledger (the outcome, or the intent cleared) is written in the same
+    transaction as the state and the audit event.
+    """
     _, run = _open(store, run_id)
     try:
         call = _pending(run, call_id, Status.AWAITING_RECONCILIATION)
         content = envelope.ok(result) if executed else None
-        settle(run, store, call, executed=executed, result=content, clock=clock)
-        store.checkpoint(run.state, [(RECONCILED, reconciled_event(call, executed, content, by))])
+        run.send(Reconciled(call.call_id, executed, clock(), content))
+        store.checkpoint(
+            run.state,
+            [(RECONCILED, reconciled_event(call, executed, content, by))],
+            [(call, content)] if content is not None else (),
+            cleared=() if executed else [call.call_id],
+        )
         return call
     finally:
         store.release(run_id)
@@ -92,21 +105,3 @@ def reconciled_event(call: PendingCall, executed: bool, result: str | None, by: 
     if result is not None:
         data["digest"] = digest(result)
     return data
-
-
-def settle(
-    run: Run,
-    store: SQLiteStore | None,
-    call: PendingCall,
-    *,
-    executed: bool,
-    result: str | None,
-    clock: Callable[[], float],
-) -> Any:
-    """Write the ledger, then tell the machine; the ledger must never lag the state."""
-    if store is not None:
-        if executed and result is not None:
-            store.record_outcome(run.state.run_id, call, result)
-        elif not executed:
-            store.clear_intent(run.state.run_id, call.call_id)
-    return run.send(Reconciled(call.call_id, executed, clock(), result))

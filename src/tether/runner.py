@@ -36,6 +36,7 @@ from tether.core.machine import (
     ModelReplied,
     OutcomeUnknown,
     PendingCall,
+    Reconciled,
     Run,
     RunState,
     RunTools,
@@ -43,7 +44,7 @@ from tether.core.machine import (
     ToolsFinished,
 )
 from tether.core.messages import Message, ModelReply
-from tether.durable import reconciled_event, settle
+from tether.durable import reconciled_event
 from tether.events import (
     APPROVAL_DECIDED,
     APPROVAL_REQUESTED,
@@ -186,7 +187,11 @@ class Agent:
         if self.store is None:
             raise ValueError("resuming needs an Agent with a store")
         self.store.acquire(run_id)
-        stored = self.store.load(run_id)
+        try:
+            stored = self.store.load(run_id)
+        except BaseException:
+            self.store.release(run_id)  # refused (tampered with, unreadable): leave the run as it was
+            raise
         toolbox = Toolbox(self.tools, stored.principal)
         return Driver(self, Run(stored.state, toolbox), toolbox, on_event)
 
@@ -217,7 +222,8 @@ class Driver:
         self._reported: set[str] = set()  # call ids of the current step with an event
         self._finished: dict[str, str] = {}  # results of the current step's executed calls
         self._unsaved: list[RunEvent] = []  # events not yet checkpointed (durable runs)
-        self._outcomes: list[tuple[PendingCall, str]] = []  # read-only results for the next checkpoint
+        self._outcomes: list[tuple[PendingCall, str]] = []  # ledger outcomes for the next checkpoint
+        self._cleared: list[str] = []  # call ids found never to have run, for the next checkpoint
         self._lease_timer: asyncio.TimerHandle | None = None
 
     @property
@@ -235,20 +241,30 @@ class Driver:
         if self.on_event is not None:
             self.on_event(event)
 
-    def _flush(self, *, release: bool = False) -> None:
-        """Checkpoint the state with the events since the last one, then let listeners hear of them.
+    def _flush(self, *, release: bool = False, intent: PendingCall | None = None) -> None:
+        """Checkpoint the state with the events and ledger writes since the last one, then let listeners hear of them.
 
         Called before anything the events could lead to (a model request, a
         side-effecting call, a pause, the end): events that happen back to
         back share one transaction, and no listener hears of an event that is
         not stored. A read-only call needs no checkpoint before it: if the
-        process dies during it, resume simply runs it again.
+        process dies during it, resume simply runs it again. With ``intent``
+        the checkpoint records it in the ledger and is on disk (fsynced)
+        before this returns.
         """
         if self.store is None:
             return
         events, self._unsaved = self._unsaved, []
         outcomes, self._outcomes = self._outcomes, []
-        self.store.checkpoint(self.state, [(e.kind, e.data) for e in events], outcomes, release=release)
+        cleared, self._cleared = self._cleared, []
+        self.store.checkpoint(
+            self.state,
+            [(e.kind, e.data) for e in events],
+            outcomes,
+            intents=() if intent is None else [intent],
+            cleared=cleared,
+            release=release,
+        )
         for event in events:
             self._deliver(event)
 
@@ -256,6 +272,8 @@ class Driver:
         return self.run_machine.send(event)
 
     async def run(self) -> RunResult:
+        if self.store is not None:
+            self._renew_lease_later()
         try:
             result = await self._drive()
         except asyncio.CancelledError:
@@ -271,6 +289,10 @@ class Driver:
             with contextlib.suppress(TetherError):
                 self._flush(release=True)
             raise
+        finally:
+            if self._lease_timer is not None:
+                self._lease_timer.cancel()
+                self._lease_timer = None
         self._flush(release=True)
         return result
 
@@ -362,10 +384,12 @@ class Driver:
         return None if isinstance(next_command, AwaitReconciliation) else next_command
 
     def settle(self, call: PendingCall, *, executed: bool, result: str | None, by: str) -> Command:
-        """Record what became of a call with an unknown outcome."""
-        command: Command = settle(
-            self.run_machine, self.store, call, executed=executed, result=result, clock=self.agent.clock
-        )
+        """Record what became of a call with an unknown outcome; the ledger write rides on the next checkpoint."""
+        command = self._send(Reconciled(call.call_id, executed, self.agent.clock(), result))
+        if executed and result is not None:
+            self._outcomes.append((call, result))
+        elif not executed:
+            self._cleared.append(call.call_id)
         self._emit(RECONCILED, **reconciled_event(call, executed, result, by))
         return command
 
@@ -419,38 +443,35 @@ class Driver:
         step.calls = [CallReport(p.call_id, p.tool, p.execute) for p in command.calls]
         for p in command.calls:
             if p.execute:
-                self._emit(CALL_VALIDATED, id=p.call_id, tool=p.tool, read_only=p.read_only)
+                self._emit(CALL_VALIDATED, id=p.call_id, tool=p.tool, read_only=p.read_only, fingerprint=p.fingerprint)
             elif self.state.executed.get(p.call_id, [None, None])[1] == p.result:
                 self._done(p, p.result or "", CALL_RECOVERED)  # reconciled as executed, or a reused call id
             else:
                 self._reject(p.call_id, p.tool, p.result or "")
         self._finished = {}
-        if self.store is not None:
-            self._renew_lease_later()
-        try:
-            for batch in _batches(command.to_execute):
-                if len(batch) == 1:
-                    await self._invoke(batch[0])
-                else:
-                    await asyncio.gather(*(self._invoke(p) for p in batch))
-        finally:
-            if self._lease_timer is not None:
-                self._lease_timer.cancel()
-                self._lease_timer = None
+        for batch in _batches(command.to_execute):
+            if len(batch) == 1:
+                await self._invoke(batch[0])
+            else:
+                await asyncio.gather(*(self._invoke(p) for p in batch))
         next_command = self._send(ToolsFinished(dict(self._finished), self.agent.clock()))
         self._sync_last_step()
         return next_command
 
     def _renew_lease_later(self) -> None:
-        """Renew the lease every third of its term while tools run, so a long call is not taken for a dead driver.
+        """Renew the lease every third of its term for as long as this driver drives.
 
-        A timer, not a task: most steps' tools finish long before it fires.
+        A lease that is not renewed expires, and then another driver may take
+        the run: a long model request or tool call must not look like a dead
+        driver. A failed renewal is left to the next checkpoint, which raises
+        ``LeaseHeld`` if the run was taken.
         """
         assert self.store is not None
         store = self.store
 
         def renew() -> None:
-            store.renew(self.state.run_id)
+            with contextlib.suppress(TetherError):  # not written yet, or taken: the next checkpoint tells
+                store.renew(self.state.run_id)
             self._renew_lease_later()
 
         self._lease_timer = asyncio.get_running_loop().call_later(store.lease_seconds / 3, renew)
@@ -466,15 +487,15 @@ class Driver:
             entry = store.ledger_entry(run_id, call.call_id)
             if entry is not None and entry.outcome is not None:
                 return self._done(call, entry.outcome, CALL_RECOVERED)
-            store.record_intent(run_id, call)  # committed before the effect can happen
             self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
-            self._flush()
+            self._flush(intent=call)  # on disk, fsynced, before the effect can happen
         content = await self.toolbox.invoke(call, run_id, self.run_machine.deadline_at)
         self._done(call, content, CALL_EXECUTED)
         if store is not None and not call.read_only:
             self._flush()
-            store.record_outcome(run_id, call, content)  # its own commit: the effect has happened
+            self._outcomes.append((call, content))
             self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool, digest=digest(content))
+            self._flush()  # its own commit: the effect has happened
         elif store is not None:
             self._outcomes.append((call, content))  # a read-only result rides on the next checkpoint
         return content

@@ -357,7 +357,9 @@ async def test_event_kinds_of_a_two_step_run_over_http() -> None:
     assert [e.step for e in events] == [0, 1, 1, 1, 1, 2, 2, 2]  # run_started comes before step 1
     assert {e.run_id for e in events} == {result.run_id}
     by_kind = {e.kind: e.data for e in events if e.kind not in (RUN_STARTED, STEP_STARTED, MODEL_REPLIED)}
-    assert by_kind[CALL_VALIDATED] == {"id": "c1", "tool": "multiply", "read_only": True}
+    validated = by_kind[CALL_VALIDATED]
+    assert validated == {"id": "c1", "tool": "multiply", "read_only": True, "fingerprint": validated["fingerprint"]}
+    assert len(validated["fingerprint"]) == 64  # the ledger row of a read-only call is checked against it
     assert by_kind[CALL_EXECUTED]["outcome"] == "ok"
     assert envelope(by_kind[CALL_EXECUTED]["result"]) == {"ok": True, "result": 42}
     assert by_kind[RUN_FINISHED] == {"status": "completed", "output": "42", "reason": None}

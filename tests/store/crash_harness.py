@@ -10,8 +10,8 @@ that follows it.
 
 - ``CRASH_AT=tool`` names no event: ``crash_tools`` itself dies inside the
   tool, right after the effect.
-- ``CRASH_AT=record_outcome`` dies as soon as the ledger's outcome is
-  committed, before the run state is checkpointed again.
+- ``CRASH_AT=record_outcome`` dies as soon as the checkpoint carrying a
+  side effect's outcome in the ledger is committed, before any other.
 - ``CRASH_LEASE_SECONDS`` shortens the run's lease (default 30 s), standing
   in for a tool that runs longer than the lease.
 
@@ -45,14 +45,15 @@ class CrashingRenderer(render.Renderer):
 render.Renderer = CrashingRenderer  # type: ignore[misc]
 
 if CRASH_AT == "record_outcome":
-    # Right after the ledger's outcome commit returns, before any checkpoint that follows it.
-    commit_outcome = SQLiteStore.record_outcome
+    # Right after the checkpoint carrying a side effect's outcome commits, before any checkpoint that follows it.
+    commit = SQLiteStore.checkpoint
 
-    def record_outcome(self: SQLiteStore, *args: Any, **kwargs: Any) -> None:
-        commit_outcome(self, *args, **kwargs)
-        os.kill(os.getpid(), signal.SIGKILL)
+    def checkpoint(self: SQLiteStore, state: Any, events: Any = (), outcomes: Any = (), **kwargs: Any) -> None:
+        commit(self, state, events, outcomes, **kwargs)
+        if any(not call.read_only for call, _ in outcomes):
+            os.kill(os.getpid(), signal.SIGKILL)
 
-    SQLiteStore.record_outcome = record_outcome  # type: ignore[method-assign]
+    SQLiteStore.checkpoint = checkpoint  # type: ignore[method-assign]
 
 if lease := os.environ.get("CRASH_LEASE_SECONDS"):
 

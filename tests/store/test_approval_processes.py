@@ -2,7 +2,8 @@
 
 The approved call runs exactly once, and only with the arguments that were
 approved: a decision for another fingerprint is refused and records nothing,
-and arguments edited in the store after the approval are not executed.
+and a run whose approved arguments were edited in the store is refused as
+tampered with, even when the forger recomputed every fingerprint.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from process_helpers import CALL, Bench, after_last_resume, assert_transcript, bench, kinds
 
 from tether.core import envelope
+from tether.core.machine import fingerprint
 from tether.testing.fake_server import text, tool_calls
 
 ANSWER = "Done."
@@ -140,15 +142,63 @@ def test_arguments_changed_in_the_store_after_approval_are_not_executed(tmp_path
             ).rowcount
         assert changed == 1
         with b.store() as store:
-            assert store.load(run_id).state.pending[0].arguments == {"ticket": "OTHER"}
+            assert store.load(run_id, check=False).state.pending[0].arguments == {"ticket": "OTHER"}
 
-        resumed = b.resume(run_id)
+        assert_refused_as_tampered(b, run_id)
+
+
+def test_arguments_rewritten_with_both_fingerprints_after_approval_are_not_executed(tmp_path: Path) -> None:
+    """The forger recomputes the call's fingerprint and the approval's: the checkpoint's seal still tells."""
+    with bench(tmp_path, script()) as b:
+        run_id = pause(b)
+        approved = b.tether("approve", run_id, CALL, "--reason", "T-9 only", "--db", str(b.db))
+        assert approved.code == 0, approved
+
+        forged = fingerprint("refund", {"ticket": "T-666"})
+        with sqlite3.connect(b.db) as db:
+            (meta,) = db.execute("SELECT meta FROM runs WHERE id = ?", (run_id,)).fetchone()
+            state = json.loads(meta)
+            state["pending"][0]["arguments"] = {"ticket": "T-666"}
+            state["pending"][0]["fingerprint"] = forged
+            state["approvals"][CALL]["fingerprint"] = forged
+            db.execute("UPDATE runs SET meta = ? WHERE id = ?", (json.dumps(state), run_id))
+
+        assert_refused_as_tampered(b, run_id)
+
+
+def assert_refused_as_tampered(b: Bench, run_id: str) -> None:
+    """``runs verify`` fails, and ``tether resume`` refuses the run: nothing is executed, the model is not asked."""
+    verified = b.tether("runs", "verify", run_id, "--db", str(b.db))
+    assert verified.code == 6, verified
+    assert "tampered" in verified.out
+
+    resumed = b.resume(run_id)
+    assert resumed.code == 6, resumed
+    assert f"run {run_id}" in resumed.err and "tether runs verify" in resumed.err
+    assert b.effect_lines() == []
+    assert len(b.server.requests) == 1
+    with b.store() as store:
+        assert store.ledger(run_id) == []
+        events = store.events(run_id)
+    assert "intent_recorded" not in kinds(events) and "call_executed" not in kinds(events)
+
+
+def test_with_an_audit_key_every_process_needs_it(tmp_path: Path) -> None:
+    """TETHER_AUDIT_KEY seals the run with an HMAC: run, approve and resume with it; verify without it fails."""
+    key = {"TETHER_AUDIT_KEY": "a secret the forger does not have"}
+    with bench(tmp_path, script()) as b:
+        paused = b.tether(*b.run_argv("Refund ticket T-9."), **key)
+        assert paused.code == 20, paused
+        run_id = b.run_id()
+        refused = b.tether("approve", run_id, CALL, "--db", str(b.db))  # without the key
+        assert refused.code == 6, refused
+        assert "TETHER_AUDIT_KEY" in refused.err
+        assert b.tether("approve", run_id, CALL, "--db", str(b.db), **key).code == 0
+        resumed = b.tether("resume", run_id, "--db", str(b.db), "--api-key", "x", **key)
         assert resumed.code == 0, resumed
-        assert b.effect_lines() == []  # neither T-9 nor OTHER
-        sent = b.tool_message_sent(1)
-        assert sent["ok"] is False and sent["error"]["code"] == "denied"
-        assert "arguments changed after approval" in sent["error"]["message"]
-        with b.store() as store:
-            assert store.ledger(run_id) == []
-            events = store.events(run_id)
-        assert "intent_recorded" not in kinds(events) and "call_executed" not in kinds(events)
+        assert b.effects_of(run_id) == [f"{run_id}:{CALL}\trefund\tT-9"]
+
+        assert b.tether("runs", "verify", run_id, "--db", str(b.db), **key).code == 0
+        unkeyed = b.tether("runs", "verify", run_id, "--db", str(b.db))
+        assert unkeyed.code == 6, unkeyed
+        assert "set TETHER_AUDIT_KEY to verify it" in unkeyed.out

@@ -12,6 +12,7 @@ re-run blindly, and the audit chain verifies.
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +55,7 @@ CASES = {
     "d_before_outcome": Case("call_executed", "call_executed", True, False, True),
     "e_after_outcome": Case("outcome_recorded", "", True, True, True),
     # (e) again, at the earliest moment: the outcome is in the ledger, the state still awaits the tool.
-    "e_outcome_committed_state_not": Case("record_outcome", "call_executed", True, True, True),
+    "e_outcome_committed_state_not": Case("record_outcome", "outcome_recorded", True, True, True),
 }
 
 
@@ -220,3 +221,25 @@ def test_a_call_reconciled_as_executed_is_not_logged_as_refused(tmp_path: Path) 
         # The audit log must not say the call was refused: it ran (once, before the crash).
         assert [e.data for e in after if e.kind == "call_rejected"] == []
         assert "refused" not in resumed.out
+
+
+@pytest.mark.parametrize("at", ["tool", "intent_recorded"])
+def test_a_deleted_ledger_row_is_caught_and_the_call_not_run_again(tmp_path: Path, at: str) -> None:
+    """Killed right after the intent (and, for ``tool``, the effect); then someone runs ``DELETE FROM ledger``."""
+    with bench(tmp_path, script("close_ticket_by_hand")) as b:
+        died = b.crash(at)
+        assert died.code == SIGKILLED, died
+        run_id = b.run_id()
+        effects = len(b.effects_of(run_id))
+        with sqlite3.connect(b.db) as db:
+            assert db.execute("DELETE FROM ledger").rowcount == 1
+
+        verified = b.tether("runs", "verify", run_id, "--db", str(b.db))
+        assert verified.code == 6, verified
+        assert f"tampered: ledger: call {CALL} " in verified.out
+
+        resumed = b.resume(run_id)
+        assert resumed.code == 6, resumed
+        assert "tether runs verify" in resumed.err
+        assert len(b.effects_of(run_id)) == effects  # not run again
+        assert len(b.server.requests) == 1

@@ -1,17 +1,39 @@
 """One driver at a time: a second ``tether resume`` on a run being driven gets a clear error.
 
 The holder is a real ``tether run`` paused inside a slow side-effecting tool
-(it holds the run's lease). Once it is SIGKILLed its lease is stale (a dead
-process on this host), and ``tether resume`` takes over; the call's unknown
-outcome is reconciled by the tool's hook and the effect happens once.
+(it holds the run's lease). A lease is an owner id, unique per process
+start, and an expiry the holder renews; once the holder is SIGKILLed its
+lease runs out and ``tether resume`` takes over; the call's unknown outcome
+is reconciled by the tool's hook and the effect happens once. Whether the
+holder's pid answers (a zombie does; a restart may get the same pid) plays
+no part.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from process_helpers import CALL, SIGKILLED, TIMEOUT, Bench, Done, after_last_resume, bench, kinds, stop, wait_for
+import pytest
+from process_helpers import (
+    CALL,
+    HARNESS,
+    SIGKILLED,
+    TIMEOUT,
+    Bench,
+    Done,
+    after_last_resume,
+    bench,
+    kinds,
+    stop,
+    wait_for,
+    wait_for_lease_to_expire,
+)
 
 from tether.testing.fake_server import text, tool_calls
 
@@ -45,7 +67,8 @@ def finish_once(b: Bench, run_id: str) -> None:
 
 def test_a_second_driver_is_refused_until_the_holder_dies(tmp_path: Path) -> None:
     with bench(tmp_path, script()) as b:
-        holder = b.start(*b.run_argv(), CRASH_SLOW="600")
+        # A 2 s lease, renewed by the holder, so that its death frees the run soon.
+        holder = b.start(*b.run_argv(), harness=True, CRASH_LEASE_SECONDS="2", CRASH_SLOW="600")
         try:
             wait_for(Path(f"{b.effects}.started"), holder)
             run_id = b.run_id()
@@ -64,6 +87,7 @@ def test_a_second_driver_is_refused_until_the_holder_dies(tmp_path: Path) -> Non
         assert killed.code == SIGKILLED, killed
 
         assert b.effect_lines() == []  # killed before the effect
+        wait_for_lease_to_expire(b, run_id)
         finish_once(b, run_id)
 
 
@@ -113,3 +137,70 @@ def test_a_driver_inside_a_tool_longer_than_the_lease_still_holds_the_run(tmp_pa
         # Expected: refused as long as the holder drives the run, and no second execution.
         assert b.effect_lines() == [], "the second driver ran the call while the first was still executing it"
         assert_refused(second, run_id)
+
+
+def test_a_driver_killed_but_not_reaped_frees_its_run_when_its_lease_expires(tmp_path: Path) -> None:
+    with bench(tmp_path, script()) as b:
+        holder = b.start(*b.run_argv(), harness=True, CRASH_AT="intent_recorded", CRASH_LEASE_SECONDS="2")
+        try:
+            # Dead, but nobody reaped it: a zombie, whose pid still answers kill(pid, 0).
+            os.waitid(os.P_PID, holder.pid, os.WEXITED | os.WNOWAIT)
+            os.kill(holder.pid, 0)
+            run_id = b.run_id()
+            wait_for_lease_to_expire(b, run_id)
+            finish_once(b, run_id)
+            assert holder.returncode is None  # still unreaped while the run was taken over
+        finally:
+            killed = stop(holder)
+        assert killed.code == SIGKILLED, killed
+
+
+def in_new_pid_namespace(argv: list[str]) -> list[str]:
+    """``argv`` as pid 2 of a new PID namespace (pid 1 is the shell: init ignores a SIGKILL sent from inside)."""
+    unshare = shutil.which("unshare")
+    assert unshare is not None
+    return [unshare, "--pid", "--fork", "--kill-child", "sh", "-c", '"$@"; exit $?', "sh", *argv]
+
+
+def pid_namespaces_available() -> str | None:
+    """Why this machine cannot run a process in a new PID namespace, or None."""
+    if shutil.which("unshare") is None:
+        return "unshare is missing (util-linux)"
+    if os.geteuid() != 0:
+        return "a new PID namespace needs root"
+    probe = subprocess.run(
+        in_new_pid_namespace([sys.executable, "-c", "import os; print(os.getpid())"]),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    if probe.returncode != 0 or probe.stdout.strip() != "2":
+        return f"unshare --pid --fork does not work here: {probe.stderr.strip() or probe.stdout.strip()}"
+    return None
+
+
+def test_a_restart_with_the_dead_owners_pid_takes_the_run_over(tmp_path: Path) -> None:
+    """A service restarted in a container gets the pid of the process that died: the run is not locked forever."""
+    why = pid_namespaces_available()
+    if why is not None:
+        pytest.skip(why)
+    with bench(tmp_path, script()) as b:
+        harness = [sys.executable, str(HARNESS), *b.run_argv()]
+        env = b.env(CRASH_AT="intent_recorded", CRASH_LEASE_SECONDS="2")
+        died = subprocess.run(in_new_pid_namespace(harness), env=env, capture_output=True, timeout=TIMEOUT, check=False)
+        assert died.returncode in (128 + 9, SIGKILLED), died
+        run_id = b.run_id()
+        with sqlite3.connect(b.db) as db:
+            (owner,) = db.execute("SELECT lease_owner FROM runs WHERE id = ?", (run_id,)).fetchone()
+        assert owner is not None and owner.split(":")[1] == "2", owner  # the dead driver was pid 2
+
+        wait_for_lease_to_expire(b, run_id)
+        resume = [*b.command("resume", run_id, "--db", str(b.db), "--api-key", "x")]
+        taken = subprocess.run(
+            in_new_pid_namespace(resume), env=b.env(), capture_output=True, text=True, timeout=TIMEOUT, check=False
+        )  # pid 2 again, on the same host: to a pid check, the owner is alive
+        assert taken.returncode == 0, (taken.stdout, taken.stderr)
+        assert f"run {run_id}: completed" in taken.stdout
+        assert len(b.effects_of(run_id)) == 1 and len(b.effect_lines()) == 1
+        assert b.tether("runs", "verify", run_id, "--db", str(b.db)).code == 0

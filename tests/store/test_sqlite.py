@@ -13,6 +13,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -736,12 +737,27 @@ def test_acquiring_an_unknown_run_names_it(stores: Callable[..., SQLiteStore]) -
         stores().acquire("ghost-run")
 
 
-def test_a_lease_of_a_dead_local_process_is_taken_over(stores: Callable[..., SQLiteStore], db_path: Path) -> None:
+def test_an_unexpired_lease_is_respected_whatever_its_pid(stores: Callable[..., SQLiteStore], db_path: Path) -> None:
+    """A pid says nothing about the owner: in another PID namespace the same number is another process."""
     first, second = stores(), stores()
     start_run(first, new_state("orphan"))
     dead = f"{socket.gethostname()}:{dead_pid()}:deadbeef"
     with raw(db_path) as db:
-        db.execute("UPDATE runs SET lease_owner = ?, lease_until = 1e12 WHERE id = 'orphan'", (dead,))
+        db.execute("UPDATE runs SET lease_owner = ?, lease_until = ? WHERE id = 'orphan'", (dead, time.time() + 60))
+
+    with pytest.raises(LeaseHeld, match="orphan"):
+        second.acquire("orphan")
+
+
+def test_an_expired_lease_is_taken_over_even_if_its_pid_is_alive(
+    stores: Callable[..., SQLiteStore], db_path: Path
+) -> None:
+    """A restarted service may get the dead owner's pid (pid 1 in a container): the pid is alive, the owner is not."""
+    first, second = stores(), stores()
+    start_run(first, new_state("orphan"))
+    same_pid = f"{socket.gethostname()}:{os.getpid()}:deadbeef"  # this very process, a start ago
+    with raw(db_path) as db:
+        db.execute("UPDATE runs SET lease_owner = ?, lease_until = ? WHERE id = 'orphan'", (same_pid, time.time() - 1))
 
     second.acquire("orphan")
 
@@ -793,9 +809,6 @@ def test_a_checkpoint_after_the_lease_expired_and_was_taken_raises_lease_held(
     now = [1_000_000.0]
     first = stores(clock=lambda: now[0], lease_seconds=10)
     second = stores(clock=lambda: now[0], lease_seconds=10)
-    # On one host a live owner holds its lease however long it stalls; the expiry decides only for
-    # an owner on another host, which is what `first` is made to look like here.
-    first.owner = "another-host:1:feedbeef"
     state = new_state("expired")
     start_run(first, state)
     now[0] += 11  # first stalls past its lease
@@ -894,7 +907,7 @@ async def test_a_store_made_before_the_config_column_is_migrated(tmp_path: Path)
     assert result.status is Status.COMPLETED
     assert store.load(result.run_id).state.to_dict() == result.state.to_dict()
     versions = [row[0] for row in sqlite3.connect(path).execute("SELECT version FROM schema_migrations ORDER BY 1")]
-    assert versions == [1, 2]
+    assert versions == [1, 2, 3]
 
 
 async def test_a_failing_store_is_reported_not_masked(tmp_path: Path) -> None:

@@ -97,7 +97,7 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
     """Show a run's timeline: steps, calls, outcome codes, approvals, timings."""
     try:
         store = open_store(db)
-        stored = store.load(run_id)
+        stored = store.load(run_id, check=False)  # shown as stored; `runs verify` judges it
         events = store.events(run_id)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
@@ -140,9 +140,13 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
 @db_option
 @json_option
 def verify(run_id: str, db: str | None, as_json: bool) -> None:
-    """Check a run's audit chain: any edited, removed or reordered row fails.
+    """Check a run's audit log: its seal, both hash chains, and the ledger against the events.
 
-    Exit status 0 when intact, 6 when tampered with.
+    Any row inserted, edited, removed or reordered in what resume reads
+    fails. With TETHER_AUDIT_KEY set, the seal is an HMAC under that key,
+    which someone without the key cannot recompute; without it, a forger
+    who recomputes every hash is not caught. Exit status 0 when intact, 6
+    when tampered with.
     """
     try:
         store = open_store(db)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from tether.runner import RUN_FINISHED, RUN_PAUSED, TEXT, Agent, Driver, RunEven
 from tether.server.problems import Problem
 from tether.server.settings import Settings
 from tether.store.redact import redact
-from tether.store.sqlite import LeaseHeld, RunNotFound, SQLiteStore, StoreError
+from tether.store.sqlite import LeaseHeld, RunNotFound, SQLiteStore, StoreError, TamperedRun
 from tether.tickets.db import User
 from tether.tools.context import Principal
 from tether.tools.tool import Tool
@@ -46,6 +47,8 @@ from tether.tools.tool import Tool
 KEEPALIVE_SECONDS = 15.0
 ENDS_STREAM = frozenset({RUN_FINISHED, RUN_PAUSED})
 RECOVERY_SCAN_LIMIT = 10_000  # runs looked at on start-up for ones a crash cut off
+INTERRUPTED = frozenset({Status.READY.value, Status.AWAITING_MODEL.value, Status.AWAITING_TOOLS.value})
+LEASE_MARGIN_SECONDS = 0.5  # after a lease's end, before taking the run
 # Scanned for pending approvals; a store query by status would make this unnecessary.
 APPROVAL_SCAN_LIMIT = 10_000
 
@@ -133,29 +136,32 @@ class RunService:
         self._launch(live, principal_for(user), make)
         return live
 
-    def resume(self, run_id: str, principal: Principal) -> LiveRun:
+    def resume(self, run_id: str, principal: Principal, *, when_lease_ends: bool = False) -> LiveRun:
+        """Drive a stored run on; ``when_lease_ends``: if another owner's lease holds it, wait for that to end."""
         live = LiveRun(run_id, principal.id)
 
         def make(agent: Agent) -> Driver:
             live.next_seq = len(self.store.events(run_id))  # the driver's events follow these
             return agent.resume(run_id, on_event=live.on_event)
 
-        self._launch(live, principal, make)
+        self._launch(live, principal, make, when_lease_ends=when_lease_ends)
         return live
 
     def recover(self) -> list[str]:
         """Resume the runs a crash cut off mid-flight; runs waiting for a person stay waiting.
 
-        A run whose lease a live process still holds is left to it (the driver logs so).
+        The process that was driving a run before the stop still holds its
+        lease until it expires (whatever pid this process now has); such a
+        run is resumed then, unless its driver turns out to be alive and
+        finishes it first.
         """
-        interrupted = {Status.READY.value, Status.AWAITING_MODEL.value, Status.AWAITING_TOOLS.value}
         resumed = []
-        for summary in self.store.list_runs(limit=RECOVERY_SCAN_LIMIT, statuses=interrupted):
+        for summary in self.store.list_runs(limit=RECOVERY_SCAN_LIMIT, statuses=INTERRUPTED):
             if summary.run_id in self.live:
                 continue
             try:
                 principal = self.store.load(summary.run_id).principal
-                self.resume(summary.run_id, principal)
+                self.resume(summary.run_id, principal, when_lease_ends=True)
             except (StoreError, Problem) as exc:
                 log.warning("cannot resume run %s: %s", summary.run_id, exc)
                 continue
@@ -164,20 +170,35 @@ class RunService:
             log.info("resumed %d run(s) cut off by a previous stop", len(resumed))
         return resumed
 
-    def _launch(self, live: LiveRun, principal: Principal, make: Callable[[Agent], Driver]) -> None:
+    def _launch(
+        self, live: LiveRun, principal: Principal, make: Callable[[Agent], Driver], *, when_lease_ends: bool = False
+    ) -> None:
         try:
             agent = self._agent(principal)  # now, so that a model misconfiguration is the caller's answer
         except ConfigurationError as exc:
             log.error("cannot start a run: %s", exc)
             raise Problem(503, "the service cannot reach a model now; the error is logged") from None
         self.live[live.run_id] = live
-        live.task = asyncio.create_task(self._drive(live, agent, make), name=f"run {live.run_id}")
+        drive = self._drive(live, agent, make, when_lease_ends=when_lease_ends)
+        live.task = asyncio.create_task(drive, name=f"run {live.run_id}")
 
-    async def _drive(self, live: LiveRun, agent: Agent, make: Callable[[Agent], Driver]) -> None:
+    async def _drive(
+        self, live: LiveRun, agent: Agent, make: Callable[[Agent], Driver], *, when_lease_ends: bool = False
+    ) -> None:
         try:
-            async with self.slots:
-                live.driver = make(agent)
-                await live.driver.run()
+            while True:
+                try:
+                    async with self.slots:
+                        live.driver = make(agent)
+                        await live.driver.run()
+                    break
+                except LeaseHeld as exc:
+                    if not when_lease_ends or exc.until is None:
+                        raise
+                    log.info("run %s: %s; resuming it when that lease ends", live.run_id, exc)
+                    await asyncio.sleep(max(0.0, exc.until - time.time()) + LEASE_MARGIN_SECONDS)
+                    if self.store.load(live.run_id, check=False).state.status.value not in INTERRUPTED:
+                        break  # its driver was alive after all, and carried it on
         except asyncio.CancelledError:
             raise
         except LeaseHeld as exc:
@@ -205,7 +226,7 @@ class RunService:
         """The run's state if ``user`` owns it; a 404 if it is missing *or* someone else's."""
         live = self.live.get(run_id)
         try:
-            stored = self.store.load(run_id)
+            stored = self.store.load(run_id, check=False)  # shown as stored; acting on it checks it
         except RunNotFound:
             if live is not None and live.owner == user.id:  # started; its first checkpoint is to come
                 return (live.driver.state if live.driver else _queued_state(run_id)), None, None
@@ -304,6 +325,9 @@ class RunService:
                 continue
             try:
                 stored = self.store.load(summary.run_id)
+            except TamperedRun as exc:
+                log.warning("run %s is not offered for approval: %s", summary.run_id, exc)
+                continue
             except RunNotFound:
                 continue
             for call in _pending_approvals(stored.state):
@@ -329,6 +353,9 @@ class RunService:
             stored = self.store.load(run_id)
         except RunNotFound:
             raise _no_run(run_id) from None
+        except TamperedRun as exc:
+            log.warning("%s", exc)
+            raise Problem(409, f"run {run_id} fails its audit check and is not acted on; the error is logged") from None
         if not any(c.id == call_id for m in stored.state.messages for c in m.tool_calls):
             raise Problem(404, f"run {run_id} has no call {call_id}")
         try:

@@ -10,6 +10,7 @@ from tether.store.sqlite import (
     StoredEvent,
     StoredRun,
     StoreError,
+    TamperedRun,
     default_path,
 )
 
@@ -23,6 +24,7 @@ __all__ = [
     "StoreError",
     "StoredEvent",
     "StoredRun",
+    "TamperedRun",
     "default_path",
     "redact",
     "redact_text",

@@ -11,16 +11,30 @@ What it keeps, and why each piece is shaped so:
   Events are redacted and carry no user text unless ``log_content``.
 - ``ledger``: one row per executed call. For a side-effecting call the
   intent is committed *before* it runs and the outcome after; an intent
-  without an outcome is an unknown outcome, never re-run blindly.
-- A lease (owner, expiry) so that one driver at a time drives a run.
+  without an outcome is an unknown outcome, never re-run blindly. Every
+  ledger write shares its transaction with the event that logs it, so
+  ``verify`` can replay the events and demand exactly the ledger they
+  describe: a row removed, added or edited shows.
+- The run's row is *sealed*: a digest of every column but the lease (the
+  saved state, setup, principal, configuration and the heads of both
+  chains). With ``TETHER_AUDIT_KEY`` the seal is an HMAC, so someone who can
+  write the file but lacks the key cannot recompute a consistent forgery.
+  ``load`` refuses a run that fails these checks: what resume executes
+  comes only from checked rows.
+- A lease: an owner id unique to this store instance (host and pid only for
+  people to read) and an expiry that the driver renews. A lease is free
+  once released or expired; whether some process has the owner's pid says
+  nothing (a zombie has it, and so may a restarted container's pid 1).
 
 Transactions are WAL with ``synchronous=NORMAL``: a commit survives the
-process being killed (the WAL is in the OS's hands), not a power cut.
+process being killed (the WAL is in the OS's hands), not a power cut. The
+one exception is the checkpoint carrying a side-effecting call's intent: it
+commits with ``synchronous=FULL`` (the WAL is fsynced), because after a
+power cut a lost intent would let resume run the effect again blindly.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -37,11 +51,20 @@ from tether.core.budget import RunConfig
 from tether.core.errors import TetherError
 from tether.core.machine import PendingCall, RunState
 from tether.core.messages import Message
+from tether.events import digest
+from tether.store.audit import (
+    GENESIS,
+    SEALED_COLUMNS,
+    audit_key_from_env,
+    chain_hash,
+    ledger_problems,
+    seal,
+    seal_problem,
+)
 from tether.store.redact import REDACTED, SECRET_KEY, redact
 from tether.tools.context import Principal
 
 DEFAULT_LEASE_SECONDS = 30.0
-GENESIS = "0" * 64
 # Event data keys that carry user or model text: kept only with log_content.
 CONTENT_KEYS = frozenset({"content", "text", "result", "output", "prompt"})
 
@@ -56,6 +79,16 @@ class RunNotFound(StoreError):
 
 class LeaseHeld(StoreError):
     exit_code = 5
+
+    def __init__(self, message: str, until: float | None = None) -> None:
+        super().__init__(message)
+        self.until = until  # when the holder's lease runs out, if known
+
+
+class TamperedRun(StoreError):
+    """The run's rows fail the audit check; nothing of it is acted on."""
+
+    exit_code = 6
 
 
 def default_path() -> Path:
@@ -92,28 +125,30 @@ def connect(path: Path) -> sqlite3.Connection:
 
 
 @contextmanager
-def immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def immediate(db: sqlite3.Connection, *, durable: bool = False) -> Iterator[sqlite3.Connection]:
     """One write transaction, its lock taken up front so that check-then-write cannot race.
 
-    Rolled back on any exception; ``sqlite3.Error`` is left for the caller to map.
+    ``durable`` commits with ``synchronous=FULL``: the WAL is fsynced before
+    the commit returns, so the transaction survives a power cut. Rolled back
+    on any exception; ``sqlite3.Error`` is left for the caller to map.
     """
-    db.execute("BEGIN IMMEDIATE")
+    if durable:
+        db.execute("PRAGMA synchronous=FULL")
     try:
-        yield db
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+    finally:
+        if durable:
+            db.execute("PRAGMA synchronous=NORMAL")
 
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def chain_hash(prev: str, *fields: object) -> str:
-    """The next link: the previous hash and this row's stored fields, as text."""
-    text = "\x1f".join([prev, *map(str, fields)])
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 # --- migrations: an ordered list, each applied once and recorded --------------
@@ -187,7 +222,12 @@ def _m2_run_config(db: sqlite3.Connection) -> None:
         db.execute(f"ALTER TABLE runs ADD COLUMN config TEXT NOT NULL DEFAULT '{default}'")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_initial, _m2_run_config]
+def _m3_run_seal(db: sqlite3.Connection) -> None:
+    # Runs recorded before seals have none, and fail verification (and so are not resumed).
+    db.execute("ALTER TABLE runs ADD COLUMN seal TEXT")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_initial, _m2_run_config, _m3_run_seal]
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +286,7 @@ def _principal(data: dict[str, Any]) -> Principal:
 
 
 def _meta(state: RunState) -> str:
-    # The growing parts live in their own tables. Not hashed, so no need for sorted keys.
+    # The growing parts live in their own tables. Sealed as the stored text, so no need for sorted keys.
     return json.dumps(state.progress(), ensure_ascii=False)
 
 
@@ -258,6 +298,10 @@ class SQLiteStore:
         store = SQLiteStore()                       # ~/.local/share/tether/tether.db
         agent = Agent(model, tools, store=store)
         result = await agent.run("...")             # checkpointed after every event
+
+    ``audit_key`` (default ``$TETHER_AUDIT_KEY``) makes the seals HMACs.
+    ``durable_intents=False`` commits intents like everything else, without
+    an fsync; it exists only to measure what the fsync costs (``bench/durable.py``).
     """
 
     def __init__(
@@ -267,35 +311,43 @@ class SQLiteStore:
         log_content: bool = False,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         clock: Callable[[], float] = time.time,
+        audit_key: str | None = None,
+        durable_intents: bool = True,
     ) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.log_content = log_content
         self.lease_seconds = lease_seconds
         self.clock = clock
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.audit_key = audit_key or audit_key_from_env()
+        self.durable_intents = durable_intents
+        # Unique to this instance; host and pid are there for people to read, never to decide on.
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
         try:
             self._db = connect(self.path)
             self._migrate()
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the run store at {self.path}: {exc} (set TETHER_DB or --db)") from None
-        # Per run: how many messages and events are stored, and the last hashes.
-        self._tails: dict[str, tuple[int, str, int, str]] = {}
         self._new: dict[str, tuple[str, str, str]] = {}  # runs registered but not yet written
 
     def close(self) -> None:
         self._db.close()
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, *, durable: bool = False) -> Iterator[sqlite3.Connection]:
         try:
-            with immediate(self._db) as db:
-                try:
-                    yield db
-                except BaseException:
-                    self._tails.clear()  # cached tails may describe rows that are being rolled back
-                    raise
+            with immediate(self._db, durable=durable) as db:
+                yield db
         except sqlite3.Error as exc:
             raise StoreError(f"run store {self.path}: {exc}") from None
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every query inside sees the same committed state."""
+        self._db.execute("BEGIN")
+        try:
+            yield self._db
+        finally:
+            self._db.execute("COMMIT")
 
     def _migrate(self) -> None:
         self._db.execute(
@@ -323,44 +375,34 @@ class SQLiteStore:
 
     def _insert_run(self, db: sqlite3.Connection, state: RunState, now: float) -> None:
         principal, setup, config = self._new[state.run_id]  # forgotten once the transaction commits
+        row = (now, now, state.status.value, principal, setup, config, "{}", 0, GENESIS, 0, GENESIS)
         db.execute(
-            "INSERT INTO runs (id, created_at, updated_at, status, principal, setup, config, meta, message_hash,"
-            " event_hash, lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                state.run_id,
-                now,
-                now,
-                state.status.value,
-                principal,
-                setup,
-                config,
-                "{}",
-                GENESIS,
-                GENESIS,
-                self.owner,
-                now + self.lease_seconds,
-            ),
+            f"INSERT INTO runs (id, {', '.join(SEALED_COLUMNS)}, seal, lease_owner, lease_until)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (state.run_id, *row, seal(self.audit_key, state.run_id, row), self.owner, now + self.lease_seconds),
         )
-        self._tails[state.run_id] = (0, GENESIS, 0, GENESIS)
 
     def acquire(self, run_id: str) -> None:
-        """Take the lease on ``run_id`` or raise ``LeaseHeld``."""
+        """Take the lease on ``run_id``, or raise ``LeaseHeld`` while another owner's lease has not expired."""
         now = self.clock()
         with self._transaction() as db:
             row = db.execute("SELECT lease_owner, lease_until FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
                 raise RunNotFound(f"no run {run_id} in {self.path}")
             owner, until = row
-            if owner not in (None, self.owner) and _holds(owner, until, now):
-                raise LeaseHeld(f"run {run_id} is being driven by {owner} (lease until {time.ctime(until or now)})")
+            if owner not in (None, self.owner) and until is not None and until > now:
+                raise LeaseHeld(
+                    f"run {run_id} is being driven by {owner} (lease until {time.ctime(until)},"
+                    " renewed while it drives)",
+                    until,
+                )
             db.execute(
                 "UPDATE runs SET lease_owner = ?, lease_until = ? WHERE id = ?",
                 (self.owner, now + self.lease_seconds, run_id),
             )
-        self._tails.pop(run_id, None)
 
     def renew(self, run_id: str) -> None:
-        """Extend this process's lease (a driver does so while a long tool runs)."""
+        """Extend this store's lease; a driver does so every third of the term for as long as it drives."""
         with self._transaction() as db:
             updated = db.execute(
                 "UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ?",
@@ -376,22 +418,10 @@ class SQLiteStore:
                 (run_id, self.owner),
             )
 
-    def _tail(self, db: sqlite3.Connection, run_id: str) -> tuple[int, str, int, str]:
-        tail = self._tails.get(run_id)
-        if tail is None:
-            row = db.execute(
-                "SELECT message_count, message_hash, event_count, event_hash FROM runs WHERE id = ?", (run_id,)
-            ).fetchone()
-            if row is None:
-                raise RunNotFound(f"no run {run_id} in {self.path}")
-            tail = self._tails[run_id] = (row[0], row[1], row[2], row[3])
-        return tail
-
     # --- checkpoints -----------------------------------------------------------------
 
-    def _append_messages(self, db: sqlite3.Connection, state: RunState) -> tuple[int, str]:
+    def _append_messages(self, db: sqlite3.Connection, state: RunState, count: int, last: str) -> tuple[int, str]:
         """Insert the messages not stored yet; the new count and last hash."""
-        count, last, _, _ = self._tail(db, state.run_id)
         rows = []
         for seq in range(count, len(state.messages)):
             body = _canonical(state.messages[seq].to_dict())
@@ -420,78 +450,90 @@ class SQLiteStore:
         events: Sequence[tuple[str, dict[str, Any]]] = (),
         outcomes: Sequence[tuple[PendingCall, str]] = (),
         *,
+        intents: Sequence[PendingCall] = (),
+        cleared: Sequence[str] = (),
         release: bool = False,
     ) -> None:
-        """Save the state, append audit events and executed calls' outcomes, in one transaction.
+        """Save the state with its audit events and ledger writes, in one transaction.
 
-        ``release`` lets go of the lease in the same transaction.
+        ``intents`` are side-effecting calls about to run: that transaction is
+        fsynced (``synchronous=FULL``) before this returns. ``outcomes`` are
+        executed calls' results; ``cleared`` are call ids found never to have
+        run. ``release`` lets go of the lease in the same transaction. Raises
+        ``LeaseHeld`` if another owner took the run, ``TamperedRun`` if its
+        row was changed outside tether since the last checkpoint.
         """
         now = self.clock()
-        with self._transaction() as db:
-            if state.run_id in self._new:
+        run_id = state.run_id
+        with self._transaction(durable=bool(intents) and self.durable_intents) as db:
+            if run_id in self._new:
                 self._insert_run(db, state, now)
-            count, message_hash = self._append_messages(db, state)
-            _, _, seq, event_hash = self._tails[state.run_id]
+            head = db.execute(
+                f"SELECT {', '.join(SEALED_COLUMNS)}, seal, lease_owner FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
+            if head is None:
+                raise RunNotFound(f"no run {run_id} in {self.path}")
+            if head[-1] != self.owner:
+                raise LeaseHeld(f"run {run_id}: this process no longer holds its lease")
+            sealed = dict(zip(SEALED_COLUMNS, head, strict=False))
+            if problem := seal_problem(self.audit_key, run_id, head[:-2], head[-2]):
+                raise TamperedRun(f"run {run_id}: {problem}; see tether runs verify {run_id}")
+            count, message_hash = self._append_messages(db, state, sealed["message_count"], sealed["message_hash"])
+            seq, event_hash = sealed["event_count"], sealed["event_hash"]
             rows = []
             for kind, data in events:
                 body = json.dumps(self._event_data(data), ensure_ascii=False)  # the hash covers this text
                 seq += 1
-                new_hash = chain_hash(event_hash, state.run_id, seq, repr(now), kind, state.steps, body)
-                rows.append((state.run_id, seq, now, kind, state.steps, body, event_hash, new_hash))
+                new_hash = chain_hash(event_hash, run_id, seq, repr(now), kind, state.steps, body)
+                rows.append((run_id, seq, now, kind, state.steps, body, event_hash, new_hash))
                 event_hash = new_hash
-            updated = db.execute(
+            sealed.update(
+                updated_at=now,
+                status=state.status.value,
+                meta=_meta(state),
+                message_count=count,
+                message_hash=message_hash,
+                event_count=seq,
+                event_hash=event_hash,
+            )
+            values = tuple(sealed[c] for c in SEALED_COLUMNS)
+            db.execute(
                 "UPDATE runs SET updated_at = ?, status = ?, meta = ?, message_count = ?, message_hash = ?,"
-                " event_count = ?, event_hash = ?, lease_owner = ?, lease_until = ? WHERE id = ? AND lease_owner = ?",
+                " event_count = ?, event_hash = ?, seal = ?, lease_owner = ?, lease_until = ? WHERE id = ?",
                 (
                     now,
                     state.status.value,
-                    _meta(state),
+                    sealed["meta"],
                     count,
                     message_hash,
                     seq,
                     event_hash,
+                    seal(self.audit_key, run_id, values),
                     None if release else self.owner,
                     None if release else now + self.lease_seconds,
-                    state.run_id,
-                    self.owner,
+                    run_id,
                 ),
             )
-            if updated.rowcount != 1:
-                raise LeaseHeld(f"run {state.run_id}: this process no longer holds its lease")
             if rows:
                 db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            for call in intents:
+                db.execute(
+                    "INSERT INTO ledger (run_id, call_id, tool, fingerprint, intent_at) VALUES (?, ?, ?, ?, ?)",
+                    (run_id, call.call_id, call.tool, call.fingerprint or "", now),
+                )
             for call, outcome in outcomes:
-                self._write_outcome(db, state.run_id, call, outcome, now)
-            self._tails[state.run_id] = (count, message_hash, seq, event_hash)
-        self._new.pop(state.run_id, None)
+                # A side effect's recorded outcome is final; a read-only call run again on resume replaces its own.
+                only_if_unknown = "" if call.read_only else " WHERE outcome IS NULL"
+                db.execute(
+                    "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, call_id) DO UPDATE"
+                    " SET outcome = excluded.outcome, outcome_at = excluded.outcome_at" + only_if_unknown,
+                    (run_id, call.call_id, call.tool, call.fingerprint or "", now, outcome, now),
+                )
+            for call_id in cleared:
+                db.execute("DELETE FROM ledger WHERE run_id = ? AND call_id = ? AND outcome IS NULL", (run_id, call_id))
+        self._new.pop(run_id, None)
 
-    # --- the execution ledger ----------------------------------------------------
-
-    def record_intent(self, run_id: str, call: PendingCall) -> None:
-        with self._transaction() as db:
-            db.execute(
-                "INSERT INTO ledger (run_id, call_id, tool, fingerprint, intent_at) VALUES (?, ?, ?, ?, ?)",
-                (run_id, call.call_id, call.tool, call.fingerprint or "", self.clock()),
-            )
-
-    def record_outcome(self, run_id: str, call: PendingCall, outcome: str) -> None:
-        """The result of an executed call, committed now (an intent row is created if there is none)."""
-        with self._transaction() as db:
-            self._write_outcome(db, run_id, call, outcome, self.clock())
-
-    def _write_outcome(self, db: sqlite3.Connection, run_id: str, call: PendingCall, outcome: str, now: float) -> None:
-        # A side effect's recorded outcome is final; a read-only call run again on resume replaces its own.
-        only_if_unknown = "" if call.read_only else " WHERE outcome IS NULL"
-        db.execute(
-            "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, call_id) DO UPDATE"
-            " SET outcome = excluded.outcome, outcome_at = excluded.outcome_at" + only_if_unknown,
-            (run_id, call.call_id, call.tool, call.fingerprint or "", now, outcome, now),
-        )
-
-    def clear_intent(self, run_id: str, call_id: str) -> None:
-        """A person or a hook established that the call never ran."""
-        with self._transaction() as db:
-            db.execute("DELETE FROM ledger WHERE run_id = ? AND call_id = ? AND outcome IS NULL", (run_id, call_id))
+    # --- reading -----------------------------------------------------------------
 
     def ledger_entry(self, run_id: str, call_id: str) -> LedgerEntry | None:
         row = self._db.execute(
@@ -501,28 +543,38 @@ class SQLiteStore:
         ).fetchone()
         return LedgerEntry(*row) if row else None
 
-    # --- reading -----------------------------------------------------------------
+    def load(self, run_id: str, *, check: bool = True) -> StoredRun:
+        """The run as stored; with ``check`` (the default) only if it passes ``verify``, else ``TamperedRun``.
 
-    def load(self, run_id: str) -> StoredRun:
-        row = self._db.execute(
-            "SELECT meta, principal, setup, created_at, updated_at, config FROM runs WHERE id = ?", (run_id,)
-        ).fetchone()
-        if row is None:
-            raise RunNotFound(f"no run {run_id} in {self.path}")
-        data = _decode(row[0], run_id, "its saved state")
-        data["run_id"] = run_id
-        data["config"] = _decode(row[5], run_id, "its configuration")
-        data["messages"] = [
-            _decode(body, run_id, f"message {seq}")
-            for seq, body in self._db.execute("SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,))
-        ]
-        data["executed"] = {
-            call_id: [fingerprint, outcome]
-            for call_id, fingerprint, outcome in self._db.execute(
-                "SELECT call_id, fingerprint, outcome FROM ledger WHERE run_id = ? AND outcome IS NOT NULL",
-                (run_id,),
-            )
-        }
+        Resume, approve, deny and reconcile act on what this returns, so they
+        act only on rows the audit chain vouches for.
+        """
+        with self._snapshot() as db:
+            if check and (problems := self.verify(run_id)):
+                more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+                raise TamperedRun(
+                    f"run {run_id} fails its audit check ({problems[0]}{more}); nothing of it is acted on"
+                    f" (see tether runs verify {run_id})"
+                )
+            row = db.execute(
+                "SELECT meta, principal, setup, created_at, updated_at, config FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run {run_id} in {self.path}")
+            data = _decode(row[0], run_id, "its saved state")
+            data["run_id"] = run_id
+            data["config"] = _decode(row[5], run_id, "its configuration")
+            data["messages"] = [
+                _decode(body, run_id, f"message {seq}")
+                for seq, body in db.execute("SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,))
+            ]
+            data["executed"] = {
+                call_id: [fingerprint, outcome]
+                for call_id, fingerprint, outcome in db.execute(
+                    "SELECT call_id, fingerprint, outcome FROM ledger WHERE run_id = ? AND outcome IS NOT NULL",
+                    (run_id,),
+                )
+            }
         try:
             state = RunState.from_dict(data)
         except (KeyError, TypeError, ValueError):
@@ -568,56 +620,51 @@ class SQLiteStore:
         ]
 
     def verify(self, run_id: str) -> list[str]:
-        """Every break in the run's hash chains; empty when untouched."""
+        """Every break in what vouches for the run: its seal, its two hash chains and its ledger; empty when intact."""
         head = self._db.execute(
-            "SELECT message_count, message_hash, event_count, event_hash FROM runs WHERE id = ?", (run_id,)
+            f"SELECT {', '.join(SEALED_COLUMNS)}, seal FROM runs WHERE id = ?", (run_id,)
         ).fetchone()
         if head is None:
             raise RunNotFound(f"no run {run_id} in {self.path}")
-        problems: list[str] = []
+        sealed = dict(zip(SEALED_COLUMNS, head, strict=False))
+        problem = seal_problem(self.audit_key, run_id, head[:-1], head[-1])
+        problems: list[str] = [] if problem is None else [problem]
         last, expected_seq = GENESIS, 1
-        for seq, at, kind, step, data, prev, digest in self._db.execute(
+        logged: list[tuple[int, float, str, str]] = []
+        for seq, at, kind, step, data, prev, digest_ in self._db.execute(
             "SELECT seq, at, kind, step, data, prev_hash, hash FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
         ):
             if seq != expected_seq:
                 problems.append(f"event {expected_seq}: missing or out of order (found event {seq})")
             if prev != last:
                 problems.append(f"event {seq}: does not follow the previous event (removed or reordered)")
-            if chain_hash(prev, run_id, seq, repr(at), kind, step, data) != digest:
+            if chain_hash(prev, run_id, seq, repr(at), kind, step, data) != digest_:
                 problems.append(f"event {seq}: edited ({kind})")
-            last, expected_seq = digest, seq + 1
-        if expected_seq - 1 != head[2] or last != head[3]:
-            problems.append(f"events: the run records {head[2]} events, the log ends at {expected_seq - 1}")
+            logged.append((seq, at, kind, data))
+            last, expected_seq = digest_, seq + 1
+        if expected_seq - 1 != sealed["event_count"] or last != sealed["event_hash"]:
+            problems.append(
+                f"events: the run records {sealed['event_count']} events, the log ends at {expected_seq - 1}"
+            )
         last, expected = GENESIS, 0
-        for seq, body, digest in self._db.execute(
+        for seq, body, digest_ in self._db.execute(
             "SELECT seq, body, hash FROM messages WHERE run_id = ? ORDER BY seq", (run_id,)
         ):
-            if seq != expected or chain_hash(last, seq, body) != digest:
+            if seq != expected or chain_hash(last, seq, body) != digest_:
                 problems.append(f"message {seq}: edited, removed or reordered")
-            last, expected = digest, seq + 1
-        if expected != head[0] or last != head[1]:
-            problems.append(f"messages: the run records {head[0]} messages, the transcript has {expected}")
-        return problems + self._verify_ledger(run_id)
-
-    def _verify_ledger(self, run_id: str) -> list[str]:
-        """Each recorded outcome must match the digest its (chained) audit event carries."""
-        logged: dict[str, str] = {}  # call id -> the digest of its latest logged result
-        for (data,) in self._db.execute("SELECT data FROM events WHERE run_id = ? ORDER BY seq", (run_id,)):
-            try:
-                event = json.loads(data)
-            except ValueError:
-                continue  # reported above as an edited event
-            if isinstance(event, dict) and isinstance(event.get("digest"), str) and "id" in event:
-                logged[str(event["id"])] = event["digest"]
-        if not logged:
-            return []  # a run logged before results carried digests: nothing to compare against
-        problems = []
-        for call_id, outcome in self._db.execute(
-            "SELECT call_id, outcome FROM ledger WHERE run_id = ? AND outcome IS NOT NULL ORDER BY call_id", (run_id,)
-        ):
-            if logged.get(call_id) != hashlib.sha256(outcome.encode()).hexdigest():
-                problems.append(f"ledger: the outcome of call {call_id} does not match the audit log")
-        return problems
+            last, expected = digest_, seq + 1
+        if expected != sealed["message_count"] or last != sealed["message_hash"]:
+            problems.append(
+                f"messages: the run records {sealed['message_count']} messages, the transcript has {expected}"
+            )
+        stored = {
+            call_id: [tool, fingerprint, intent_at, None if outcome is None else digest(outcome), outcome_at]
+            for call_id, tool, fingerprint, intent_at, outcome, outcome_at in self._db.execute(
+                "SELECT call_id, tool, fingerprint, intent_at, outcome, outcome_at FROM ledger WHERE run_id = ?",
+                (run_id,),
+            )
+        }
+        return problems + ledger_problems(logged, stored)
 
     def messages(self, run_id: str) -> list[Message]:
         return [
@@ -630,22 +677,3 @@ class SQLiteStore:
         events = self._db.execute("SELECT count(*) FROM events WHERE run_id = ?", (run_id,)).fetchone()[0]
         messages = self._db.execute("SELECT count(*) FROM messages WHERE run_id = ?", (run_id,)).fetchone()[0]
         return int(events), int(messages)
-
-
-def _holds(owner: str, until: float | None, now: float) -> bool:
-    """Whether ``owner`` still holds a lease.
-
-    A process on this host holds it exactly as long as it lives, however long
-    one tool call takes; for another host only the expiry can tell.
-    """
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
-        return until is not None and until > now
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
