@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench self-check clean browser
+.PHONY: demo test bench self-check clean browser sysdeps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,12 @@ browser:
 	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
 		|| { echo "install Debian's chromium (apt-get install chromium) for the browser test"; exit 1; }
 
-test: $(STAMP) $(BFCL) $(E2E) browser
+# The power-loss test watches the store's fsyncs with strace; the PID-namespace lease test needs unshare.
+sysdeps:
+	@command -v strace >/dev/null || { apt-get update -qq && apt-get install -y -qq strace >/dev/null; } \
+		|| { echo "install strace (apt-get install strace) for the power-loss test"; exit 1; }
+
+test: $(STAMP) $(BFCL) $(E2E) browser sysdeps
 	$(BIN)/ruff check src tests bench docs
 	$(BIN)/ruff format --check src tests bench docs
 	$(BIN)/mypy
