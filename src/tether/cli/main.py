@@ -80,16 +80,28 @@ def _model(setup: dict[str, Any], api_key: str | None) -> Any:
     from tether.models.openai_chat import OpenAIChatModel
 
     name, url, key = _endpoint(setup.get("model"), setup.get("base_url"), api_key)
-    return OpenAIChatModel(name, base_url=url, api_key=key, stream=setup.get("stream", False))
+    wire = _provider(setup).wire
+    return OpenAIChatModel(name, base_url=url, api_key=key, stream=setup.get("stream", False), compat=wire)
+
+
+def _provider(setup: dict[str, Any]) -> Any:
+    """The provider profile a setup names (strict defaults when it names none)."""
+    from tether.models.providers import Provider, provider
+
+    name = setup.get("provider")
+    return provider(name) if name else Provider("default")
 
 
 def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, max_steps: int) -> Any:
     """The Agent a setup describes; the same setup rebuilds it on resume."""
     from tether.runner import Agent
 
+    compat = _provider(setup).compat  # first: an unknown provider is reported before anything is built
     tools = _tools(tuple(setup["toolsets"]), setup.get("files_root"))
     model = _model(setup, api_key)
-    return Agent(model, tools, budget=Budget(max_steps=max_steps), store=store, setup=setup, principal=principal)
+    return Agent(
+        model, tools, budget=Budget(max_steps=max_steps), compat=compat, store=store, setup=setup, principal=principal
+    )
 
 
 def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
@@ -163,6 +175,13 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
     type=click.Path(dir_okay=False, exists=True),
     help="Run this GGUF file in-process instead of an endpoint [env: TETHER_LOCAL_MODEL].",
 )
+@click.option(
+    "--provider",
+    envvar="TETHER_PROVIDER",
+    metavar="NAME",
+    help="A provider profile: its named compatibility switches (see tether.models.providers), "
+    "e.g. snowflake [env: TETHER_PROVIDER].",
+)
 @click.option("--principal", default="local", show_default=True, help="Who the run acts for.")
 @click.option("--scope", "scopes", multiple=True, help="A scope the principal holds (repeatable; default: all).")
 @click.option("--stream", is_flag=True, help="Stream the model's replies.")
@@ -179,6 +198,7 @@ def run(
     max_steps: int,
     files_root: str | None,
     local_model: str | None,
+    provider: str | None,
     principal: str,
     scopes: tuple[str, ...],
     stream: bool,
@@ -196,6 +216,7 @@ def run(
     Examples:
       tether run "What is 248 times 15?" --tools calc
       tether run "List the files" --tools files --files-root ./docs --json
+      tether run "What is 2+2?" --tools calc --provider snowflake
 
     Exit status: 0 completed, 3 configuration error, 10 max_steps,
     11 budget_exhausted, 12 truncated, 13 content_filtered, 14 protocol_error,
@@ -212,6 +233,7 @@ def run(
         "toolsets": list(toolsets),
         "files_root": os.path.abspath(root) if root else None,
         "local_model": local_model,
+        "provider": provider,
     }
     who = Principal(principal, frozenset(scopes)) if scopes else Principal(principal)
     try:

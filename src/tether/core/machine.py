@@ -534,7 +534,10 @@ class Run:
         if reason in ("length", "content_filter"):
             # Checked before anything about calls: truncated or filtered calls never run.
             return ()
-        lenient = has_calls and reason == "stop" and compat.allow_stop_with_tool_calls
+        lenient = has_calls and (
+            (reason == "stop" and compat.allow_stop_with_tool_calls)
+            or (reason == "" and compat.accept_empty_finish_reason_with_calls)
+        )
         if has_calls != (reason == "tool_calls") and not lenient:
             return f"finish_reason {reason!r} does not match {len(reply.tool_calls)} tool call(s)"
         calls: list[ToolCall] = []
