@@ -129,9 +129,10 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
         renderer.finish(result)
     if result.status is Status.AWAITING_APPROVAL:
         for call in result.state.undecided():
+            why = f" needs approval: {call.approval_reason};" if call.approval_reason else ""
             click.echo(
-                f"paused: approve with `tether approve {result.run_id} {call.call_id}` "
-                f"or deny with `tether deny {result.run_id} {call.call_id}`",
+                f"paused: call {call.call_id} {call.tool}{why} approve with `tether approve {result.run_id} "
+                f"{call.call_id}` or deny with `tether deny {result.run_id} {call.call_id}`",
                 err=True,
             )
     elif result.status is Status.AWAITING_RECONCILIATION:
@@ -287,6 +288,8 @@ def tools(toolsets: tuple[str, ...], files_root: str | None) -> None:
         fail(str(exc), exc.exit_code)
     for t in found:
         kind = "read-only" if t.read_only else "side-effecting"
+        if t.untrusted_output:
+            kind += ", untrusted output: taints the run"
         click.echo(f"{t.name} ({kind})")
         if t.description:
             click.echo(f"  {t.description.splitlines()[0]}")

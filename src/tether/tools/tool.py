@@ -479,6 +479,11 @@ def tool(
     for one that only reads. A parameter typed ``ToolContext`` is injected
     and never shown to the model.
 
+    ``untrusted_output=True`` says every result may hold text someone other
+    than the run's principal wrote (files, web pages, a knowledge base): it
+    taints the run, and side-effecting calls then need approval. A tool that
+    knows per result calls ``context.mark_untrusted()`` instead.
+
     Example::
 
         @tool(read_only=True)
