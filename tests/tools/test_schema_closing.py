@@ -321,3 +321,17 @@ def test_bfcl_ground_truth_calls_that_are_valid_json_schema_instances_still_vali
                     failures.append((entry["id"], problems))
     assert tested > 50
     assert not failures, f"{len(failures)} of {tested} ground-truth calls refused, e.g. {failures[:3]}"
+
+
+def test_dependent_schemas_and_conditionals_are_parts_of_one_closed_object() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"card": {"type": "string"}},
+        "dependentSchemas": {"card": {"properties": {"cvc": {"type": "string"}}, "required": ["cvc"]}},
+        "if": {"properties": {"card": {"const": "amex"}}},
+        "then": {"properties": {"pin": {"type": "string"}}},
+    }
+    assert isinstance(check(schema, {"card": "visa", "cvc": "123"}), Accepted)
+    assert isinstance(check(schema, {"card": "amex", "cvc": "1234", "pin": "9"}), Accepted)
+    extra = check(schema, {"card": "visa", "cvc": "123", "other": 1})
+    assert isinstance(extra, Rejected) and "unexpected field(s) 'other'" in extra.message

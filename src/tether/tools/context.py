@@ -38,7 +38,9 @@ class ToolContext:
     user, a fetched page). The result then taints the run exactly as a tool
     declared ``untrusted_output=True`` does for every result: from then on,
     each side-effecting call needs approval. Mark before returning or
-    raising; a mark cannot be taken back.
+    raising; a mark cannot be taken back. The mark is not kept in the
+    ledger: a side-effecting call's result recovered from it after a crash
+    taints only if the tool is declared ``untrusted_output=True``.
     """
 
     run_id: str

@@ -220,10 +220,10 @@ def _part_refs(schema: Any) -> set[str]:
             if key in _SCHEMA_MAPS and isinstance(value, dict):
                 for sub in value.values():
                     visit(sub, False)
-            elif key in _PARTS or (key in _UNIONS and combined):
-                visit(value, True)
             elif key == "dependentSchemas" and isinstance(value, dict):
                 visit(list(value.values()), True)
+            elif key in _PARTS or (key in _UNIONS and combined):
+                visit(value, True)
             else:
                 visit(value, False)
 
