@@ -221,6 +221,7 @@ class Driver:
         self._step_start = 0  # where the current step's assistant message will land
         self._reported: set[str] = set()  # call ids of the current step with an event
         self._finished: dict[str, str] = {}  # results of the current step's executed calls
+        self._untrusted: set[str] = set()  # call ids of the current step whose result taints the run
         self._unsaved: list[RunEvent] = []  # events not yet checkpointed (durable runs)
         self._outcomes: list[tuple[PendingCall, str]] = []  # ledger outcomes for the next checkpoint
         self._cleared: list[str] = []  # call ids found never to have run, for the next checkpoint
@@ -448,13 +449,13 @@ class Driver:
                 self._done(p, p.result or "", CALL_RECOVERED)  # reconciled as executed, or a reused call id
             else:
                 self._reject(p.call_id, p.tool, p.result or "")
-        self._finished = {}
+        self._finished, self._untrusted = {}, set()
         for batch in _batches(command.to_execute):
             if len(batch) == 1:
                 await self._invoke(batch[0])
             else:
                 await asyncio.gather(*(self._invoke(p) for p in batch))
-        next_command = self._send(ToolsFinished(dict(self._finished), self.agent.clock()))
+        next_command = self._send(ToolsFinished(dict(self._finished), self.agent.clock(), frozenset(self._untrusted)))
         self._sync_last_step()
         return next_command
 
@@ -489,7 +490,10 @@ class Driver:
                 return self._done(call, entry.outcome, CALL_RECOVERED)
             self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
             self._flush(intent=call)  # on disk, fsynced, before the effect can happen
-        content = await self.toolbox.invoke(call, run_id, self.run_machine.deadline_at)
+        outcome = await self.toolbox.execute(call, run_id, self.run_machine.deadline_at)
+        content = outcome.content
+        if outcome.untrusted:
+            self._untrusted.add(call.call_id)
         self._done(call, content, CALL_EXECUTED)
         if store is not None and not call.read_only:
             self._flush()
@@ -510,7 +514,13 @@ class Driver:
 
     async def _ask_approver(self, command: AwaitApproval) -> Command | None:
         for call in command.calls:
-            self._emit(APPROVAL_REQUESTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
+            self._emit(
+                APPROVAL_REQUESTED,
+                id=call.call_id,
+                tool=call.tool,
+                arguments=call.arguments,
+                reason=call.approval_reason,
+            )
         if self.agent.approver is None:
             return None
         next_command: Command = command

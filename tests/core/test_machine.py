@@ -355,7 +355,9 @@ def test_overflowing_number_is_not_accepted_as_infinity() -> None:
 
 # --- stop reasons -----------------------------------------------------------------------
 
-ALL_COMPAT = Compat(allow_stop_with_tool_calls=True, synthesize_missing_ids=True)
+ALL_COMPAT = Compat(
+    allow_stop_with_tool_calls=True, synthesize_missing_ids=True, accept_empty_finish_reason_with_calls=True
+)
 
 
 @pytest.mark.parametrize("compat", [Compat(), ALL_COMPAT], ids=["strict", "all-compat-switches"])
@@ -459,6 +461,43 @@ def test_allow_stop_with_tool_calls_accepts_stop_with_calls() -> None:
 )
 def test_allow_stop_with_tool_calls_accepts_nothing_else(model_reply: ModelReply) -> None:
     run = started(RunConfig(compat=Compat(allow_stop_with_tool_calls=True)))
+
+    command = reply(run, model_reply)
+
+    assert isinstance(command, Finish)
+    assert command.status is Status.PROTOCOL_ERROR
+
+
+def test_empty_finish_reason_with_calls_is_a_protocol_error_by_default() -> None:
+    run = started()
+
+    command = reply(run, calls_reply(GOOD, finish=""))
+
+    assert isinstance(command, Finish)
+    assert command.status is Status.PROTOCOL_ERROR
+    assert command.reason == "finish_reason '' does not match 1 tool call(s)"
+
+
+def test_accept_empty_finish_reason_with_calls_accepts_them() -> None:
+    run = started(RunConfig(compat=Compat(accept_empty_finish_reason_with_calls=True)))
+
+    command = reply(run, calls_reply(GOOD, finish=""))
+
+    assert isinstance(command, RunTools)
+    assert [p.call_id for p in command.to_execute] == ["c1"]
+
+
+@pytest.mark.parametrize(
+    "model_reply",
+    [
+        pytest.param(calls_reply(GOOD, finish="stop"), id="calls-with-stop"),
+        pytest.param(calls_reply(GOOD, finish=None), id="calls-without-finish-reason"),
+        pytest.param(calls_reply(wire(None, "multiply", {"a": 1, "b": 2}), finish=""), id="missing-id"),
+        pytest.param(calls_reply(GOOD, wire("c1", "multiply", {"a": 3, "b": 4}), finish=""), id="duplicate-ids"),
+    ],
+)
+def test_accept_empty_finish_reason_with_calls_accepts_nothing_else(model_reply: ModelReply) -> None:
+    run = started(RunConfig(compat=Compat(accept_empty_finish_reason_with_calls=True)))
 
     command = reply(run, model_reply)
 

@@ -115,6 +115,8 @@ try {
   await second.locator(`${tid("approval-request")}[data-tool="close_ticket"]`).waitFor();
   await alice.locator(`${tid("run")}[data-status="awaiting_approval"]`).waitFor();
   await expectText(second.locator(tid("run-status")), /awaiting approval/);
+  // The page says why the call waits: the tool's own rule here (and any tool that tainted the run).
+  await expectText(second.locator(`${tid("approval-request")}[data-tool="close_ticket"] ${tid("approval-reason-text")}`), /close_ticket requires approval/);
 
   // ---------------------------------------------------------------- carol approves
   step("carol (agent) signs in and sees the pending close");
@@ -123,6 +125,7 @@ try {
   await carol.locator(tid("approvals-panel")).waitFor();
   const pending = carol.locator(`${tid("approval")}[data-tool="close_ticket"]`);
   await expectText(pending.locator(tid("approval-args")), ticketId);
+  await expectText(pending.locator(tid("approval-reason-text")), /Needs approval: close_ticket requires approval/);
   await shot(carol, "carol-approvals");
   await pending.locator(tid("approval-reason")).fill("customer confirmed it is solved");
   await pending.locator(tid("approve")).click();

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from tether.core import Begin, ModelError, ModelReplied, Run, ToolDefinitionError, Usage
+from tether.core import Begin, Compat, ModelError, ModelReplied, Run, RunConfig, ToolDefinitionError, Usage
 from tether.core.messages import Message, ModelReply
 from tether.models import ModelRequest
 from tether.models.openai_chat import OpenAIChatModel
+from tether.models.providers import provider
 from tether.testing import FakeServer, ReplayServer, Reply
 from tether.tools import Toolbox, tool_from_schema
 
@@ -38,8 +39,9 @@ def _toolbox(request: dict[str, Any]) -> Toolbox:
     return Toolbox(tools)
 
 
-def _judge(reply: ModelReply, request: dict[str, Any]) -> str:
-    run = Run.new("replay", [Message("user", "replayed")], _toolbox(request))
+def _judge(reply: ModelReply, request: dict[str, Any], compat: Compat | None = None) -> str:
+    config = RunConfig(compat=compat or Compat())
+    run = Run.new("replay", [Message("user", "replayed")], _toolbox(request), config)
     run.send(Begin(0.0))
     command = run.send(ModelReplied(reply, 1.0))
     return run.status.value if command else "none"
@@ -69,6 +71,27 @@ async def test_every_recorded_reply_is_a_reply_or_a_precise_error(recorded_opena
     assert outcomes["error:ModelResponseError"] >= 2
     assert outcomes["status:awaiting_tools"] + outcomes["status:completed"] > 300
     print(dict(outcomes))
+
+
+SNOWFLAKE_TOOL_CALL = "test_snowflake/test_snowflake_tool_calling.yaml#0"
+
+
+async def test_snowflakes_empty_finish_reason_with_calls_runs_only_with_its_profile(recorded_openai: Path) -> None:
+    with ReplayServer(recorded_openai) as server:
+        index = next(i for i, x in enumerate(server.interactions) if x["source"].endswith(SNOWFLAKE_TOOL_CALL))
+        model = OpenAIChatModel("replay", base_url=server.base_url_for(index), api_key="x", max_retries=0)
+        try:
+            reply = await model.complete(ModelRequest([Message("user", "What is the weather in Mexico City?")]))
+        finally:
+            await model.aclose()
+        request = server.interactions[index]["request"]
+
+    # The raw behaviour: valid calls, and a finish_reason that is neither "tool_calls" nor anything else.
+    assert reply.finish_reason == ""
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("get_weather", '{"city":"Mexico City"}')]
+    assert _judge(reply, request) == "protocol_error"
+    assert _judge(reply, request, provider("snowflake").compat) == "awaiting_tools"
+    assert provider("snowflake").compat == Compat(accept_empty_finish_reason_with_calls=True)
 
 
 def _as_spec(response: dict[str, Any]) -> Reply | None:

@@ -549,7 +549,9 @@ async def test_without_an_approver_the_run_pauses_and_the_tool_never_runs() -> N
     assert deployed == []
     assert len(model.requests) == 1
     requested = [e.data for e in events if e.kind == APPROVAL_REQUESTED]
-    assert requested == [{"id": "c1", "tool": "deploy", "arguments": {"env": "prod"}}]
+    assert requested == [
+        {"id": "c1", "tool": "deploy", "arguments": {"env": "prod"}, "reason": "deploy requires approval"}
+    ]
     assert not [e for e in events if e.kind in (CALL_EXECUTED, RUN_FINISHED)]
 
 

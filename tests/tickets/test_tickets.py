@@ -21,7 +21,7 @@ from tether.core.messages import ToolCall
 from tether.tickets import TicketsDB, User, seed, ticket_tools, verify_password
 from tether.tickets.seed_data import TICKETS, USERS
 from tether.tickets.tools import KB_EMPTY_NOTE, KB_NO_MATCH_NOTE
-from tether.tools import Executed, NotExecuted, Principal, Toolbox, ToolContext
+from tether.tools import Executed, NotExecuted, Principal, Toolbox, ToolContext, ToolResult
 
 # Real argon2id, with costs low enough that a test seeds in milliseconds.
 FAST_HASHER = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
@@ -403,12 +403,55 @@ def test_closing_twice_in_the_database_reports_one_change(db: TicketsDB) -> None
     assert db.close_ticket("user-alice", "customer", BOB_TICKET) is None
 
 
-def test_read_tools_mark_their_output_untrusted_by_default(db: TicketsDB) -> None:
-    tools = {t.name: t for t in ticket_tools(db)}
-    assert tools["get_ticket"].untrusted_output and tools["list_tickets"].untrusted_output
+async def run_call(toolbox: Toolbox, name: str, arguments: dict[str, Any]) -> ToolResult:
+    decision = toolbox.check(ToolCall("call_1", name, json.dumps(arguments)))
+    assert isinstance(decision, Accepted), decision
+    pending = PendingCall("call_1", name, decision.arguments, None, read_only=decision.read_only, execute=True)
+    return await toolbox.execute(pending, "run_1")
+
+
+def _writers(ticket: Any) -> set[str]:
+    return {ticket.reporter, *(c.author for c in ticket.comments)}
+
+
+async def test_ticket_text_taints_exactly_when_another_user_wrote_it(db: TicketsDB) -> None:
+    own = next(t for t in TICKETS if _writers(t) == {"alice"})
+    answered = next(t for t in TICKETS if t.reporter == "alice" and _writers(t) != {"alice"})
+    alice, carol = box(db, ALICE), box(db, CAROL)
+
+    mine = await run_call(alice, "get_ticket", {"ticket_id": own.id})
+    assert ok(mine.content)["id"] == own.id and mine.untrusted is False
+    replied = await run_call(alice, "get_ticket", {"ticket_id": answered.id})
+    assert ok(replied.content)["id"] == answered.id and replied.untrusted is True
+    # An agent reads what customers wrote.
+    assigned = next(t for t in TICKETS if t.assignee == "carol")
+    assert (await run_call(carol, "get_ticket", {"ticket_id": assigned.id})).untrusted is True
+    # A list shows the reporters' titles: alice's own list is hers alone, carol's is not.
+    assert (await run_call(alice, "list_tickets", {})).untrusted is False
+    assert (await run_call(carol, "list_tickets", {})).untrusted is True
+    # A ticket alice may not see reveals no text: nothing to taint with.
+    assert (await run_call(alice, "get_ticket", {"ticket_id": BOB_TICKET})).untrusted is False
+
+
+async def test_kb_text_always_taints_and_written_results_never_do(db: TicketsDB) -> None:
+    kb = ListKB([Snip("billing/refunds.md", "Refunds", "refund a duplicate charge", 1.0)])
+    alice = box(db, ALICE, kb)
+    tools = alice.all
+    assert tools["search_kb"].untrusted_output
+    assert (await run_call(alice, "search_kb", {"query": "refund"})).untrusted is True
+    assert not any(tools[n].untrusted_output for n in ("create_ticket", "add_comment", "close_ticket"))
+    created = await run_call(alice, "create_ticket", {"title": "Broken export", "body": "It fails."})
+    assert created.untrusted is False
+    ticket_id = ok(created.content)["ticket"]["id"]
+    assert (await run_call(alice, "add_comment", {"ticket_id": ticket_id, "body": "Still failing."})).untrusted is False
     assert {n for n, t in tools.items() if t.read_only} == {"get_ticket", "list_tickets", "search_kb"}
-    trusting = {t.name: t for t in ticket_tools(db, ticket_text_untrusted=False)}
-    assert not trusting["get_ticket"].untrusted_output
+
+
+async def test_trusting_ticket_text_never_marks_it(db: TicketsDB) -> None:
+    carol = Toolbox(ticket_tools(db, ticket_text_untrusted=False), CAROL)
+    assigned = next(t for t in TICKETS if t.assignee == "carol")
+    assert (await run_call(carol, "get_ticket", {"ticket_id": assigned.id})).untrusted is False
+    assert (await run_call(carol, "list_tickets", {})).untrusted is False
 
 
 # --- reconcile hooks -----------------------------------------------------------

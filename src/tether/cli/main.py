@@ -62,19 +62,9 @@ def _endpoint(model: str | None, base_url: str | None, api_key: str | None) -> t
     return model, base_url, api_key
 
 
-def _profile(setup: dict[str, Any]) -> Any:
-    """The provider profile a setup names, or None for the strict OpenAI-compatible default."""
-    if not setup.get("provider"):
-        return None
-    from tether.models.providers import provider
-
-    return provider(setup["provider"])
-
-
 def _model(setup: dict[str, Any], api_key: str | None) -> Any:
     """The model a setup names: an HTTP endpoint, or the embedded local model when none is configured."""
-    profile = _profile(setup)
-    if profile is not None and profile.protocol == "anthropic":
+    if _provider(setup).protocol == "anthropic":
         from tether.models.anthropic import AnthropicModel
 
         return AnthropicModel(
@@ -97,20 +87,25 @@ def _model(setup: dict[str, Any], api_key: str | None) -> Any:
     from tether.models.openai_chat import OpenAIChatModel
 
     name, url, key = _endpoint(setup.get("model"), setup.get("base_url"), api_key)
-    stream = setup.get("stream", False)
-    if profile is not None:
-        return OpenAIChatModel(name, base_url=url, api_key=key, stream=stream, compat=profile.wire)
-    return OpenAIChatModel(name, base_url=url, api_key=key, stream=stream)
+    wire = _provider(setup).wire
+    return OpenAIChatModel(name, base_url=url, api_key=key, stream=setup.get("stream", False), compat=wire)
+
+
+def _provider(setup: dict[str, Any]) -> Any:
+    """The provider profile a setup names (strict defaults when it names none)."""
+    from tether.models.providers import Provider, provider
+
+    name = setup.get("provider")
+    return provider(name) if name else Provider("default")
 
 
 def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, max_steps: int) -> Any:
     """The Agent a setup describes; the same setup rebuilds it on resume."""
     from tether.runner import Agent
 
+    compat = _provider(setup).compat  # first: an unknown provider is reported before anything is built
     tools = _tools(tuple(setup["toolsets"]), setup.get("files_root"))
     model = _model(setup, api_key)
-    profile = _profile(setup)
-    compat = profile.compat if profile is not None else None
     return Agent(
         model, tools, budget=Budget(max_steps=max_steps), compat=compat, store=store, setup=setup, principal=principal
     )
@@ -141,9 +136,10 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
         renderer.finish(result)
     if result.status is Status.AWAITING_APPROVAL:
         for call in result.state.undecided():
+            why = f" needs approval: {call.approval_reason};" if call.approval_reason else ""
             click.echo(
-                f"paused: approve with `tether approve {result.run_id} {call.call_id}` "
-                f"or deny with `tether deny {result.run_id} {call.call_id}`",
+                f"paused: call {call.call_id} {call.tool}{why} approve with `tether approve {result.run_id} "
+                f"{call.call_id}` or deny with `tether deny {result.run_id} {call.call_id}`",
                 err=True,
             )
     elif result.status is Status.AWAITING_RECONCILIATION:
@@ -175,12 +171,6 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
 )
 @api_key_option
 @click.option(
-    "--provider",
-    metavar="NAME",
-    help="A provider profile: openai, llama-cpp-python, or anthropic (the Messages API; "
-    "key from ANTHROPIC_API_KEY) [env: TETHER_PROVIDER].",
-)
-@click.option(
     "--max-steps",
     type=click.IntRange(min=1),
     default=DEFAULT_MAX_STEPS,
@@ -197,6 +187,13 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
     type=click.Path(dir_okay=False, exists=True),
     help="Run this GGUF file in-process instead of an endpoint [env: TETHER_LOCAL_MODEL].",
 )
+@click.option(
+    "--provider",
+    envvar="TETHER_PROVIDER",
+    metavar="NAME",
+    help="A provider profile (tether.models.providers): openai, llama-cpp-python, snowflake, or anthropic "
+    "(the Messages API; key from ANTHROPIC_API_KEY) [env: TETHER_PROVIDER].",
+)
 @click.option("--principal", default="local", show_default=True, help="Who the run acts for.")
 @click.option("--scope", "scopes", multiple=True, help="A scope the principal holds (repeatable; default: all).")
 @click.option("--stream", is_flag=True, help="Stream the model's replies.")
@@ -210,10 +207,10 @@ def run(
     model: str | None,
     base_url: str | None,
     api_key: str | None,
-    provider: str | None,
     max_steps: int,
     files_root: str | None,
     local_model: str | None,
+    provider: str | None,
     principal: str,
     scopes: tuple[str, ...],
     stream: bool,
@@ -232,6 +229,7 @@ def run(
       tether run "What is 248 times 15?" --tools calc
       tether run "List the files" --tools files --files-root ./docs --json
       tether run "What is 248 times 15?" --tools calc --provider anthropic --model claude-sonnet-4-5
+      tether run "What is 2+2?" --tools calc --provider snowflake
 
     Exit status: 0 completed, 3 configuration error, 10 max_steps,
     11 budget_exhausted, 12 truncated, 13 content_filtered, 14 protocol_error,
@@ -241,16 +239,15 @@ def run(
     from tether.tools import Principal
 
     root = files_root or os.environ.get("TETHER_FILES_ROOT")
-    provider = provider or os.environ.get("TETHER_PROVIDER")
     env = "ANTHROPIC" if provider == "anthropic" else "OPENAI"
     setup = {
         "model": model or os.environ.get(f"{env}_MODEL"),
         "base_url": base_url or os.environ.get(f"{env}_BASE_URL"),
-        "provider": provider,
         "stream": stream,
         "toolsets": list(toolsets),
         "files_root": os.path.abspath(root) if root else None,
         "local_model": local_model,
+        "provider": provider,
     }
     who = Principal(principal, frozenset(scopes)) if scopes else Principal(principal)
     try:
@@ -304,6 +301,8 @@ def tools(toolsets: tuple[str, ...], files_root: str | None) -> None:
         fail(str(exc), exc.exit_code)
     for t in found:
         kind = "read-only" if t.read_only else "side-effecting"
+        if t.untrusted_output:
+            kind += ", untrusted output: taints the run"
         click.echo(f"{t.name} ({kind})")
         if t.description:
             click.echo(f"  {t.description.splitlines()[0]}")

@@ -66,7 +66,8 @@ class Renderer:
             verb = "ran" if event.kind == CALL_EXECUTED else "refused"
             self.echo(f"  call {data['id']} {data['tool']}: {verb} -> {data['outcome']} {summary}".rstrip())
         elif event.kind == APPROVAL_REQUESTED:
-            self.echo(f"  call {data['id']} {data['tool']}: waiting for approval")
+            why = f": {data['reason']}" if data.get("reason") else ""
+            self.echo(f"  call {data['id']} {data['tool']}: waiting for approval{why}")
 
     def finish(self, result: RunResult) -> None:
         if result.output is not None:

@@ -44,12 +44,21 @@ class Budget:
 class Compat:
     """Per-provider leniency, off by default.
 
+    ``allow_stop_with_tool_calls``: accept tool calls that arrive with
+    ``finish_reason="stop"``.
+    ``accept_empty_finish_reason_with_calls``: accept tool calls that arrive
+    with ``finish_reason=""`` (Snowflake Cortex sends ``""`` with every
+    reply). A missing (null) finish_reason stays a protocol error.
+    ``synthesize_missing_ids``: give calls without an id ``call_STEP_INDEX``.
+
     There is deliberately no switch for tool calls that arrive with
-    ``finish_reason="length"``: truncated output is never executed.
+    ``finish_reason="length"`` or ``"content_filter"``: truncated or filtered
+    output is never executed.
     """
 
     allow_stop_with_tool_calls: bool = False
     synthesize_missing_ids: bool = False
+    accept_empty_finish_reason_with_calls: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,7 @@ class ModelFailed:
 class ToolsFinished:
     results: Mapping[str, str]  # call id -> envelope JSON text
     now: float
+    untrusted: frozenset[str] = frozenset()  # call ids whose result the tool marked untrusted
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +180,7 @@ class PendingCall:
     needs_approval: bool = False
     untrusted_output: bool = False
     result: str | None = None
+    approval_reason: str | None = None  # why a person must decide, for the approval request
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -191,6 +193,7 @@ class PendingCall:
             "needs_approval": self.needs_approval,
             "untrusted_output": self.untrusted_output,
             "result": self.result,
+            "approval_reason": self.approval_reason,
         }
 
     @classmethod
@@ -307,6 +310,7 @@ class RunState:
     last_signature: str | None = None
     repeats: int = 0
     tainted: bool = False
+    tainted_by: str | None = None  # the tool whose result first tainted the run
     executed: dict[str, list[str]] = field(default_factory=dict)  # call id -> [fingerprint, result]
     pending: list[PendingCall] = field(default_factory=list)
     approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -343,6 +347,7 @@ class RunState:
             "last_signature": self.last_signature,
             "repeats": self.repeats,
             "tainted": self.tainted,
+            "tainted_by": self.tainted_by,
             "pending": [p.to_dict() for p in self.pending],
             "approvals": {k: dict(v) for k, v in self.approvals.items()},
             "unknown": list(self.unknown),
@@ -365,6 +370,7 @@ class RunState:
             last_signature=data["last_signature"],
             repeats=data["repeats"],
             tainted=data["tainted"],
+            tainted_by=data.get("tainted_by"),  # absent from checkpoints written before it existed
             executed={k: list(v) for k, v in data["executed"].items()},
             pending=[PendingCall.from_dict(p) for p in data["pending"]],
             approvals={k: dict(v) for k, v in data["approvals"].items()},
@@ -441,8 +447,8 @@ class Run:
                 if why is not None:
                     return self._finish(Status.BUDGET_EXHAUSTED, None, why)
                 return self._finish(Status.MODEL_ERROR, None, message)
-            case ToolsFinished(results=results, now=now):
-                return self._on_tools_finished(results, now)
+            case ToolsFinished(results=results, now=now, untrusted=untrusted):
+                return self._on_tools_finished(results, now, untrusted)
             case ApprovalDecided():
                 return self._on_approval(event)
             case OutcomeUnknown(call_ids=call_ids):
@@ -534,7 +540,10 @@ class Run:
         if reason in ("length", "content_filter"):
             # Checked before anything about calls: truncated or filtered calls never run.
             return ()
-        lenient = has_calls and reason == "stop" and compat.allow_stop_with_tool_calls
+        lenient = has_calls and (
+            (reason == "stop" and compat.allow_stop_with_tool_calls)
+            or (reason == "" and compat.accept_empty_finish_reason_with_calls)
+        )
         if has_calls != (reason == "tool_calls") and not lenient:
             return f"finish_reason {reason!r} does not match {len(reply.tool_calls)} tool call(s)"
         calls: list[ToolCall] = []
@@ -596,8 +605,8 @@ class Run:
                 message = f"call id {call.id} was already used with other arguments; use a new id"
                 pending.append(_refused(base, ErrorCode.CALL_ID_REUSED, message))
             else:
-                needs_approval = verdict.needs_approval or (s.tainted and not verdict.read_only)
-                pending.append(replace(base, execute=True, needs_approval=needs_approval))
+                why = self._approval_reason(call.name, verdict)
+                pending.append(replace(base, execute=True, needs_approval=why is not None, approval_reason=why))
         s.pending = pending
         s.approvals = {}  # a decision binds one call of one step, never a later reuse of its id
         s.failed_repairs = s.failed_repairs + 1 if repair_needed else 0
@@ -627,6 +636,21 @@ class Run:
             s.status = Status.AWAITING_APPROVAL
             return AwaitApproval(tuple(self.state.undecided()))
         return self._run_tools()
+
+    def _approval_reason(self, tool: str, verdict: Accepted) -> str | None:
+        """Why this call needs a person's approval, or None when it does not.
+
+        A side-effecting call in a tainted run needs one whatever its tool
+        says: text someone other than the principal wrote is in the history
+        and may be steering the model.
+        """
+        s = self.state
+        reasons = []
+        if verdict.needs_approval:
+            reasons.append(f"{tool} requires approval")
+        if s.tainted and not verdict.read_only:
+            reasons.append(f"the run read untrusted text from {s.tainted_by or 'a tool'}")
+        return "; ".join(reasons) or None
 
     def _run_tools(self) -> RunTools:
         s = self.state
@@ -694,22 +718,23 @@ class Run:
             return self._await_reconciliation()
         return self._run_tools()
 
-    def _on_tools_finished(self, results: Mapping[str, str], now: float) -> Command:
+    def _on_tools_finished(self, results: Mapping[str, str], now: float, untrusted: frozenset[str]) -> Command:
         s = self.state
         for p in s.pending:
             if p.execute:
                 missing = envelope.error(ErrorCode.TOOL_FAILED, "the tool produced no result")
-                content = self._record(p, results.get(p.call_id) or missing)
+                content = self._record(p, results.get(p.call_id) or missing, p.call_id in untrusted)
             else:
                 content = p.result or ""
             s.messages.append(Message("tool", content, tool_call_id=p.call_id))
         s.pending = []
         return self._next_step(now)
 
-    def _record(self, call: PendingCall, content: str) -> str:
-        """Note that ``call`` was executed with this result."""
+    def _record(self, call: PendingCall, content: str, untrusted: bool = False) -> str:
+        """Note that ``call`` was executed with this result (``untrusted``: the tool marked it so)."""
         s = self.state
         s.executed[call.call_id] = [call.fingerprint or "", content]
         s.tool_calls += 1
-        s.tainted = s.tainted or call.untrusted_output
+        if (untrusted or call.untrusted_output) and not s.tainted:
+            s.tainted, s.tainted_by = True, call.tool
         return content

@@ -60,10 +60,20 @@ ANTHROPIC = Provider(
     ),
 )
 
+# Seen in the recorded replies of Snowflake Cortex's OpenAI-compatible endpoint
+# (../shared/fixtures/recorded/openai_chat.jsonl, test_snowflake_*); the raw
+# behaviour is shown in tests/models/test_recorded.py.
+SNOWFLAKE = Provider(
+    "snowflake",
+    compat=Compat(accept_empty_finish_reason_with_calls=True),
+    notes=('answers every reply with finish_reason "", also one that carries valid tool calls',),
+)
+
 PROVIDERS: dict[str, Provider] = {
     "openai": Provider("openai"),
     LLAMA_CPP_PYTHON.name: LLAMA_CPP_PYTHON,
     ANTHROPIC.name: ANTHROPIC,
+    SNOWFLAKE.name: SNOWFLAKE,
 }
 
 

@@ -406,6 +406,7 @@ def _approval(run_id: str, call: PendingCall) -> dict[str, Any]:
         "tool": call.tool,
         "arguments": call.arguments,
         "fingerprint": call.fingerprint,
+        "reason": call.approval_reason,  # e.g. "the run read untrusted text from search_kb"
     }
 
 

@@ -10,6 +10,13 @@ a user id, its roles hold the user's role — and never by a prompt:
 A ticket the principal may not see gets exactly the answer of one that does
 not exist (``no ticket TICKET-…``), so ticket ids cannot be probed.
 
+Text that someone other than the run's principal could have written taints
+the run (every side-effecting call then needs approval): ``search_kb``
+always (whoever edits the help centre wrote it); ``get_ticket`` and
+``list_tickets`` when a title, body or comment they return was written by
+another user (``ToolContext.mark_untrusted``). What the writing tools return
+is what this run itself just wrote, so they never taint.
+
 Side-effecting tools store ``ToolContext.idempotency_key`` with the row they
 write: a call retried with the same key finds that row instead of writing a
 second, and each has a ``reconcile`` hook that looks the key up after a crash.
@@ -82,12 +89,20 @@ def _closed(ticket: Ticket, changed: bool) -> dict[str, Any]:
 def ticket_tools(db: TicketsDB, kb: KnowledgeSource | None = None, *, ticket_text_untrusted: bool = True) -> list[Tool]:
     """``get_ticket``, ``list_tickets``, ``search_kb``, ``create_ticket``, ``add_comment``, ``close_ticket``.
 
-    ``ticket_text_untrusted`` marks the reading tools ``untrusted_output``:
-    titles, bodies and comments are written by customers, so text in them
-    must not steer an agent's side-effecting calls without approval.
+    With ``ticket_text_untrusted`` (the default) a ticket's title, body or
+    comment written by another user than the principal marks the result
+    untrusted: it must not steer side-effecting calls without approval.
+    ``False`` trusts every user's ticket text (never for customers' text).
     """
 
-    @tool(read_only=True, untrusted_output=ticket_text_untrusted)
+    def mark_if_others_wrote(context: ToolContext, authors: set[str]) -> None:
+        if not ticket_text_untrusted:
+            return
+        me = db.get_user(context.principal.id)
+        if me is None or authors - {me.username}:
+            context.mark_untrusted()
+
+    @tool(read_only=True)
     def get_ticket(ticket_id: TicketId, context: ToolContext) -> dict[str, Any]:
         """Show one ticket with its comments, oldest comment first.
 
@@ -98,9 +113,11 @@ def ticket_tools(db: TicketsDB, kb: KnowledgeSource | None = None, *, ticket_tex
         ticket = db.visible_ticket(user_id, role, ticket_id)
         if ticket is None:
             raise _not_found(ticket_id)
-        return {**ticket.to_dict(), "comments": [c.to_dict() for c in db.comments(ticket_id)]}
+        comments = db.comments(ticket_id)
+        mark_if_others_wrote(context, {ticket.reporter, *(c.author for c in comments)})
+        return {**ticket.to_dict(), "comments": [c.to_dict() for c in comments]}
 
-    @tool(read_only=True, untrusted_output=ticket_text_untrusted)
+    @tool(read_only=True)
     def list_tickets(
         context: ToolContext,
         status: Literal["open", "pending", "closed"] | None = None,
@@ -116,6 +133,7 @@ def ticket_tools(db: TicketsDB, kb: KnowledgeSource | None = None, *, ticket_tex
         """
         user_id, role = _viewer(context)
         found = db.list_visible(user_id, role, status=status, page=page, page_size=page_size)
+        mark_if_others_wrote(context, {t.reporter for t in found.items})  # titles are the reporters' text
         return {
             "items": [t.to_dict(with_body=False) for t in found.items],
             "total": found.total,
@@ -123,7 +141,7 @@ def ticket_tools(db: TicketsDB, kb: KnowledgeSource | None = None, *, ticket_tex
             "page_size": found.page_size,
         }
 
-    @tool(read_only=True)
+    @tool(read_only=True, untrusted_output=True)
     def search_kb(
         query: Annotated[str, Field(min_length=2, max_length=200)],
         top_k: Annotated[int, Field(ge=1, le=10)] = 5,

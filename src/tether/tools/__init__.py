@@ -12,7 +12,7 @@ from tether.tools.tool import (
     tool,
     tool_from_schema,
 )
-from tether.tools.toolbox import Toolbox, result_envelope, truncate
+from tether.tools.toolbox import Toolbox, ToolResult, result_envelope, truncate
 
 __all__ = [
     "ALL_SCOPES",
@@ -26,6 +26,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolResult",
     "Toolbox",
     "canonical",
     "result_envelope",

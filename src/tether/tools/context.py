@@ -32,13 +32,34 @@ class ToolContext:
 
     ``idempotency_key`` is ``run_id:call_id``: pass it to external systems so
     a retried call cannot take effect twice there.
+
+    ``mark_untrusted()`` says that this call's result holds text someone
+    other than the run's principal could have written (a comment by another
+    user, a fetched page). The result then taints the run exactly as a tool
+    declared ``untrusted_output=True`` does for every result: from then on,
+    each side-effecting call needs approval. Mark before returning or
+    raising; a mark cannot be taken back. The mark is not kept in the
+    ledger: a side-effecting call's result recovered from it after a crash
+    taints only if the tool is declared ``untrusted_output=True``.
     """
 
     run_id: str
     call_id: str
     principal: Principal
     deadline_at: float | None = None
+    _marks: set[str] = field(default_factory=set, repr=False, compare=False)
 
     @property
     def idempotency_key(self) -> str:
         return f"{self.run_id}:{self.call_id}"
+
+    def mark_untrusted(self) -> None:
+        """This call's result holds text the principal did not write: it taints the run."""
+        self._marks.add(UNTRUSTED)
+
+    @property
+    def untrusted(self) -> bool:
+        return UNTRUSTED in self._marks
+
+
+UNTRUSTED = "untrusted"

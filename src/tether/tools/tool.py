@@ -131,6 +131,10 @@ def _describe(error: jsonschema.ValidationError) -> str:
         given: Any = error.instance
         extra = sorted(set(given) - set(schema.get("properties", {})))
         return f"{where}: unexpected field(s) {', '.join(map(repr, extra))}"
+    if error.validator == "unevaluatedProperties":
+        # jsonschema names them in its message: "... ('c', 'd' were unexpected)"
+        extra = re.findall(r"'((?:[^'\\]|\\.)*)'", error.message.rpartition("(")[2])
+        return f"{where}: unexpected field(s) {', '.join(map(repr, extra))}"
     if error.validator == "required":
         return f"{where}: {error.message.split(' ')[0]} is required"
     if error.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
@@ -166,19 +170,139 @@ def _strip_titles(schema: Any) -> Any:
     return out
 
 
+# Keywords whose value maps names to schemas, each an independent schema.
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+# Subschemas that add to or constrain the object they sit in, rather than describe a whole one.
+_PARTS = ("allOf", "if", "then", "else", "not", "dependentSchemas")
+_UNIONS = ("anyOf", "oneOf")
+
+
 def _close(schema: Any) -> Any:
-    """Set ``additionalProperties: false`` on every object schema that leaves it open."""
-    if isinstance(schema, list):
-        return [_close(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {
-        k: ({n: _close(v) for n, v in val.items()} if k in ("properties", "$defs", "definitions") else _close(val))
-        for k, val in schema.items()
-    }
-    if out.get("type") == "object" and "additionalProperties" not in out:
+    """Close every object schema that declares its properties, and only those.
+
+    - An object that names its properties gets ``additionalProperties:
+      false``; a free-form object (a map: no or empty ``properties``) stays
+      open, or it could only ever be empty. The arguments object itself is
+      closed even with empty ``properties``: a tool that declares none takes
+      none.
+    - An object built from parts (``allOf``, ``if``/``then``/``else``,
+      ``dependentSchemas``, ``$ref`` beside ``properties``, or ``anyOf`` /
+      ``oneOf`` branches beside its own ``properties``) is closed as a whole
+      with ``unevaluatedProperties: false``, which counts the properties each
+      matching part declares; the parts themselves are never closed, since
+      ``allOf: [{a}, {b}]`` closed branch by branch refuses every instance.
+    - ``anyOf``/``oneOf`` alone is a union of whole shapes: each is closed.
+    - A schema that already says ``additionalProperties`` or
+      ``unevaluatedProperties`` is left as it is.
+    """
+    parts = _part_refs(schema)
+    closed = _close_node(schema, part=False, parts=parts, root=schema)
+    if isinstance(closed, dict) and closed.get("properties") == {} and not _combined(closed):
+        closed.setdefault("additionalProperties", False)
+    return closed
+
+
+def _part_refs(schema: Any) -> set[str]:
+    """The ``$ref`` targets used as a part of a combined object (never closed alone)."""
+    found: set[str] = set()
+
+    def visit(node: Any, in_part: bool) -> None:
+        if isinstance(node, list):
+            for item in node:
+                visit(item, in_part)
+            return
+        if not isinstance(node, dict):
+            return
+        combined = _combined(node)
+        if (in_part or combined) and isinstance(node.get("$ref"), str):
+            found.add(node["$ref"])
+        for key, value in node.items():
+            if key in _SCHEMA_MAPS and isinstance(value, dict):
+                for sub in value.values():
+                    visit(sub, False)
+            elif key == "dependentSchemas" and isinstance(value, dict):
+                visit(list(value.values()), True)
+            elif key in _PARTS or (key in _UNIONS and combined):
+                visit(value, True)
+            else:
+                visit(value, False)
+
+    visit(schema, False)
+    return found
+
+
+def _combined(node: dict[str, Any]) -> bool:
+    """Whether ``node`` is one object assembled from parts (see ``_close``)."""
+    if any(k in node for k in _PARTS if k != "not"):
+        return True
+    has_props = "properties" in node
+    return has_props and ("$ref" in node or any(k in node for k in _UNIONS))
+
+
+def _close_node(node: Any, *, part: bool, parts: set[str], root: Any) -> Any:
+    if isinstance(node, list):
+        return [_close_node(n, part=part, parts=parts, root=root) for n in node]
+    if not isinstance(node, dict):
+        return node
+    combined = _combined(node)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {
+                name: _close_node(sub, part=f"#/{key}/{name}" in parts, parts=parts, root=root)
+                for name, sub in value.items()
+            }
+        elif key == "dependentSchemas" and isinstance(value, dict):
+            out[key] = {name: _close_node(sub, part=True, parts=parts, root=root) for name, sub in value.items()}
+        elif key in _PARTS or (key in _UNIONS and combined):
+            out[key] = _close_node(value, part=True, parts=parts, root=root)
+        else:
+            out[key] = _close_node(value, part=False, parts=parts, root=root)
+    if part or "additionalProperties" in out or "unevaluatedProperties" in out:
+        return out
+    if combined:
+        if _is_object(out) and _declares(node, root, set()):
+            out["unevaluatedProperties"] = False
+    elif (out.get("properties") or out.get("patternProperties")) and _is_object(out):
         out["additionalProperties"] = False
     return out
+
+
+def _declares(node: Any, root: Any, seen: set[str]) -> bool:
+    """Whether ``node`` or one of its parts names properties (a free-form object names none)."""
+    if not isinstance(node, dict):
+        return False
+    if node.get("properties") or node.get("patternProperties"):
+        return True
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref not in seen:
+        seen.add(ref)
+        if _declares(_resolve(ref, root), root, seen):
+            return True
+    subs: list[Any] = [node.get(k) for k in ("if", "then", "else")]
+    subs += [*node.get("allOf", ()), *node.get("anyOf", ()), *node.get("oneOf", ())]
+    subs += list((node.get("dependentSchemas") or {}).values())
+    return any(_declares(sub, root, seen) for sub in subs)
+
+
+def _resolve(ref: str, root: Any) -> Any:
+    """The local schema a ``#/...`` reference names; None for any other."""
+    if not ref.startswith("#/"):
+        return None
+    target = root
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(target, dict) or part not in target:
+            return None
+        target = target[part]
+    return target
+
+
+def _is_object(node: dict[str, Any]) -> bool:
+    kind = node.get("type")
+    if kind is None:
+        return "properties" in node or any(k in node for k in _PARTS if k != "not")
+    return kind == "object" or (isinstance(kind, list) and "object" in kind)
 
 
 def _compile(name: str, parameters: dict[str, Any]) -> Any:
@@ -354,6 +478,11 @@ def tool(
     ``@tool`` alone makes a side-effecting tool; say ``@tool(read_only=True)``
     for one that only reads. A parameter typed ``ToolContext`` is injected
     and never shown to the model.
+
+    ``untrusted_output=True`` says every result may hold text someone other
+    than the run's principal wrote (files, web pages, a knowledge base): it
+    taints the run, and side-effecting calls then need approval. A tool that
+    knows per result calls ``context.mark_untrusted()`` instead.
 
     Example::
 

@@ -12,6 +12,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import pydantic
@@ -44,6 +45,18 @@ def result_envelope(result: Any, limit: int) -> str:
         return envelope.ok(value)
     shown = value if isinstance(value, str) else text
     return envelope.ok(truncate(shown, limit))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What running a call gave: the envelope, and whether its text taints the run.
+
+    ``untrusted`` holds when the tool is declared ``untrusted_output`` or
+    marked this result with ``ToolContext.mark_untrusted()``.
+    """
+
+    content: str
+    untrusted: bool
 
 
 class Toolbox:
@@ -80,12 +93,22 @@ class Toolbox:
 
     async def invoke(self, call: PendingCall, run_id: str, deadline_at: float | None = None) -> str:
         """Run one accepted call; the envelope the model will see."""
+        return (await self.execute(call, run_id, deadline_at)).content
+
+    async def execute(self, call: PendingCall, run_id: str, deadline_at: float | None = None) -> ToolResult:
+        """Run one accepted call: the envelope, and whether it taints the run."""
         found = self.offered.get(call.tool)
         if found is None or call.arguments is None:
-            return envelope.error(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.tool!r}")
+            return ToolResult(envelope.error(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.tool!r}"), False)
         context = ToolContext(run_id, call.call_id, self.principal, deadline_at)
+        content = await self._run(found, call.arguments, context)
+        return ToolResult(content, found.untrusted_output or context.untrusted)
+
+    @staticmethod
+    async def _run(found: Tool, arguments: dict[str, Any], context: ToolContext) -> str:
+        deadline_at = context.deadline_at
         try:
-            kwargs = found.bind(call.arguments, context)
+            kwargs = found.bind(arguments, context)
         except pydantic.ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "arguments"

@@ -6,6 +6,10 @@ neither ``..``, an absolute path nor a symlink at any depth leads out.
 Error messages repeat only the path the model gave, never the root or the
 place a symlink points to.
 
+Both tools are ``untrusted_output``: a file's text and its name were written
+by whoever put the file there, not necessarily the run's principal, so
+reading them taints the run (side-effecting calls then need approval).
+
 A symlink swapped in between the check and the read could still lead out;
 the root is meant to be a directory the model's user controls, not one an
 attacker writes to concurrently.
@@ -33,7 +37,7 @@ def files_tools(root: Path) -> list[Tool]:
     if not base.is_dir():
         raise ConfigurationError(f"files root is not a directory: {root}")
 
-    @tool(read_only=True)
+    @tool(read_only=True, untrusted_output=True)
     def read_file(path: PathArgument) -> str:
         """Read a UTF-8 text file under the files root.
 
@@ -60,7 +64,7 @@ def files_tools(root: Path) -> list[Tool]:
         except UnicodeDecodeError:
             raise ToolError(f"not a text file: {shown} is not UTF-8") from None
 
-    @tool(read_only=True)
+    @tool(read_only=True, untrusted_output=True)
     def list_files(path: PathArgument = ".") -> dict[str, Any]:
         """List a directory under the files root, sorted; directories end with "/".
 

@@ -254,7 +254,7 @@
         case "approval_requested":
           this.setStatus("awaiting_approval");
           this.add(kind, { "data-tool": tool, "data-call-id": d.id, testid: "approval-request" }, "Waiting for approval: ",
-            el("b", {}, tool ?? "?"), " ", el("code", {}, short(json(d.arguments ?? {}), 200)));
+            el("b", {}, tool ?? "?"), " ", el("code", {}, short(json(d.arguments ?? {}), 200)), approvalReason(d.reason));
           return;
         case "approval_decided":
           this.add(kind, { "data-call-id": d.id, "data-approved": String(!!d.approved) },
@@ -423,7 +423,7 @@
     const pending = run.pending_approvals ?? run.approvals ?? run.pending ?? [];
     for (const p of pending) {
       timeline.append(el("li", { class: "event approval_requested", testid: "approval-request", "data-tool": p.tool, "data-call-id": p.call_id ?? p.id },
-        "Waiting for approval: ", el("b", {}, p.tool ?? "?"), " ", el("code", {}, short(json(p.arguments ?? {}), 200))));
+        "Waiting for approval: ", el("b", {}, p.tool ?? "?"), " ", el("code", {}, short(json(p.arguments ?? {}), 200)), approvalReason(p.reason)));
     }
     items.push(timeline);
     if (run.output) items.push(el("div", { class: "bubble answer", testid: "answer" }, run.output));
@@ -466,6 +466,11 @@
 
   // ------------------------------------------------------------------ approvals (agents and admins)
 
+  // Why a call waits for a person, e.g. "the run read untrusted text from search_kb" (shown as text).
+  function approvalReason(reason) {
+    return reason ? el("span", { class: "reason", testid: "approval-reason-text" }, ` — needs approval: ${reason}`) : null;
+  }
+
   async function decide(item, approval, approved) {
     const reason = item.querySelector("input").value.trim() || null;
     for (const b of item.querySelectorAll("button")) b.disabled = true;
@@ -491,7 +496,7 @@
     }
     const list = $("approvals-list");
     const entries = (Array.isArray(body) ? body : body.approvals || body.items || []).map((a) => ({
-      runId: a.run_id, callId: a.call_id ?? a.id, tool: a.tool, args: a.arguments ?? {}, fingerprint: a.fingerprint ?? null,
+      runId: a.run_id, callId: a.call_id ?? a.id, tool: a.tool, args: a.arguments ?? {}, fingerprint: a.fingerprint ?? null, reason: a.reason ?? "",
       who: a.owner ?? a.requested_by ?? a.username ?? "", prompt: a.prompt ?? "",
     }));
     const keys = new Set(entries.map((a) => `${a.runId}/${a.callId}`));
@@ -502,6 +507,7 @@
       const who = typeof a.who === "object" && a.who ? a.who.username ?? a.who.id : a.who;
       const item = el("li", { class: "approval", testid: "approval", "data-key": key, "data-run-id": a.runId, "data-call-id": a.callId, "data-tool": a.tool },
         el("div", {}, el("b", { testid: "approval-tool" }, a.tool ?? "?"), " ", el("code", { testid: "approval-args" }, short(json(a.args), 300))),
+        a.reason ? el("div", { class: "reason", testid: "approval-reason-text" }, `Needs approval: ${a.reason}`) : null,
         el("div", { class: "muted" }, who ? `asked by ${who} · ` : "", "run ", el("code", { title: a.runId }, String(a.runId).slice(0, 12))),
         a.prompt ? el("div", { class: "muted quote" }, short(a.prompt, 200)) : null,
         el("input", { type: "text", placeholder: "Reason (optional)", testid: "approval-reason", "aria-label": "Reason" }),
