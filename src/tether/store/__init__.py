@@ -2,6 +2,7 @@
 
 from tether.store.redact import REDACTED, redact, redact_text
 from tether.store.sqlite import (
+    AmbiguousRun,
     LeaseHeld,
     LedgerEntry,
     RunNotFound,
@@ -15,6 +16,7 @@ from tether.store.sqlite import (
 
 __all__ = [
     "REDACTED",
+    "AmbiguousRun",
     "LeaseHeld",
     "LedgerEntry",
     "RunNotFound",
