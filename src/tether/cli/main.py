@@ -260,7 +260,7 @@ def resume(run_id: str, api_key: str | None, db: str | None, as_json: bool) -> N
 
     Side-effecting calls whose outcome is unknown are never run again
     blindly: their tool's reconcile hook decides, or the run waits for
-    `tether reconcile`. RUN may be a unique prefix of the run id.
+    `tether reconcile`. RUN_ID may be a unique prefix of the run id.
 
     Exit status: the resumed run's, as for `tether run`; 7 when the run has
     already ended (there is nothing to resume).

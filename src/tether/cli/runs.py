@@ -121,7 +121,7 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
     Each event is shown at the step it belongs to and the time it happened.
     With --json, also the transcript: message text where the run was
     recorded with --log-content, a placeholder such as "<21 chars>" where not.
-    RUN may be a unique prefix of the run id.
+    RUN_ID may be a unique prefix of the run id.
     """
     try:
         store = open_store(db)
@@ -191,7 +191,7 @@ def _transcript(messages: list[Any], logged: bool) -> list[dict[str, Any]]:
 def verify(run_id: str, db: str | None, as_json: bool) -> None:
     """Check a run's audit chain: any edited, removed or reordered row fails.
 
-    RUN may be a unique prefix of the run id. Exit status 0 when intact,
+    RUN_ID may be a unique prefix of the run id. Exit status 0 when intact,
     6 when tampered with.
     """
     try:
@@ -248,8 +248,8 @@ def approve(
 ) -> None:
     """Approve a call waiting in a paused run; `tether resume` then runs it.
 
-    RUN may be a unique prefix of the run id. Exit status 7 when the run has no such pending call or the fingerprint
-    names other arguments.
+    RUN_ID may be a unique prefix of the run id. Exit status 7 when the run
+    has no such pending call or the fingerprint names other arguments.
     """
     _decide(run_id, call_id, True, reason, fingerprint, db, as_json)
 
@@ -263,7 +263,7 @@ def approve(
 def deny(run_id: str, call_id: str, reason: str | None, db: str | None, as_json: bool) -> None:
     """Deny a call waiting in a paused run; the model is told it was denied.
 
-    RUN may be a unique prefix of the run id. Exit status 7 when the run has
+    RUN_ID may be a unique prefix of the run id. Exit status 7 when the run has
     no such pending call.
     """
     _decide(run_id, call_id, False, reason, None, db, as_json)
@@ -283,7 +283,7 @@ def reconcile(
 ) -> None:
     """Say what became of a call whose outcome is unknown after a crash.
 
-    RUN may be a unique prefix of the run id. Exit status 7 when the run has
+    RUN_ID may be a unique prefix of the run id. Exit status 7 when the run has
     no such call waiting.
 
     \b
