@@ -1,4 +1,8 @@
-"""What a run did, step by step: the object `tether run --json` prints."""
+"""What a run did, step by step: the object `tether run --json` prints.
+
+Arguments and answers appear as they are; whoever prints them redacts
+(``tether.store.redact``), as the CLI does.
+"""
 
 from __future__ import annotations
 
@@ -22,11 +26,18 @@ class CallReport:
     id: str
     tool: str
     executed: bool
-    outcome: str = ""
+    outcome: str = ""  # "ok", an error code, or "awaiting_approval" / "awaiting_reconciliation" in a paused run
     result: str = ""
+    arguments: dict[str, Any] | None = None  # None when the model's arguments were not a JSON object
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "tool": self.tool, "outcome": self.outcome, "executed": self.executed}
+        return {
+            "id": self.id,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "outcome": self.outcome,
+            "executed": self.executed,
+        }
 
 
 @dataclass(slots=True)
@@ -60,6 +71,16 @@ class RunResult:
     def usage(self) -> Usage:
         return self.state.usage
 
+    def pending(self) -> list[dict[str, Any]]:
+        """The calls a paused run waits on a person for: an approval decision, or what became of them."""
+        state = self.state
+        waiting = state.undecided() if self.status is Status.AWAITING_APPROVAL else []
+        if self.status is Status.AWAITING_RECONCILIATION:
+            waiting = [p for p in state.pending if p.call_id in state.unknown]
+        return [
+            {"id": p.call_id, "tool": p.tool, "arguments": p.arguments, "fingerprint": p.fingerprint} for p in waiting
+        ]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
@@ -67,5 +88,6 @@ class RunResult:
             "output": self.output,
             "reason": self.reason,
             "steps": [s.to_dict() for s in self.steps],
-            "usage": usage_dict(self.usage),
+            "pending": self.pending(),
+            "usage": usage_dict(self.usage) | {"estimated": self.state.usage_estimated},
         }

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig
+from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig, estimate_usage
 from tether.core.envelope import outcome_code
 from tether.core.errors import ModelError, TetherError
 from tether.core.machine import (
@@ -43,7 +44,7 @@ from tether.core.machine import (
     Status,
     ToolsFinished,
 )
-from tether.core.messages import Message, ModelReply
+from tether.core.messages import Message, ModelReply, Usage
 from tether.durable import reconciled_event
 from tether.events import (
     APPROVAL_DECIDED,
@@ -108,8 +109,9 @@ __all__ = [
 class RunEvent:
     kind: str
     run_id: str
-    step: int
+    step: int  # the step it belongs to; 0 before the first model request
     data: dict[str, Any] = field(default_factory=dict)
+    at: float = 0.0  # when it happened (the agent's clock), logged as is even when saved later
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +234,7 @@ class Driver:
         return self.run_machine.state
 
     def _emit(self, kind: str, **data: Any) -> None:
-        event = RunEvent(kind, self.state.run_id, self.state.steps, data)
+        event = RunEvent(kind, self.state.run_id, self.state.steps, data, self.agent.clock())
         if self.store is None or kind == TEXT:
             self._deliver(event)
         else:
@@ -260,7 +262,7 @@ class Driver:
         cleared, self._cleared = self._cleared, []
         self.store.checkpoint(
             self.state,
-            [(e.kind, e.data) for e in events],
+            [(e.kind, e.data, e.step, e.at) for e in events],
             outcomes,
             intents=() if intent is None else [intent],
             cleared=cleared,
@@ -342,8 +344,28 @@ class Driver:
         return self._send(Cancel(self.agent.clock(), reason=PROPOSE_ONLY_REASON))
 
     def _pause(self, reason: str) -> RunResult:
+        self._note_waiting_calls()
         self._emit(RUN_PAUSED, status=self.state.status.value, reason=reason)
         return self._result(self.state.status, None, reason)
+
+    def _note_waiting_calls(self) -> None:
+        """The current step's calls as the run pauses: those waiting for a person, those that will run, the refused."""
+        if not self.steps:  # resumed while paused
+            self.steps.append(StepReport(self.state.steps))
+        if self.state.status is Status.AWAITING_APPROVAL:
+            waiting, outcome = {p.call_id for p in self.state.undecided()}, "awaiting_approval"
+        else:
+            waiting, outcome = set(self.state.unknown), "awaiting_reconciliation"
+        reports = []
+        for p in self.state.pending:
+            report = CallReport(p.call_id, p.tool, executed=False, arguments=p.arguments)
+            if p.call_id in waiting:
+                report.outcome = outcome
+            elif not p.execute:
+                report.result = p.result or ""
+                report.outcome = outcome_code(report.result)
+            reports.append(report)
+        self.steps[-1].calls = reports
 
     def _resume_command(self) -> Command:
         """Where a stored run goes on; intents without outcomes become unknown outcomes."""
@@ -422,18 +444,23 @@ class Driver:
         except ModelError as exc:
             self._emit(MODEL_REPLIED, error=str(exc))
             return self._send(ModelFailed(f"{type(exc).__name__}: {exc}", clock()))
-        self._note_reply(reply)
-        return self._send(ModelReplied(reply, clock()))
+        # A real request costs at least one input token: all zeros means the provider reported no usage.
+        estimated = reply.usage == Usage() and self.state.config.budget.counts_tokens
+        if estimated:
+            reply = replace(reply, usage=estimate_usage(request.messages, request.tools, reply))
+        self._note_reply(reply, estimated)
+        return self._send(ModelReplied(reply, clock(), usage_estimated=estimated))
 
-    def _note_reply(self, reply: ModelReply) -> None:
+    def _note_reply(self, reply: ModelReply, usage_estimated: bool) -> None:
         step = self.steps[-1]
         step.finish_reason, step.content, step.usage = reply.finish_reason, reply.content, reply.usage
+        usage = usage_dict(reply.usage) | ({"estimated": True} if usage_estimated else {})
         self._emit(
             MODEL_REPLIED,
             finish_reason=reply.finish_reason,
             content=reply.content,
             tool_calls=len(reply.tool_calls),
-            usage=usage_dict(reply.usage),
+            usage=usage,
         )
 
     async def _run_tools(self, command: RunTools) -> Command:
@@ -441,10 +468,17 @@ class Driver:
             self.steps.append(StepReport(command.step))
             self._step_start = self._assistant_index()
         step = self.steps[-1]
-        step.calls = [CallReport(p.call_id, p.tool, p.execute) for p in command.calls]
+        step.calls = [CallReport(p.call_id, p.tool, p.execute, arguments=p.arguments) for p in command.calls]
         for p in command.calls:
             if p.execute:
-                self._emit(CALL_VALIDATED, id=p.call_id, tool=p.tool, read_only=p.read_only, fingerprint=p.fingerprint)
+                self._emit(
+                    CALL_VALIDATED,
+                    id=p.call_id,
+                    tool=p.tool,
+                    read_only=p.read_only,
+                    fingerprint=p.fingerprint,
+                    arguments=p.arguments,
+                )
             elif self.state.executed.get(p.call_id, [None, None])[1] == p.result:
                 self._done(p, p.result or "", CALL_RECOVERED)  # reconciled as executed, or a reused call id
             else:
@@ -479,7 +513,19 @@ class Driver:
 
     def _reject(self, call_id: str, tool: str, content: str) -> None:
         self._reported.add(call_id)
-        self._emit(CALL_REJECTED, id=call_id, tool=tool, outcome=outcome_code(content), result=content)
+        arguments = self._arguments_sent(call_id)
+        self._emit(
+            CALL_REJECTED, id=call_id, tool=tool, outcome=outcome_code(content), result=content, arguments=arguments
+        )
+
+    def _arguments_sent(self, call_id: str) -> dict[str, Any] | None:
+        """A call's arguments as the model wrote them, when they are a JSON object (only then can keys be redacted)."""
+        messages = self.state.messages
+        if self._step_start < len(messages) and messages[self._step_start].role == "assistant":
+            for call in messages[self._step_start].tool_calls:
+                if call.id == call_id:
+                    return json_object(call.arguments)
+        return None
 
     async def _invoke(self, call: PendingCall) -> str:
         store, run_id = self.store, self.state.run_id
@@ -557,11 +603,23 @@ class Driver:
         step = self.steps[-1]
         known = {c.id: c for c in step.calls}
         replies = {m.tool_call_id: m.content or "" for m in messages[self._step_start + 1 :]}
-        step.calls = [known.get(c.id) or CallReport(c.id, c.name, executed=False) for c in assistant.tool_calls]
+        step.calls = [
+            known.get(c.id) or CallReport(c.id, c.name, executed=False, arguments=json_object(c.arguments))
+            for c in assistant.tool_calls
+        ]
         for report in step.calls:
             if report.id in replies:
                 report.result = replies[report.id]
                 report.outcome = outcome_code(report.result)
+
+
+def json_object(text: str) -> dict[str, Any] | None:
+    """``text`` decoded, when it is a JSON object; else None."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _batches(calls: Sequence[PendingCall]) -> list[list[PendingCall]]:

@@ -66,12 +66,14 @@ def test_run_json_prints_one_object_for_a_completed_run() -> None:
     calls = [call for step in data["steps"] for call in step["calls"]]
     assert len(calls) == 1
     for call in calls:
-        assert set(call) == {"id", "tool", "outcome", "executed"}
+        assert set(call) == {"id", "tool", "arguments", "outcome", "executed"}
+        assert call["arguments"] == {"a": 248, "b": 15}
         assert call["id"].startswith("call_")
         assert call["tool"] == "multiply"
         assert call["outcome"] == "ok"
         assert call["executed"] is True
-    assert data["usage"] == {"input_tokens": 20, "output_tokens": 10, "total_tokens": 30}
+    assert data["usage"] == {"input_tokens": 20, "output_tokens": 10, "total_tokens": 30, "estimated": False}
+    assert data["pending"] == []
 
 
 def test_run_readable_prints_steps_calls_answer_and_run_id() -> None:
@@ -100,7 +102,8 @@ def test_run_stream_gives_the_same_answer() -> None:
 
     assert streamed == [True] * 4
     assert readable.code == 0, readable
-    assert "answer: 248 × 15 = 3720" in readable.out.splitlines()
+    assert "248 × 15 = 3720" in readable.out.splitlines()  # streamed as it came, and not repeated
+    assert readable.out.count("3720") == 2  # the call's result, then the answer
     assert as_json.code == 0, as_json
     data = one_json_object(as_json.out)
     assert data["status"] == "completed"

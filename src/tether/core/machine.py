@@ -32,7 +32,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from tether.core import envelope
-from tether.core.budget import RunConfig
+from tether.core.budget import ESTIMATED_NOTE, RunConfig
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ApprovalMismatch, RunPoisoned, TransitionError
 from tether.core.messages import Message, ModelReply, ToolCall, Usage
@@ -83,6 +83,7 @@ class Begin:
 class ModelReplied:
     reply: ModelReply
     now: float
+    usage_estimated: bool = False  # the provider reported no usage; the driver counted it locally
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +307,7 @@ class RunState:
     steps: int = 0
     tool_calls: int = 0
     usage: Usage = field(default_factory=Usage)
+    usage_estimated: bool = False  # some of ``usage`` was counted locally, not reported by the provider
     failed_repairs: int = 0
     last_signature: str | None = None
     repeats: int = 0
@@ -343,6 +345,7 @@ class RunState:
             "steps": self.steps,
             "tool_calls": self.tool_calls,
             "usage": [self.usage.input_tokens, self.usage.output_tokens],
+            "usage_estimated": self.usage_estimated,
             "failed_repairs": self.failed_repairs,
             "last_signature": self.last_signature,
             "repeats": self.repeats,
@@ -366,6 +369,7 @@ class RunState:
             steps=data["steps"],
             tool_calls=data["tool_calls"],
             usage=Usage(*data["usage"]),
+            usage_estimated=data.get("usage_estimated", False),
             failed_repairs=data["failed_repairs"],
             last_signature=data["last_signature"],
             repeats=data["repeats"],
@@ -439,7 +443,8 @@ class Run:
             case Begin(now=now):
                 self.state.started_at = now
                 return self._next_step(now)
-            case ModelReplied(reply=reply, now=now):
+            case ModelReplied(reply=reply, now=now, usage_estimated=estimated):
+                self.state.usage_estimated = self.state.usage_estimated or estimated
                 return self._on_reply(reply, now)
             case ModelFailed(message=message, now=now):
                 # A model call cut short by the run's deadline is the budget's doing.
@@ -495,12 +500,13 @@ class Run:
         deadline = self.deadline_at
         if deadline is not None and now >= deadline:
             return f"deadline of {b.deadline_seconds}s passed"
+        note = f"; {ESTIMATED_NOTE}" if s.usage_estimated else ""
         if b.max_input_tokens is not None and s.usage.input_tokens >= b.max_input_tokens:
-            return f"input token budget of {b.max_input_tokens} used"
+            return f"input token budget of {b.max_input_tokens} used{note}"
         if b.max_output_tokens is not None and s.usage.output_tokens >= b.max_output_tokens:
-            return f"output token budget of {b.max_output_tokens} used"
+            return f"output token budget of {b.max_output_tokens} used{note}"
         if b.max_total_tokens is not None and s.usage.total_tokens >= b.max_total_tokens:
-            return f"total token budget of {b.max_total_tokens} used"
+            return f"total token budget of {b.max_total_tokens} used{note}"
         return None
 
     def _next_step(self, now: float) -> Command:

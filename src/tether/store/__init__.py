@@ -2,6 +2,7 @@
 
 from tether.store.redact import REDACTED, redact, redact_text
 from tether.store.sqlite import (
+    AmbiguousRun,
     LeaseHeld,
     LedgerEntry,
     RunNotFound,
@@ -16,6 +17,7 @@ from tether.store.sqlite import (
 
 __all__ = [
     "REDACTED",
+    "AmbiguousRun",
     "LeaseHeld",
     "LedgerEntry",
     "RunNotFound",

@@ -51,7 +51,7 @@ from tether.core.budget import RunConfig
 from tether.core.errors import TetherError
 from tether.core.machine import PendingCall, RunState
 from tether.core.messages import Message
-from tether.events import digest
+from tether.events import CALL_EXECUTED, INTENT_RECORDED, OUTCOME_RECORDED, RECONCILED, digest
 from tether.store.audit import (
     GENESIS,
     SEALED_COLUMNS,
@@ -65,8 +65,16 @@ from tether.store.redact import REDACTED, SECRET_KEY, redact
 from tether.tools.context import Principal
 
 DEFAULT_LEASE_SECONDS = 30.0
+# The events that log a ledger outcome (a read-only call's whole row), as audit.ledger_problems replays them.
+OUTCOME_EVENTS = (OUTCOME_RECORDED, RECONCILED, CALL_EXECUTED)
+AMBIGUOUS_SHOWN = 5  # candidates named when a run id prefix matches several runs
 # Event data keys that carry user or model text: kept only with log_content.
 CONTENT_KEYS = frozenset({"content", "text", "result", "output", "prompt"})
+
+
+def omitted(value: object) -> str:
+    """What stands in for user or model text that is not logged."""
+    return f"<{len(value)} chars>" if isinstance(value, str) else "<omitted>"
 
 
 class StoreError(TetherError):
@@ -75,6 +83,10 @@ class StoreError(TetherError):
 
 class RunNotFound(StoreError):
     pass
+
+
+class AmbiguousRun(StoreError):
+    """A run id prefix that several runs start with."""
 
 
 class LeaseHeld(StoreError):
@@ -230,6 +242,10 @@ def _m3_run_seal(db: sqlite3.Connection) -> None:
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_initial, _m2_run_config, _m3_run_seal]
 
 
+# An audit event as a driver hands it to ``checkpoint``: (kind, data) or (kind, data, step, at).
+LogEvent = tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], int, float]
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
     call_id: str
@@ -366,10 +382,13 @@ class SQLiteStore:
     # --- runs and leases -----------------------------------------------------------
 
     def create_run(self, state: RunState, principal: Principal, setup: dict[str, Any]) -> None:
-        """Register a new run; its row is written with its first checkpoint, in the same transaction."""
+        """Register a new run; its row is written with its first checkpoint, in the same transaction.
+
+        The setup records ``log_content``, so a resumed run is logged as it began.
+        """
         self._new[state.run_id] = (
             _canonical(_principal_dict(principal)),
-            _canonical(redact(setup)),
+            _canonical(redact({**setup, "log_content": self.log_content})),
             _canonical(state.config.to_dict()),
         )
 
@@ -436,7 +455,7 @@ class SQLiteStore:
         out: dict[str, Any] = {}
         for key, value in data.items():
             if not self.log_content and key in CONTENT_KEYS and value:
-                value = f"<{len(value)} chars>" if isinstance(value, str) else "<omitted>"
+                value = omitted(value)
             elif SECRET_KEY.search(key):
                 value = REDACTED
             elif isinstance(value, dict | list | str):
@@ -447,7 +466,7 @@ class SQLiteStore:
     def checkpoint(
         self,
         state: RunState,
-        events: Sequence[tuple[str, dict[str, Any]]] = (),
+        events: Sequence[LogEvent] = (),
         outcomes: Sequence[tuple[PendingCall, str]] = (),
         *,
         intents: Sequence[PendingCall] = (),
@@ -456,12 +475,15 @@ class SQLiteStore:
     ) -> None:
         """Save the state with its audit events and ledger writes, in one transaction.
 
-        ``intents`` are side-effecting calls about to run: that transaction is
-        fsynced (``synchronous=FULL``) before this returns. ``outcomes`` are
-        executed calls' results; ``cleared`` are call ids found never to have
-        run. ``release`` lets go of the lease in the same transaction. Raises
-        ``LeaseHeld`` if another owner took the run, ``TamperedRun`` if its
-        row was changed outside tether since the last checkpoint.
+        An event is ``(kind, data)``, logged at this step and time, or ``(kind,
+        data, step, at)`` when it happened earlier (a driver batches the
+        events of a step into one checkpoint). ``intents`` are side-effecting
+        calls about to run: that transaction is fsynced (``synchronous=FULL``)
+        before this returns. ``outcomes`` are executed calls' results;
+        ``cleared`` are call ids found never to have run. ``release`` lets go
+        of the lease in the same transaction. Raises ``LeaseHeld`` if another
+        owner took the run, ``TamperedRun`` if its row was changed outside
+        tether since the last checkpoint.
         """
         now = self.clock()
         run_id = state.run_id
@@ -481,11 +503,16 @@ class SQLiteStore:
             count, message_hash = self._append_messages(db, state, sealed["message_count"], sealed["message_hash"])
             seq, event_hash = sealed["event_count"], sealed["event_hash"]
             rows = []
-            for kind, data in events:
+            logged_at: dict[tuple[str, str], float] = {}  # (kind, call id) -> when; a ledger write takes that time
+            for event in events:
+                kind, data = event[0], event[1]
+                step, at = (int(event[2]), float(event[3])) if len(event) == 4 else (state.steps, now)
+                if (kind in OUTCOME_EVENTS or kind == INTENT_RECORDED) and isinstance(data.get("id"), str):
+                    logged_at.setdefault((kind, data["id"]), at)
                 body = json.dumps(self._event_data(data), ensure_ascii=False)  # the hash covers this text
                 seq += 1
-                new_hash = chain_hash(event_hash, run_id, seq, repr(now), kind, state.steps, body)
-                rows.append((run_id, seq, now, kind, state.steps, body, event_hash, new_hash))
+                new_hash = chain_hash(event_hash, run_id, seq, repr(at), kind, step, body)
+                rows.append((run_id, seq, at, kind, step, body, event_hash, new_hash))
                 event_hash = new_hash
             sealed.update(
                 updated_at=now,
@@ -517,17 +544,19 @@ class SQLiteStore:
             if rows:
                 db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
             for call in intents:
+                intent_at = logged_at.get((INTENT_RECORDED, call.call_id), now)
                 db.execute(
                     "INSERT INTO ledger (run_id, call_id, tool, fingerprint, intent_at) VALUES (?, ?, ?, ?, ?)",
-                    (run_id, call.call_id, call.tool, call.fingerprint or "", now),
+                    (run_id, call.call_id, call.tool, call.fingerprint or "", intent_at),
                 )
             for call, outcome in outcomes:
+                at = next((logged_at[k, call.call_id] for k in OUTCOME_EVENTS if (k, call.call_id) in logged_at), now)
                 # A side effect's recorded outcome is final; a read-only call run again on resume replaces its own.
                 only_if_unknown = "" if call.read_only else " WHERE outcome IS NULL"
                 db.execute(
                     "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, call_id) DO UPDATE"
                     " SET outcome = excluded.outcome, outcome_at = excluded.outcome_at" + only_if_unknown,
-                    (run_id, call.call_id, call.tool, call.fingerprint or "", now, outcome, now),
+                    (run_id, call.call_id, call.tool, call.fingerprint or "", at, outcome, at),
                 )
             for call_id in cleared:
                 db.execute("DELETE FROM ledger WHERE run_id = ? AND call_id = ? AND outcome IS NULL", (run_id, call_id))
@@ -581,6 +610,45 @@ class SQLiteStore:
             raise StoreError(f"run {run_id}: its saved state is not readable (see tether runs verify)") from None
         principal = _principal(_decode(row[1], run_id, "its principal"))
         return StoredRun(state, principal, _decode(row[2], run_id, "its setup"), row[3], row[4])
+
+    def resolve(self, prefix: str) -> str:
+        """The id of the one run whose id starts with ``prefix`` (a whole id is its own prefix).
+
+        Raises ``RunNotFound`` when no run matches and ``AmbiguousRun``, naming
+        the candidates, when several do.
+        """
+        if not prefix:
+            raise RunNotFound(f"no run with an empty id in {self.path}")
+        # A range over the primary key: the index answers it, and no character of the prefix is a wildcard.
+        found = [
+            row[0]
+            for row in self._db.execute(
+                "SELECT id FROM runs WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+                (prefix, prefix + "\U0010ffff", AMBIGUOUS_SHOWN + 1),
+            )
+        ]
+        if prefix in found or len(found) == 1:
+            return prefix if prefix in found else found[0]
+        if not found:
+            raise RunNotFound(f"no run {prefix} in {self.path}")
+        shown = ", ".join(found[:AMBIGUOUS_SHOWN]) + (", ..." if len(found) > AMBIGUOUS_SHOWN else "")
+        raise AmbiguousRun(f"run id prefix {prefix} is ambiguous: it starts {shown}; give more characters")
+
+    def logged_prompts(self, run_ids: Collection[str]) -> dict[str, str]:
+        """The first user message of each of these runs that logs content (``log_content``); others are left out."""
+        prompts: dict[str, str] = {}
+        for run_id in run_ids:
+            row = self._db.execute(
+                "SELECT m.body FROM runs r JOIN messages m ON m.run_id = r.id"
+                " WHERE r.id = ? AND json_extract(r.setup, '$.log_content') = 1"
+                " AND json_extract(m.body, '$.role') = 'user' ORDER BY m.seq LIMIT 1",
+                (run_id,),
+            ).fetchone()
+            if row is not None:
+                content = _decode(row[0], run_id, "its first user message").get("content")
+                if isinstance(content, str):
+                    prompts[run_id] = content
+        return prompts
 
     def list_runs(
         self, principal_id: str | None = None, limit: int = 50, *, statuses: Collection[str] | None = None
