@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tether.core import envelope
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig
-from tether.core.envelope import outcome_code
+from tether.core.envelope import ErrorCode, outcome_code
 from tether.core.errors import ModelError, TetherError
 from tether.core.machine import (
     ApprovalDecided,
@@ -95,6 +97,7 @@ __all__ = [
     "CallReport",
     "Decision",
     "Driver",
+    "PrincipalResolver",
     "RunEvent",
     "RunResult",
     "StepReport",
@@ -120,6 +123,8 @@ EventHandler = Callable[[RunEvent], None]
 # "auto", "none", "required" or {"type": "function", "function": {"name": ...}}; None leaves it to the provider.
 ToolChoice = str | dict[str, Any] | None
 Approver = Callable[[PendingCall], Awaitable[Decision | None]]
+# The run's principal as the application knows it now; None when it no longer exists.
+PrincipalResolver = Callable[[Principal], Awaitable[Principal | None] | Principal | None]
 
 
 class Agent:
@@ -141,7 +146,12 @@ class Agent:
         store: SQLiteStore | None = None,
         setup: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
+        resolve_principal: PrincipalResolver | None = None,
     ) -> None:
+        """``resolve_principal``: asked before each call runs, so that a principal whose roles
+        or scopes changed since the call was proposed (while it waited for approval, say) is
+        judged as it is now: a call it may no longer make is answered ``forbidden``, one it may
+        make runs with the principal as resolved."""
         self.model = model
         self.tools = list(tools)
         self.toolbox = Toolbox(self.tools, principal)
@@ -153,6 +163,7 @@ class Agent:
         self.max_tokens = max_tokens
         self.tool_choice = tool_choice
         self.clock = clock
+        self.resolve_principal = resolve_principal
 
     def driver(
         self,
@@ -435,8 +446,30 @@ class Driver:
         self._reported.add(call_id)
         self._emit(CALL_REJECTED, id=call_id, tool=tool, outcome=outcome_code(content), result=content)
 
+    async def _current_principal(self, call: PendingCall) -> Principal | None:
+        """The principal to run ``call`` for, as the application knows it now; None if it may not."""
+        resolve = self.agent.resolve_principal
+        if resolve is None:
+            return self.toolbox.principal
+        found = resolve(self.toolbox.principal)
+        if inspect.isawaitable(found):
+            found = await found
+        tool = self.toolbox.all.get(call.tool)
+        if found is None or tool is None or not found.allows(tool.scopes):
+            return None
+        return found
+
     async def _invoke(self, call: PendingCall) -> str:
         store, run_id = self.store, self.state.run_id
+        principal = await self._current_principal(call)
+        if principal is None:
+            content = envelope.error(ErrorCode.FORBIDDEN, f"this principal may no longer call {call.tool}")
+            self._finished[call.call_id] = content
+            for report in self.steps[-1].calls:
+                if report.id == call.call_id:
+                    report.executed = False
+            self._reject(call.call_id, call.tool, content)
+            return content
         if store is not None and not call.read_only:
             self._flush()  # a read has no effect to protect: its events ride on the next checkpoint
             entry = store.ledger_entry(run_id, call.call_id)
@@ -445,7 +478,7 @@ class Driver:
             store.record_intent(run_id, call)  # committed before the effect can happen
             self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
             self._flush()
-        content = await self.toolbox.invoke(call, run_id, self.run_machine.deadline_at)
+        content = await self.toolbox.invoke(call, run_id, self.run_machine.deadline_at, principal=principal)
         self._done(call, content, CALL_EXECUTED)
         if store is not None and not call.read_only:
             self._flush()

@@ -78,12 +78,17 @@ class Toolbox:
             untrusted_output=found.untrusted_output,
         )
 
-    async def invoke(self, call: PendingCall, run_id: str, deadline_at: float | None = None) -> str:
-        """Run one accepted call; the envelope the model will see."""
+    async def invoke(
+        self, call: PendingCall, run_id: str, deadline_at: float | None = None, *, principal: Principal | None = None
+    ) -> str:
+        """Run one accepted call; the envelope the model will see.
+
+        ``principal``: who the call runs for, if the run's principal was looked up again since.
+        """
         found = self.offered.get(call.tool)
         if found is None or call.arguments is None:
             return envelope.error(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.tool!r}")
-        context = ToolContext(run_id, call.call_id, self.principal, deadline_at)
+        context = ToolContext(run_id, call.call_id, principal or self.principal, deadline_at)
         try:
             kwargs = found.bind(call.arguments, context)
         except pydantic.ValidationError as exc:
