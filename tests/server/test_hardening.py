@@ -104,9 +104,24 @@ async def test_a_client_flooding_sign_ins_is_throttled(settings: Settings, model
         assert retry_after(await sign_in(api, "alice", "alice-pass")) >= 4
 
 
+async def test_sign_ins_waiting_for_a_hash_are_capped_service_wide(
+    settings: Settings, model_server: FakeServer
+) -> None:
+    limits = SignInLimits(account_failures=1000, client_failures=1000, client_in_flight=1000, max_pending=3)
+    async with serving(settings, model_server, sign_in=limits) as api:
+        answers = await asyncio.gather(*(sign_in(api, f"user{i}", "guess") for i in range(30)))
+        statuses = [r.status for r in answers]
+        assert set(statuses) == {401, 503} and statuses.count(401) <= 6, statuses
+        for resp in answers:
+            if resp.status == 503:
+                assert_problem(resp, 503)
+                assert resp.headers["Retry-After"] == "1"
+        assert (await sign_in(api, "alice", "alice-pass")).status == 200  # once the flood has drained
+
+
 async def test_a_sign_in_flood_does_not_slow_other_users_runs(settings: Settings, model_server: FakeServer) -> None:
     # Throttling out of the way (every client may hash at will): what is left is where the hashing runs.
-    limits = SignInLimits(account_failures=10_000, client_failures=10_000, client_in_flight=10_000)
+    limits = SignInLimits(account_failures=10_000, client_failures=10_000, client_in_flight=10_000, max_pending=10_000)
     model_server.script = lambda request: (
         text("done") if request["messages"][-1]["role"] == "tool" else tool_calls([("c1", "list_tickets", "{}")])
     )

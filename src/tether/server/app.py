@@ -35,7 +35,7 @@ from tether.server.auth import Approver, Authority, CurrentUser
 from tether.server.problems import Problem, install
 from tether.server.runs import RunService, principal_for
 from tether.server.settings import DEFAULT_APPROVALS_PAGE, Settings
-from tether.server.throttle import SignInThrottle, Throttled
+from tether.server.throttle import SignInThrottle, Throttled, hashing_executor
 from tether.store.sqlite import SQLiteStore
 from tether.tickets.db import TicketsDB, TicketsDBError, User, verify_password
 from tether.tickets.tools import KnowledgeSource, ticket_tools
@@ -133,7 +133,7 @@ def create_app(settings: Settings) -> FastAPI:
     tickets = TicketsDB(settings.tickets_db)
     kb = _open_kb(settings)
     store = SQLiteStore(settings.run_db, log_content=settings.log_content)
-    hashing = ThreadPoolExecutor(settings.sign_in.workers, thread_name_prefix="tether-sign-in")
+    hashing = hashing_executor(settings.sign_in.workers)
 
     runs = RunService(settings, store, ticket_tools(tickets, kb), resolve_principal=_resolver(tickets))
 

@@ -72,7 +72,7 @@ class SignInLimits:
     max_lockout: float = 900.0
     window: float = 900.0
     client_in_flight: int = 4
-    max_pending: int = 64
+    max_pending: int = 16
     workers: int = 1
 
 

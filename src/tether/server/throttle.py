@@ -13,7 +13,9 @@ a flood of sign-ins kept the threads busy that run the tools. So:
   and the service ``max_pending``; more are answered at once, 429 (that
   client) or 503 (everyone: the hashing is saturated);
 - the password hash runs on an executor of its own (``SignInLimits.workers``
-  threads), never on the threads that run the tools.
+  threads), never on the threads that run the tools, and at a lower CPU
+  priority (Linux nice 10, those threads only): when the CPU is short,
+  runs in progress go first and sign-ins wait.
 
 The counts live in this process's memory, bounded in size: a restart
 forgets them, and several processes each count on their own.
@@ -21,15 +23,33 @@ forgets them, and several processes each count on their own.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tether.server.settings import SignInLimits
 
 MAX_TRACKED = 100_000  # accounts and clients remembered; the oldest are forgotten first
+HASHING_NICENESS = 10
+
+
+def hashing_executor(workers: int) -> ThreadPoolExecutor:
+    """The threads that check passwords: their own, at a lower CPU priority where the OS allows it."""
+    return ThreadPoolExecutor(workers, thread_name_prefix="tether-sign-in", initializer=_lower_priority)
+
+
+def _lower_priority() -> None:
+    # On Linux a thread id names one thread for setpriority; elsewhere this would renice the whole process.
+    if not hasattr(os, "setpriority") or not os.path.isdir(f"/proc/self/task/{threading.get_native_id()}"):
+        return
+    with contextlib.suppress(OSError):  # a priority we may not set: hashing still runs on its own threads
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HASHING_NICENESS)
 
 
 @dataclass(slots=True)
