@@ -257,7 +257,7 @@ async def test_listing_approvals_does_not_stall_the_service(api: Api) -> None:
     listing = asyncio.gather(*(api.call("GET", "/api/approvals", user="carol") for _ in range(4)))
     health = await health_latencies()
     lists = await listing
-    assert max(health) < 0.1, sorted(health)[-5:]
+    assert max(health) < 0.25, sorted(health)[-5:]  # 0.6 to 1.1 s when the listing ran on the loop
     for resp in lists:
         assert resp.status == 200
         approvals = resp.body["approvals"]
