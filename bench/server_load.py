@@ -11,8 +11,10 @@ tool's result, so a session costs exactly two model requests in series.
 
 Users sign in once each (alice and bob); argon2 is slow on purpose, and
 signing in once per session would measure the password hash, not the
-service. Then all sessions start at once on one ``aiohttp`` client with
-unlimited connections. A session is: ``POST /api/runs`` with a question
+service. Two users stand for many, so the service's per-user run limits
+are lifted for the bench (``TETHER_MAX_RUNS_PER_USER`` and
+``TETHER_MAX_QUEUED_RUNS_PER_USER``). Then all sessions start at once on
+one ``aiohttp`` client with unlimited connections. A session is: ``POST /api/runs`` with a question
 about one of its user's tickets, ``GET /api/runs/{id}/events`` (SSE) until
 ``run_finished``, ``GET /api/runs/{id}``; it succeeds when every response is
 2xx, the run is ``completed``, its ``get_ticket`` call's outcome is ``ok``
@@ -143,6 +145,8 @@ def service(model_url: str, tmp: Path) -> Iterator[tuple[str, subprocess.Popen[b
     command += ["--base-url", model_url, "--model", "fake"]
     command += ["--tickets-db", str(tmp / "tickets.db"), "--run-db", str(tmp / "runs.db")]
     env = {**os.environ, "TETHER_JWT_SECRET": secrets.token_urlsafe(48), "OPENAI_API_KEY": "x"}
+    # Two users stand for many here: lift the per-user limits, so that all sessions are in flight at once.
+    env |= {"TETHER_MAX_RUNS_PER_USER": "1000", "TETHER_MAX_QUEUED_RUNS_PER_USER": "1000"}
     log = tmp / "server.log"
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)

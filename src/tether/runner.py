@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import time
 import uuid
@@ -21,8 +22,9 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from tether.core import envelope
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig, estimate_usage
-from tether.core.envelope import outcome_code
+from tether.core.envelope import ErrorCode, outcome_code
 from tether.core.errors import ModelError, TetherError
 from tether.core.machine import (
     ApprovalDecided,
@@ -98,6 +100,7 @@ __all__ = [
     "CallReport",
     "Decision",
     "Driver",
+    "PrincipalResolver",
     "RunEvent",
     "RunResult",
     "StepReport",
@@ -125,6 +128,8 @@ PROPOSE_ONLY_REASON = "propose_only: the calls of the first step were judged and
 # "auto", "none", "required" or {"type": "function", "function": {"name": ...}}; None leaves it to the provider.
 ToolChoice = str | dict[str, Any] | None
 Approver = Callable[[PendingCall], Awaitable[Decision | None]]
+# The run's principal as the application knows it now; None when it no longer exists.
+PrincipalResolver = Callable[[Principal], Awaitable[Principal | None] | Principal | None]
 
 
 class Agent:
@@ -147,6 +152,7 @@ class Agent:
         setup: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
         propose_only: bool = False,
+        resolve_principal: PrincipalResolver | None = None,
     ) -> None:
         """``propose_only=True`` ends every run after its first step's calls are judged.
 
@@ -155,6 +161,12 @@ class Agent:
         ``call_rejected``), and then the run is cancelled with reason
         ``PROPOSE_ONLY_REASON``: nothing is executed. ``tether eval`` scores
         models this way with tools that have no implementation.
+
+        ``resolve_principal`` is asked before each call runs, so that a
+        principal whose roles or scopes changed since the call was proposed
+        (while it waited for approval, say) is judged as it is now: a call it
+        may no longer make is answered ``forbidden``, one it may make runs
+        with the principal as resolved.
         """
         self.propose_only = propose_only
         self.model = model
@@ -168,6 +180,7 @@ class Agent:
         self.max_tokens = max_tokens
         self.tool_choice = tool_choice
         self.clock = clock
+        self.resolve_principal = resolve_principal
 
     def driver(
         self,
@@ -527,8 +540,30 @@ class Driver:
                     return json_object(call.arguments)
         return None
 
+    async def _current_principal(self, call: PendingCall) -> Principal | None:
+        """The principal to run ``call`` for, as the application knows it now; None if it may not."""
+        resolve = self.agent.resolve_principal
+        if resolve is None:
+            return self.toolbox.principal
+        found = resolve(self.toolbox.principal)
+        if inspect.isawaitable(found):
+            found = await found
+        tool = self.toolbox.all.get(call.tool)
+        if found is None or tool is None or not found.allows(tool.scopes):
+            return None
+        return found
+
     async def _invoke(self, call: PendingCall) -> str:
         store, run_id = self.store, self.state.run_id
+        principal = await self._current_principal(call)
+        if principal is None:
+            content = envelope.error(ErrorCode.FORBIDDEN, f"this principal may no longer call {call.tool}")
+            self._finished[call.call_id] = content
+            for report in self.steps[-1].calls:
+                if report.id == call.call_id:
+                    report.executed = False
+            self._reject(call.call_id, call.tool, content)
+            return content
         if store is not None and not call.read_only:
             self._flush()  # a read has no effect to protect: its events ride on the next checkpoint
             entry = store.ledger_entry(run_id, call.call_id)
@@ -536,7 +571,7 @@ class Driver:
                 return self._done(call, entry.outcome, CALL_RECOVERED)
             self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
             self._flush(intent=call)  # on disk, fsynced, before the effect can happen
-        outcome = await self.toolbox.execute(call, run_id, self.run_machine.deadline_at)
+        outcome = await self.toolbox.execute(call, run_id, self.run_machine.deadline_at, principal=principal)
         content = outcome.content
         if outcome.untrusted:
             self._untrusted.add(call.call_id)

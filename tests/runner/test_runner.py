@@ -38,7 +38,7 @@ from tether.runner import (
 from tether.testing.fake_server import FakeServer
 from tether.testing.fake_server import text as wire_text
 from tether.testing.fake_server import tool_calls as wire_calls
-from tether.tools import Principal, Tool, tool
+from tether.tools import Principal, Tool, ToolContext, tool
 from tether.toolsets import load_toolset
 
 Span = tuple[float, float]
@@ -605,6 +605,48 @@ async def test_a_principal_holding_the_scope_is_offered_the_tool() -> None:
     assert sorted(spec["function"]["name"] for spec in model.requests[0].tools) == ["drop_db", "whoami"]
     assert outcomes(result) == [("c1", "ok", True)]
     assert dropped == ["db"]
+
+
+async def test_each_call_is_authorized_for_the_principal_as_it_is_when_the_call_runs() -> None:
+    """Roles and scopes can change while a call waits (for an approval, say): the check is made again."""
+    dropped: list[str] = []
+    seen: list[Principal] = []
+
+    @tool(read_only=True)
+    def whoami(context: ToolContext) -> str:
+        """Say who the principal is."""
+        seen.append(context.principal)
+        return context.principal.id
+
+    admin = Principal("a", scopes=frozenset({"admin"}), roles=frozenset({"admin"}))
+    demoted = Principal("a", scopes=frozenset({"user"}), roles=frozenset({"customer"}))
+    now: dict[str, Principal | None] = {"a": admin}
+
+    async def resolve(principal: Principal) -> Principal | None:
+        return now[principal.id]
+
+    def replies(request: Any) -> Any:
+        now["a"] = demoted  # the principal changes after the calls were proposed, before they run
+        return calls(("c1", "drop_db", "{}"), ("c2", "whoami", "{}"))
+
+    model = ScriptedModel([replies, text("done")])
+    events: list[RunEvent] = []
+    tools = [*scoped_tools(dropped)[1:], whoami]
+    result = await Agent(model, tools, principal=admin, resolve_principal=resolve).run(
+        "drop it", on_event=events.append
+    )
+
+    assert outcomes(result) == [("c1", "forbidden", False), ("c2", "ok", True)]
+    assert dropped == []
+    assert seen == [demoted]  # the tool that may still run sees the principal as it is now
+    rejected = [e.data for e in events if e.kind == CALL_REJECTED]
+    assert [(d["id"], d["outcome"]) for d in rejected] == [("c1", "forbidden")]
+
+    now["a"] = None  # the principal no longer exists: nothing runs for it
+    model = ScriptedModel([calls(("c3", "whoami", "{}")), text("done")])
+    result = await Agent(model, tools, principal=admin, resolve_principal=resolve).run("who am I")
+    assert outcomes(result) == [("c3", "forbidden", False)]
+    assert seen == [demoted]
 
 
 # ------------------------------------------------------------------ failures

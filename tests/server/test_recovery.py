@@ -12,11 +12,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from server_harness import SECRET
 
-from tether.testing.fake_server import FakeServer, text
+from tether.testing.fake_server import FakeServer, ReplySpec, text
 
 
 def free_port() -> int:
@@ -26,9 +27,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def service(tickets: Path, runs: Path, model: FakeServer) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+def service(
+    tickets: Path, runs: Path, model: FakeServer, extra_env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     port = free_port()
-    env = {**os.environ, "TETHER_JWT_SECRET": SECRET, "TETHER_LOG_LEVEL": "warning"}
+    env = {**os.environ, "TETHER_JWT_SECRET": SECRET, "TETHER_LOG_LEVEL": "warning", **(extra_env or {})}
     command = [sys.executable, "-m", "tether", "serve", "--port", str(port), "--tickets-db", str(tickets),
                "--run-db", str(runs), "--base-url", model.base_url, "--model", "fake"]  # fmt: skip
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -85,3 +88,57 @@ async def test_a_run_cut_off_by_a_crash_finishes_after_a_restart(tmp_path: Path,
     assert run["status"] == "completed", run
     assert run["output"] == "Your ticket is open."
     assert len(model.requests) == 2  # asked once before the crash, once after; never more
+
+
+def prompt_of(request: dict[str, Any]) -> str:
+    return str(next(m["content"] for m in request["messages"] if m["role"] == "user"))
+
+
+async def test_runs_accepted_behind_the_concurrency_limit_survive_a_kill(tmp_path: Path, tickets_path: Path) -> None:
+    """A 202 means the run is recorded: runs queued behind the limit are run after a SIGKILL and restart."""
+    runs = tmp_path / "runs.db"
+    asked: list[str] = []
+
+    def respond(request: dict[str, Any]) -> ReplySpec:
+        asked.append(prompt_of(request))
+        if len(asked) == 1:
+            return text("too late", latency=60)  # holds the only slot until the kill
+        return text(f"answered: {prompt_of(request)}")
+
+    env = {"TETHER_MAX_CONCURRENT_RUNS": "1"}
+    prompts = ["first question", "second question", "third question"]
+    with FakeServer(respond) as model:
+        async with aiohttp.ClientSession() as session:
+            with service(tickets_path, runs, model, env) as (first, base):
+                auth = await sign_in(session, base)
+                run_ids = []
+                for prompt in prompts:
+                    async with session.post(f"{base}/api/runs", json={"prompt": prompt}, headers=auth) as r:
+                        assert r.status == 202
+                        run_ids.append((await r.json())["run_id"])
+                deadline = time.monotonic() + 30
+                while not asked:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.1)
+                for run_id in run_ids[1:]:  # waiting for the slot, and already the caller's to read
+                    async with session.get(f"{base}/api/runs/{run_id}", headers=auth) as r:
+                        assert r.status == 200
+                        assert (await r.json())["status"] == "ready"
+                first.send_signal(signal.SIGKILL)
+                first.wait(timeout=30)
+
+            with service(tickets_path, runs, model, env) as (_, base):
+                auth = await sign_in(session, base)
+                views = {}
+                deadline = time.monotonic() + 60
+                for run_id in run_ids:
+                    while True:
+                        async with session.get(f"{base}/api/runs/{run_id}", headers=auth) as r:
+                            assert r.status == 200, await r.text()
+                            views[run_id] = await r.json()
+                        if views[run_id]["status"] == "completed" or time.monotonic() > deadline:
+                            break
+                        await asyncio.sleep(0.2)
+    for run_id, prompt in zip(run_ids, prompts, strict=True):
+        assert (views[run_id]["status"], views[run_id]["output"]) == ("completed", f"answered: {prompt}")
+    assert sorted(asked[1:]) == sorted(prompts)  # after the restart each run asked exactly once

@@ -907,7 +907,7 @@ async def test_a_store_made_before_the_config_column_is_migrated(tmp_path: Path)
     assert result.status is Status.COMPLETED
     assert store.load(result.run_id).state.to_dict() == result.state.to_dict()
     versions = [row[0] for row in sqlite3.connect(path).execute("SELECT version FROM schema_migrations ORDER BY 1")]
-    assert versions == [1, 2, 3]
+    assert versions == [1, 2, 3, 4]
 
 
 async def test_a_failing_store_is_reported_not_masked(tmp_path: Path) -> None:

@@ -6,36 +6,79 @@
 Routes stay thin: authentication is a dependency (``tether.server.auth``),
 runs live in ``tether.server.runs``, errors become problem documents in
 ``tether.server.problems``. Handlers that touch the run store are ``async``
-so that the store is only ever used on the event loop's thread.
+so that the store is only ever used on the event loop's thread; the
+tickets database is only used from worker threads (password hashes from
+threads of their own, see ``tether.server.throttle``).
+
+Every response carries ``SECURITY_HEADERS``: the page may load scripts,
+styles and data only from this origin and may not be framed. There are no
+interactive API docs (they would load a script from a CDN into this
+origin); the OpenAPI document is at ``/api/openapi.json``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Query, Response
+from fastapi import FastAPI, Query, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tether.server.auth import Approver, Authority, CurrentUser
 from tether.server.problems import Problem, install
-from tether.server.runs import RunService
-from tether.server.settings import Settings
+from tether.server.runs import RunService, principal_for
+from tether.server.settings import DEFAULT_APPROVALS_PAGE, Settings
+from tether.server.throttle import SignInThrottle, Throttled, hashing_executor
 from tether.store.sqlite import SQLiteStore
-from tether.tickets.db import TicketsDB, User, verify_password
+from tether.tickets.db import TicketsDB, TicketsDBError, User, verify_password
 from tether.tickets.tools import KnowledgeSource, ticket_tools
+from tether.tools.context import Principal
 
 log = logging.getLogger("tether.server")
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Frame-Options": "DENY",  # frame-ancestors, for browsers that predate it
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 
 PLACEHOLDER_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>tether tickets</title></head>
 <body><h1>tether tickets</h1><p>The API is at <code>/api</code>; the web page is not installed.</p></body></html>
 """
+
+
+class SecurityHeaders:
+    """Adds ``SECURITY_HEADERS`` to every HTTP response (plain ASGI: event streams pass untouched)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.headers = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                present = {name.lower() for name, _ in message.get("headers", [])}
+                extra = [(k, v) for k, v in self.headers if k not in present]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
 
 
 class _Strict(BaseModel):
@@ -70,14 +113,29 @@ def _open_kb(settings: Settings) -> KnowledgeSource | None:
     return KnowledgeBase.open(settings.kb_index)
 
 
+def _resolver(tickets: TicketsDB) -> Callable[[Principal], Awaitable[Principal | None]]:
+    """The run's principal as the tickets database has it now: a demoted user's call runs with the new role."""
+
+    async def resolve(principal: Principal) -> Principal | None:
+        try:
+            user = await asyncio.to_thread(tickets.get_user, principal.id)
+        except TicketsDBError as exc:
+            log.warning("cannot look up %s before a call; the call is refused: %s", principal.id, exc)
+            return None
+        return None if user is None else principal_for(user)
+
+    return resolve
+
+
 def create_app(settings: Settings) -> FastAPI:
     """The service, wired to its two SQLite files; nothing else needs to run."""
     authority = Authority.from_secret(settings.jwt_secret, settings.token_ttl)
     tickets = TicketsDB(settings.tickets_db)
     kb = _open_kb(settings)
     store = SQLiteStore(settings.run_db, log_content=settings.log_content)
+    hashing = hashing_executor(settings.sign_in.workers)
 
-    runs = RunService(settings, store, ticket_tools(tickets, kb))
+    runs = RunService(settings, store, ticket_tools(tickets, kb), resolve_principal=_resolver(tickets))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -86,13 +144,14 @@ def create_app(settings: Settings) -> FastAPI:
             yield
         finally:
             await runs.aclose()
+            hashing.shutdown(wait=True, cancel_futures=True)
             store.close()
             tickets.close()
 
     app = FastAPI(
         title="tether tickets",
         lifespan=lifespan,
-        docs_url="/api/docs",
+        docs_url=None,  # Swagger UI would load an unpinned script from a CDN into this origin
         redoc_url=None,
         openapi_url="/api/openapi.json",
     )
@@ -100,19 +159,40 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.tickets = tickets
     app.state.runs = runs
     install(app, max_body_bytes=settings.max_body_bytes)
-    _routes(app, settings, authority, tickets, runs)
+
+    app.add_middleware(SecurityHeaders)
+    _routes(app, settings, authority, tickets, runs, hashing)
     return app
 
 
-def _routes(app: FastAPI, settings: Settings, authority: Authority, tickets: TicketsDB, runs: RunService) -> None:
+def _routes(
+    app: FastAPI,
+    settings: Settings,
+    authority: Authority,
+    tickets: TicketsDB,
+    runs: RunService,
+    hashing: ThreadPoolExecutor,
+) -> None:
+    throttle = SignInThrottle(settings.sign_in)
+
     @app.get("/api/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.post("/api/auth/token")
-    async def token(body: TokenRequest, response: Response) -> dict[str, Any]:
-        # argon2 is slow on purpose: keep it off the event loop.
-        user = await asyncio.to_thread(verify_password, tickets, body.username, body.password)
+    async def token(body: TokenRequest, request: Request, response: Response) -> dict[str, Any]:
+        client = request.client.host if request.client else "unknown"
+        try:
+            throttle.begin(body.username, client)
+        except Throttled as exc:
+            raise Problem(exc.status, exc.detail, headers={"Retry-After": str(exc.retry_after)}) from None
+        user = None
+        try:
+            # argon2 is slow on purpose: on threads of its own, so that neither the loop nor the tools wait.
+            loop = asyncio.get_running_loop()
+            user = await loop.run_in_executor(hashing, verify_password, tickets, body.username, body.password)
+        finally:
+            throttle.end(body.username, client, succeeded=user is not None)
         if user is None:
             raise Problem(401, "wrong username or password", headers={"WWW-Authenticate": 'Bearer realm="tether"'})
         response.headers["Cache-Control"] = "no-store"  # RFC 6749 §5.1
@@ -148,8 +228,10 @@ def _routes(app: FastAPI, settings: Settings, authority: Authority, tickets: Tic
         return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
     @app.get("/api/approvals")
-    async def approvals(user: Approver) -> dict[str, Any]:
-        return {"approvals": runs.pending_approvals()}
+    async def approvals(
+        user: Approver, limit: Annotated[int, Query(ge=1, le=500)] = DEFAULT_APPROVALS_PAGE
+    ) -> dict[str, Any]:
+        return {"approvals": await runs.pending_approvals(limit)}
 
     @app.post("/api/runs/{run_id}/approvals/{call_id}")
     async def decide(run_id: str, call_id: str, body: ApprovalRequest, user: Approver) -> dict[str, Any]:

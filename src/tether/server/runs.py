@@ -16,6 +16,12 @@ in the same step of the loop, neither misses nor repeats one.
 All runs in this process share one store, and so one lease owner: the
 store's lease cannot keep two of our own drivers apart. The live registry
 does: a run that is live is never resumed or decided on.
+
+A run is written to the store (status ``ready``) before ``POST /api/runs``
+answers 202, also when it must wait for a slot (``FairSlots``): a run
+accepted is a run recorded, and a restart drives it like any other run a
+stop cut off. Listing approvals reads a second connection to the store on
+a thread of its own, so that no number of paused runs holds up the loop.
 """
 
 from __future__ import annotations
@@ -25,11 +31,11 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.core.budget import RunConfig
 from tether.core.envelope import outcome_code
 from tether.core.errors import ApprovalMismatch, ConfigurationError
 from tether.core.machine import PendingCall, RunState, Status
@@ -37,7 +43,8 @@ from tether.durable import decide
 from tether.models.base import Model
 from tether.runner import RUN_FINISHED, RUN_PAUSED, TEXT, Agent, Driver, RunEvent
 from tether.server.problems import Problem
-from tether.server.settings import Settings
+from tether.server.schedule import FairSlots
+from tether.server.settings import DEFAULT_RUNS_RETRY_AFTER, Settings
 from tether.store.redact import redact
 from tether.store.sqlite import LeaseHeld, RunNotFound, SQLiteStore, StoreError, TamperedRun
 from tether.tickets.db import User
@@ -49,8 +56,6 @@ ENDS_STREAM = frozenset({RUN_FINISHED, RUN_PAUSED})
 RECOVERY_SCAN_LIMIT = 10_000  # runs looked at on start-up for ones a crash cut off
 INTERRUPTED = frozenset({Status.READY.value, Status.AWAITING_MODEL.value, Status.AWAITING_TOOLS.value})
 LEASE_MARGIN_SECONDS = 0.5  # after a lease's end, before taking the run
-# Scanned for pending approvals; a store query by status would make this unnecessary.
-APPROVAL_SCAN_LIMIT = 10_000
 
 log = logging.getLogger("tether.server")
 
@@ -102,14 +107,26 @@ def principal_for(user: User) -> Principal:
 class RunService:
     """Starts, follows, lists and decides on runs, all on the event loop's thread."""
 
-    def __init__(self, settings: Settings, store: SQLiteStore, tools: Sequence[Tool]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: SQLiteStore,
+        tools: Sequence[Tool],
+        resolve_principal: Callable[[Principal], Awaitable[Principal | None]] | None = None,
+    ) -> None:
         self.settings = settings
         self.store = store
+        self.resolve_principal = resolve_principal
+        # Read-only, on one thread of its own: listings that may be long never run on the loop.
+        self.reader = SQLiteStore(settings.run_db)
+        self.reads = ThreadPoolExecutor(1, thread_name_prefix="tether-run-reads")
         # Built once: a tool's schema and validator cost milliseconds, and tools hold no per-user state
         # (who is asking comes from the run's principal, in each call's context).
         self.tools = list(tools)
         self.model: Model | None = None  # one client shared by every run, made on first use
-        self.slots = asyncio.Semaphore(settings.max_concurrent_runs)
+        self.slots = FairSlots(
+            settings.max_concurrent_runs, settings.max_runs_per_user, settings.max_queued_runs_per_user
+        )
         self.live: dict[str, LiveRun] = {}
 
     def _agent(self, principal: Principal) -> Agent:
@@ -123,17 +140,29 @@ class RunService:
             system=self.settings.system,
             budget=self.settings.budget,
             setup={"surface": "server"},
+            resolve_principal=self.resolve_principal,
         )
 
     # --- driving -----------------------------------------------------------------
 
     def start(self, user: User, prompt: str) -> LiveRun:
+        """Record a new run (status ``ready``) and have it driven when a slot is free; 429 past the user's limits."""
+        if not self.slots.admits(user.id):
+            raise Problem(
+                429,
+                "you have as many runs going and waiting as you may; try again when one has finished",
+                headers={"Retry-After": str(DEFAULT_RUNS_RETRY_AFTER)},
+            )
         live = LiveRun(uuid.uuid4().hex, user.id)
-
-        def make(agent: Agent) -> Driver:
-            return agent.driver(prompt, run_id=live.run_id, on_event=live.on_event)
-
-        self._launch(live, principal_for(user), make)
+        agent = self._agent_or_503(principal_for(user))
+        live.driver = agent.driver(prompt, run_id=live.run_id, on_event=live.on_event)
+        try:
+            self.store.checkpoint(live.driver.state)  # durable before the 202: a restart drives it
+        except StoreError as exc:
+            log.error("cannot record a new run: %s", exc)
+            raise Problem(503, "the service cannot record runs now; the error is logged") from None
+        driver = live.driver
+        self._launch(live, agent, lambda _: driver)
         return live
 
     def resume(self, run_id: str, principal: Principal, *, when_lease_ends: bool = False) -> LiveRun:
@@ -144,7 +173,7 @@ class RunService:
             live.next_seq = len(self.store.events(run_id))  # the driver's events follow these
             return agent.resume(run_id, on_event=live.on_event)
 
-        self._launch(live, principal, make, when_lease_ends=when_lease_ends)
+        self._launch(live, self._agent_or_503(principal), make, when_lease_ends=when_lease_ends)
         return live
 
     def recover(self) -> list[str]:
@@ -156,7 +185,8 @@ class RunService:
         finishes it first.
         """
         resumed = []
-        for summary in self.store.list_runs(limit=RECOVERY_SCAN_LIMIT, statuses=INTERRUPTED):
+        found = self.store.list_runs(limit=RECOVERY_SCAN_LIMIT, statuses=INTERRUPTED)
+        for summary in reversed(found):  # oldest first: each user's runs keep their order in line
             if summary.run_id in self.live:
                 continue
             try:
@@ -170,14 +200,16 @@ class RunService:
             log.info("resumed %d run(s) cut off by a previous stop", len(resumed))
         return resumed
 
-    def _launch(
-        self, live: LiveRun, principal: Principal, make: Callable[[Agent], Driver], *, when_lease_ends: bool = False
-    ) -> None:
+    def _agent_or_503(self, principal: Principal) -> Agent:
         try:
-            agent = self._agent(principal)  # now, so that a model misconfiguration is the caller's answer
+            return self._agent(principal)  # now, so that a model misconfiguration is the caller's answer
         except ConfigurationError as exc:
             log.error("cannot start a run: %s", exc)
             raise Problem(503, "the service cannot reach a model now; the error is logged") from None
+
+    def _launch(
+        self, live: LiveRun, agent: Agent, make: Callable[[Agent], Driver], *, when_lease_ends: bool = False
+    ) -> None:
         self.live[live.run_id] = live
         drive = self._drive(live, agent, make, when_lease_ends=when_lease_ends)
         live.task = asyncio.create_task(drive, name=f"run {live.run_id}")
@@ -188,7 +220,7 @@ class RunService:
         try:
             while True:
                 try:
-                    async with self.slots:
+                    async with self.slots.slot(live.owner):
                         live.driver = make(agent)
                         await live.driver.run()
                     break
@@ -219,17 +251,16 @@ class RunService:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self.model is not None:
             await self.model.aclose()
+        self.reads.shutdown(wait=True)
+        self.reader.close()
 
     # --- reading -----------------------------------------------------------------
 
     def owned_state(self, run_id: str, user: User) -> tuple[RunState, float | None, float | None]:
         """The run's state if ``user`` owns it; a 404 if it is missing *or* someone else's."""
-        live = self.live.get(run_id)
         try:
             stored = self.store.load(run_id, check=False)  # shown as stored; acting on it checks it
         except RunNotFound:
-            if live is not None and live.owner == user.id:  # started; its first checkpoint is to come
-                return (live.driver.state if live.driver else _queued_state(run_id)), None, None
             raise _no_run(run_id) from None
         if stored.principal.id != user.id:
             raise _no_run(run_id)
@@ -254,7 +285,7 @@ class RunService:
         }
 
     def list_for(self, user: User, limit: int) -> list[dict[str, Any]]:
-        runs = [
+        return [
             {
                 "run_id": r.run_id,
                 "status": r.status,
@@ -264,13 +295,6 @@ class RunService:
             }
             for r in self.store.list_runs(principal_id=user.id, limit=limit)
         ]
-        known = {r["run_id"] for r in runs}
-        queued = [
-            {"run_id": live.run_id, "status": Status.READY.value, "created_at": None, "updated_at": None, "steps": 0}
-            for live in self.live.values()
-            if live.owner == user.id and live.run_id not in known
-        ]
-        return queued + runs
 
     def follow(self, run_id: str, user: User) -> AsyncIterator[str]:
         """The run's events as SSE text: the stored ones, then live ones until it finishes or pauses."""
@@ -317,24 +341,22 @@ class RunService:
 
     # --- approvals ---------------------------------------------------------------
 
-    def pending_approvals(self) -> list[dict[str, Any]]:
+    async def pending_approvals(self, limit: int) -> list[dict[str, Any]]:
+        """The calls waiting for a decision, the longest waiting first, at most ``limit``."""
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(self.reads, self._read_approvals, limit)
+        return [a for a in found if a["run_id"] not in self.live]  # a live run is being resumed: decided
+
+    def _read_approvals(self, limit: int) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
         waiting = {Status.AWAITING_APPROVAL.value}
-        for summary in self.store.list_runs(limit=APPROVAL_SCAN_LIMIT, statuses=waiting):
-            if summary.run_id in self.live:
-                continue
-            try:
-                stored = self.store.load(summary.run_id)
-            except TamperedRun as exc:
-                log.warning("run %s is not offered for approval: %s", summary.run_id, exc)
-                continue
-            except RunNotFound:
-                continue
-            for call in _pending_approvals(stored.state):
-                found.append({**_approval(summary.run_id, call), "owner": stored.principal.id,
-                              "requested_at": stored.updated_at})  # fmt: skip
-        found.sort(key=lambda a: a["requested_at"])
-        return found
+        for summary in self.reader.list_runs(limit=limit, statuses=waiting, oldest_update_first=True):
+            for call in summary.undecided():
+                found.append({**_approval(summary.run_id, call), "owner": summary.principal,
+                              "requested_at": summary.updated_at})  # fmt: skip
+            if len(found) >= limit:
+                break
+        return found[:limit]
 
     def decide(
         self,
@@ -387,10 +409,6 @@ class RunService:
 
 def _no_run(run_id: str) -> Problem:
     return Problem(404, f"no run {run_id}")
-
-
-def _queued_state(run_id: str) -> RunState:
-    return RunState(run_id, RunConfig(), [])
 
 
 def _pending_approvals(state: RunState) -> list[PendingCall]:

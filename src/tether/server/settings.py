@@ -1,23 +1,30 @@
-"""The service's configuration: one small value object with named defaults.
+"""The service's configuration: small value objects with named defaults.
 
 Everything the HTTP service needs to start is here, and nothing else: the
 tickets database, the run store, an optional knowledge-base index, the JWT
-secret and how to make a model. ``Settings.from_env`` reads the environment
-the way the CLI does (``OPENAI_*`` for the model, ``TETHER_*`` for the rest).
+secret, how to make a model, and the limits that keep one user or one
+client from taking the service from everyone else (``SignInLimits``, the
+per-user run limits). ``Settings.from_env`` reads the environment the way
+the CLI does (``OPENAI_*`` for the model, ``TETHER_*`` for the rest).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.core.budget import Budget
+from tether.core.errors import ConfigurationError
 from tether.models.base import Model
 
 DEFAULT_TOKEN_TTL = 3600.0  # seconds an access token is valid
 DEFAULT_MAX_CONCURRENT_RUNS = 256  # runs driven at once; later ones wait their turn
+DEFAULT_MAX_RUNS_PER_USER = 16  # runs of one user driven at once
+DEFAULT_MAX_QUEUED_RUNS_PER_USER = 64  # runs of one user waiting for a slot; one more is a 429
+DEFAULT_RUNS_RETRY_AFTER = 5  # seconds a user told "too many runs" is asked to wait
+DEFAULT_APPROVALS_PAGE = 100  # calls GET /api/approvals lists unless asked for another number
 DEFAULT_MAX_BODY_BYTES = 1_000_000
 MIN_SECRET_LENGTH = 32  # HS256 wants a key at least as long as its 256-bit output
 DEFAULT_TICKETS_DB = Path("tickets.db")
@@ -44,6 +51,32 @@ def openai_model_factory(base_url: str | None = None, model: str | None = None) 
 
 
 @dataclass(frozen=True, slots=True)
+class SignInLimits:
+    """How many wrong passwords an account and a client may try, and where passwords are hashed.
+
+    Failures are counted per account name (existing or not, so a lock-out
+    tells nothing about who has an account) and per client address. At its
+    limit a key is locked out for ``lockout`` seconds, doubled with every
+    further failure up to ``max_lockout``; a sign-in then is answered 429
+    with ``Retry-After`` without looking at the password. A success clears
+    the account's count, not the client's; counts older than ``window`` are
+    forgotten. ``client_in_flight`` sign-ins of one client are checked at a
+    time, the rest answered 429 at once; ``max_pending`` sign-ins are
+    checked or waiting for a hash service-wide, the rest answered 503. Hashes
+    run on ``workers`` threads of their own, never on those that run the tools.
+    """
+
+    account_failures: int = 5
+    client_failures: int = 20
+    lockout: float = 1.0
+    max_lockout: float = 900.0
+    window: float = 900.0
+    client_in_flight: int = 4
+    max_pending: int = 16
+    workers: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """How the service runs. Only ``model_factory`` has no useful default outside production.
 
@@ -62,6 +95,9 @@ class Settings:
     model_factory: Callable[[], Model] = field(default_factory=openai_model_factory)
     token_ttl: float = DEFAULT_TOKEN_TTL
     max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
+    max_runs_per_user: int = DEFAULT_MAX_RUNS_PER_USER
+    max_queued_runs_per_user: int = DEFAULT_MAX_QUEUED_RUNS_PER_USER
+    sign_in: SignInLimits = SignInLimits()
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     system: str | None = DEFAULT_SYSTEM
     budget: Budget | None = None
@@ -72,7 +108,11 @@ class Settings:
     @classmethod
     def from_env(cls, *, base_url: str | None = None, model: str | None = None) -> Settings:
         """``TETHER_TICKETS_DB``, ``TETHER_RUN_DB``, ``TETHER_KB_INDEX``, ``TETHER_JWT_SECRET``,
-        ``TETHER_TOKEN_TTL``, ``TETHER_LOG_CONTENT``; the model from ``OPENAI_*``."""
+        ``TETHER_TOKEN_TTL``, ``TETHER_LOG_CONTENT``, ``TETHER_MAX_CONCURRENT_RUNS``,
+        ``TETHER_MAX_RUNS_PER_USER``, ``TETHER_MAX_QUEUED_RUNS_PER_USER``; the model from ``OPENAI_*``.
+
+        A limit that is not a positive whole number is a ``ConfigurationError`` naming the variable.
+        """
         env = os.environ
         kb = env.get("TETHER_KB_INDEX")
         return cls(
@@ -83,4 +123,16 @@ class Settings:
             model_factory=openai_model_factory(base_url, model),
             token_ttl=float(env.get("TETHER_TOKEN_TTL") or DEFAULT_TOKEN_TTL),
             log_content=env.get("TETHER_LOG_CONTENT", "").lower() in ("1", "true", "yes"),
+            max_concurrent_runs=_count(env, "TETHER_MAX_CONCURRENT_RUNS", DEFAULT_MAX_CONCURRENT_RUNS),
+            max_runs_per_user=_count(env, "TETHER_MAX_RUNS_PER_USER", DEFAULT_MAX_RUNS_PER_USER),
+            max_queued_runs_per_user=_count(env, "TETHER_MAX_QUEUED_RUNS_PER_USER", DEFAULT_MAX_QUEUED_RUNS_PER_USER),
         )
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    text = env.get(name)
+    if not text:
+        return default
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ConfigurationError(f"{name} must be a whole number of at least 1, got {text!r}")
+    return int(text)

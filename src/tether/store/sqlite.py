@@ -43,7 +43,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -239,7 +239,12 @@ def _m3_run_seal(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN seal TEXT")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_initial, _m2_run_config, _m3_run_seal]
+def _m4_runs_by_status(db: sqlite3.Connection) -> None:
+    # Recovery and the approvals queue list runs by status, the longest waiting first.
+    db.execute("CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_at)")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_initial, _m2_run_config, _m3_run_seal, _m4_runs_by_status]
 
 
 # An audit event as a driver hands it to ``checkpoint``: (kind, data) or (kind, data, step, at).
@@ -273,6 +278,13 @@ class RunSummary:
     created_at: float
     updated_at: float
     steps: int
+    progress: dict[str, Any] = field(default_factory=dict, compare=False)  # RunState.progress(), as saved
+
+    def undecided(self) -> list[PendingCall]:
+        """The calls waiting for an approval decision (``RunState.undecided``), without loading the run."""
+        pending = [PendingCall.from_dict(p) for p in self.progress.get("pending", ())]
+        approvals = dict(self.progress.get("approvals", {}))
+        return RunState(self.run_id, RunConfig(), [], pending=pending, approvals=approvals).undecided()
 
 
 @dataclass(slots=True)
@@ -651,9 +663,15 @@ class SQLiteStore:
         return prompts
 
     def list_runs(
-        self, principal_id: str | None = None, limit: int = 50, *, statuses: Collection[str] | None = None
+        self,
+        principal_id: str | None = None,
+        limit: int = 50,
+        *,
+        statuses: Collection[str] | None = None,
+        oldest_update_first: bool = False,
     ) -> list[RunSummary]:
-        """Runs, newest first; only a principal's, or only those in ``statuses``, when given."""
+        """Runs, newest first (or the least recently updated first); only a principal's, or only
+        those in ``statuses``, when given."""
         query = "SELECT id, status, json_extract(principal, '$.id'), created_at, updated_at, meta FROM runs"
         where: list[str] = []
         params: tuple[Any, ...] = ()
@@ -665,9 +683,13 @@ class SQLiteStore:
             params += tuple(statuses)
         if where:
             query += " WHERE " + " AND ".join(where)
-        query += " ORDER BY created_at DESC LIMIT ?"
+        query += " ORDER BY " + ("updated_at ASC" if oldest_update_first else "created_at DESC") + " LIMIT ?"
         rows = self._db.execute(query, (*params, limit)).fetchall()
-        return [RunSummary(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])["steps"]) for r in rows]
+        summaries = []
+        for r in rows:
+            progress = json.loads(r[5])
+            summaries.append(RunSummary(r[0], r[1], r[2], r[3], r[4], progress["steps"], progress))
+        return summaries
 
     def events(self, run_id: str) -> list[StoredEvent]:
         return [

@@ -15,8 +15,10 @@ Rules of this module:
 - sqlite3 errors never escape: opening maps them to ``ConfigurationError``,
   later ones to ``TicketsDBError``.
 
-One connection is shared by all threads (tools run in worker threads), so
-every statement runs under a lock.
+Each statement or transaction borrows a connection of its own from a small
+pool (tools, sign-ins and token checks run in worker threads): a write that
+waits for another process's lock holds up only itself, and reads go on
+beside it, as WAL allows. Nothing is shared under one lock.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ STATUSES: tuple[Status, ...] = get_args(Status)
 TICKET_ID_PATTERN = r"^TICKET-[0-9]{6}$"
 
 DEFAULT_PAGE_SIZE = 10
+MAX_IDLE_CONNECTIONS = 8  # kept open for reuse; more are opened while needed, then closed
 
 
 class TicketsDBError(TetherError):
@@ -212,10 +215,13 @@ class TicketsDB:
         self.path = Path(path)
         self.clock = clock
         self.hasher = password_hasher or PasswordHasher()
-        self._lock = threading.RLock()
+        self._dummy_lock = threading.Lock()
         self._dummy: str | None = None
+        self._pool_lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._closed = False
         try:
-            self._db = connect(self.path)
+            self._idle.append(connect(self.path))
         except OSError as exc:
             raise ConfigurationError(f"cannot open the tickets database at {self.path}: {exc}") from None
         except sqlite3.Error as exc:
@@ -223,7 +229,7 @@ class TicketsDB:
         try:
             self.create_schema()
         except (sqlite3.Error, TicketsDBError) as exc:
-            self._db.close()
+            self.close()
             raise self._unusable(exc) from None
 
     def _unusable(self, exc: Exception) -> ConfigurationError:
@@ -248,8 +254,12 @@ class TicketsDB:
                     raise TicketsDBError(f"table {table} lacks column(s) {', '.join(sorted(missing))}")
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        """Close the connections; one in use now is closed when its statement is done."""
+        with self._pool_lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for db in idle:
+            db.close()
 
     def __enter__(self) -> TicketsDB:
         return self
@@ -258,21 +268,46 @@ class TicketsDB:
         self.close()
 
     @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """A connection for the caller alone while the block runs, from the pool or new."""
+        with self._pool_lock:
+            if self._closed:
+                raise TicketsDBError(f"tickets database {self.path} is closed")
+            db = self._idle.pop() if self._idle else None
+        if db is None:
+            try:
+                db = connect(self.path)
+            except OSError as exc:
+                raise TicketsDBError(f"tickets database {self.path}: {exc}") from None
+        broken = False
+        try:
+            yield db
+        except sqlite3.Error:
+            broken = True  # it may be in any state: never hand it out again
+            raise
+        finally:
+            with self._pool_lock:
+                keep = not broken and not self._closed and len(self._idle) < MAX_IDLE_CONNECTIONS
+                if keep:
+                    self._idle.append(db)
+            if not keep:
+                db.close()
+
+    @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taken up front so check-then-insert cannot race."""
-        with self._lock:
-            try:
-                with immediate(self._db) as db:
-                    yield db
-            except sqlite3.Error as exc:
-                raise TicketsDBError(f"tickets database {self.path}: {exc}") from None
+        try:
+            with self._connection() as conn, immediate(conn) as db:
+                yield db
+        except sqlite3.Error as exc:
+            raise TicketsDBError(f"tickets database {self.path}: {exc}") from None
 
     def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        with self._lock:
-            try:
-                return self._db.execute(sql, params).fetchall()
-            except sqlite3.Error as exc:
-                raise TicketsDBError(f"tickets database {self.path}: {exc}") from None
+        try:
+            with self._connection() as db:
+                return db.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise TicketsDBError(f"tickets database {self.path}: {exc}") from None
 
     def _now(self) -> str:
         return iso(self.clock())
@@ -319,7 +354,7 @@ class TicketsDB:
 
     def _dummy_hash(self) -> str:
         # Made on the first check, known user or not, so that cost reveals nothing either.
-        with self._lock:
+        with self._dummy_lock:
             if self._dummy is None:
                 self._dummy = self.hasher.hash(secrets.token_urlsafe(16))
             return self._dummy

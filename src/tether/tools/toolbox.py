@@ -91,16 +91,23 @@ class Toolbox:
             untrusted_output=found.untrusted_output,
         )
 
-    async def invoke(self, call: PendingCall, run_id: str, deadline_at: float | None = None) -> str:
+    async def invoke(
+        self, call: PendingCall, run_id: str, deadline_at: float | None = None, *, principal: Principal | None = None
+    ) -> str:
         """Run one accepted call; the envelope the model will see."""
-        return (await self.execute(call, run_id, deadline_at)).content
+        return (await self.execute(call, run_id, deadline_at, principal=principal)).content
 
-    async def execute(self, call: PendingCall, run_id: str, deadline_at: float | None = None) -> ToolResult:
-        """Run one accepted call: the envelope, and whether it taints the run."""
+    async def execute(
+        self, call: PendingCall, run_id: str, deadline_at: float | None = None, *, principal: Principal | None = None
+    ) -> ToolResult:
+        """Run one accepted call: the envelope, and whether it taints the run.
+
+        ``principal``: who the call runs for, if the run's principal was looked up again since.
+        """
         found = self.offered.get(call.tool)
         if found is None or call.arguments is None:
             return ToolResult(envelope.error(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.tool!r}"), False)
-        context = ToolContext(run_id, call.call_id, self.principal, deadline_at)
+        context = ToolContext(run_id, call.call_id, principal or self.principal, deadline_at)
         content = await self._run(found, call.arguments, context)
         return ToolResult(content, found.untrusted_output or context.untrusted)
 
