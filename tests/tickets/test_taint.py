@@ -100,7 +100,8 @@ async def test_a_planted_kb_instruction_pauses_the_comment_for_approval(tickets:
     assert (waiting.call_id, waiting.tool, waiting.approval_reason) == ("call_comment", "add_comment", reason)
     [requested] = [e.data for e in heard if e.kind == APPROVAL_REQUESTED]
     assert requested["reason"] == reason
-    assert f"  call call_comment add_comment: waiting for approval: {reason}" in lines
+    [waiting_line] = [line for line in lines if line.startswith("  call call_comment add_comment ")]
+    assert waiting_line.endswith(f": waiting for approval: {reason}")
     # The checkpoint holds which tool tainted the run, and the reason of the waiting call.
     stored = store.load(result.run_id).state
     assert (stored.tainted, stored.tainted_by) == (True, "search_kb")
