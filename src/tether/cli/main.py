@@ -24,6 +24,7 @@ from tether.cli.common import (
     json_option,
     open_store,
 )
+from tether.cli.mcp import mcp, mcp_tools, with_mcp_options
 from tether.cli.runs import approve, deny, reconcile, runs
 from tether.cli.serve import kb, serve, tickets
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
@@ -106,7 +107,7 @@ def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: An
     """The Agent a setup describes; the same setup rebuilds it on resume."""
     from tether.runner import Agent
 
-    tools = _tools(tuple(setup["toolsets"]), setup.get("files_root"))
+    tools = _tools(tuple(setup["toolsets"]), setup.get("files_root")) + mcp_tools(setup)
     model = _model(setup, api_key)
     profile = _profile(setup)
     compat = profile.compat if profile is not None else None
@@ -166,6 +167,7 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
     metavar="NAME_OR_MODULE",
     help="A toolset: calc, files, clock, or an importable module (repeatable).",
 )
+@with_mcp_options
 @click.option("--model", help="Model name [env: OPENAI_MODEL, or ANTHROPIC_MODEL with --provider anthropic].")
 @click.option(
     "--base-url",
@@ -206,6 +208,9 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
 def run(
     prompt: str,
     toolsets: tuple[str, ...],
+    mcp_commands: tuple[str, ...],
+    mcp_urls: tuple[str, ...],
+    mcp_read_only: tuple[str, ...],
     model: str | None,
     base_url: str | None,
     api_key: str | None,
@@ -231,6 +236,7 @@ def run(
       tether run "What is 248 times 15?" --tools calc
       tether run "List the files" --tools files --files-root ./docs --json
       tether run "What is 248 times 15?" --tools calc --provider anthropic --model claude-sonnet-4-5
+      tether run "Find the notes" --mcp "npx -y @modelcontextprotocol/server-filesystem ." --mcp-read-only search_files
 
     Exit status: 0 completed, 3 configuration error, 10 max_steps,
     11 budget_exhausted, 12 truncated, 13 content_filtered, 14 protocol_error,
@@ -248,6 +254,9 @@ def run(
         "provider": provider,
         "stream": stream,
         "toolsets": list(toolsets),
+        "mcp": list(mcp_commands),
+        "mcp_urls": list(mcp_urls),
+        "mcp_read_only": list(mcp_read_only),
         "files_root": os.path.abspath(root) if root else None,
         "local_model": local_model,
     }
@@ -327,6 +336,7 @@ cli.add_command(kb)
 cli.add_command(approve)
 cli.add_command(deny)
 cli.add_command(reconcile)
+cli.add_command(mcp)
 
 
 def main() -> None:
