@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tether import tracing
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig
 from tether.core.envelope import outcome_code
 from tether.core.errors import ModelError, TetherError
@@ -244,6 +245,10 @@ class Driver:
         return self.run_machine.send(event)
 
     async def run(self) -> RunResult:
+        resumed = self.state.status is not Status.READY
+        return await tracing.traced_run(self.state.run_id, self.agent.model, resumed, self._run)
+
+    async def _run(self) -> RunResult:
         try:
             result = await self._drive()
         except asyncio.CancelledError:
@@ -369,7 +374,7 @@ class Driver:
         )
         self._flush()
         try:
-            reply = await self.agent.model.complete(request)
+            reply = await tracing.traced_chat(self.agent.model, request, self.state.run_id)
         except ModelError as exc:
             self._emit(MODEL_REPLIED, error=str(exc))
             return self._send(ModelFailed(f"{type(exc).__name__}: {exc}", clock()))
@@ -433,6 +438,7 @@ class Driver:
 
     def _reject(self, call_id: str, tool: str, content: str) -> None:
         self._reported.add(call_id)
+        tracing.refused_call(call_id, tool, content, self.state.run_id)
         self._emit(CALL_REJECTED, id=call_id, tool=tool, outcome=outcome_code(content), result=content)
 
     async def _invoke(self, call: PendingCall) -> str:
@@ -445,7 +451,9 @@ class Driver:
             store.record_intent(run_id, call)  # committed before the effect can happen
             self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
             self._flush()
-        content = await self.toolbox.invoke(call, run_id, self.run_machine.deadline_at)
+        content = await tracing.traced_call(
+            call, run_id, self.toolbox.invoke(call, run_id, self.run_machine.deadline_at)
+        )
         self._done(call, content, CALL_EXECUTED)
         if store is not None and not call.read_only:
             self._flush()

@@ -22,6 +22,7 @@ from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
+from tether import tracing
 from tether.server.auth import Approver, Authority, CurrentUser
 from tether.server.problems import Problem, install
 from tether.server.runs import RunService
@@ -100,6 +101,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.tickets = tickets
     app.state.runs = runs
     install(app, max_body_bytes=settings.max_body_bytes)
+    if tracing.available():  # a run started by a request carrying traceparent joins the caller's trace
+        app.add_middleware(tracing.TraceContextMiddleware)
     _routes(app, settings, authority, tickets, runs)
     return app
 
