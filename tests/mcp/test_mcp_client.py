@@ -20,11 +20,13 @@ from typing import Any
 import pytest
 from mcp_helpers import gone, our_servers, server_argv, start_http_server
 
+from tether.core.budget import Budget
 from tether.core.machine import Status
 from tether.mcp import MCPServerError, MCPToolset
 from tether.models.scripted import ScriptedModel, calls, text
 from tether.runner import Agent, RunResult
 from tether.store.sqlite import SQLiteStore
+from tether.tools import Principal
 
 QUIET = open(os.devnull, "w")  # noqa: SIM115  (the server's own tracebacks for the failing tool)
 
@@ -42,8 +44,8 @@ def result_of(result: RunResult, call_id: str) -> dict[str, Any]:
     raise AssertionError(f"no call {call_id}")
 
 
-async def run(toolset: MCPToolset, *replies: Any, store: SQLiteStore | None = None) -> RunResult:
-    agent = Agent(ScriptedModel([*replies, text("done")]), toolset, store=store)
+async def run(toolset: MCPToolset, *replies: Any, store: SQLiteStore | None = None, **options: Any) -> RunResult:
+    agent = Agent(ScriptedModel([*replies, text("done")]), toolset, store=store, **options)
     return await agent.run("go")
 
 
@@ -55,7 +57,14 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def stdio(log: Path) -> Iterator[MCPToolset]:
     env = {"MCP_TEST_LOG": str(log)}
-    with MCPToolset.stdio(server_argv("stdio"), env=env, read_only={"weather", "shout"}, errlog=QUIET) as toolset:
+    with MCPToolset.stdio(
+        server_argv("stdio"),
+        env=env,
+        read_only={"weather", "shout"},
+        approval={"delete_everything"},
+        scopes={"notes"},
+        errlog=QUIET,
+    ) as toolset:
         yield toolset
 
 
@@ -131,6 +140,26 @@ async def test_mcp_output_taints_the_run_so_the_next_side_effecting_call_waits_f
     assert result.status is Status.AWAITING_APPROVAL
     assert result.state.tainted
     assert [c["tool"] for c in seen(log)[before:]] == ["weather"]
+
+
+async def test_approval_scopes_and_budgets_gate_mcp_tools_before_the_server_sees_a_call(
+    stdio: MCPToolset, log: Path
+) -> None:
+    before = len(seen(log))
+    paused = await run(stdio, calls(("c1", "delete_everything", '{"confirm": true}')))
+    assert paused.status is Status.AWAITING_APPROVAL and not paused.state.tainted
+
+    outsider = Principal("mallory", frozenset({"tickets"}))  # lacks the toolset's scope "notes"
+    hidden = await run(stdio, calls(("c1", "add", '{"a": 1, "b": 2}')), principal=outsider)
+    assert result_of(hidden, "c1")["error"]["code"] == "unknown_tool"
+
+    limited = await run(
+        stdio,
+        calls(("c1", "add", '{"a": 1, "b": 2}'), ("c2", "add", '{"a": 3, "b": 4}')),
+        budget=Budget(max_tool_calls=1),
+    )
+    assert [result_of(limited, c)["error"]["code"] for c in ("c1", "c2")] == ["budget_exhausted"] * 2
+    assert seen(log)[before:] == []
 
 
 async def test_a_hung_call_times_out_and_a_server_killed_mid_call_is_a_clear_error_and_reaped(log: Path) -> None:

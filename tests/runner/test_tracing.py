@@ -192,3 +192,13 @@ def test_without_opentelemetry_tether_imports_and_runs_unchanged() -> None:
         "available": False,
         "loaded": [],
     }
+
+
+def test_the_extras_are_imported_only_when_used() -> None:
+    script = (
+        "import sys, tether, tether.runner, tether.cli.main\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules if m.startswith(('opentelemetry', 'mcp', 'anyio'))}))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
