@@ -228,11 +228,12 @@ async def test_over_http_a_call_is_validated_and_executed_and_a_bad_call_never_a
     http_server: tuple[Any, str], log: Path
 ) -> None:
     _, url = http_server
-    async with MCPToolset.http(url, read_only={"add"}) as toolset:
-        assert {"add", "weather", "sleepy"} <= {t.name for t in toolset}
+    async with MCPToolset.http(url, prefix="wx.", read_only={"add"}) as toolset:
+        tools = {t.name: t for t in toolset}  # the prefix joins the name; "." is not allowed in one: "_"
+        assert {"wx_add", "wx_weather", "wx_sleepy"} <= set(tools) and tools["wx_add"].read_only
         before = len(seen(log))
         result = await run(
-            toolset, calls(("c1", "add", '{"a": 2, "b": "3"}')), calls(("c2", "add", '{"a": 2, "b": 3}'))
+            toolset, calls(("c1", "wx_add", '{"a": 2, "b": "3"}')), calls(("c2", "wx_add", '{"a": 2, "b": 3}'))
         )
         assert result_of(result, "c1")["error"]["code"] == "invalid_arguments"
         assert result_of(result, "c2") == {"ok": True, "result": {"result": 5}}

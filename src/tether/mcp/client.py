@@ -7,6 +7,10 @@ passes: strict validation against its ``inputSchema`` (a bad call never
 reaches the server), scopes, approval, budgets, the ledger, and an
 idempotency key (sent as ``_meta["tether/idempotency_key"]``).
 
+A tool's name is ``prefix`` + its server name, with characters a tether
+tool name cannot hold replaced by ``_`` and cut to 64; the options that
+name tools (``read_only``, ``approval``) use the server's names.
+
 What a server says about its tools is a claim, not a permission:
 
 - ``readOnlyHint`` is ignored. A tool is read-only only when the ``read_only``
@@ -197,7 +201,7 @@ class MCPToolset(Sequence[Tool]):
         for listed_tool in listed:
             made = self._tool(
                 listed_tool,
-                prefix + re.sub(r"[^a-zA-Z0-9_-]", "_", listed_tool.name)[:64],
+                re.sub(r"[^a-zA-Z0-9_-]", "_", prefix + listed_tool.name)[:64],
                 read_only=_selected(read_only, listed_tool.name),
                 approval=_selected(approval, listed_tool.name),
                 **options,
@@ -273,6 +277,8 @@ class MCPToolset(Sequence[Tool]):
             raise ToolError(f"MCP server {self.label}: {exc.error.message}") from None
         except RuntimeError as exc:  # the SDK's check of structured content against the tool's outputSchema
             raise ToolError(f"MCP server {self.label}: {exc}") from None
+        except Exception as exc:  # a transport failure the SDK did not turn into an MCP error
+            raise ToolError(f"MCP server {self.label}: {_describe(exc)}") from None
         return result
 
     def _lose(self, reason: str) -> None:
