@@ -29,7 +29,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.core.envelope import outcome_code
 from tether.store.redact import redact, redact_text
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from tether.report import RunResult
 
 logger = logging.getLogger("tether")
+
+Result = TypeVar("Result")
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 TRACER_NAME = "tether"
@@ -182,13 +184,14 @@ async def traced_chat(model: Model, request: ModelRequest, run_id: str) -> Model
     return reply
 
 
-async def traced_call(call: PendingCall, run_id: str, invoke: Awaitable[str]) -> str:
-    """One ``execute_tool`` span around an executed call."""
+async def traced_call(call: PendingCall, run_id: str, invoke: Awaitable[Result]) -> Result:
+    """One ``execute_tool`` span around an executed call; ``invoke`` gives the envelope (or has it as ``content``)."""
     with _span(f"execute_tool {call.tool}", "INTERNAL", _call_attributes(call, run_id)) as span:
-        content = await invoke
+        result = await invoke
         if span is not None:
-            _outcome(span, content, executed=True)
-    return content
+            content = result if isinstance(result, str) else getattr(result, "content", "")
+            _outcome(span, str(content), executed=True)
+    return result
 
 
 def refused_call(call_id: str, tool: str, content: str, run_id: str, arguments: Any = None) -> None:
