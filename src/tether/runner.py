@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from tether import tracing
 from tether.core import envelope
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig, estimate_usage
 from tether.core.envelope import ErrorCode, outcome_code
@@ -288,6 +289,10 @@ class Driver:
         return self.run_machine.send(event)
 
     async def run(self) -> RunResult:
+        resumed = self.state.status is not Status.READY
+        return await tracing.traced_run(self.state.run_id, self.agent.model, resumed, self._run)
+
+    async def _run(self) -> RunResult:
         if self.store is not None:
             self._renew_lease_later()
         try:
@@ -453,7 +458,7 @@ class Driver:
         )
         self._flush()
         try:
-            reply = await self.agent.model.complete(request)
+            reply = await tracing.traced_chat(self.agent.model, request, self.state.run_id)
         except ModelError as exc:
             self._emit(MODEL_REPLIED, error=str(exc))
             return self._send(ModelFailed(f"{type(exc).__name__}: {exc}", clock()))
@@ -527,6 +532,7 @@ class Driver:
     def _reject(self, call_id: str, tool: str, content: str) -> None:
         self._reported.add(call_id)
         arguments = self._arguments_sent(call_id)
+        tracing.refused_call(call_id, tool, content, self.state.run_id, arguments)
         self._emit(
             CALL_REJECTED, id=call_id, tool=tool, outcome=outcome_code(content), result=content, arguments=arguments
         )
@@ -571,7 +577,9 @@ class Driver:
                 return self._done(call, entry.outcome, CALL_RECOVERED)
             self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
             self._flush(intent=call)  # on disk, fsynced, before the effect can happen
-        outcome = await self.toolbox.execute(call, run_id, self.run_machine.deadline_at, principal=principal)
+        outcome = await tracing.traced_call(
+            call, run_id, self.toolbox.execute(call, run_id, self.run_machine.deadline_at, principal=principal)
+        )
         content = outcome.content
         if outcome.untrusted:
             self._untrusted.add(call.call_id)

@@ -26,6 +26,7 @@ from tether.cli.common import (
     open_store,
 )
 from tether.cli.eval import eval_command
+from tether.cli.mcp import mcp, mcp_tools, with_mcp_options
 from tether.cli.runs import approve, deny, reconcile, runs
 from tether.cli.serve import kb, serve, tickets
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
@@ -109,7 +110,7 @@ def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: An
     from tether.runner import Agent
 
     compat = _provider(setup).compat  # first: an unknown provider is reported before anything is built
-    tools = _tools(tuple(setup["toolsets"]), setup.get("files_root"))
+    tools = _tools(tuple(setup["toolsets"]), setup.get("files_root")) + mcp_tools(setup)
     model = _model(setup, api_key)
     return Agent(model, tools, budget=budget, compat=compat, store=store, setup=setup, principal=principal)
 
@@ -183,6 +184,7 @@ def _json_result(result: Any) -> dict[str, Any]:
     metavar="NAME_OR_MODULE",
     help="A toolset: calc, files, clock, or an importable module (repeatable).",
 )
+@with_mcp_options
 @click.option("--model", help="Model name [env: OPENAI_MODEL, or ANTHROPIC_MODEL with --provider anthropic].")
 @click.option(
     "--base-url",
@@ -229,6 +231,9 @@ def _json_result(result: Any) -> dict[str, Any]:
 def run(
     prompt: str,
     toolsets: tuple[str, ...],
+    mcp_commands: tuple[str, ...],
+    mcp_urls: tuple[str, ...],
+    mcp_read_only: tuple[str, ...],
     model: str | None,
     base_url: str | None,
     api_key: str | None,
@@ -256,6 +261,7 @@ def run(
       tether run "List the files" --tools files --files-root ./docs --json
       tether run "What is 248 times 15?" --tools calc --provider anthropic --model claude-sonnet-4-5
       tether run "What is 2+2?" --tools calc --provider snowflake
+      tether run "Find the notes" --mcp "npx -y @modelcontextprotocol/server-filesystem ." --mcp-read-only search_files
 
     Exit status: 0 completed, 3 configuration error, 10 max_steps,
     11 budget_exhausted, 12 truncated, 13 content_filtered, 14 protocol_error,
@@ -271,6 +277,9 @@ def run(
         "base_url": base_url or os.environ.get(f"{env}_BASE_URL"),
         "stream": stream,
         "toolsets": list(toolsets),
+        "mcp": list(mcp_commands),
+        "mcp_urls": list(mcp_urls),
+        "mcp_read_only": list(mcp_read_only),
         "files_root": os.path.abspath(root) if root else None,
         "local_model": local_model,
         "provider": provider,
@@ -362,6 +371,7 @@ cli.add_command(approve)
 cli.add_command(deny)
 cli.add_command(reconcile)
 cli.add_command(eval_command)
+cli.add_command(mcp)
 
 
 def main() -> None:

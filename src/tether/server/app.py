@@ -31,6 +31,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tether import tracing
 from tether.server.auth import Approver, Authority, CurrentUser
 from tether.server.problems import Problem, install
 from tether.server.runs import RunService, principal_for
@@ -161,6 +162,8 @@ def create_app(settings: Settings) -> FastAPI:
     install(app, max_body_bytes=settings.max_body_bytes)
 
     app.add_middleware(SecurityHeaders)
+    if tracing.available():  # a run started by a request carrying traceparent joins the caller's trace
+        app.add_middleware(tracing.TraceContextMiddleware)
     _routes(app, settings, authority, tickets, runs, hashing)
     return app
 

@@ -1,0 +1,404 @@
+"""An MCP server's tools as tether tools.
+
+An ``MCPToolset`` connects to one server when it is made, lists its tools and
+turns each into a tether ``Tool`` through the raw-schema path
+(``tool_from_schema``), so an MCP tool passes every gate a Python tool
+passes: strict validation against its ``inputSchema`` (a bad call never
+reaches the server), scopes, approval, budgets, the ledger, and an
+idempotency key (sent as ``_meta["tether/idempotency_key"]``).
+
+A tool's name is ``prefix`` + its server name, with characters a tether
+tool name cannot hold replaced by ``_`` and cut to 64; the options that
+name tools (``read_only``, ``approval``) use the server's names.
+
+What a server says about its tools is a claim, not a permission:
+
+- ``readOnlyHint`` is ignored. A tool is read-only only when the ``read_only``
+  option names it; every other tool is side-effecting (ledger, one at a time).
+- Output is untrusted data: every call taints the run (side-effecting calls
+  then need approval) unless ``untrusted_output=False``.
+- ``isError`` results become ``tool_failed``; structured content is returned
+  as JSON; results longer than ``max_result_chars`` are cut with the marker.
+
+The SDK is async (anyio) and one session must live in one task from connect
+to close. The toolset owns a thread with its own event loop, where one task
+holds the session; calls from any event loop are handed to it. Every way the
+server can fail (does not start, hangs, dies, lists no tools, sends a
+malformed schema, times out) is an ``MCPServerError`` at connect time or a
+``tool_failed``/``timeout`` result at call time, never a crash; the server
+process is stopped and reaped on ``close()`` (also at interpreter exit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import math
+import os
+import re
+import shlex
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, TextIO, overload
+
+from tether.core.errors import ConfigurationError, ToolDefinitionError
+from tether.tools.context import ToolContext
+from tether.tools.tool import DEFAULT_MAX_RESULT_CHARS, Tool, ToolError, tool_from_schema
+
+if TYPE_CHECKING:
+    import mcp.types
+
+logger = logging.getLogger("tether.mcp")
+
+DEFAULT_CONNECT_TIMEOUT = 30.0
+DEFAULT_CALL_TIMEOUT = 30.0
+IDEMPOTENCY_META_KEY = "tether/idempotency_key"
+# Read by the tool function instead of ``context``, which an MCP tool may well use as an argument name.
+_CONTEXT_PARAM = "_tether_context"
+_CLOSE_TIMEOUT = 15.0  # the SDK waits 2 s for the server to exit on stdin EOF, then terminates and kills it
+
+Streams = tuple[Any, Any]
+Connect = Callable[[], AbstractAsyncContextManager[Streams]]
+# Names of the server's tools (as it lists them), all of them (True), none, or a predicate over a name.
+Selection = bool | Collection[str] | Callable[[str], bool]
+
+
+class MCPServerError(ConfigurationError):
+    """An MCP server could not be started, reached, or used as a toolset."""
+
+
+def _require_sdk() -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise ConfigurationError("MCP tools need the mcp extra: pip install 'tether[mcp]'") from None
+
+
+class MCPToolset(Sequence[Tool]):
+    """The tools of one MCP server, usable wherever tools are (``Agent(model, toolset)``).
+
+    Make one with ``MCPToolset.stdio(...)`` or ``MCPToolset.http(...)``;
+    close it (``close()``, ``with``, ``async with``) to stop the server.
+    """
+
+    def __init__(
+        self,
+        label: str,
+        connect: Connect,
+        *,
+        prefix: str = "",
+        read_only: Selection = (),
+        approval: Selection = False,
+        scopes: Collection[str] = (),
+        untrusted_output: bool = True,
+        timeout: float = DEFAULT_CALL_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+    ) -> None:
+        _require_sdk()
+        self.label = label
+        self._closed = False
+        self._lost: str | None = None  # why the connection ended, once it has
+        self._session: Any = None
+        self._scope: Any = None
+        self._holder: asyncio.Task[None] | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"tether-mcp {label}", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+        try:
+            ready = asyncio.run_coroutine_threadsafe(self._connect(connect, connect_timeout), self._loop)
+            listed = ready.result()
+            self.tools = self._tools(
+                listed,
+                prefix=prefix,
+                read_only=read_only,
+                approval=approval,
+                scopes=frozenset(scopes),
+                untrusted_output=untrusted_output,
+                timeout=timeout,
+                max_result_chars=max_result_chars,
+            )
+        except BaseException:
+            self.close()
+            raise
+        logger.info("MCP server %s: %d tools", label, len(self.tools))
+
+    @classmethod
+    def stdio(
+        cls,
+        command: str | Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        errlog: TextIO | None = None,
+        **options: Any,
+    ) -> MCPToolset:
+        """Start ``command`` (a shell-quoted string or an argv list) and talk to it over stdio.
+
+        The server's stderr goes to ``errlog`` (default: ours).
+        """
+        _require_sdk()
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        if not argv:
+            raise MCPServerError("an MCP server command must not be empty")
+        parameters = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(env) if env else None, cwd=cwd)
+        label = shlex.join([os.path.basename(argv[0]), *argv[1:]])
+        return cls(label, lambda: stdio_client(parameters, errlog or sys.stderr), **options)
+
+    @classmethod
+    def http(cls, url: str, *, headers: Mapping[str, str] | None = None, **options: Any) -> MCPToolset:
+        """Connect to an MCP server over streamable HTTP at ``url`` (e.g. ``http://127.0.0.1:8000/mcp``)."""
+        _require_sdk()
+        if not re.match(r"^https?://", url):
+            raise MCPServerError(f"MCP server URL {url!r} must start with http:// or https://")
+        return cls(url, lambda: _http_streams(url, dict(headers or {})), **options)
+
+    # --- the tools ---------------------------------------------------------------------------
+
+    @overload
+    def __getitem__(self, index: int) -> Tool: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Tool]: ...
+    def __getitem__(self, index: int | slice) -> Tool | Sequence[Tool]:
+        return self.tools[index]
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self.tools)
+
+    def _tools(
+        self,
+        listed: list[mcp.types.Tool],
+        *,
+        prefix: str,
+        read_only: Selection,
+        approval: Selection,
+        **options: Any,
+    ) -> list[Tool]:
+        if not listed:
+            raise MCPServerError(f"MCP server {self.label} lists no tools")
+        names = [t.name for t in listed]
+        for option, selection in (("read_only", read_only), ("approval", approval)):
+            if isinstance(selection, Collection) and not isinstance(selection, str):
+                unknown = sorted(set(selection) - set(names))
+                if unknown:
+                    raise MCPServerError(
+                        f"{option} names tools MCP server {self.label} does not list: {', '.join(unknown)}; "
+                        f"it lists: {', '.join(names)}"
+                    )
+        tools: dict[str, Tool] = {}
+        for listed_tool in listed:
+            made = self._tool(
+                listed_tool,
+                re.sub(r"[^a-zA-Z0-9_-]", "_", prefix + listed_tool.name)[:64],
+                read_only=_selected(read_only, listed_tool.name),
+                approval=_selected(approval, listed_tool.name),
+                **options,
+            )
+            if made.name in tools:
+                raise MCPServerError(f"MCP server {self.label}: two tools become {made.name!r}; set a prefix")
+            tools[made.name] = made
+        return list(tools.values())
+
+    def _tool(self, listed: mcp.types.Tool, name: str, **options: Any) -> Tool:
+        server_name = listed.name
+
+        async def call(**arguments: Any) -> Any:
+            context: ToolContext = arguments.pop(_CONTEXT_PARAM)
+            return _result(await self._submit(self._call(server_name, arguments, context.idempotency_key)))
+
+        try:
+            made = tool_from_schema(name, listed.input_schema, call, listed.description or "", **options)
+        except ToolDefinitionError as exc:
+            raise MCPServerError(f"MCP server {self.label}: {exc}") from None
+        return dataclasses.replace(made, context_param=_CONTEXT_PARAM)
+
+    # --- the session, in the toolset's own thread ------------------------------------------------
+
+    async def _connect(self, connect: Connect, timeout: float) -> list[mcp.types.Tool]:
+        ready: asyncio.Future[list[mcp.types.Tool]] = asyncio.get_running_loop().create_future()
+        self._holder = asyncio.get_running_loop().create_task(self._hold(connect, timeout, ready))
+        return await ready
+
+    async def _hold(self, connect: Connect, timeout: float, ready: asyncio.Future[list[mcp.types.Tool]]) -> None:
+        """Open the session, list the tools, then keep the session open until ``close()`` cancels the scope."""
+        import anyio
+        from mcp import ClientSession
+
+        try:
+            with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
+                self._scope = scope
+                async with connect() as (read, write), ClientSession(read, write) as session:
+                    await session.initialize()
+                    listed = await _list_tools(session)
+                    scope.deadline = math.inf
+                    self._session = session
+                    ready.set_result(listed)
+                    await anyio.sleep_forever()
+            if not ready.done():
+                what = "was closed" if self._closed else f"did not answer within {timeout}s"
+                ready.set_exception(MCPServerError(f"MCP server {self.label} {what}"))
+        except Exception as exc:
+            reason = _describe(exc)
+            if not ready.done():
+                ready.set_exception(MCPServerError(f"MCP server {self.label}: {reason}"))
+            else:
+                self._lost = self._lost or reason
+                logger.warning("MCP server %s: connection ended: %s", self.label, reason)
+        finally:
+            self._session = None
+
+    async def _call(self, name: str, arguments: dict[str, Any], key: str) -> mcp.types.CallToolResult:
+        from mcp import MCPError
+        from mcp.types import CONNECTION_CLOSED
+
+        session = self._session
+        if session is None:
+            raise ToolError(f"MCP server {self.label} is not connected ({self._lost or 'closed'})")
+        try:
+            result: mcp.types.CallToolResult = await session.call_tool(
+                name, arguments, meta={IDEMPOTENCY_META_KEY: key}
+            )
+        except MCPError as exc:
+            if exc.error.code == CONNECTION_CLOSED:
+                self._lose(f"the server closed the connection during a call to {name}")
+                raise ToolError(f"MCP server {self.label} went away during the call; its effect is unknown") from None
+            raise ToolError(f"MCP server {self.label}: {exc.error.message}") from None
+        except RuntimeError as exc:  # the SDK's check of structured content against the tool's outputSchema
+            raise ToolError(f"MCP server {self.label}: {exc}") from None
+        except Exception as exc:  # a transport failure the SDK did not turn into an MCP error
+            raise ToolError(f"MCP server {self.label}: {_describe(exc)}") from None
+        return result
+
+    def _lose(self, reason: str) -> None:
+        """The connection is gone: end the session task now, so the server process is stopped and reaped."""
+        self._lost = self._lost or reason
+        self._session = None
+        logger.warning("MCP server %s: %s", self.label, reason)
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def _submit(self, coroutine: Any) -> Any:
+        """Run ``coroutine`` in the toolset's loop; cancelling the caller cancels it there too."""
+        if self._closed:
+            coroutine.close()
+            raise ToolError(f"MCP toolset {self.label} is closed")
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
+
+    # --- closing --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the server (stdin closed, then terminated, then killed) and the thread. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        if self._loop.is_running():
+            stopped = asyncio.run_coroutine_threadsafe(self._stop(), self._loop)
+            with contextlib.suppress(concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
+                stopped.result(_CLOSE_TIMEOUT)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(_CLOSE_TIMEOUT)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    async def _stop(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+        if self._holder is not None:
+            with contextlib.suppress(BaseException):
+                await self._holder
+
+    def __enter__(self) -> MCPToolset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> MCPToolset:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"MCPToolset({self.label!r}, tools={[t.name for t in self.tools] if hasattr(self, 'tools') else []})"
+
+
+@contextlib.asynccontextmanager
+async def _http_streams(url: str, headers: dict[str, str]) -> AsyncIterator[Streams]:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with (
+        create_mcp_http_client(headers=headers) as client,
+        streamable_http_client(url, http_client=client) as streams,
+    ):
+        yield streams[0], streams[1]
+
+
+async def _list_tools(session: Any) -> list[mcp.types.Tool]:
+    """Every page of ``tools/list``."""
+    from mcp.types import PaginatedRequestParams
+
+    page = await session.list_tools()
+    tools = list(page.tools)
+    while page.next_cursor:
+        page = await session.list_tools(params=PaginatedRequestParams(cursor=page.next_cursor))
+        tools.extend(page.tools)
+    return tools
+
+
+def _selected(selection: Selection, name: str) -> bool:
+    if isinstance(selection, bool):
+        return selection
+    if callable(selection):
+        return bool(selection(name))
+    return name in selection
+
+
+def _result(result: mcp.types.CallToolResult) -> Any:
+    """What the model sees of a result: structured content as JSON, else the text, else the content blocks."""
+    if result.is_error:
+        raise ToolError(_text(result) or "the MCP tool reported an error")
+    if result.structured_content is not None:
+        return result.structured_content
+    if all(block.type == "text" for block in result.content):
+        return _text(result)
+    return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
+
+
+def _text(result: mcp.types.CallToolResult) -> str:
+    return "\n".join(block.text for block in result.content if block.type == "text")
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for the first real failure inside ``exc`` (anyio wraps them in exception groups)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    from mcp import MCPError
+
+    if isinstance(exc, FileNotFoundError):
+        return f"cannot start the server: {exc.strerror}: {exc.filename}"
+    if isinstance(exc, MCPError):
+        from mcp.types import CONNECTION_CLOSED
+
+        if exc.error.code == CONNECTION_CLOSED:
+            return "the server closed the connection (did it exit? its stderr may say why)"
+        return exc.error.message
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__

@@ -1,0 +1,62 @@
+"""Starting the test MCP server, and telling whether a server process is still around."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SERVER = Path(__file__).with_name("mcp_server.py")
+
+
+def server_argv(mode: str, *extra: str) -> list[str]:
+    return [sys.executable, str(SERVER), mode, *extra]
+
+
+def our_servers() -> list[tuple[int, str]]:
+    """Our child processes running the test server, zombies included: ``(pid, state)``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        state, ppid = fields[0], int(fields[1])
+        if ppid == os.getpid() and str(SERVER).encode() in cmdline:
+            found.append((int(entry.name), state))
+    return found
+
+
+def gone(pid: int) -> bool:
+    """True once ``pid`` no longer exists, not even as an unreaped zombie."""
+    return not Path(f"/proc/{pid}").exists()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_http_server(log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {**os.environ, "MCP_TEST_LOG": str(log)}
+    process = subprocess.Popen(server_argv("http", str(port)), env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the MCP test server exited with {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return process, f"http://127.0.0.1:{port}/mcp"
+        except OSError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("the MCP test server did not start listening")

@@ -1,0 +1,264 @@
+"""MCP servers' tools behind tether's gates: a real server process (the SDK's, tests/mcp/mcp_server.py).
+
+Over stdio and over streamable HTTP: the tools are listed, a valid call is
+executed, a bad call is refused before the server sees it, and a server killed
+mid-call is a clear tool_failed and a reaped process. Each broken server
+(exits, hangs, lists no tools, malformed schema) is an MCPServerError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp_helpers import gone, our_servers, server_argv, start_http_server
+
+from tether.core.budget import Budget
+from tether.core.machine import Status
+from tether.mcp import MCPServerError, MCPToolset
+from tether.models.scripted import ScriptedModel, calls, text
+from tether.runner import Agent, RunResult
+from tether.store.sqlite import SQLiteStore
+from tether.tools import Principal
+
+QUIET = open(os.devnull, "w")  # noqa: SIM115  (the server's own tracebacks for the failing tool)
+
+
+def seen(log: Path) -> list[dict[str, Any]]:
+    """The calls that reached the server."""
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def result_of(result: RunResult, call_id: str) -> dict[str, Any]:
+    for step in result.steps:
+        for call in step.calls:
+            if call.id == call_id:
+                return dict(json.loads(call.result or "null"))
+    raise AssertionError(f"no call {call_id}")
+
+
+async def run(toolset: MCPToolset, *replies: Any, store: SQLiteStore | None = None, **options: Any) -> RunResult:
+    agent = Agent(ScriptedModel([*replies, text("done")]), toolset, store=store, **options)
+    return await agent.run("go")
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("mcp") / "calls.jsonl"
+
+
+@pytest.fixture(scope="module")
+def stdio(log: Path) -> Iterator[MCPToolset]:
+    env = {"MCP_TEST_LOG": str(log)}
+    with MCPToolset.stdio(
+        server_argv("stdio"),
+        env=env,
+        read_only={"weather", "shout"},
+        approval={"delete_everything"},
+        scopes={"notes"},
+        errlog=QUIET,
+    ) as toolset:
+        yield toolset
+
+
+def test_the_servers_tools_are_listed_with_their_schemas_closed(stdio: MCPToolset) -> None:
+    tools = {t.name: t for t in stdio}
+    assert {"add", "weather", "shout", "big", "broken", "delete_everything", "sleepy"} <= set(tools)
+    add = tools["add"].parameters
+    assert add["required"] == ["a", "b"] and add["additionalProperties"] is False
+    assert tools["add"].description == "Add two integers."
+
+
+def test_read_only_comes_from_the_configuration_never_from_the_servers_hint(stdio: MCPToolset) -> None:
+    tools = {t.name: t for t in stdio}
+    assert tools["add"].read_only is False  # the server says readOnlyHint: true; nobody configured it
+    assert tools["weather"].read_only is True  # configured, though the server claims nothing
+    assert all(t.untrusted_output for t in stdio)
+
+
+async def test_a_valid_call_is_executed_with_its_idempotency_key_and_recorded_in_the_ledger(
+    stdio: MCPToolset, log: Path, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    result = await run(stdio, calls(("c1", "add", '{"a": 248, "b": 15}'), ("c2", "idempotency_key", "{}")), store=store)
+    assert result.status is Status.COMPLETED
+    assert result_of(result, "c1") == {"ok": True, "result": {"result": 263}}
+    assert result_of(result, "c2") == {"ok": True, "result": {"result": f"{result.run_id}:c2"}}
+    assert {"tool": "add", "arguments": {"a": 248, "b": 15}} in seen(log)
+    entry = store.ledger_entry(result.run_id, "c1")  # side-effecting: intent and outcome recorded
+    assert entry is not None and entry.outcome is not None and '"result": 263' in entry.outcome
+
+
+async def test_a_bad_call_is_refused_before_the_server_sees_it(stdio: MCPToolset, log: Path) -> None:
+    before = len(seen(log))
+    result = await run(
+        stdio,
+        calls(("c1", "add", '{"a": "248", "b": 15}')),
+        calls(("c2", "add", '{"a": 1, "b": 2, "c": 3}'), ("c3", "add", '{"a": true, "b": 2}')),
+    )
+    assert result_of(result, "c1")["error"] == {
+        "code": "invalid_arguments",
+        "message": "a: expected integer, got string",
+        "retryable": True,
+    }
+    assert result_of(result, "c2")["error"]["message"] == "arguments: unexpected field(s) 'c'"
+    assert result_of(result, "c3")["error"]["code"] == "invalid_arguments"
+    assert len(seen(log)) == before
+
+
+async def test_is_error_becomes_tool_failed_and_structured_content_is_kept(stdio: MCPToolset) -> None:
+    result = await run(
+        stdio,
+        calls(("c1", "broken", "{}"), ("c2", "weather", '{"city": "Oslo"}'), ("c3", "shout", '{"text": "hi"}')),
+    )
+    assert result_of(result, "c1")["error"]["code"] == "tool_failed"
+    assert "broken" in result_of(result, "c1")["error"]["message"]
+    assert result_of(result, "c2") == {"ok": True, "result": {"city": "Oslo", "celsius": 21.5, "sky": "clear"}}
+    assert result_of(result, "c3") == {"ok": True, "result": "HI"}
+
+
+async def test_an_oversized_result_is_cut_with_the_marker(stdio: MCPToolset) -> None:
+    result = await run(stdio, calls(("c1", "big", '{"size": 50000}')))
+    shown = result_of(result, "c1")["result"]
+    assert shown.endswith("…[truncated: showing 20000 of 50000 characters]")
+
+
+async def test_mcp_output_taints_the_run_so_the_next_side_effecting_call_waits_for_approval(
+    stdio: MCPToolset, log: Path
+) -> None:
+    before = len(seen(log))
+    result = await run(
+        stdio, calls(("c1", "weather", '{"city": "Oslo"}')), calls(("c2", "delete_everything", '{"confirm": true}'))
+    )
+    assert result.status is Status.AWAITING_APPROVAL
+    assert result.state.tainted
+    assert [c["tool"] for c in seen(log)[before:]] == ["weather"]
+
+
+async def test_approval_scopes_and_budgets_gate_mcp_tools_before_the_server_sees_a_call(
+    stdio: MCPToolset, log: Path
+) -> None:
+    before = len(seen(log))
+    paused = await run(stdio, calls(("c1", "delete_everything", '{"confirm": true}')))
+    assert paused.status is Status.AWAITING_APPROVAL and not paused.state.tainted
+
+    outsider = Principal("mallory", frozenset({"tickets"}))  # lacks the toolset's scope "notes"
+    hidden = await run(stdio, calls(("c1", "add", '{"a": 1, "b": 2}')), principal=outsider)
+    assert result_of(hidden, "c1")["error"]["code"] == "unknown_tool"
+
+    limited = await run(
+        stdio,
+        calls(("c1", "add", '{"a": 1, "b": 2}'), ("c2", "add", '{"a": 3, "b": 4}')),
+        budget=Budget(max_tool_calls=1),
+    )
+    assert [result_of(limited, c)["error"]["code"] for c in ("c1", "c2")] == ["budget_exhausted"] * 2
+    assert seen(log)[before:] == []
+
+
+async def test_a_hung_call_times_out_and_a_server_killed_mid_call_is_a_clear_error_and_reaped(log: Path) -> None:
+    before = our_servers()
+    env = {"MCP_TEST_LOG": str(log)}
+    toolset = await asyncio.to_thread(  # as the README says to, inside a running loop
+        MCPToolset.stdio, server_argv("stdio"), env=env, read_only={"sleepy"}, timeout=3, errlog=QUIET
+    )
+    try:
+        hung = await run(toolset, calls(("c1", "sleepy", '{"seconds": 10}')))
+        assert result_of(hung, "c1")["error"]["code"] == "timeout"
+
+        pid = result_of(await run(toolset, calls(("c1", "pid", "{}"))), "c1")["result"]["result"]
+        asyncio.get_running_loop().call_later(0.3, os.kill, pid, signal.SIGKILL)
+        killed = await run(toolset, calls(("c1", "sleepy", '{"seconds": 30}')))
+        error = result_of(killed, "c1")["error"]  # tool_failed when the server dies, not a timeout later
+        assert error["code"] == "tool_failed" and "went away during the call" in error["message"]
+        deadline = time.monotonic() + 5
+        while not gone(pid) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert gone(pid), f"server {pid} was not reaped"
+
+        after = await run(toolset, calls(("c1", "add", '{"a": 1, "b": 2}')))
+        assert "is not connected" in result_of(after, "c1")["error"]["message"]
+    finally:
+        await toolset.aclose()
+    assert our_servers() == before
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("no-tools", "lists no tools"),
+        ("bad-schema", "tool bad: invalid JSON Schema"),
+        ("exit", "closed the connection"),
+        ("hang", "did not answer within 3s"),
+    ],
+)
+def test_a_broken_server_is_a_clear_error_and_its_process_is_reaped(mode: str, message: str) -> None:
+    timeout = 3 if mode == "hang" else 60
+    before = our_servers()
+    with pytest.raises(MCPServerError, match=message):
+        MCPToolset.stdio(server_argv(mode), connect_timeout=timeout)
+    assert our_servers() == before
+
+
+def test_a_command_that_does_not_exist_is_a_clear_error() -> None:
+    with pytest.raises(MCPServerError, match="cannot start the server: No such file or directory"):
+        MCPToolset.stdio("/nonexistent/mcp-server --flag")
+
+
+def test_configuration_naming_tools_the_server_does_not_list_is_refused(log: Path) -> None:
+    before = our_servers()
+    with pytest.raises(MCPServerError, match=r"approval names tools .* does not list: nope"):
+        MCPToolset.stdio(server_argv("stdio"), approval={"nope"})
+    assert our_servers() == before
+
+
+@pytest.fixture(scope="module")
+def http_server(log: Path) -> Iterator[tuple[Any, str]]:
+    process, url = start_http_server(log)
+    yield process, url
+    process.kill()
+    process.wait()
+
+
+async def test_over_http_a_call_is_validated_and_executed_and_a_bad_call_never_arrives(
+    http_server: tuple[Any, str], log: Path
+) -> None:
+    _, url = http_server
+    async with MCPToolset.http(url, prefix="wx.", read_only={"add"}) as toolset:
+        tools = {t.name: t for t in toolset}  # the prefix joins the name; "." is not allowed in one: "_"
+        assert {"wx_add", "wx_weather", "wx_sleepy"} <= set(tools) and tools["wx_add"].read_only
+        before = len(seen(log))
+        result = await run(
+            toolset, calls(("c1", "wx_add", '{"a": 2, "b": "3"}')), calls(("c2", "wx_add", '{"a": 2, "b": 3}'))
+        )
+        assert result_of(result, "c1")["error"]["code"] == "invalid_arguments"
+        assert result_of(result, "c2") == {"ok": True, "result": {"result": 5}}
+        assert seen(log)[before:] == [{"tool": "add", "arguments": {"a": 2, "b": 3}}]
+
+
+async def test_over_http_a_server_killed_mid_call_is_a_clear_error(log: Path) -> None:
+    process, url = start_http_server(log)
+    try:
+        async with MCPToolset.http(url, read_only={"sleepy"}) as toolset:
+            asyncio.get_running_loop().call_later(1.0, process.kill)
+            started = time.monotonic()
+            result = await run(toolset, calls(("c1", "sleepy", '{"seconds": 30}')))
+            assert time.monotonic() - started < 15
+            error = result_of(result, "c1")["error"]
+            assert error["code"] == "tool_failed" and "went away during the call" in error["message"]
+    finally:
+        process.kill()
+        assert process.wait(10) == -signal.SIGKILL
+
+
+def test_an_unreachable_url_is_a_clear_error() -> None:
+    from mcp_helpers import free_port
+
+    with pytest.raises(MCPServerError, match=r"MCP server http://127\.0\.0\.1:"):
+        MCPToolset.http(f"http://127.0.0.1:{free_port()}/mcp", connect_timeout=10)
