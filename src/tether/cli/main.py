@@ -85,11 +85,16 @@ def _model(setup: dict[str, Any], api_key: str | None) -> Any:
 
 def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, max_steps: int) -> Any:
     """The Agent a setup describes; the same setup rebuilds it on resume."""
+    from tether.models.local import LocalModel
+    from tether.models.providers import LOCAL
     from tether.runner import Agent
 
     tools = _tools(tuple(setup["toolsets"]), setup.get("files_root"))
     model = _model(setup, api_key)
-    return Agent(model, tools, budget=Budget(max_steps=max_steps), store=store, setup=setup, principal=principal)
+    compat = LOCAL.compat if isinstance(model, LocalModel) else None
+    return Agent(
+        model, tools, budget=Budget(max_steps=max_steps), compat=compat, store=store, setup=setup, principal=principal
+    )
 
 
 def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
