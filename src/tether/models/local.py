@@ -139,7 +139,7 @@ class LocalModel:
             eos_token=model.token_get_text(model.token_eos()) if model.token_eos() >= 0 else "",
         )
         self._add_bos = metadata.get("tokenizer.ggml.add_bos_token", "false") == "true"
-        self._grammars: dict[tuple[str, ...], Any] = {}
+        self._grammars: dict[tuple[Any, ...], Any] = {}
 
     @property
     def format(self) -> ToolFormat:
@@ -155,14 +155,15 @@ class LocalModel:
         add_bos = self._add_bos and not (bos and prompt.startswith(bos))
         return list(self._llm.tokenize(prompt.encode(), add_bos=add_bos, special=True))
 
-    def _grammar(self, tools: Sequence[dict[str, Any]]) -> Any:
+    def _grammar(self, tools: Sequence[dict[str, Any]], max_calls: int | None) -> Any:
         from llama_cpp.llama_grammar import LlamaGrammar
 
-        key = tuple(json.dumps(t, sort_keys=True) for t in tools)
+        key = (max_calls, *(json.dumps(t, sort_keys=True) for t in tools))
         if key not in self._grammars:
             fmt = self.format
             if fmt.native:
-                self._grammars[key] = call_grammar(tools, fmt.grammar_root(CALL_RULE), fmt.arguments_key)
+                root = fmt.grammar_root(CALL_RULE, max_calls)
+                self._grammars[key] = call_grammar(tools, root, fmt.arguments_key)
             else:
                 self._grammars[key] = prefixed_grammar(tools, fmt.call_open)
         return LlamaGrammar.from_string(self._grammars[key], verbose=False)
@@ -175,9 +176,10 @@ class LocalModel:
             tokens = self._tokens(self.prompt(request))
             choice = request.tool_choice or "auto"
             tools = list(request.tools)
-            if tools and isinstance(choice, dict):
+            if tools and isinstance(choice, dict):  # one call of the named tool
                 named = choice.get("function", {}).get("name")
-                return self._call(request, tokens, [t for t in tools if t["function"]["name"] == named] or tools, 0)
+                chosen = [t for t in tools if t["function"]["name"] == named] or tools
+                return self._call(request, tokens, chosen, 0, max_calls=1)
             if tools and choice == "required":
                 return self._call(request, tokens, tools, 0)
             return self._text_or_call(request, tokens, tools if choice == "auto" else [])
@@ -213,10 +215,18 @@ class LocalModel:
             model=self.name,
         )
 
-    def _call(self, request: ModelRequest, tokens: list[int], tools: list[dict[str, Any]], spent: int) -> ModelReply:
+    def _call(
+        self,
+        request: ModelRequest,
+        tokens: list[int],
+        tools: list[dict[str, Any]],
+        spent: int,
+        max_calls: int | None = None,
+    ) -> ModelReply:
         """One reply of tool calls, decoded under the tools' grammar (``spent``: tokens already generated)."""
         limit = request.max_tokens or CALL_MAX_TOKENS
-        out = self._llm.create_completion(tokens, grammar=self._grammar(tools), **self._sampling(limit))
+        grammar = self._grammar(tools, max_calls)
+        out = self._llm.create_completion(tokens, grammar=grammar, **self._sampling(limit))
         choice = out["choices"][0]
         usage = Usage(len(tokens), spent + int(out["usage"]["completion_tokens"]))
         if choice["finish_reason"] == "length":

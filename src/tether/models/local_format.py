@@ -80,13 +80,14 @@ class ToolFormat:
             calls.append((item["name"], item[self.arguments_key]))
         return calls
 
-    def grammar_root(self, call_rule: str) -> str:
+    def grammar_root(self, call_rule: str, max_calls: int | None = None) -> str:
         """The GBNF root of a reply made of calls (``call_rule`` is one call's JSON)."""
+        extra = (max_calls or self.max_calls) - 1
         if self.family == "mistral":
-            more = f' ("," " "? {call_rule})?' * (self.max_calls - 1)
+            more = f' ("," " "? {call_rule})?' * extra
             return f'root ::= "[TOOL_CALLS]" " "? "[" {call_rule}{more} "]"'
         one = f"{json.dumps(self.call_open)} {call_rule} {json.dumps(self.call_close)}"
-        more = f' ("\\n" {one})?' * (self.max_calls - 1)
+        more = f' ("\\n" {one})?' * extra
         return f"root ::= {one}{more}"
 
     def call_id(self, turn: int, index: int) -> str:
@@ -190,6 +191,9 @@ class Renderer:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         env = ImmutableSandboxedEnvironment(autoescape=False, trim_blocks=True, lstrip_blocks=True)
+        # Jinja's own tojson returns Markup, and Markup escapes any plain string added to it
+        # ('"' + key + '": ' + val|tojson gives &#34;key&#34;): a plain string, as transformers renders it.
+        env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = lambda fmt: "26 Jul 2024"  # fixed: the same prompt every run
         self.template = template or CHATML
@@ -219,6 +223,16 @@ class Renderer:
                 eos_token=self.eos_token,
             )
         )
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
 def _raise(message: str) -> None:
