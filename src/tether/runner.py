@@ -448,12 +448,13 @@ class Driver:
             on_text = lambda piece: self._emit(TEXT, text=piece)  # noqa: E731
         timeout = None if command.deadline_at is None else max(0.0, command.deadline_at - clock())
         choice = self.agent.tool_choice
+        policy = command.tool_choice if self.toolbox.specs else None  # a choice about no tools means nothing
         request = ModelRequest(
             command.messages,
             self.toolbox.specs,
             max_tokens=self.agent.max_tokens,
             timeout=timeout,
-            tool_choice=choice(command.step) if callable(choice) else choice,
+            tool_choice=policy or (choice(command.step) if callable(choice) else choice),
             on_text=on_text,
         )
         self._flush()

@@ -547,6 +547,33 @@ def test_synthesize_missing_ids_fixes_nothing_else(model_reply: ModelReply) -> N
 # --- budgets ------------------------------------------------------------------------------
 
 
+def test_answer_after_success_asks_for_text_once_every_call_of_the_step_succeeded() -> None:
+    run = started(RunConfig(compat=Compat(answer_after_success=True)))
+    first = run.pending_command()
+    assert isinstance(first, CallModel) and first.tool_choice is None  # nothing has succeeded yet
+
+    command = finish_tools(run, reply(run, calls_reply(GOOD, wire("c2", "multiply", {"a": 3, "b": 4}))))
+
+    assert isinstance(command, CallModel) and command.tool_choice == "none"
+    assert run.pending_command() == command  # derived from the messages, so a resumed run asks the same
+
+
+def test_answer_after_success_leaves_the_choice_open_after_a_failed_call() -> None:
+    run = started(RunConfig(compat=Compat(answer_after_success=True)))
+
+    command = finish_tools(run, reply(run, calls_reply(GOOD, wire("c2", "multiply", {"a": "x", "b": 4}))))
+
+    assert isinstance(command, CallModel) and command.tool_choice is None  # c2 was refused: let the model repair it
+
+
+def test_answer_after_success_is_off_by_default() -> None:
+    run = started()
+
+    command = finish_tools(run, reply(run, calls_reply(GOOD)))
+
+    assert isinstance(command, CallModel) and command.tool_choice is None
+
+
 def test_max_steps_last_reply_calls_are_not_executed() -> None:
     run = started(budget(max_steps=2))
     first = reply(run, calls_reply(wire("c1", "multiply", {"a": 1, "b": 2})))

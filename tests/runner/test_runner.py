@@ -673,3 +673,20 @@ async def test_a_sync_side_effecting_tools_exception_is_tool_failed_without_its_
     assert error["code"] == "tool_failed"
     for leaked in ("4111", "sk-live-SECRET", "declined", "Traceback"):
         assert leaked not in reply.content
+
+
+# ---------------------------------------------------------- answer after success
+
+
+async def test_answer_after_success_sends_tool_choice_none_for_the_step_after_a_successful_one() -> None:
+    from tether.core.budget import Compat
+
+    model = ScriptedModel(
+        [calls(("c1", "multiply", args(a=248, b=15))), calls(("c2", "multiply", args(a=1, b="x"))), text("3720")]
+    )
+    agent = Agent(model, load_toolset("calc"), compat=Compat(answer_after_success=True), tool_choice="auto")
+    result = await agent.run("What is 248 times 15?")
+
+    assert result.status is Status.COMPLETED
+    # The policy's "none" wins over the agent's own choice only for the step after a successful one.
+    assert [r.tool_choice for r in model.requests] == ["auto", "none", "auto"]

@@ -84,6 +84,7 @@ def _model(setup: dict[str, Any], api_key: str | None) -> Any:
 
         path = setup.get("local_model") or str(default_model_path())
         setup["local_model"] = path
+        setup["provider"] = setup.get("provider") or "local"
         click.echo(
             f"using the local model {Path(path).stem} (no OPENAI_BASE_URL or OPENAI_API_KEY set); "
             "a model this small gives weak answers: set OPENAI_BASE_URL and OPENAI_MODEL for a real one",
@@ -109,10 +110,12 @@ def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: An
     """The Agent a setup describes; the same setup rebuilds it on resume."""
     from tether.runner import Agent
 
-    compat = _provider(setup).compat  # first: an unknown provider is reported before anything is built
+    _provider(setup)  # first: an unknown provider is reported before anything is built
     tools = _tools(tuple(setup["toolsets"]), setup.get("files_root")) + mcp_tools(setup)
-    model = _model(setup, api_key)
-    return Agent(model, tools, budget=budget, compat=compat, store=store, setup=setup, principal=principal)
+    model = _model(setup, api_key)  # the embedded model brings the local profile with it
+    return Agent(
+        model, tools, budget=budget, compat=_provider(setup).compat, store=store, setup=setup, principal=principal
+    )
 
 
 def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:

