@@ -17,6 +17,12 @@ def usage_dict(usage: Usage) -> dict[str, int]:
     }
 
 
+def _jsonable(value: Any) -> Any:
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(value)
+
+
 @dataclass(slots=True)
 class CallReport:
     id: str
@@ -51,7 +57,7 @@ class StepReport:
 class RunResult:
     run_id: str
     status: Status
-    output: str | None
+    output: Any  # the answer's text, or its typed value with an output_type; None unless completed (or fallback)
     reason: str | None
     steps: list[StepReport]
     state: RunState
@@ -64,7 +70,7 @@ class RunResult:
         return {
             "run_id": self.run_id,
             "status": self.status.value,
-            "output": self.output,
+            "output": self.output if self.output is None or isinstance(self.output, str) else _jsonable(self.output),
             "reason": self.reason,
             "steps": [s.to_dict() for s in self.steps],
             "usage": usage_dict(self.usage),

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig
 from tether.core.envelope import outcome_code
-from tether.core.errors import ModelError, TetherError
+from tether.core.errors import ConfigurationError, ModelError, TetherError
 from tether.core.machine import (
     ApprovalDecided,
     AwaitApproval,
@@ -65,6 +65,7 @@ from tether.events import (
     digest,
 )
 from tether.models.base import Model, ModelRequest
+from tether.output import OutputMode, OutputSpec
 from tether.report import CallReport, RunResult, StepReport, usage_dict
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
 from tether.tools.tool import Executed, NotExecuted, Tool
@@ -141,10 +142,13 @@ class Agent:
         store: SQLiteStore | None = None,
         setup: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
+        output_type: Any = None,
+        output_mode: OutputMode | None = None,
     ) -> None:
         self.model = model
         self.tools = list(tools)
         self.toolbox = Toolbox(self.tools, principal)
+        self.output = _output_spec(model, self.tools, output_type, output_mode)
         self.store = store
         self.setup = setup or {}
         self.config = RunConfig(budget or Budget(), compat or Compat(), fallback_answer)
@@ -164,7 +168,10 @@ class Agent:
         messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
         if self.system is not None and not (messages and messages[0].role == "system"):
             messages.insert(0, Message("system", self.system))
-        run = Run.new(run_id or uuid.uuid4().hex, messages, self.toolbox, self.config)
+        if self.output is not None and self.output.mode == "prompted":
+            at = 1 if messages and messages[0].role == "system" else 0
+            messages.insert(at, Message("system", self.output.instructions()))
+        run = Run.new(run_id or uuid.uuid4().hex, messages, self.toolbox, self.config, self.output)
         if self.store is not None:
             self.store.create_run(run.state, self.toolbox.principal, self.setup)
         return Driver(self, run, self.toolbox, on_event)
@@ -176,7 +183,7 @@ class Agent:
         self.store.acquire(run_id)
         stored = self.store.load(run_id)
         toolbox = Toolbox(self.tools, stored.principal)
-        return Driver(self, Run(stored.state, toolbox), toolbox, on_event)
+        return Driver(self, Run(stored.state, toolbox, self.output), toolbox, on_event)
 
     async def run(
         self,
@@ -346,7 +353,11 @@ class Driver:
         return command
 
     def _result(self, status: Status, output: str | None, reason: str | None) -> RunResult:
-        return RunResult(self.state.run_id, status, output, reason, self.steps, self.state)
+        value: Any = output
+        spec = self.agent.output
+        if spec is not None:  # only a completed run has an answer, and the machine has validated it
+            value = spec.decode(output) if status is Status.COMPLETED and output is not None else None
+        return RunResult(self.state.run_id, status, value, reason, self.steps, self.state)
 
     async def _call_model(self, command: CallModel) -> Command:
         clock = self.agent.clock
@@ -359,13 +370,20 @@ class Driver:
             on_text = lambda piece: self._emit(TEXT, text=piece)  # noqa: E731
         timeout = None if command.deadline_at is None else max(0.0, command.deadline_at - clock())
         choice = self.agent.tool_choice
+        specs, response_format = self.toolbox.specs, None
+        spec = self.agent.output
+        if spec is not None and spec.mode == "tool":
+            specs = [*specs, spec.tool_spec()]
+        elif spec is not None and spec.mode == "native":
+            response_format = spec.response_format()
         request = ModelRequest(
             command.messages,
-            self.toolbox.specs,
+            specs,
             max_tokens=self.agent.max_tokens,
             timeout=timeout,
             tool_choice=choice(command.step) if callable(choice) else choice,
             on_text=on_text,
+            response_format=response_format,
         )
         self._flush()
         try:
@@ -507,6 +525,20 @@ class Driver:
             if report.id in replies:
                 report.result = replies[report.id]
                 report.outcome = outcome_code(report.result)
+
+
+def _output_spec(model: Model, tools: Sequence[Tool], output_type: Any, mode: OutputMode | None) -> OutputSpec | None:
+    """The run's output type, asked for the way the model's provider supports best unless ``mode`` says."""
+    if output_type is None:
+        if mode is not None:
+            raise ConfigurationError("output_mode needs an output_type")
+        return None
+    spec = OutputSpec(output_type, mode=mode or getattr(model, "output_mode", None) or "native")
+    if spec.mode == "tool" and any(t.name == spec.tool_name for t in tools):
+        raise ConfigurationError(
+            f"a tool is named {spec.tool_name!r}, the name of the final-answer tool; rename the tool"
+        )
+    return spec
 
 
 def _batches(calls: Sequence[PendingCall]) -> list[list[PendingCall]]:

@@ -17,6 +17,7 @@ class ModelRequest:
     timeout: float | None = None  # seconds left before the run's deadline
     tool_choice: str | dict[str, Any] | None = None  # None: the provider's default ("auto")
     on_text: Callable[[str], None] | None = field(default=None, compare=False)  # streamed text pieces
+    response_format: dict[str, Any] | None = None  # structured output in native mode (json_schema)
 
 
 @runtime_checkable

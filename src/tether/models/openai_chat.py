@@ -235,6 +235,8 @@ class OpenAIChatModel:
             body["tool_choice"] = choice
         if request.max_tokens is not None:
             body["max_tokens"] = request.max_tokens
+        if request.response_format is not None:
+            body["response_format"] = request.response_format
         auto_tools = bool(request.tools) and choice in (None, "auto")
         if self.stream and not (auto_tools and self.compat.no_stream_with_auto_tools):
             body["stream"] = True
