@@ -194,8 +194,34 @@ class Agent:
     ) -> RunResult:
         return await self.driver(prompt, run_id=run_id, on_event=on_event).run()
 
+    def run_sync(
+        self,
+        prompt: str | Sequence[Message],
+        *,
+        run_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> RunResult:
+        """``run`` for a script without an event loop: ``agent.run_sync("...")``.
+
+        Each call runs its own event loop; the model's client for that loop is
+        closed when it ends, so calling it again (or ``asyncio.run`` after it)
+        is fine.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run(prompt, run_id=run_id, on_event=on_event))
+        raise ConfigurationError("run_sync was called inside a running event loop: use `await agent.run(...)` there")
+
     async def aclose(self) -> None:
+        """Close the model's client for the running event loop."""
         await self.model.aclose()
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 class Driver:

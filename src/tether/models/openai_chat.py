@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import random
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -198,27 +199,38 @@ class OpenAIChatModel:
         self.compat = compat
         self.extra_body = dict(extra_body or {})
         self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
-        self._session: aiohttp.ClientSession | None = None
+        # One client per event loop: an aiohttp session belongs to the loop it was made in, and a
+        # script may call asyncio.run (or run_sync) several times with the same model.
+        self._sessions: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncGenerator[None, None]]] = {}
         self._url = f"{self.base_url}/chat/completions"
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAIChatModel(model={self.name!r}, base_url={self.base_url!r})"
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            headers = {"Content-Type": "application/json"}
-            if self._api_key:
-                headers["Authorization"] = f"Bearer {self._api_key}"
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(
-                headers=headers, timeout=self._timeout, connector=connector, raise_for_status=False
-            )
-        return self._session
+    async def _client(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        entry = self._sessions.get(loop)
+        if entry is not None and not entry[0].closed:
+            return entry[0]
+        for gone in [other for other in self._sessions if other.is_closed()]:
+            del self._sessions[gone]  # closed with its loop, by its guard
+        headers = {"Content-Type": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        session = aiohttp.ClientSession(
+            headers=headers, timeout=self._timeout, connector=connector, raise_for_status=False
+        )
+        guard = _close_with_loop(session)
+        await anext(guard)
+        self._sessions[loop] = (session, guard)
+        return session
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the client of the running event loop (the others close when their loop ends)."""
+        entry = self._sessions.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            await entry[1].aclose()
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -271,7 +283,7 @@ class OpenAIChatModel:
 
     async def _exchange(self, body: dict[str, Any], request: ModelRequest) -> ModelReply:
         try:
-            async with self._client().post(self._url, json=body) as response:
+            async with (await self._client()).post(self._url, json=body) as response:
                 if response.status >= 400:
                     text = await response.text(errors="replace")
                     retry = _retry_after(response.headers.get("Retry-After"))
@@ -314,6 +326,19 @@ class OpenAIChatModel:
         if assembler.finish_reason is None:
             raise ModelResponseError("the stream ended before a finish_reason")
         return assembler.reply()
+
+
+async def _close_with_loop(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
+    """Closes ``session`` when its event loop shuts down, even if nobody calls ``aclose``.
+
+    An async generator is how: ``asyncio.run`` (and every well-behaved loop
+    owner) finalizes the async generators of a loop before closing it. This
+    is what keeps a plain script free of "Unclosed client session" warnings.
+    """
+    try:
+        yield
+    finally:
+        await session.close()
 
 
 def _decode_event(payload: str) -> dict[str, Any]:
