@@ -38,9 +38,9 @@ with FakeServer(SCENARIOS["multiply"]) as server:
 def run_script(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(code))
-    # -X dev shows every ResourceWarning and asyncio's debug complaints, which a plain run would hide.
+    # -W default shows every ResourceWarning (an unclosed session), which a plain run would hide.
     return subprocess.run(
-        [sys.executable, "-X", "dev", str(script)],
+        [sys.executable, "-W", "default", str(script)],
         capture_output=True,
         text=True,
         timeout=60,
