@@ -118,6 +118,8 @@ class Decision:
 
 
 EventHandler = Callable[[RunEvent], None]
+# Deps for a stored run that is resumed: given the run id and its principal (deps are never stored).
+DepsFactory = Callable[[str, Principal], Any]
 # "auto", "none", "required" or {"type": "function", "function": {"name": ...}}; None leaves it to the provider.
 ToolChoice = str | dict[str, Any] | None
 Approver = Callable[[PendingCall], Awaitable[Decision | None]]
@@ -144,11 +146,14 @@ class Agent:
         clock: Callable[[], float] = time.time,
         output_type: Any = None,
         output_mode: OutputMode | None = None,
+        deps_factory: DepsFactory | None = None,
     ) -> None:
         self.model = model
         self.tools = list(tools)
         self.toolbox = Toolbox(self.tools, principal)
         self.output = _output_spec(model, self.tools, output_type, output_mode)
+        self.deps_factory = deps_factory
+        self._toolboxes: dict[Principal, Toolbox] = {principal: self.toolbox}
         self.store = store
         self.setup = setup or {}
         self.config = RunConfig(budget or Budget(), compat or Compat(), fallback_answer)
@@ -164,26 +169,42 @@ class Agent:
         *,
         run_id: str | None = None,
         on_event: EventHandler | None = None,
+        deps: Any = None,
+        principal: Principal | None = None,
     ) -> Driver:
+        toolbox = self.toolbox_for(principal or self.toolbox.principal)
         messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
         if self.system is not None and not (messages and messages[0].role == "system"):
             messages.insert(0, Message("system", self.system))
         if self.output is not None and self.output.mode == "prompted":
             at = 1 if messages and messages[0].role == "system" else 0
             messages.insert(at, Message("system", self.output.instructions()))
-        run = Run.new(run_id or uuid.uuid4().hex, messages, self.toolbox, self.config, self.output)
+        run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, self.config, self.output)
         if self.store is not None:
-            self.store.create_run(run.state, self.toolbox.principal, self.setup)
-        return Driver(self, run, self.toolbox, on_event)
+            self.store.create_run(run.state, toolbox.principal, self.setup)
+        return Driver(self, run, toolbox, on_event, deps)
 
-    def resume(self, run_id: str, *, on_event: EventHandler | None = None) -> Driver:
-        """A driver for a stored run, under the principal it was started for."""
+    def toolbox_for(self, principal: Principal) -> Toolbox:
+        """The tools ``principal`` may use (one Toolbox per principal, built once)."""
+        toolbox = self._toolboxes.get(principal)
+        if toolbox is None:
+            toolbox = self._toolboxes[principal] = Toolbox(self.tools, principal)
+        return toolbox
+
+    def resume(self, run_id: str, *, on_event: EventHandler | None = None, deps: Any = None) -> Driver:
+        """A driver for a stored run, under the principal it was started for.
+
+        Deps are never stored: pass ``deps=``, or give the Agent a
+        ``deps_factory(run_id, principal)`` that rebuilds them.
+        """
         if self.store is None:
             raise ValueError("resuming needs an Agent with a store")
         self.store.acquire(run_id)
         stored = self.store.load(run_id)
-        toolbox = Toolbox(self.tools, stored.principal)
-        return Driver(self, Run(stored.state, toolbox, self.output), toolbox, on_event)
+        toolbox = self.toolbox_for(stored.principal)
+        if deps is None and self.deps_factory is not None:
+            deps = self.deps_factory(run_id, stored.principal)
+        return Driver(self, Run(stored.state, toolbox, self.output), toolbox, on_event, deps)
 
     async def run(
         self,
@@ -191,8 +212,11 @@ class Agent:
         *,
         run_id: str | None = None,
         on_event: EventHandler | None = None,
+        deps: Any = None,
+        principal: Principal | None = None,
     ) -> RunResult:
-        return await self.driver(prompt, run_id=run_id, on_event=on_event).run()
+        """Run to a finish or a pause. ``deps`` reach tools as ``context.deps``; ``principal`` overrides the Agent's."""
+        return await self.driver(prompt, run_id=run_id, on_event=on_event, deps=deps, principal=principal).run()
 
     def run_sync(
         self,
@@ -200,6 +224,8 @@ class Agent:
         *,
         run_id: str | None = None,
         on_event: EventHandler | None = None,
+        deps: Any = None,
+        principal: Principal | None = None,
     ) -> RunResult:
         """``run`` for a script without an event loop: ``agent.run_sync("...")``.
 
@@ -210,7 +236,7 @@ class Agent:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.run(prompt, run_id=run_id, on_event=on_event))
+            return asyncio.run(self.run(prompt, run_id=run_id, on_event=on_event, deps=deps, principal=principal))
         raise ConfigurationError("run_sync was called inside a running event loop: use `await agent.run(...)` there")
 
     async def aclose(self) -> None:
@@ -227,8 +253,11 @@ class Agent:
 class Driver:
     """Drives one run to a finish or a pause (approval without an approver)."""
 
-    def __init__(self, agent: Agent, run: Run, toolbox: Toolbox, on_event: EventHandler | None) -> None:
+    def __init__(
+        self, agent: Agent, run: Run, toolbox: Toolbox, on_event: EventHandler | None, deps: Any = None
+    ) -> None:
         self.agent = agent
+        self.deps = deps  # for tools only: never stored, never sent to the model
         self.run_machine = run
         self.toolbox = toolbox
         self.store = agent.store
@@ -352,7 +381,9 @@ class Driver:
             found = self.toolbox.offered.get(call.tool)
             if found is None or found.reconcile is None or call.arguments is None:
                 continue
-            context = ToolContext(self.state.run_id, call.call_id, self.toolbox.principal, None)
+            context: ToolContext[Any] = ToolContext(
+                self.state.run_id, call.call_id, self.toolbox.principal, None, self.deps
+            )
             try:
                 verdict = found.reconcile(context, call.arguments)
                 if asyncio.iscoroutine(verdict):
@@ -489,7 +520,7 @@ class Driver:
             store.record_intent(run_id, call)  # committed before the effect can happen
             self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
             self._flush()
-        content = await self.toolbox.invoke(call, run_id, self.run_machine.deadline_at)
+        content = await self.toolbox.invoke(call, run_id, self.run_machine.deadline_at, self.deps)
         self._done(call, content, CALL_EXECUTED)
         if store is not None and not call.read_only:
             self._flush()

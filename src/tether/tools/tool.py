@@ -13,7 +13,7 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, get_args, get_type_hints, overload
+from typing import Any, get_args, get_origin, get_type_hints, overload
 
 import jsonschema
 import pydantic
@@ -240,6 +240,13 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return "\n".join(summary).strip(), params
 
 
+def _is_context(hint: Any) -> bool:
+    """``ToolContext``, ``ToolContext[Deps]``, or either inside Optional/Annotated."""
+    if hint is ToolContext or get_origin(hint) is ToolContext:
+        return True
+    return any(_is_context(arg) for arg in get_args(hint))
+
+
 def _from_function(function: Callable[..., Any], name: str | None, description: str | None, **options: Any) -> Tool:
     tool_name = name or function.__name__
     if not NAME_PATTERN.match(tool_name):
@@ -257,7 +264,7 @@ def _from_function(function: Callable[..., Any], name: str | None, description: 
         if param.name not in hints:
             raise ToolDefinitionError(f"tool {tool_name}: parameter {param.name} needs a type hint")
         hint = hints[param.name]
-        if hint is ToolContext or ToolContext in get_args(hint):
+        if _is_context(hint):
             context_param = param.name
             continue
         default: Any = ... if param.default is param.empty else param.default

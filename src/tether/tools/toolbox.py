@@ -78,12 +78,12 @@ class Toolbox:
             untrusted_output=found.untrusted_output,
         )
 
-    async def invoke(self, call: PendingCall, run_id: str, deadline_at: float | None = None) -> str:
+    async def invoke(self, call: PendingCall, run_id: str, deadline_at: float | None = None, deps: Any = None) -> str:
         """Run one accepted call; the envelope the model will see."""
         found = self.offered.get(call.tool)
         if found is None or call.arguments is None:
             return envelope.error(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.tool!r}")
-        context = ToolContext(run_id, call.call_id, self.principal, deadline_at)
+        context: ToolContext[Any] = ToolContext(run_id, call.call_id, self.principal, deadline_at, deps)
         try:
             kwargs = found.bind(call.arguments, context)
         except pydantic.ValidationError as exc:
