@@ -61,6 +61,7 @@ class RunResult:
     reason: str | None
     steps: list[StepReport]
     state: RunState
+    listener_errors: int = 0  # how many times an on_event listener raised (the run went on)
 
     @property
     def usage(self) -> Usage:

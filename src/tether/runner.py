@@ -16,7 +16,8 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +49,10 @@ from tether.events import (
     APPROVAL_DECIDED,
     APPROVAL_REQUESTED,
     CALL_EXECUTED,
+    CALL_FINISHED,
     CALL_RECOVERED,
     CALL_REJECTED,
+    CALL_STARTED,
     CALL_VALIDATED,
     INTENT_RECORDED,
     MODEL_REPLIED,
@@ -62,11 +65,14 @@ from tether.events import (
     RUN_STARTED,
     STEP_STARTED,
     TEXT,
+    TOOL_CALL_DELTA,
+    TRANSIENT,
     digest,
 )
 from tether.models.base import Model, ModelRequest
 from tether.output import OutputMode, OutputSpec
 from tether.report import CallReport, RunResult, StepReport, usage_dict
+from tether.stream import RunFinished, StreamEvent, Translator
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
 from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, result_envelope
@@ -109,6 +115,7 @@ class RunEvent:
     run_id: str
     step: int
     data: dict[str, Any] = field(default_factory=dict)
+    at: float = 0.0  # when it happened, by the agent's clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +246,45 @@ class Agent:
             return asyncio.run(self.run(prompt, run_id=run_id, on_event=on_event, deps=deps, principal=principal))
         raise ConfigurationError("run_sync was called inside a running event loop: use `await agent.run(...)` there")
 
+    async def stream(
+        self,
+        prompt: str | Sequence[Message],
+        *,
+        run_id: str | None = None,
+        deps: Any = None,
+        principal: Principal | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Run and yield typed events as they happen (``tether.stream``); the last is ``RunFinished``.
+
+        The model's reply is streamed for this run whatever the adapter's
+        default. Leaving the loop early cancels the run (recorded as
+        ``cancelled``).
+        """
+        driver = self.driver(prompt, run_id=run_id, deps=deps, principal=principal)
+        queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
+        translator = Translator(driver, queue.put_nowait)
+        driver.on_event = translator.feed
+        driver.stream_model = True
+        task = asyncio.create_task(driver.run())
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+            result = task.result()
+            translator.close_step()
+            while not queue.empty():
+                if (late := queue.get_nowait()) is not None:
+                    yield late
+            clock = self.clock()
+            yield RunFinished(
+                at=clock, run_id=result.run_id, step=result.state.steps, model=self.model.name, result=result
+            )
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
     async def aclose(self) -> None:
         """Close the model's client for the running event loop."""
         await self.model.aclose()
@@ -269,21 +315,36 @@ class Driver:
         self._unsaved: list[RunEvent] = []  # events not yet checkpointed (durable runs)
         self._outcomes: list[tuple[PendingCall, str]] = []  # read-only results for the next checkpoint
         self._lease_timer: asyncio.TimerHandle | None = None
+        self.stream_model = False  # ask the model to stream (Agent.stream)
+        self.arguments: dict[str, dict[str, Any] | None] = {}  # call id -> decoded arguments, for listeners
+        self.listener_errors = 0
 
     @property
     def state(self) -> RunState:
         return self.run_machine.state
 
     def _emit(self, kind: str, **data: Any) -> None:
-        event = RunEvent(kind, self.state.run_id, self.state.steps, data)
-        if self.store is None or kind == TEXT:
+        event = RunEvent(kind, self.state.run_id, self.state.steps, data, self.agent.clock())
+        if self.store is None or (kind in TRANSIENT and not self._unsaved):
             self._deliver(event)
         else:
-            self._unsaved.append(event)
+            self._unsaved.append(event)  # a transient event waits behind stored ones: order is kept
 
     def _deliver(self, event: RunEvent) -> None:
-        if self.on_event is not None:
+        """Hand ``event`` to the listener; a listener that raises is reported, never allowed to stop the run."""
+        if self.on_event is None:
+            return
+        try:
             self.on_event(event)
+        except Exception as exc:
+            self.listener_errors += 1
+            if self.listener_errors == 1:
+                warnings.warn(
+                    f"an on_event listener raised {type(exc).__name__}: {exc} (on a {event.kind} event of run "
+                    f"{event.run_id}); the run goes on, failures are counted in RunResult.listener_errors",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
 
     def _flush(self, *, release: bool = False) -> None:
         """Checkpoint the state with the events since the last one, then let listeners hear of them.
@@ -298,7 +359,8 @@ class Driver:
             return
         events, self._unsaved = self._unsaved, []
         outcomes, self._outcomes = self._outcomes, []
-        self.store.checkpoint(self.state, [(e.kind, e.data) for e in events], outcomes, release=release)
+        stored = [(e.kind, e.data) for e in events if e.kind not in TRANSIENT]
+        self.store.checkpoint(self.state, stored, outcomes, release=release)
         for event in events:
             self._deliver(event)
 
@@ -414,7 +476,7 @@ class Driver:
         spec = self.agent.output
         if spec is not None:  # only a completed run has an answer, and the machine has validated it
             value = spec.decode(output) if status is Status.COMPLETED and output is not None else None
-        return RunResult(self.state.run_id, status, value, reason, self.steps, self.state)
+        return RunResult(self.state.run_id, status, value, reason, self.steps, self.state, self.listener_errors)
 
     async def _call_model(self, command: CallModel) -> Command:
         clock = self.agent.clock
@@ -422,9 +484,12 @@ class Driver:
         self._step_start = len(self.state.messages)
         self._reported = set()
         self._emit(STEP_STARTED)
-        on_text = None
+        on_text = on_tool_delta = None
         if self.on_event is not None:
             on_text = lambda piece: self._emit(TEXT, text=piece)  # noqa: E731
+            on_tool_delta = lambda index, ident, name, piece: self._emit(  # noqa: E731
+                TOOL_CALL_DELTA, index=index, id=ident, tool=name, arguments=piece
+            )
         timeout = None if command.deadline_at is None else max(0.0, command.deadline_at - clock())
         choice = self.agent.tool_choice
         specs, response_format = self.toolbox.specs, None
@@ -441,6 +506,8 @@ class Driver:
             tool_choice=choice(command.step) if callable(choice) else choice,
             on_text=on_text,
             response_format=response_format,
+            stream=True if self.stream_model else None,
+            on_tool_delta=on_tool_delta,
         )
         self._flush()
         try:
@@ -468,6 +535,7 @@ class Driver:
             self._step_start = self._assistant_index()
         step = self.steps[-1]
         step.calls = [CallReport(p.call_id, p.tool, p.execute) for p in command.calls]
+        self.arguments.update((p.call_id, p.arguments) for p in command.calls)
         for p in command.calls:
             if p.execute:
                 self._emit(CALL_VALIDATED, id=p.call_id, tool=p.tool, read_only=p.read_only)
@@ -520,7 +588,18 @@ class Driver:
             store.record_intent(run_id, call)  # committed before the effect can happen
             self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
             self._flush()
+        self._emit(CALL_STARTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
+        started = time.perf_counter()
         content = await self.toolbox.invoke(call, run_id, self.run_machine.deadline_at, self.deps)
+        duration = time.perf_counter() - started
+        self._emit(
+            CALL_FINISHED,
+            id=call.call_id,
+            tool=call.tool,
+            arguments=call.arguments,
+            outcome=outcome_code(content),
+            duration=duration,
+        )
         self._done(call, content, CALL_EXECUTED)
         if store is not None and not call.read_only:
             self._flush()

@@ -17,7 +17,7 @@ import asyncio
 import json
 import os
 import random
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -250,7 +250,8 @@ class OpenAIChatModel:
         if request.response_format is not None:
             body["response_format"] = request.response_format
         auto_tools = bool(request.tools) and choice in (None, "auto")
-        if self.stream and not (auto_tools and self.compat.no_stream_with_auto_tools):
+        stream = self.stream if request.stream is None else request.stream
+        if stream and not (auto_tools and self.compat.no_stream_with_auto_tools):
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         return body
@@ -318,9 +319,12 @@ class OpenAIChatModel:
             if payload == "[DONE]":
                 done = True
                 break
-            piece = assembler.feed(_decode_event(payload))
+            chunk = _decode_event(payload)
+            piece = assembler.feed(chunk)
             if piece and request.on_text is not None:
                 request.on_text(piece)
+            if request.on_tool_delta is not None:
+                _report_tool_deltas(chunk, request.on_tool_delta)
         if data and not done and (payload := "\n".join(data)) != "[DONE]":
             assembler.feed(_decode_event(payload))  # a last event without its blank line
         if assembler.finish_reason is None:
@@ -339,6 +343,21 @@ async def _close_with_loop(session: aiohttp.ClientSession) -> AsyncGenerator[Non
         yield
     finally:
         await session.close()
+
+
+def _report_tool_deltas(chunk: dict[str, Any], report: Callable[[int, str | None, str | None, str], None]) -> None:
+    """Hand each tool-call fragment of an (already assembled) chunk to ``report``."""
+    choices = chunk.get("choices") or [{}]
+    delta = choices[0].get("delta") if isinstance(choices[0], dict) else None
+    for fragment in (delta or {}).get("tool_calls") or ():
+        function = fragment.get("function") or {}
+        ident, name, arguments = fragment.get("id"), function.get("name"), function.get("arguments")
+        report(
+            fragment.get("index") if isinstance(fragment.get("index"), int) else 0,
+            ident if isinstance(ident, str) else None,
+            name if isinstance(name, str) else None,
+            arguments if isinstance(arguments, str) else "",
+        )
 
 
 def _decode_event(payload: str) -> dict[str, Any]:
