@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tether.core import Budget, Compat, Message, RunConfig, Status, TetherError
     from tether.models import Model, ModelRequest, OpenAIChatModel, ScriptedModel
-    from tether.report import RunResult
+    from tether.report import RunFailed, RunResult
     from tether.runner import Agent, Decision, RunEvent
     from tether.tools import Principal, Tool, ToolContext, ToolError, tool, tool_from_schema
     from tether.toolsets import load_toolset
@@ -24,6 +24,7 @@ _WHERE = {
     "Decision": "tether.runner",
     "RunEvent": "tether.runner",
     "RunResult": "tether.report",
+    "RunFailed": "tether.report",
     "Budget": "tether.core",
     "Compat": "tether.core",
     "Message": "tether.core",
@@ -55,6 +56,7 @@ __all__ = [
     "Principal",
     "RunConfig",
     "RunEvent",
+    "RunFailed",
     "RunResult",
     "ScriptedModel",
     "Status",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.core.errors import TetherError
 from tether.core.machine import RunState, Status
 from tether.core.messages import Usage
 
@@ -21,6 +22,15 @@ def _jsonable(value: Any) -> Any:
     from pydantic_core import to_jsonable_python
 
     return to_jsonable_python(value)
+
+
+class RunFailed(TetherError):
+    """``RunResult.raise_for_status()`` on a run that did not complete (also a pause for approval)."""
+
+    def __init__(self, result: RunResult) -> None:
+        why = f": {result.reason}" if result.reason else ""
+        super().__init__(f"run {result.run_id} ended {result.status.value}{why}")
+        self.result = result
 
 
 @dataclass(slots=True)
@@ -66,6 +76,17 @@ class RunResult:
     @property
     def usage(self) -> Usage:
         return self.state.usage
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run completed: only then is ``output`` an answer."""
+        return self.status is Status.COMPLETED
+
+    def raise_for_status(self) -> RunResult:
+        """This result if the run completed; else raise ``RunFailed`` naming the status and why."""
+        if not self.ok:
+            raise RunFailed(self)
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         return {

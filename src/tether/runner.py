@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig
 from tether.core.envelope import outcome_code
-from tether.core.errors import ConfigurationError, ModelError, TetherError
+from tether.core.errors import ConfigurationError, ModelError, TetherError, ToolDefinitionError
 from tether.core.machine import (
     ApprovalDecided,
     AwaitApproval,
@@ -142,7 +142,7 @@ class Agent:
         *,
         budget: Budget | None = None,
         compat: Compat | None = None,
-        fallback_answer: str = DEFAULT_FALLBACK_ANSWER,
+        fallback_answer: str | None = None,
         principal: Principal = LOCAL_PRINCIPAL,
         system: str | None = None,
         approver: Approver | None = None,
@@ -156,14 +156,15 @@ class Agent:
         deps_factory: DepsFactory | None = None,
     ) -> None:
         self.model = model
-        self.tools = list(tools)
+        self.tools = _checked(model, tools, principal)
+        self.fallback_answer = fallback_answer  # None: a run that ends repair_exhausted has no output
         self.toolbox = Toolbox(self.tools, principal)
         self.output = _output_spec(model, self.tools, output_type, output_mode)
         self.deps_factory = deps_factory
         self._toolboxes: dict[Principal, Toolbox] = {principal: self.toolbox}
         self.store = store
         self.setup = setup or {}
-        self.config = RunConfig(budget or Budget(), compat or Compat(), fallback_answer)
+        self.config = RunConfig(budget or Budget(), compat or Compat(), fallback_answer or DEFAULT_FALLBACK_ANSWER)
         self.system = system
         self.approver = approver
         self.max_tokens = max_tokens
@@ -473,6 +474,8 @@ class Driver:
 
     def _result(self, status: Status, output: str | None, reason: str | None) -> RunResult:
         value: Any = output
+        if status is Status.REPAIR_EXHAUSTED and self.agent.fallback_answer is None:
+            value = None  # the machine's fallback sentence would read like an answer
         spec = self.agent.output
         if spec is not None:  # only a completed run has an answer, and the machine has validated it
             value = spec.decode(output) if status is Status.COMPLETED and output is not None else None
@@ -661,6 +664,30 @@ class Driver:
             if report.id in replies:
                 report.result = replies[report.id]
                 report.outcome = outcome_code(report.result)
+
+
+def _checked(model: Any, tools: Any, principal: Any) -> list[Tool]:
+    """Misuse of ``Agent(...)`` fails here, naming the fix, not later inside a run."""
+    if isinstance(model, str):
+        raise ConfigurationError(
+            f"model must be a Model object, not the string {model!r}: use OpenAIChatModel('gpt-4o-mini') "
+            "(any OpenAI-compatible server: base_url=...), LocalModel() or ScriptedModel([...])"
+        )
+    if not isinstance(model, Model):
+        raise ConfigurationError(
+            f"model must be a Model (with name, complete and aclose), not {type(model).__name__}: "
+            "use OpenAIChatModel(...), LocalModel() or ScriptedModel([...])"
+        )
+    if isinstance(tools, Tool | str) or not isinstance(tools, Iterable):
+        raise ToolDefinitionError("tools must be a list of Tool objects, e.g. [multiply] or load_toolset('calc')")
+    checked = list(tools)
+    for item in checked:
+        if not isinstance(item, Tool):
+            name = getattr(item, "__name__", type(item).__name__)
+            raise ToolDefinitionError(f"{name} is not a Tool: decorate it with @tool (or @tool(read_only=True))")
+    if not isinstance(principal, Principal):
+        raise ConfigurationError(f"principal must be a Principal, e.g. Principal({principal!r}), not {principal!r}")
+    return checked
 
 
 def _output_spec(model: Model, tools: Sequence[Tool], output_type: Any, mode: OutputMode | None) -> OutputSpec | None:

@@ -19,6 +19,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from tether.core import envelope
 from tether.core.envelope import ErrorCode
+from tether.core.errors import ToolDefinitionError
 from tether.core.machine import Accepted, PendingCall, Rejected
 from tether.core.messages import ToolCall
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
@@ -54,7 +55,7 @@ class Toolbox:
         self.all: dict[str, Tool] = {}
         for t in tools:
             if t.name in self.all:
-                raise ValueError(f"two tools are named {t.name!r}")
+                raise ToolDefinitionError(f"two tools are named {t.name!r}; give one another name with @tool(name=...)")
             self.all[t.name] = t
         self.offered = {n: t for n, t in self.all.items() if principal.allows(t.scopes)}
         self.specs = [t.spec() for t in self.offered.values()]
