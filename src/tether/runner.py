@@ -154,11 +154,13 @@ class Agent:
         output_type: Any = None,
         output_mode: OutputMode | None = None,
         deps_factory: DepsFactory | None = None,
+        strict_tools: bool = True,
     ) -> None:
         self.model = model
         self.tools = _checked(model, tools, principal)
         self.fallback_answer = fallback_answer  # None: a run that ends repair_exhausted has no output
-        self.toolbox = Toolbox(self.tools, principal)
+        self.strict_tools = strict_tools
+        self.toolbox = Toolbox(self.tools, principal, strict=strict_tools)
         self.output = _output_spec(model, self.tools, output_type, output_mode)
         self.deps_factory = deps_factory
         self._toolboxes: dict[Principal, Toolbox] = {principal: self.toolbox}
@@ -196,7 +198,7 @@ class Agent:
         """The tools ``principal`` may use (one Toolbox per principal, built once)."""
         toolbox = self._toolboxes.get(principal)
         if toolbox is None:
-            toolbox = self._toolboxes[principal] = Toolbox(self.tools, principal)
+            toolbox = self._toolboxes[principal] = Toolbox(self.tools, principal, strict=self.strict_tools)
         return toolbox
 
     def resume(self, run_id: str, *, on_event: EventHandler | None = None, deps: Any = None) -> Driver:

@@ -26,6 +26,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from tether.core.errors import ToolDefinitionError
 from tether.tools.context import ToolContext
 from tether.tools.decoding import json_type
+from tether.tools.strict import strict_schema
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_RESULT_CHARS = 20_000
@@ -80,20 +81,25 @@ class Tool:
     validator: Any = field(default=None, repr=False, compare=False)
 
     is_async: bool = field(default=False, init=False, repr=False, compare=False)
+    # The parameters in the form OpenAI's strict mode accepts (None when it cannot express them),
+    # and the optional parameters made nullable for it (tools/strict.py).
+    strict_parameters: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    strict_nulls: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.function))
+        made = strict_schema(self.parameters)
+        if made is not None:
+            object.__setattr__(self, "strict_parameters", made[0])
+            object.__setattr__(self, "strict_nulls", made[1])
 
-    def spec(self) -> dict[str, Any]:
-        """The tool as an OpenAI ``tools`` entry."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters,
-            },
-        }
+    def spec(self, strict: bool = False) -> dict[str, Any]:
+        """The tool as an OpenAI ``tools`` entry; with ``strict``, in strict mode where its schema allows."""
+        function: dict[str, Any] = {"name": self.name, "description": self.description, "parameters": self.parameters}
+        if strict and self.strict_parameters is not None:
+            function["parameters"] = self.strict_parameters
+            function["strict"] = True
+        return {"type": "function", "function": function}
 
     def validation_errors(self, arguments: Mapping[str, Any]) -> list[str]:
         """Short, actionable messages for each way ``arguments`` is invalid."""

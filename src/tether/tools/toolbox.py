@@ -24,6 +24,7 @@ from tether.core.machine import Accepted, PendingCall, Rejected
 from tether.core.messages import ToolCall
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
 from tether.tools.decoding import InvalidJson, strict_loads
+from tether.tools.strict import drop_nulls
 from tether.tools.tool import Tool, ToolError
 
 
@@ -50,15 +51,16 @@ def result_envelope(result: Any, limit: int) -> str:
 class Toolbox:
     """The tools a principal may use. Tools it may not use do not exist for it."""
 
-    def __init__(self, tools: Iterable[Tool], principal: Principal = LOCAL_PRINCIPAL) -> None:
+    def __init__(self, tools: Iterable[Tool], principal: Principal = LOCAL_PRINCIPAL, *, strict: bool = True) -> None:
         self.principal = principal
+        self.strict = strict  # tools are offered in OpenAI's strict mode where their schema allows
         self.all: dict[str, Tool] = {}
         for t in tools:
             if t.name in self.all:
                 raise ToolDefinitionError(f"two tools are named {t.name!r}; give one another name with @tool(name=...)")
             self.all[t.name] = t
         self.offered = {n: t for n, t in self.all.items() if principal.allows(t.scopes)}
-        self.specs = [t.spec() for t in self.offered.values()]
+        self.specs = [t.spec(strict) for t in self.offered.values()]
 
     def check(self, call: ToolCall) -> Accepted | Rejected:
         try:
@@ -69,6 +71,8 @@ class Toolbox:
         if found is None:
             names = ", ".join(self.offered) or "none"
             return Rejected(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.name!r}; available: {names}")
+        if self.strict:
+            arguments = drop_nulls(arguments, found.strict_nulls)  # strict mode's "not given"
         problems = found.validation_errors(arguments)
         if problems:
             return Rejected(ErrorCode.INVALID_ARGUMENTS, "; ".join(problems))
