@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tether.conversation import Conversation, ConversationBudget, open_conversation
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig
 from tether.core.envelope import outcome_code
 from tether.core.errors import ConfigurationError, ModelError, TetherError, ToolDefinitionError
@@ -181,18 +182,33 @@ class Agent:
         on_event: EventHandler | None = None,
         deps: Any = None,
         principal: Principal | None = None,
+        config: RunConfig | None = None,
+        turn: tuple[str, int, int] | None = None,
     ) -> Driver:
+        """A driver for a new run. ``config`` overrides the Agent's; ``turn`` marks a conversation's turn."""
         toolbox = self.toolbox_for(principal or self.toolbox.principal)
         messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
         if self.system is not None and not (messages and messages[0].role == "system"):
             messages.insert(0, Message("system", self.system))
         if self.output is not None and self.output.mode == "prompted":
             at = 1 if messages and messages[0].role == "system" else 0
-            messages.insert(at, Message("system", self.output.instructions()))
-        run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, self.config, self.output)
+            instructions = Message("system", self.output.instructions())
+            if instructions not in messages[: at + 1]:  # a conversation's later turn has it already
+                messages.insert(at, instructions)
+        run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, config or self.config, self.output)
         if self.store is not None:
-            self.store.create_run(run.state, toolbox.principal, self.setup)
+            self.store.create_run(run.state, toolbox.principal, self.setup, turn=turn)
         return Driver(self, run, toolbox, on_event, deps)
+
+    def conversation(
+        self,
+        conversation_id: str | None = None,
+        *,
+        principal: Principal | None = None,
+        budget: ConversationBudget | None = None,
+    ) -> Conversation:
+        """A new conversation, or (with a store) the stored one named ``conversation_id`` to go on with."""
+        return open_conversation(self, conversation_id, principal, budget)
 
     def toolbox_for(self, principal: Principal) -> Toolbox:
         """The tools ``principal`` may use (one Toolbox per principal, built once)."""

@@ -187,7 +187,28 @@ def _m2_run_config(db: sqlite3.Connection) -> None:
         db.execute(f"ALTER TABLE runs ADD COLUMN config TEXT NOT NULL DEFAULT '{default}'")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_initial, _m2_run_config]
+def _m3_conversations(db: sqlite3.Connection) -> None:
+    # A conversation's turns are runs. A turn's run stores only the messages it adds: the ones it
+    # inherits (``history`` of them) are the earlier turns' rows, so a turn never rewrites them.
+    _script(
+        db,
+        """
+        CREATE TABLE conversations (
+            id TEXT PRIMARY KEY,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            principal TEXT NOT NULL,
+            budget TEXT NOT NULL
+        );
+        ALTER TABLE runs ADD COLUMN conversation_id TEXT REFERENCES conversations(id);
+        ALTER TABLE runs ADD COLUMN turn INTEGER;
+        ALTER TABLE runs ADD COLUMN history INTEGER NOT NULL DEFAULT 0;
+        CREATE INDEX runs_by_conversation ON runs (conversation_id, turn)
+        """,
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_initial, _m2_run_config, _m3_conversations]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +238,17 @@ class RunSummary:
     created_at: float
     updated_at: float
     steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredConversation:
+    conversation_id: str
+    principal: Principal
+    budget: dict[str, Any]
+    turns: list[tuple[str, str]]  # (run id, status), oldest first
+    usage: tuple[int, int]  # input and output tokens over all turns
+    created_at: float
+    updated_at: float
 
 
 @dataclass(slots=True)
@@ -281,6 +313,7 @@ class SQLiteStore:
         # Per run: how many messages and events are stored, and the last hashes.
         self._tails: dict[str, tuple[int, str, int, str]] = {}
         self._new: dict[str, tuple[str, str, str]] = {}  # runs registered but not yet written
+        self._turns: dict[str, tuple[str, int, int]] = {}  # new runs that are turns: conversation, turn, history
 
     def close(self) -> None:
         self._db.close()
@@ -313,8 +346,21 @@ class SQLiteStore:
 
     # --- runs and leases -----------------------------------------------------------
 
-    def create_run(self, state: RunState, principal: Principal, setup: dict[str, Any]) -> None:
-        """Register a new run; its row is written with its first checkpoint, in the same transaction."""
+    def create_run(
+        self,
+        state: RunState,
+        principal: Principal,
+        setup: dict[str, Any],
+        *,
+        turn: tuple[str, int, int] | None = None,
+    ) -> None:
+        """Register a new run; its row is written with its first checkpoint, in the same transaction.
+
+        ``turn`` is (conversation id, turn number, messages inherited from earlier turns) for a
+        conversation's turn: only the messages after those are stored with this run.
+        """
+        if turn is not None:
+            self._turns[state.run_id] = turn
         self._new[state.run_id] = (
             _canonical(_principal_dict(principal)),
             _canonical(redact(setup)),
@@ -342,6 +388,10 @@ class SQLiteStore:
             ),
         )
         self._tails[state.run_id] = (0, GENESIS, 0, GENESIS)
+        turn = self._turns.get(state.run_id)  # forgotten once the transaction commits
+        if turn is not None:
+            db.execute("UPDATE runs SET conversation_id = ?, turn = ?, history = ? WHERE id = ?", (*turn, state.run_id))
+            self._tails[state.run_id] = (turn[2], GENESIS, 0, GENESIS)
 
     def acquire(self, run_id: str) -> None:
         """Take the lease on ``run_id`` or raise ``LeaseHeld``."""
@@ -464,6 +514,50 @@ class SQLiteStore:
                 self._write_outcome(db, state.run_id, call, outcome, now)
             self._tails[state.run_id] = (count, message_hash, seq, event_hash)
         self._new.pop(state.run_id, None)
+        self._turns.pop(state.run_id, None)
+
+    # --- conversations ------------------------------------------------------------
+
+    def create_conversation(self, conversation_id: str, principal: Principal, budget: dict[str, Any]) -> None:
+        now = self.clock()
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO conversations VALUES (?, ?, ?, ?, ?)",
+                (conversation_id, now, now, _canonical(_principal_dict(principal)), _canonical(budget)),
+            )
+
+    def load_conversation(self, conversation_id: str) -> StoredConversation:
+        """A conversation with its turns' run ids (oldest first) and their usage totals."""
+        row = self._db.execute(
+            "SELECT principal, budget, created_at, updated_at FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        if row is None:
+            raise RunNotFound(f"no conversation {conversation_id} in {self.path}")
+        turns = self._db.execute(
+            "SELECT id, status, meta FROM runs WHERE conversation_id = ? ORDER BY turn", (conversation_id,)
+        ).fetchall()
+        usage = [0, 0]
+        for run_id, _, meta in turns:
+            used = _decode(meta, run_id, "its saved state").get("usage", [0, 0])
+            usage = [usage[0] + used[0], usage[1] + used[1]]
+        return StoredConversation(
+            conversation_id,
+            _principal(_decode(row[0], conversation_id, "its principal")),
+            _decode(row[1], conversation_id, "its budget"),
+            [(r[0], r[1]) for r in turns],
+            (usage[0], usage[1]),
+            row[2],
+            row[3],
+        )
+
+    def list_conversations(self, principal_id: str | None = None, limit: int = 50) -> list[StoredConversation]:
+        query = "SELECT id FROM conversations"
+        params: tuple[Any, ...] = ()
+        if principal_id is not None:
+            query += " WHERE json_extract(principal, '$.id') = ?"
+            params = (principal_id,)
+        rows = self._db.execute(query + " ORDER BY created_at DESC LIMIT ?", (*params, limit)).fetchall()
+        return [self.load_conversation(r[0]) for r in rows]
 
     # --- the execution ledger ----------------------------------------------------
 
@@ -512,7 +606,7 @@ class SQLiteStore:
         data = _decode(row[0], run_id, "its saved state")
         data["run_id"] = run_id
         data["config"] = _decode(row[5], run_id, "its configuration")
-        data["messages"] = [
+        data["messages"] = self._inherited(run_id) + [
             _decode(body, run_id, f"message {seq}")
             for seq, body in self._db.execute("SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,))
         ]
@@ -529,6 +623,20 @@ class SQLiteStore:
             raise StoreError(f"run {run_id}: its saved state is not readable (see tether runs verify)") from None
         principal = _principal(_decode(row[1], run_id, "its principal"))
         return StoredRun(state, principal, _decode(row[2], run_id, "its setup"), row[3], row[4])
+
+    def _inherited(self, run_id: str) -> list[Any]:
+        """The messages a conversation's turn inherits: those its earlier turns stored, in order."""
+        row = self._db.execute("SELECT conversation_id, turn, history FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None or not row[2]:
+            return []
+        rows = self._db.execute(
+            "SELECT m.run_id, m.seq, m.body FROM messages m JOIN runs r ON m.run_id = r.id"
+            " WHERE r.conversation_id = ? AND r.turn < ? ORDER BY r.turn, m.seq",
+            (row[0], row[1]),
+        ).fetchall()
+        if len(rows) < row[2]:
+            raise StoreError(f"run {run_id}: its conversation's earlier turns are missing (see tether runs verify)")
+        return [_decode(body, owner, f"message {seq}") for owner, seq, body in rows[: row[2]]]
 
     def list_runs(
         self, principal_id: str | None = None, limit: int = 50, *, statuses: Collection[str] | None = None
@@ -588,7 +696,8 @@ class SQLiteStore:
             last, expected_seq = digest, seq + 1
         if expected_seq - 1 != head[2] or last != head[3]:
             problems.append(f"events: the run records {head[2]} events, the log ends at {expected_seq - 1}")
-        last, expected = GENESIS, 0
+        (history,) = self._db.execute("SELECT history FROM runs WHERE id = ?", (run_id,)).fetchone()
+        last, expected = GENESIS, history  # a conversation's turn stores only the messages it added
         for seq, body, digest in self._db.execute(
             "SELECT seq, body, hash FROM messages WHERE run_id = ? ORDER BY seq", (run_id,)
         ):
