@@ -37,6 +37,7 @@ from tether.core.envelope import ErrorCode
 from tether.core.errors import ToolDefinitionError
 from tether.core.machine import Rejected
 from tether.tools.decoding import InvalidJson, strict_loads
+from tether.tools.fastcheck import fast_valid
 from tether.tools.strict import drop_nulls, strict_schema
 from tether.tools.tool import _close, _describe, _StrictValidator, _strip_titles
 
@@ -93,6 +94,7 @@ class OutputSpec:
         self.wire_schema: dict[str, Any] = made_strict[0] if made_strict is not None else schema
         self._nulls: frozenset[str] = made_strict[1] if made_strict is not None else frozenset()
         self._last: tuple[str, Any] | None = None  # the last answer checked and its value
+        self._response_format: dict[str, Any] | None = None
 
     @property
     def tool(self) -> str | None:
@@ -124,7 +126,11 @@ class OutputSpec:
             data = drop_nulls(strict_loads(text), self._nulls)
         except InvalidJson as exc:
             raise _Invalid(Rejected(ErrorCode.INVALID_JSON, str(exc).replace("arguments", "the answer"))) from None
-        errors = sorted(self._validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+        errors = (
+            []
+            if fast_valid(self.schema, data)
+            else sorted(self._validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+        )
         if errors:
             message = "; ".join(_describe(e) for e in errors[:3]).replace("arguments", "answer")
             raise _Invalid(Rejected(ErrorCode.INVALID_ARGUMENTS, message))
@@ -139,11 +145,13 @@ class OutputSpec:
             raise _Invalid(Rejected(ErrorCode.INVALID_ARGUMENTS, f"{where}: {first['msg']}")) from None
 
     def response_format(self) -> dict[str, Any]:
-        """The ``response_format`` of a request in ``native`` mode."""
-        spec: dict[str, Any] = {"name": self.name, "schema": self.wire_schema}
-        if self.strict:
-            spec["strict"] = True
-        return {"type": "json_schema", "json_schema": spec}
+        """The ``response_format`` of a request in ``native`` mode (one dict, built once: treat it as read-only)."""
+        if self._response_format is None:
+            spec: dict[str, Any] = {"name": self.name, "schema": self.wire_schema}
+            if self.strict:
+                spec["strict"] = True
+            self._response_format = {"type": "json_schema", "json_schema": spec}
+        return self._response_format
 
     def tool_spec(self) -> dict[str, Any]:
         """The final-answer tool offered in ``tool`` mode."""

@@ -89,3 +89,47 @@ async def test_strict_tools_off_sends_the_schema_as_declared_and_keeps_null_an_e
     assert "strict" not in server.requests[0]["tools"][0]["function"]
     refused = json.loads(result.state.messages[2].content or "")
     assert refused["error"]["code"] == "invalid_arguments"
+
+
+def test_the_fast_check_agrees_with_the_gate_validator() -> None:
+    """fast_valid answers only what jsonschema (with the gate's strict integers) would answer."""
+    from tether.tools.fastcheck import fast_valid
+    from tether.tools.tool import _StrictValidator
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer", "minimum": 0},
+            "x": {"type": "number", "exclusiveMaximum": 10},
+            "tag": {"enum": ["a", "b", 1]},
+            "items": {"type": "array", "items": {"$ref": "#/$defs/Item"}, "maxItems": 2},
+            "note": {"anyOf": [{"type": "string", "pattern": "^n", "maxLength": 3}, {"type": "null"}]},
+        },
+        "required": ["n"],
+        "additionalProperties": False,
+        "$defs": {"Item": {"type": "object", "properties": {"k": {"const": True}}, "additionalProperties": False}},
+    }
+    values: list[Any] = [
+        {"n": 1},
+        {"n": True},
+        {"n": 3.0},
+        {"n": -1},
+        {"n": 1, "x": 10},
+        {"n": 1, "x": 9.5},
+        {"n": 1, "tag": True},
+        {"n": 1, "tag": 1},
+        {"n": 1, "tag": "c"},
+        {"n": 1, "items": [{"k": True}, {"k": 1}]},
+        {"n": 1, "items": [{"k": True}, {}, {}]},
+        {"n": 1, "note": "no"},
+        {"n": 1, "note": "yes"},
+        {"n": 1, "note": "nope"},
+        {"n": 1, "note": None},
+        {"n": 1, "extra": 0},
+        {},
+        [],
+    ]
+    gate = _StrictValidator(schema)
+    for value in values:
+        assert fast_valid(schema, value) == gate.is_valid(value), value
+    assert fast_valid({"type": "object", "oneOf": []}, {}) is None
