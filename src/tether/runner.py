@@ -17,7 +17,7 @@ import contextlib
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -341,6 +341,10 @@ class Driver:
     @property
     def state(self) -> RunState:
         return self.run_machine.state
+
+    def __await__(self) -> Generator[Any, None, RunResult]:
+        """``await agent.resume(run_id)`` drives the run, like ``.run()``."""
+        return self.run().__await__()
 
     def _emit(self, kind: str, **data: Any) -> None:
         event = RunEvent(kind, self.state.run_id, self.state.steps, data, self.agent.clock())

@@ -187,12 +187,13 @@ class OpenAIChatModel:
     ) -> None:
         self.name = model or os.environ.get("OPENAI_MODEL") or ""
         if not self.name:
-            raise ConfigurationError("no model named: set OPENAI_MODEL or pass --model")
+            raise ConfigurationError("no model named: pass OpenAIChatModel(model=...) or set OPENAI_MODEL")
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         if not self._api_key and self.base_url == DEFAULT_BASE_URL:
             raise ConfigurationError(
-                "no API key: set OPENAI_API_KEY (or --api-key), or OPENAI_BASE_URL for a local server"
+                "no API key: pass OpenAIChatModel(api_key=...) or set OPENAI_API_KEY; for a local server, "
+                "base_url=... or OPENAI_BASE_URL"
             )
         self.stream = stream
         self.max_retries = max_retries
