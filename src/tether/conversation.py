@@ -33,7 +33,7 @@ from tether.report import RunResult
 from tether.tools.context import Principal
 
 if TYPE_CHECKING:
-    from tether.runner import Agent, EventHandler
+    from tether.runner import Agent, Driver, EventHandler
 
 __all__ = ["Conversation", "ConversationBudget"]
 
@@ -82,31 +82,38 @@ class Conversation:
     ) -> RunResult:
         """Run one turn: ``text`` as the user's message after everything said so far."""
         async with self._lock:
-            if self._waiting is not None:
-                raise ConfigurationError(
-                    f"the last turn (run {self._waiting}) is paused: finish it with "
-                    f"agent.resume({self._waiting!r}).run(), then reopen the conversation"
-                )
-            store = self.agent.store
-            if store is not None and not self._stored:
-                store.create_conversation(self.id, self.principal, self.budget.to_dict())
-                self._stored = True
-            history = len(self.messages)
-            driver = self.agent.driver(
-                [*self.messages, Message("user", text)],
-                run_id=run_id,
-                on_event=on_event,
-                deps=deps,
-                principal=self.principal,
-                config=self._turn_config(),
-                turn=(self.id, self.turns + 1, history),
+            return await self.turn(text, deps=deps, on_event=on_event, run_id=run_id).run()
+
+    def turn(
+        self, text: str, *, deps: Any = None, on_event: EventHandler | None = None, run_id: str | None = None
+    ) -> Driver:
+        """The driver of the next turn, for callers that drive it themselves (``send`` runs it)."""
+        if self._waiting is not None:
+            raise ConfigurationError(
+                f"the last turn (run {self._waiting}) is paused: finish it with "
+                f"agent.resume({self._waiting!r}).run(), then reopen the conversation"
             )
-            self.turns += 1
-            result = await driver.run()
-            self.messages = result.state.messages
-            self._waiting = None if result.status.terminal else result.run_id
-            self.usage = self.usage + result.usage
-            return result
+        store = self.agent.store
+        if store is not None and not self._stored:
+            store.create_conversation(self.id, self.principal, self.budget.to_dict())
+            self._stored = True
+        driver = self.agent.driver(
+            [*self.messages, Message("user", text)],
+            run_id=run_id,
+            on_event=on_event,
+            deps=deps,
+            principal=self.principal,
+            config=self._turn_config(),
+            turn=(self.id, self.turns + 1, len(self.messages)),
+        )
+        self.turns += 1
+        driver.on_result = self._after_turn
+        return driver
+
+    def _after_turn(self, result: RunResult) -> None:
+        self.messages = result.state.messages
+        self._waiting = None if result.status.terminal else result.run_id
+        self.usage = self.usage + result.usage
 
     def send_sync(self, text: str, *, deps: Any = None, on_event: EventHandler | None = None) -> RunResult:
         """``send`` for a script without an event loop."""

@@ -335,6 +335,7 @@ class Driver:
         self._outcomes: list[tuple[PendingCall, str]] = []  # read-only results for the next checkpoint
         self._lease_timer: asyncio.TimerHandle | None = None
         self.stream_model = False  # ask the model to stream (Agent.stream)
+        self.on_result: Callable[[RunResult], None] | None = None  # a conversation notes its turn's result
         self.arguments: dict[str, dict[str, Any] | None] = {}  # call id -> decoded arguments, for listeners
         self.listener_errors = 0
 
@@ -407,6 +408,8 @@ class Driver:
                 self._flush(release=True)
             raise
         self._flush(release=True)
+        if self.on_result is not None:
+            self.on_result(result)
         return result
 
     async def _drive(self) -> RunResult:
@@ -647,6 +650,7 @@ class Driver:
             self._emit(APPROVAL_REQUESTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
         if self.agent.approver is None:
             return None
+        self._flush()  # a person may take a while, and should see what is asked before being asked
         next_command: Command = command
         for call in command.calls:
             decision = await self.agent.approver(call)

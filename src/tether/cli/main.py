@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 import click
 
+from tether.cli.chat import chat
 from tether.cli.common import (
     EXIT_CODES,
     EXIT_INTERNAL,
@@ -169,6 +170,9 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
 @db_option
 @click.option("--no-log", is_flag=True, help="Do not record this run in the run store.")
 @click.option("--log-content", is_flag=True, help="Keep prompts, replies and results in the audit events.")
+@click.option(
+    "--continue", "conversation_id", metavar="CONVERSATION", help="Run PROMPT as the next turn of a conversation."
+)
 @json_option
 def run(
     prompt: str,
@@ -185,6 +189,7 @@ def run(
     db: str | None,
     no_log: bool,
     log_content: bool,
+    conversation_id: str | None,
     as_json: bool,
 ) -> None:
     """Run PROMPT as an agent with the given tools.
@@ -196,6 +201,7 @@ def run(
     Examples:
       tether run "What is 248 times 15?" --tools calc
       tether run "List the files" --tools files --files-root ./docs --json
+      tether run "And times 2?" --tools calc --continue CONVERSATION   (see tether chat)
 
     Exit status: 0 completed, 3 configuration error, 10 max_steps,
     11 budget_exhausted, 12 truncated, 13 content_filtered, 14 protocol_error,
@@ -217,8 +223,11 @@ def run(
     try:
         store = None if no_log else open_store(db, log_content)
         agent = _agent(setup, api_key, store, who, max_steps)
+        conversation = agent.conversation(conversation_id) if conversation_id else None
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
+    if conversation is not None:
+        _drive(agent, lambda renderer: conversation.turn(prompt, on_event=renderer), as_json, stream)
     _drive(agent, lambda renderer: agent.driver(prompt, on_event=renderer), as_json, stream)
 
 
@@ -283,6 +292,7 @@ def self_check() -> None:
 
 
 cli.add_command(runs)
+cli.add_command(chat)
 cli.add_command(serve)
 cli.add_command(tickets)
 cli.add_command(kb)

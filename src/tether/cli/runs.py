@@ -44,7 +44,8 @@ def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) 
         _emit_json([_summary(r) for r in found])
         return
     for r in found:
-        click.echo(f"{r.run_id}  {r.status:<24} {r.principal:<12} {r.steps:>3} step(s)  {_when(r.created_at)}")
+        turn = f"  conversation {r.conversation_id} turn {r.turn}" if r.conversation_id else ""
+        click.echo(f"{r.run_id}  {r.status:<24} {r.principal:<12} {r.steps:>3} step(s)  {_when(r.created_at)}{turn}")
     if not found:
         click.echo("no runs recorded")
 
@@ -57,6 +58,8 @@ def _summary(r: Any) -> dict[str, Any]:
         "steps": r.steps,
         "created_at": r.created_at,
         "updated_at": r.updated_at,
+        "conversation_id": r.conversation_id,
+        "turn": r.turn,
     }
 
 

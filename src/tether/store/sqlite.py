@@ -238,6 +238,8 @@ class RunSummary:
     created_at: float
     updated_at: float
     steps: int
+    conversation_id: str | None = None  # a conversation's turn: which, and its number
+    turn: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -642,7 +644,10 @@ class SQLiteStore:
         self, principal_id: str | None = None, limit: int = 50, *, statuses: Collection[str] | None = None
     ) -> list[RunSummary]:
         """Runs, newest first; only a principal's, or only those in ``statuses``, when given."""
-        query = "SELECT id, status, json_extract(principal, '$.id'), created_at, updated_at, meta FROM runs"
+        query = (
+            "SELECT id, status, json_extract(principal, '$.id'), created_at, updated_at, meta, conversation_id, turn"
+            " FROM runs"
+        )
         where: list[str] = []
         params: tuple[Any, ...] = ()
         if principal_id is not None:
@@ -655,7 +660,7 @@ class SQLiteStore:
             query += " WHERE " + " AND ".join(where)
         query += " ORDER BY created_at DESC LIMIT ?"
         rows = self._db.execute(query, (*params, limit)).fetchall()
-        return [RunSummary(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])["steps"]) for r in rows]
+        return [RunSummary(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])["steps"], r[6], r[7]) for r in rows]
 
     def events(self, run_id: str) -> list[StoredEvent]:
         return [
