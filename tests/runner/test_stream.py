@@ -12,6 +12,7 @@ from tether import Agent, OpenAIChatModel, Status, tool
 from tether.runner import CALL_EXECUTED, RunEvent
 from tether.store.sqlite import SQLiteStore
 from tether.stream import (
+    ApprovalNeeded,
     CallFinished,
     CallRefused,
     CallStarted,
@@ -147,3 +148,19 @@ async def test_a_raising_listener_is_reported_and_never_aborts_or_corrupts_the_r
     assert [json.loads(m.content or "")["ok"] for m in tool_messages] == [True]
     if store is not None:
         assert store.load(result.run_id).state.status is Status.COMPLETED
+
+
+async def test_a_call_that_needs_approval_is_announced_before_the_run_pauses() -> None:
+    @tool(approval=True)
+    def pay(amount: int, api_key: str) -> str:
+        """Pay."""
+        return "paid"
+
+    events, _ = await collect([tool_calls([("c1", "pay", '{"amount": 5, "api_key": "sk-abcdefgh123"}')])], [pay])
+
+    assert squash(events) == ["StepStarted", "ToolCallDelta", "ApprovalNeeded", "StepFinished", "RunFinished"]
+    needed = events[-3]
+    assert isinstance(needed, ApprovalNeeded)
+    assert (needed.call_id, needed.tool, needed.arguments) == ("c1", "pay", {"amount": 5, "api_key": "[redacted]"})
+    finished = events[-1]
+    assert isinstance(finished, RunFinished) and finished.result.status is Status.AWAITING_APPROVAL
