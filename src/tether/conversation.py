@@ -108,6 +108,7 @@ class Conversation:
         )
         self.turns += 1
         driver.on_result = self._after_turn
+        driver.prompt_from = len(self.messages)
         return driver
 
     def _after_turn(self, result: RunResult) -> None:

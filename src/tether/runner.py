@@ -336,6 +336,7 @@ class Driver:
         self._lease_timer: asyncio.TimerHandle | None = None
         self.stream_model = False  # ask the model to stream (Agent.stream)
         self.on_result: Callable[[RunResult], None] | None = None  # a conversation notes its turn's result
+        self.prompt_from = 0  # a conversation's turn: where its own messages start (the prompt event's text)
         self.arguments: dict[str, dict[str, Any] | None] = {}  # call id -> decoded arguments, for listeners
         self.listener_errors = 0
 
@@ -415,7 +416,7 @@ class Driver:
     async def _drive(self) -> RunResult:
         clock = self.agent.clock
         if self.state.status is Status.READY:
-            prompt = "\n".join(m.content or "" for m in self.state.messages if m.role == "user")
+            prompt = "\n".join(m.content or "" for m in self.state.messages[self.prompt_from :] if m.role == "user")
             self._emit(RUN_STARTED, principal=self.toolbox.principal.id, prompt=prompt)
             command = self._send(Begin(clock()))
         else:

@@ -84,6 +84,9 @@ def test_a_three_turn_conversation_goes_on_after_the_process_is_killed(tmp_path:
     assert len(store.load(third_run).state.messages) == 7
     assert store.verify(third_run) == []
     assert [c.conversation_id for c in store.list_conversations()] == [conversation_id]
+    # The prompt of a turn is its own message, not the whole history (5 = len("three"); content is not logged).
+    started = [e for e in store.events(third_run) if e.kind == "run_started"]
+    assert started[0].data["prompt"] == "<5 chars>"
 
 
 async def test_a_conversation_budget_counts_over_turns() -> None:
