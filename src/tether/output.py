@@ -37,7 +37,7 @@ from tether.core.envelope import ErrorCode
 from tether.core.errors import ToolDefinitionError
 from tether.core.machine import Rejected
 from tether.tools.decoding import InvalidJson, strict_loads
-from tether.tools.fastcheck import fast_valid
+from tether.tools.fastcheck import compile_check
 from tether.tools.strict import drop_nulls, strict_schema
 from tether.tools.tool import _close, _describe, _StrictValidator, _strip_titles
 
@@ -89,6 +89,7 @@ class OutputSpec:
                 schema["$defs"] = defs
         self.schema = schema
         self._validator = _StrictValidator(schema)
+        self._fast = compile_check(schema)  # answers the common, valid case; jsonschema explains the rest
         made_strict = strict_schema(schema) if strict else None
         self.strict = made_strict is not None
         self.wire_schema: dict[str, Any] = made_strict[0] if made_strict is not None else schema
@@ -128,7 +129,7 @@ class OutputSpec:
             raise _Invalid(Rejected(ErrorCode.INVALID_JSON, str(exc).replace("arguments", "the answer"))) from None
         errors = (
             []
-            if fast_valid(self.schema, data)
+            if self._fast is not None and self._fast(data)
             else sorted(self._validator.iter_errors(data), key=lambda e: list(e.absolute_path))
         )
         if errors:

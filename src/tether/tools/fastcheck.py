@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 _IGNORED = frozenset({"title", "description", "default", "examples", "format", "$defs", "definitions"})
@@ -44,30 +45,32 @@ class _Unsupported(Exception):
     pass
 
 
-def fast_valid(schema: dict[str, Any], value: Any) -> bool | None:
-    """Whether ``value`` is valid against ``schema``; None when the schema uses other keywords."""
+Check = Callable[[Any], bool]
+
+
+def compile_check(schema: dict[str, Any]) -> Check | None:
+    """A yes/no function for ``schema``, compiled once; None when it uses other keywords."""
     try:
-        return _valid(schema, value, schema)
-    except (_Unsupported, RecursionError):
+        return _compile(schema, schema, {})
+    except (_Unsupported, RecursionError, re.error):
         return None
 
 
-def _type_ok(kind: str, value: Any) -> bool:
-    if kind == "object":
-        return isinstance(value, dict)
-    if kind == "array":
-        return isinstance(value, list)
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "null":
-        return value is None
-    raise _Unsupported
+def fast_valid(schema: dict[str, Any], value: Any) -> bool | None:
+    """Whether ``value`` is valid against ``schema``; None when the schema uses other keywords."""
+    check = compile_check(schema)
+    return None if check is None else check(value)
+
+
+_TYPES: dict[str, Check] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
 
 
 def _scalar(value: Any) -> bool:
@@ -76,65 +79,111 @@ def _scalar(value: Any) -> bool:
 
 def _same(a: Any, b: Any) -> bool:
     """JSON equality for scalars: a boolean never equals a number."""
-    if not (_scalar(a) and _scalar(b)):
-        raise _Unsupported
-    return isinstance(a, bool) == isinstance(b, bool) and a == b
+    return _scalar(a) and isinstance(a, bool) == isinstance(b, bool) and a == b
 
 
-def _valid(schema: Any, value: Any, root: dict[str, Any]) -> bool:
-    if schema is True:
-        return True
-    if schema is False:
-        return False
-    if not isinstance(schema, dict) or not schema.keys() <= _SUPPORTED:
+def _compile(node: Any, root: dict[str, Any], refs: dict[str, Check | None]) -> Check:
+    if node is True:
+        return lambda v: True
+    if node is False:
+        return lambda v: False
+    if not isinstance(node, dict) or not node.keys() <= _SUPPORTED:
         raise _Unsupported
-    if "$ref" in schema:
-        ref = schema["$ref"]
-        if len(schema) > 1 and not (schema.keys() - {"$ref"}) <= _IGNORED:
-            raise _Unsupported
-        if not isinstance(ref, str) or not ref.startswith(("#/$defs/", "#/definitions/")):
-            raise _Unsupported
-        section, _, name = ref[2:].partition("/")
-        return _valid(root.get(section, {}).get(name), value, root)
-    kind = schema.get("type")
+    if "$ref" in node:
+        return _compile_ref(node, root, refs)
+    checks: list[Check] = []
+    kind = node.get("type")
     if kind is not None:
-        kinds = kind if isinstance(kind, list) else [kind]
-        if not any(_type_ok(k, value) for k in kinds):
-            return False
-    if "enum" in schema and not any(_same(value, option) for option in schema["enum"]):
-        return False
-    if "const" in schema and not _same(value, schema["const"]):
-        return False
-    if "anyOf" in schema and not any(_valid(branch, value, root) for branch in schema["anyOf"]):
-        return False
-    if isinstance(value, dict):
-        return _object_valid(schema, value, root)
-    if isinstance(value, list):
-        if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", math.inf):
-            return False
-        items = schema.get("items")
-        return items is None or all(_valid(items, v, root) for v in value)
-    if isinstance(value, str):
-        if len(value) < schema.get("minLength", 0) or len(value) > schema.get("maxLength", math.inf):
-            return False
-        return "pattern" not in schema or re.search(schema["pattern"], value) is not None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return bool(
-            value >= schema.get("minimum", -math.inf)
-            and value <= schema.get("maximum", math.inf)
-            and value > schema.get("exclusiveMinimum", -math.inf)
-            and value < schema.get("exclusiveMaximum", math.inf)
+        kinds = [_TYPES.get(k) for k in (kind if isinstance(kind, list) else [kind])]
+        if None in kinds:
+            raise _Unsupported
+        known = [k for k in kinds if k is not None]
+        checks.append(known[0] if len(known) == 1 else (lambda v: any(k(v) for k in known)))
+    if "enum" in node:
+        options = list(node["enum"])
+        if not all(_scalar(o) for o in options):
+            raise _Unsupported
+        checks.append(lambda v: any(_same(v, o) for o in options))
+    if "const" in node:
+        const = node["const"]
+        if not _scalar(const):
+            raise _Unsupported
+        checks.append(lambda v: _same(v, const))
+    if "anyOf" in node:
+        branches = [_compile(b, root, refs) for b in node["anyOf"]]
+        checks.append(lambda v: any(b(v) for b in branches))
+    checks.extend(_by_kind(node, root, refs))
+
+    def check(value: Any) -> bool:
+        return all(c(value) for c in checks)
+
+    return checks[0] if len(checks) == 1 else check
+
+
+def _compile_ref(node: dict[str, Any], root: dict[str, Any], refs: dict[str, Check | None]) -> Check:
+    ref = node["$ref"]
+    if not (node.keys() - {"$ref"}) <= _IGNORED:
+        raise _Unsupported
+    if not isinstance(ref, str) or not ref.startswith(("#/$defs/", "#/definitions/")):
+        raise _Unsupported
+    if ref not in refs:
+        refs[ref] = None  # a recursive schema refers to itself: look it up when called
+        section, _, name = ref[2:].partition("/")
+        refs[ref] = _compile(root.get(section, {}).get(name), root, refs)
+    found = refs[ref]
+    if found is not None:
+        return found
+
+    def late(value: Any) -> bool:
+        resolved = refs[ref]
+        return resolved is not None and resolved(value)
+
+    return late
+
+
+def _by_kind(node: dict[str, Any], root: dict[str, Any], refs: dict[str, Check | None]) -> list[Check]:
+    """The checks that apply to one kind of value (objects, arrays, strings, numbers)."""
+    checks: list[Check] = []
+    if "properties" in node or "required" in node or "additionalProperties" in node:
+        properties = {n: _compile(s, root, refs) for n, s in node.get("properties", {}).items()}
+        required = tuple(node.get("required", ()))
+        extra = node.get("additionalProperties", True)
+        other = None if extra is True else _compile(extra, root, refs)
+
+        def object_ok(value: Any) -> bool:
+            if not isinstance(value, dict):
+                return True
+            if any(name not in value for name in required):
+                return False
+            for name, item in value.items():
+                sub = properties.get(name, other)
+                if sub is not None and not sub(item):
+                    return False
+            return True
+
+        checks.append(object_ok)
+    if "items" in node or "minItems" in node or "maxItems" in node:
+        items = _compile(node["items"], root, refs) if "items" in node else None
+        low, high = node.get("minItems", 0), node.get("maxItems", math.inf)
+        checks.append(
+            lambda v: not isinstance(v, list) or (low <= len(v) <= high and (items is None or all(map(items, v))))
         )
-    return True
+    if "minLength" in node or "maxLength" in node or "pattern" in node:
+        shortest, longest = node.get("minLength", 0), node.get("maxLength", math.inf)
+        pattern = re.compile(node["pattern"]) if "pattern" in node else None
+        checks.append(
+            lambda v: (
+                not isinstance(v, str)
+                or (shortest <= len(v) <= longest and (pattern is None or pattern.search(v) is not None))
+            )
+        )
+    bounds = [node.get(k) for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")]
+    if any(b is not None for b in bounds):
+        lo, hi, xlo, xhi = (b if b is not None else d for b, d in zip(bounds, _OPEN, strict=True))
+        checks.append(
+            lambda v: not isinstance(v, int | float) or isinstance(v, bool) or (lo <= v <= hi and xlo < v < xhi)
+        )
+    return checks
 
 
-def _object_valid(schema: dict[str, Any], value: dict[str, Any], root: dict[str, Any]) -> bool:
-    properties = schema.get("properties", {})
-    if any(name not in value for name in schema.get("required", ())):
-        return False
-    extra = schema.get("additionalProperties", True)
-    for name, item in value.items():
-        sub = properties.get(name, extra)
-        if not _valid(sub, item, root):
-            return False
-    return True
+_OPEN = (-math.inf, math.inf, -math.inf, math.inf)
