@@ -10,10 +10,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tether.conversation import Conversation, ConversationBudget
     from tether.core import Budget, Compat, Message, RunConfig, Status, TetherError
+    from tether.durable import decide
     from tether.models import AnthropicModel, Model, ModelRequest, OpenAIChatModel, ScriptedModel
-    from tether.report import RunResult
+    from tether.models.local import LocalModel
+    from tether.report import RunFailed, RunResult
     from tether.runner import Agent, Decision, RunEvent
+    from tether.store import SQLiteStore
     from tether.tools import Principal, Tool, ToolContext, ToolError, tool, tool_from_schema
     from tether.toolsets import load_toolset
 
@@ -24,6 +28,12 @@ _WHERE = {
     "Decision": "tether.runner",
     "RunEvent": "tether.runner",
     "RunResult": "tether.report",
+    "RunFailed": "tether.report",
+    "Conversation": "tether.conversation",
+    "ConversationBudget": "tether.conversation",
+    "decide": "tether.durable",
+    "LocalModel": "tether.models.local",
+    "SQLiteStore": "tether.store",
     "Budget": "tether.core",
     "Compat": "tether.core",
     "Message": "tether.core",
@@ -49,7 +59,10 @@ __all__ = [
     "AnthropicModel",
     "Budget",
     "Compat",
+    "Conversation",
+    "ConversationBudget",
     "Decision",
+    "LocalModel",
     "Message",
     "Model",
     "ModelRequest",
@@ -57,7 +70,9 @@ __all__ = [
     "Principal",
     "RunConfig",
     "RunEvent",
+    "RunFailed",
     "RunResult",
+    "SQLiteStore",
     "ScriptedModel",
     "Status",
     "TetherError",
@@ -65,6 +80,7 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "__version__",
+    "decide",
     "load_toolset",
     "tool",
     "tool_from_schema",

@@ -26,6 +26,12 @@ RUN_RESUMED = "run_resumed"
 RUN_PAUSED = "run_paused"
 RUN_FINISHED = "run_finished"
 
+# Delivered to listeners only, never written to the audit log: what is happening right now.
+TOOL_CALL_DELTA = "tool_call_delta"  # a piece of a call's arguments as the model streams them
+CALL_STARTED = "call_started"
+CALL_FINISHED = "call_finished"  # with its duration; the audit log has call_executed
+TRANSIENT = frozenset({TEXT, TOOL_CALL_DELTA, CALL_STARTED, CALL_FINISHED})
+
 
 def digest(content: str) -> str:
     """The digest of a call's result that its audit event carries, binding the ledger row to the chain."""

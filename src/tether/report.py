@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.core.errors import TetherError
 from tether.core.machine import RunState, Status
 from tether.core.messages import Usage
 
@@ -19,6 +20,21 @@ def usage_dict(usage: Usage) -> dict[str, int]:
         "output_tokens": usage.output_tokens,
         "total_tokens": usage.total_tokens,
     }
+
+
+def _jsonable(value: Any) -> Any:
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(value)
+
+
+class RunFailed(TetherError):
+    """``RunResult.raise_for_status()`` on a run that did not complete (also a pause for approval)."""
+
+    def __init__(self, result: RunResult) -> None:
+        why = f": {result.reason}" if result.reason else ""
+        super().__init__(f"run {result.run_id} ended {result.status.value}{why}")
+        self.result = result
 
 
 @dataclass(slots=True)
@@ -62,14 +78,26 @@ class StepReport:
 class RunResult:
     run_id: str
     status: Status
-    output: str | None
+    output: Any  # the answer's text, or its typed value with an output_type; None unless completed (or fallback)
     reason: str | None
     steps: list[StepReport]
     state: RunState
+    listener_errors: int = 0  # how many times an on_event listener raised (the run went on)
 
     @property
     def usage(self) -> Usage:
         return self.state.usage
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run completed: only then is ``output`` an answer."""
+        return self.status is Status.COMPLETED
+
+    def raise_for_status(self) -> RunResult:
+        """This result if the run completed; else raise ``RunFailed`` naming the status and why."""
+        if not self.ok:
+            raise RunFailed(self)
+        return self
 
     def pending(self) -> list[dict[str, Any]]:
         """The calls a paused run waits on a person for: an approval decision, or what became of them."""
@@ -85,7 +113,7 @@ class RunResult:
         return {
             "run_id": self.run_id,
             "status": self.status.value,
-            "output": self.output,
+            "output": self.output if self.output is None or isinstance(self.output, str) else _jsonable(self.output),
             "reason": self.reason,
             "steps": [s.to_dict() for s in self.steps],
             "pending": self.pending(),

@@ -18,15 +18,17 @@ import inspect
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tether import tracing
+from tether.conversation import Conversation, ConversationBudget, open_conversation
 from tether.core import envelope
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig, estimate_usage
 from tether.core.envelope import ErrorCode, outcome_code
-from tether.core.errors import ModelError, TetherError
+from tether.core.errors import ConfigurationError, ModelError, TetherError, ToolDefinitionError
 from tether.core.machine import (
     ApprovalDecided,
     AwaitApproval,
@@ -53,8 +55,10 @@ from tether.events import (
     APPROVAL_DECIDED,
     APPROVAL_REQUESTED,
     CALL_EXECUTED,
+    CALL_FINISHED,
     CALL_RECOVERED,
     CALL_REJECTED,
+    CALL_STARTED,
     CALL_VALIDATED,
     INTENT_RECORDED,
     MODEL_REPLIED,
@@ -67,10 +71,14 @@ from tether.events import (
     RUN_STARTED,
     STEP_STARTED,
     TEXT,
+    TOOL_CALL_DELTA,
+    TRANSIENT,
     digest,
 )
 from tether.models.base import Model, ModelRequest
+from tether.output import OutputMode, OutputSpec
 from tether.report import CallReport, RunResult, StepReport, usage_dict
+from tether.stream import RunFinished, StreamEvent, Translator
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
 from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, result_envelope
@@ -126,6 +134,8 @@ class Decision:
 
 EventHandler = Callable[[RunEvent], None]
 PROPOSE_ONLY_REASON = "propose_only: the calls of the first step were judged and recorded, not executed"
+# Deps for a stored run that is resumed: given the run id and its principal (deps are never stored).
+DepsFactory = Callable[[str, Principal], Any]
 # "auto", "none", "required" or {"type": "function", "function": {"name": ...}}; None leaves it to the provider.
 ToolChoice = str | dict[str, Any] | None
 Approver = Callable[[PendingCall], Awaitable[Decision | None]]
@@ -143,7 +153,7 @@ class Agent:
         *,
         budget: Budget | None = None,
         compat: Compat | None = None,
-        fallback_answer: str = DEFAULT_FALLBACK_ANSWER,
+        fallback_answer: str | None = None,
         principal: Principal = LOCAL_PRINCIPAL,
         system: str | None = None,
         approver: Approver | None = None,
@@ -154,6 +164,10 @@ class Agent:
         clock: Callable[[], float] = time.time,
         propose_only: bool = False,
         resolve_principal: PrincipalResolver | None = None,
+        output_type: Any = None,
+        output_mode: OutputMode | None = None,
+        deps_factory: DepsFactory | None = None,
+        strict_tools: bool = True,
     ) -> None:
         """``propose_only=True`` ends every run after its first step's calls are judged.
 
@@ -171,11 +185,16 @@ class Agent:
         """
         self.propose_only = propose_only
         self.model = model
-        self.tools = list(tools)
-        self.toolbox = Toolbox(self.tools, principal)
+        self.tools = _checked(model, tools, principal)
+        self.fallback_answer = fallback_answer  # None: a run that ends repair_exhausted has no output
+        self.strict_tools = strict_tools
+        self.toolbox = Toolbox(self.tools, principal, strict=strict_tools)
+        self.output = _output_spec(model, self.tools, output_type, output_mode)
+        self.deps_factory = deps_factory
+        self._toolboxes: dict[Principal, Toolbox] = {principal: self.toolbox}
         self.store = store
         self.setup = setup or {}
-        self.config = RunConfig(budget or Budget(), compat or Compat(), fallback_answer)
+        self.config = RunConfig(budget or Budget(), compat or Compat(), fallback_answer or DEFAULT_FALLBACK_ANSWER)
         self.system = system
         self.approver = approver
         self.max_tokens = max_tokens
@@ -189,17 +208,49 @@ class Agent:
         *,
         run_id: str | None = None,
         on_event: EventHandler | None = None,
+        deps: Any = None,
+        principal: Principal | None = None,
+        config: RunConfig | None = None,
+        turn: tuple[str, int, int] | None = None,
     ) -> Driver:
+        """A driver for a new run. ``config`` overrides the Agent's; ``turn`` marks a conversation's turn."""
+        toolbox = self.toolbox_for(principal or self.toolbox.principal)
         messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
         if self.system is not None and not (messages and messages[0].role == "system"):
             messages.insert(0, Message("system", self.system))
-        run = Run.new(run_id or uuid.uuid4().hex, messages, self.toolbox, self.config)
+        if self.output is not None and self.output.mode == "prompted":
+            at = 1 if messages and messages[0].role == "system" else 0
+            instructions = Message("system", self.output.instructions())
+            if instructions not in messages[: at + 1]:  # a conversation's later turn has it already
+                messages.insert(at, instructions)
+        run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, config or self.config, self.output)
         if self.store is not None:
-            self.store.create_run(run.state, self.toolbox.principal, self.setup)
-        return Driver(self, run, self.toolbox, on_event)
+            self.store.create_run(run.state, toolbox.principal, self.setup, turn=turn)
+        return Driver(self, run, toolbox, on_event, deps)
 
-    def resume(self, run_id: str, *, on_event: EventHandler | None = None) -> Driver:
-        """A driver for a stored run, under the principal it was started for."""
+    def conversation(
+        self,
+        conversation_id: str | None = None,
+        *,
+        principal: Principal | None = None,
+        budget: ConversationBudget | None = None,
+    ) -> Conversation:
+        """A new conversation, or (with a store) the stored one named ``conversation_id`` to go on with."""
+        return open_conversation(self, conversation_id, principal, budget)
+
+    def toolbox_for(self, principal: Principal) -> Toolbox:
+        """The tools ``principal`` may use (one Toolbox per principal, built once)."""
+        toolbox = self._toolboxes.get(principal)
+        if toolbox is None:
+            toolbox = self._toolboxes[principal] = Toolbox(self.tools, principal, strict=self.strict_tools)
+        return toolbox
+
+    def resume(self, run_id: str, *, on_event: EventHandler | None = None, deps: Any = None) -> Driver:
+        """A driver for a stored run, under the principal it was started for.
+
+        Deps are never stored: pass ``deps=``, or give the Agent a
+        ``deps_factory(run_id, principal)`` that rebuilds them.
+        """
         if self.store is None:
             raise ValueError("resuming needs an Agent with a store")
         self.store.acquire(run_id)
@@ -208,8 +259,10 @@ class Agent:
         except BaseException:
             self.store.release(run_id)  # refused (tampered with, unreadable): leave the run as it was
             raise
-        toolbox = Toolbox(self.tools, stored.principal)
-        return Driver(self, Run(stored.state, toolbox), toolbox, on_event)
+        toolbox = self.toolbox_for(stored.principal)
+        if deps is None and self.deps_factory is not None:
+            deps = self.deps_factory(run_id, stored.principal)
+        return Driver(self, Run(stored.state, toolbox, self.output), toolbox, on_event, deps)
 
     async def run(
         self,
@@ -217,18 +270,91 @@ class Agent:
         *,
         run_id: str | None = None,
         on_event: EventHandler | None = None,
+        deps: Any = None,
+        principal: Principal | None = None,
     ) -> RunResult:
-        return await self.driver(prompt, run_id=run_id, on_event=on_event).run()
+        """Run to a finish or a pause. ``deps`` reach tools as ``context.deps``; ``principal`` overrides the Agent's."""
+        return await self.driver(prompt, run_id=run_id, on_event=on_event, deps=deps, principal=principal).run()
+
+    def run_sync(
+        self,
+        prompt: str | Sequence[Message],
+        *,
+        run_id: str | None = None,
+        on_event: EventHandler | None = None,
+        deps: Any = None,
+        principal: Principal | None = None,
+    ) -> RunResult:
+        """``run`` for a script without an event loop: ``agent.run_sync("...")``.
+
+        Each call runs its own event loop; the model's client for that loop is
+        closed when it ends, so calling it again (or ``asyncio.run`` after it)
+        is fine.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run(prompt, run_id=run_id, on_event=on_event, deps=deps, principal=principal))
+        raise ConfigurationError("run_sync was called inside a running event loop: use `await agent.run(...)` there")
+
+    async def stream(
+        self,
+        prompt: str | Sequence[Message],
+        *,
+        run_id: str | None = None,
+        deps: Any = None,
+        principal: Principal | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Run and yield typed events as they happen (``tether.stream``); the last is ``RunFinished``.
+
+        The model's reply is streamed for this run whatever the adapter's
+        default. Leaving the loop early cancels the run (recorded as
+        ``cancelled``).
+        """
+        driver = self.driver(prompt, run_id=run_id, deps=deps, principal=principal)
+        queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
+        translator = Translator(driver, queue.put_nowait)
+        driver.on_event = translator.feed
+        driver.stream_model = True
+        task = asyncio.create_task(driver.run())
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+            result = task.result()
+            translator.close_step()
+            while not queue.empty():
+                if (late := queue.get_nowait()) is not None:
+                    yield late
+            clock = self.clock()
+            yield RunFinished(
+                at=clock, run_id=result.run_id, step=result.state.steps, model=self.model.name, result=result
+            )
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def aclose(self) -> None:
+        """Close the model's client for the running event loop."""
         await self.model.aclose()
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 class Driver:
     """Drives one run to a finish or a pause (approval without an approver)."""
 
-    def __init__(self, agent: Agent, run: Run, toolbox: Toolbox, on_event: EventHandler | None) -> None:
+    def __init__(
+        self, agent: Agent, run: Run, toolbox: Toolbox, on_event: EventHandler | None, deps: Any = None
+    ) -> None:
         self.agent = agent
+        self.deps = deps  # for tools only: never stored, never sent to the model
         self.run_machine = run
         self.toolbox = toolbox
         self.store = agent.store
@@ -242,21 +368,42 @@ class Driver:
         self._outcomes: list[tuple[PendingCall, str]] = []  # ledger outcomes for the next checkpoint
         self._cleared: list[str] = []  # call ids found never to have run, for the next checkpoint
         self._lease_timer: asyncio.TimerHandle | None = None
+        self.stream_model = False  # ask the model to stream (Agent.stream)
+        self.on_result: Callable[[RunResult], None] | None = None  # a conversation notes its turn's result
+        self.prompt_from = 0  # a conversation's turn: where its own messages start (the prompt event's text)
+        self.arguments: dict[str, dict[str, Any] | None] = {}  # call id -> decoded arguments, for listeners
+        self.listener_errors = 0
 
     @property
     def state(self) -> RunState:
         return self.run_machine.state
 
+    def __await__(self) -> Generator[Any, None, RunResult]:
+        """``await agent.resume(run_id)`` drives the run, like ``.run()``."""
+        return self.run().__await__()
+
     def _emit(self, kind: str, **data: Any) -> None:
         event = RunEvent(kind, self.state.run_id, self.state.steps, data, self.agent.clock())
-        if self.store is None or kind == TEXT:
+        if self.store is None or (kind in TRANSIENT and not self._unsaved):
             self._deliver(event)
         else:
-            self._unsaved.append(event)
+            self._unsaved.append(event)  # a transient event waits behind stored ones: order is kept
 
     def _deliver(self, event: RunEvent) -> None:
-        if self.on_event is not None:
+        """Hand ``event`` to the listener; a listener that raises is reported, never allowed to stop the run."""
+        if self.on_event is None:
+            return
+        try:
             self.on_event(event)
+        except Exception as exc:
+            self.listener_errors += 1
+            if self.listener_errors == 1:
+                warnings.warn(
+                    f"an on_event listener raised {type(exc).__name__}: {exc} (on a {event.kind} event of run "
+                    f"{event.run_id}); the run goes on, failures are counted in RunResult.listener_errors",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
 
     def _flush(self, *, release: bool = False, intent: PendingCall | None = None) -> None:
         """Checkpoint the state with the events and ledger writes since the last one, then let listeners hear of them.
@@ -276,7 +423,7 @@ class Driver:
         cleared, self._cleared = self._cleared, []
         self.store.checkpoint(
             self.state,
-            [(e.kind, e.data, e.step, e.at) for e in events],
+            [(e.kind, e.data, e.step, e.at) for e in events if e.kind not in TRANSIENT],
             outcomes,
             intents=() if intent is None else [intent],
             cleared=cleared,
@@ -315,12 +462,14 @@ class Driver:
                 self._lease_timer.cancel()
                 self._lease_timer = None
         self._flush(release=True)
+        if self.on_result is not None:
+            self.on_result(result)
         return result
 
     async def _drive(self) -> RunResult:
         clock = self.agent.clock
         if self.state.status is Status.READY:
-            prompt = "\n".join(m.content or "" for m in self.state.messages if m.role == "user")
+            prompt = "\n".join(m.content or "" for m in self.state.messages[self.prompt_from :] if m.role == "user")
             self._emit(RUN_STARTED, principal=self.toolbox.principal.id, prompt=prompt)
             command = self._send(Begin(clock()))
         else:
@@ -406,7 +555,9 @@ class Driver:
             found = self.toolbox.offered.get(call.tool)
             if found is None or found.reconcile is None or call.arguments is None:
                 continue
-            context = ToolContext(self.state.run_id, call.call_id, self.toolbox.principal, None)
+            context: ToolContext[Any] = ToolContext(
+                self.state.run_id, call.call_id, self.toolbox.principal, None, self.deps
+            )
             try:
                 verdict = found.reconcile(context, call.arguments)
                 if asyncio.iscoroutine(verdict):
@@ -435,7 +586,13 @@ class Driver:
         return command
 
     def _result(self, status: Status, output: str | None, reason: str | None) -> RunResult:
-        return RunResult(self.state.run_id, status, output, reason, self.steps, self.state)
+        value: Any = output
+        if status is Status.REPAIR_EXHAUSTED and self.agent.fallback_answer is None:
+            value = None  # the machine's fallback sentence would read like an answer
+        spec = self.agent.output
+        if spec is not None:  # only a completed run has an answer, and the machine has validated it
+            value = spec.decode(output) if status is Status.COMPLETED and output is not None else None
+        return RunResult(self.state.run_id, status, value, reason, self.steps, self.state, self.listener_errors)
 
     async def _call_model(self, command: CallModel) -> Command:
         clock = self.agent.clock
@@ -443,19 +600,31 @@ class Driver:
         self._step_start = len(self.state.messages)
         self._reported = set()
         self._emit(STEP_STARTED)
-        on_text = None
+        on_text = on_tool_delta = None
         if self.on_event is not None:
             on_text = lambda piece: self._emit(TEXT, text=piece)  # noqa: E731
+            on_tool_delta = lambda index, ident, name, piece: self._emit(  # noqa: E731
+                TOOL_CALL_DELTA, index=index, id=ident, tool=name, arguments=piece
+            )
         timeout = None if command.deadline_at is None else max(0.0, command.deadline_at - clock())
         choice = self.agent.tool_choice
         policy = command.tool_choice if self.toolbox.specs else None  # a choice about no tools means nothing
+        specs, response_format = self.toolbox.specs, None
+        spec = self.agent.output
+        if spec is not None and spec.mode == "tool":
+            specs = [*specs, spec.tool_spec()]
+        elif spec is not None and spec.mode == "native":
+            response_format = spec.response_format()
         request = ModelRequest(
             command.messages,
-            self.toolbox.specs,
+            specs,
             max_tokens=self.agent.max_tokens,
             timeout=timeout,
             tool_choice=policy or (choice(command.step) if callable(choice) else choice),
             on_text=on_text,
+            response_format=response_format,
+            stream=True if self.stream_model else None,
+            on_tool_delta=on_tool_delta,
         )
         self._flush()
         try:
@@ -488,6 +657,7 @@ class Driver:
             self._step_start = self._assistant_index()
         step = self.steps[-1]
         step.calls = [CallReport(p.call_id, p.tool, p.execute, arguments=p.arguments) for p in command.calls]
+        self.arguments.update((p.call_id, p.arguments) for p in command.calls)
         for p in command.calls:
             if p.execute:
                 self._emit(
@@ -578,12 +748,25 @@ class Driver:
                 return self._done(call, entry.outcome, CALL_RECOVERED)
             self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
             self._flush(intent=call)  # on disk, fsynced, before the effect can happen
+        self._emit(CALL_STARTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
+        started = time.perf_counter()
         outcome = await tracing.traced_call(
-            call, run_id, self.toolbox.execute(call, run_id, self.run_machine.deadline_at, principal=principal)
+            call,
+            run_id,
+            self.toolbox.execute(call, run_id, self.run_machine.deadline_at, principal=principal, deps=self.deps),
         )
         content = outcome.content
         if outcome.untrusted:
             self._untrusted.add(call.call_id)
+        duration = time.perf_counter() - started
+        self._emit(
+            CALL_FINISHED,
+            id=call.call_id,
+            tool=call.tool,
+            arguments=call.arguments,
+            outcome=outcome_code(content),
+            duration=duration,
+        )
         self._done(call, content, CALL_EXECUTED)
         if store is not None and not call.read_only:
             self._flush()
@@ -613,6 +796,7 @@ class Driver:
             )
         if self.agent.approver is None:
             return None
+        self._flush()  # a person may take a while, and should see what is asked before being asked
         next_command: Command = command
         for call in command.calls:
             decision = await self.agent.approver(call)
@@ -664,6 +848,44 @@ def json_object(text: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def _checked(model: Any, tools: Any, principal: Any) -> list[Tool]:
+    """Misuse of ``Agent(...)`` fails here, naming the fix, not later inside a run."""
+    if isinstance(model, str):
+        raise ConfigurationError(
+            f"model must be a Model object, not the string {model!r}: use OpenAIChatModel('gpt-4o-mini') "
+            "(any OpenAI-compatible server: base_url=...), LocalModel() or ScriptedModel([...])"
+        )
+    if not isinstance(model, Model):
+        raise ConfigurationError(
+            f"model must be a Model (with name, complete and aclose), not {type(model).__name__}: "
+            "use OpenAIChatModel(...), LocalModel() or ScriptedModel([...])"
+        )
+    if isinstance(tools, Tool | str) or not isinstance(tools, Iterable):
+        raise ToolDefinitionError("tools must be a list of Tool objects, e.g. [multiply] or load_toolset('calc')")
+    checked = list(tools)
+    for item in checked:
+        if not isinstance(item, Tool):
+            name = getattr(item, "__name__", type(item).__name__)
+            raise ToolDefinitionError(f"{name} is not a Tool: decorate it with @tool (or @tool(read_only=True))")
+    if not isinstance(principal, Principal):
+        raise ConfigurationError(f"principal must be a Principal, e.g. Principal({principal!r}), not {principal!r}")
+    return checked
+
+
+def _output_spec(model: Model, tools: Sequence[Tool], output_type: Any, mode: OutputMode | None) -> OutputSpec | None:
+    """The run's output type, asked for the way the model's provider supports best unless ``mode`` says."""
+    if output_type is None:
+        if mode is not None:
+            raise ConfigurationError("output_mode needs an output_type")
+        return None
+    spec = OutputSpec(output_type, mode=mode or getattr(model, "output_mode", None) or "native")
+    if spec.mode == "tool" and any(t.name == spec.tool_name for t in tools):
+        raise ConfigurationError(
+            f"a tool is named {spec.tool_name!r}, the name of the final-answer tool; rename the tool"
+        )
+    return spec
 
 
 def _batches(calls: Sequence[PendingCall]) -> list[list[PendingCall]]:

@@ -18,6 +18,7 @@ import pytest
 from tether.core.budget import Budget
 from tether.core.machine import PendingCall, Status
 from tether.core.messages import Message
+from tether.events import CALL_FINISHED, CALL_STARTED, TOOL_CALL_DELTA
 from tether.models.openai_chat import OpenAIChatModel
 from tether.models.scripted import ScriptedModel, calls, text
 from tether.runner import (
@@ -349,14 +350,18 @@ async def test_event_kinds_of_a_two_step_run_over_http() -> None:
         STEP_STARTED,
         MODEL_REPLIED,
         CALL_VALIDATED,
+        CALL_STARTED,
+        CALL_FINISHED,
         CALL_EXECUTED,
         STEP_STARTED,
         MODEL_REPLIED,
         RUN_FINISHED,
     ]
-    assert [e.step for e in events] == [0, 1, 1, 1, 1, 2, 2, 2]  # run_started comes before step 1
+    assert [e.step for e in events] == [0, 1, 1, 1, 1, 1, 1, 2, 2, 2]  # run_started comes before step 1
     assert {e.run_id for e in events} == {result.run_id}
     by_kind = {e.kind: e.data for e in events if e.kind not in (RUN_STARTED, STEP_STARTED, MODEL_REPLIED)}
+    assert by_kind[CALL_STARTED] == {"id": "c1", "tool": "multiply", "arguments": {"a": 6, "b": 7}}
+    assert by_kind[CALL_FINISHED]["outcome"] == "ok" and by_kind[CALL_FINISHED]["duration"] >= 0
     validated = by_kind[CALL_VALIDATED]
     assert validated == {
         "id": "c1",
@@ -378,11 +383,13 @@ async def test_event_kinds_of_a_two_step_run_with_the_scripted_model() -> None:
     events: list[RunEvent] = []
     await Agent(model, load_toolset("calc")).run("go", on_event=events.append)
 
-    assert [k for k in kinds(events) if k != TEXT] == [
+    assert [k for k in kinds(events) if k not in (TEXT, TOOL_CALL_DELTA)] == [
         RUN_STARTED,
         STEP_STARTED,
         MODEL_REPLIED,
         CALL_VALIDATED,
+        CALL_STARTED,
+        CALL_FINISHED,
         CALL_EXECUTED,
         STEP_STARTED,
         MODEL_REPLIED,

@@ -335,7 +335,7 @@ async def test_tool_output_cannot_approve_a_call(stores: Callable[[], SQLiteStor
 # ---------------------------------------------------------------- call ids across a resume
 
 
-class Crash(Exception):
+class Crash(BaseException):  # a listener's Exception no longer stops a run; a dying process does
     """Stands in for the process dying right after an event was checkpointed."""
 
 

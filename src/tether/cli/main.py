@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 import click
 
+from tether.cli.chat import chat
 from tether.cli.common import (
     EXIT_CODES,
     EXIT_INTERNAL,
@@ -230,6 +231,9 @@ def _json_result(result: Any) -> dict[str, Any]:
 @db_option
 @click.option("--no-log", is_flag=True, help="Do not record this run in the run store.")
 @click.option("--log-content", is_flag=True, help="Keep prompts, replies and results in the audit events.")
+@click.option(
+    "--continue", "conversation_id", metavar="CONVERSATION", help="Run PROMPT as the next turn of a conversation."
+)
 @json_option
 def run(
     prompt: str,
@@ -251,6 +255,7 @@ def run(
     db: str | None,
     no_log: bool,
     log_content: bool,
+    conversation_id: str | None,
     as_json: bool,
 ) -> None:
     """Run PROMPT as an agent with the given tools.
@@ -265,6 +270,7 @@ def run(
       tether run "What is 248 times 15?" --tools calc --provider anthropic --model claude-sonnet-4-5
       tether run "What is 2+2?" --tools calc --provider snowflake
       tether run "Find the notes" --mcp "npx -y @modelcontextprotocol/server-filesystem ." --mcp-read-only search_files
+      tether run "And times 2?" --tools calc --continue CONVERSATION   (see tether chat)
 
     Exit status: 0 completed, 3 configuration error, 10 max_steps,
     11 budget_exhausted, 12 truncated, 13 content_filtered, 14 protocol_error,
@@ -291,8 +297,11 @@ def run(
     try:
         store = None if no_log else open_store(db, log_content)
         agent = _agent(setup, api_key, store, who, Budget(max_steps=max_steps, max_total_tokens=max_total_tokens))
+        conversation = agent.conversation(conversation_id) if conversation_id else None
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
+    if conversation is not None:
+        _drive(agent, lambda renderer: conversation.turn(prompt, on_event=renderer), as_json, stream)
     _drive(agent, lambda renderer: agent.driver(prompt, on_event=renderer), as_json, stream)
 
 
@@ -367,6 +376,7 @@ def self_check() -> None:
 
 
 cli.add_command(runs)
+cli.add_command(chat)
 cli.add_command(serve)
 cli.add_command(tickets)
 cli.add_command(kb)

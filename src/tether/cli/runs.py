@@ -58,7 +58,8 @@ def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) 
         return
     for r in found:
         prompt = f"  {short(prompts[r.run_id], PROMPT_SHOWN)}" if prompts.get(r.run_id) else ""
-        line = f"{r.run_id}  {r.status:<24} {r.principal:<12} {r.steps:>3} step(s)  {_when(r.created_at)}{prompt}"
+        turn = f"  conversation {r.conversation_id} turn {r.turn}" if r.conversation_id else ""
+        line = f"{r.run_id}  {r.status:<24} {r.principal:<12} {r.steps:>3} step(s)  {_when(r.created_at)}{turn}{prompt}"
         click.echo(line)
     if not found:
         click.echo("no runs recorded")
@@ -77,6 +78,8 @@ def _summary(r: Any, prompt: str | None) -> dict[str, Any]:
         "created_at": r.created_at,
         "updated_at": r.updated_at,
         "prompt": prompt,
+        "conversation_id": r.conversation_id,
+        "turn": r.turn,
     }
 
 

@@ -30,6 +30,7 @@ from tether.core.errors import (
 from tether.core.machine import (
     TRANSITIONS,
     Accepted,
+    AnswerCheck,
     ApprovalDecided,
     AwaitApproval,
     AwaitReconciliation,
@@ -64,6 +65,7 @@ __all__ = [
     "DEFAULT_MAX_TOOL_CALLS",
     "TRANSITIONS",
     "Accepted",
+    "AnswerCheck",
     "ApprovalDecided",
     "ApprovalMismatch",
     "AuthenticationError",

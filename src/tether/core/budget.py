@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.core.errors import ConfigurationError
 from tether.core.messages import Message, ModelReply, Usage
 
 DEFAULT_MAX_STEPS = 8
@@ -48,11 +49,11 @@ class Budget:
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
-            raise ValueError("max_steps must be at least 1")
+            raise ConfigurationError("max_steps must be at least 1")
         if self.max_repairs < 0:
-            raise ValueError("max_repairs must not be negative")
+            raise ConfigurationError("max_repairs must not be negative")
         if self.loop_limit < 2:
-            raise ValueError("loop_limit must be at least 2")
+            raise ConfigurationError("loop_limit must be at least 2")
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,6 +161,20 @@ class Catalog(Protocol):
     def check(self, call: ToolCall) -> Accepted | Rejected: ...
 
 
+class AnswerCheck(Protocol):
+    """What the final answer of a run with an output type must be.
+
+    ``tool`` names the final-answer tool when the answer comes as a call of
+    it; ``None`` when it comes as the reply's text. ``check_answer`` gets the
+    raw JSON text and returns ``None`` for a valid answer.
+    """
+
+    @property
+    def tool(self) -> str | None: ...
+
+    def check_answer(self, text: str) -> Rejected | None: ...
+
+
 # --- commands (machine -> driver) --------------------------------------------
 
 
@@ -243,7 +257,10 @@ Command = CallModel | RunTools | AwaitApproval | AwaitReconciliation | Finish
 # --- the transition table ------------------------------------------------------
 
 _TERMINALS = frozenset(s for s in Status if s.terminal)
-_NEXT_AFTER_REPLY = frozenset({Status.AWAITING_TOOLS, Status.AWAITING_APPROVAL}) | (_TERMINALS - {Status.CANCELLED})
+# AWAITING_MODEL again: an invalid final answer (runs with an output type) goes back to the model.
+_NEXT_AFTER_REPLY = frozenset({Status.AWAITING_MODEL, Status.AWAITING_TOOLS, Status.AWAITING_APPROVAL}) | (
+    _TERMINALS - {Status.CANCELLED}
+)
 
 TRANSITIONS: dict[Status, dict[type[Any], frozenset[Status]]] = {
     Status.READY: {
@@ -407,15 +424,23 @@ class RunState:
 class Run:
     """Drive one run: ``send`` an event, get the next command."""
 
-    def __init__(self, state: RunState, catalog: Catalog) -> None:
+    def __init__(self, state: RunState, catalog: Catalog, answer: AnswerCheck | None = None) -> None:
         self.state = state
         self._catalog = catalog
+        self._answer = answer  # None: any text is a final answer
         self._poisoned: str | None = None
 
     @classmethod
-    def new(cls, run_id: str, messages: list[Message], catalog: Catalog, config: RunConfig | None = None) -> Run:
+    def new(
+        cls,
+        run_id: str,
+        messages: list[Message],
+        catalog: Catalog,
+        config: RunConfig | None = None,
+        answer: AnswerCheck | None = None,
+    ) -> Run:
         state = RunState(run_id=run_id, config=config or RunConfig(), messages=list(messages))
-        return cls(state, catalog)
+        return cls(state, catalog, answer)
 
     @property
     def status(self) -> Status:
@@ -558,9 +583,33 @@ class Run:
         if reply.finish_reason == "content_filter":
             return self._finish(Status.CONTENT_FILTERED, None, "the provider filtered the reply")
         s.messages.append(Message("assistant", reply.content, calls))
+        if not calls and self._answer is not None:
+            return self._judge_text_answer(reply.content or "", now)
         if not calls:
             return self._finish(Status.COMPLETED, reply.content or "", None)
         return self._judge(calls, now)
+
+    def _judge_text_answer(self, text: str, now: float) -> Command:
+        """A reply without calls in a run with an output type: a valid answer, or a repair."""
+        assert self._answer is not None
+        s, tool = self.state, self._answer.tool
+        if tool is None:
+            problem = self._answer.check_answer(text)
+        else:
+            problem = Rejected(ErrorCode.INVALID_ARGUMENTS, f"give the final answer by calling the tool {tool}")
+        if problem is None:
+            s.failed_repairs = 0
+            return self._finish(Status.COMPLETED, text, None)
+        s.failed_repairs += 1
+        if s.failed_repairs > s.config.budget.max_repairs:
+            return self._finish(
+                Status.REPAIR_EXHAUSTED, None, f"{s.failed_repairs} answers in a row were invalid: {problem.message}"
+            )
+        fix = f"call {tool}" if tool is not None else "reply with only the corrected JSON"
+        s.messages.append(
+            Message("user", f"Your final answer is invalid ({problem.code.value}): {problem.message}. {fix}.")
+        )
+        return self._next_step(now)
 
     def _protocol_check(self, reply: ModelReply) -> tuple[ToolCall, ...] | str:
         """The checked calls of a reply, or why the reply breaks the protocol."""
@@ -603,7 +652,16 @@ class Run:
         s, b = self.state, self.state.config.budget
         pending: list[PendingCall] = []
         repair_needed = False
+        answer_tool = self._answer.tool if self._answer is not None else None
         for call in calls:
+            if call.name == answer_tool and answer_tool is not None:
+                assert self._answer is not None
+                problem = self._answer.check_answer(call.arguments)
+                if problem is None:
+                    return self._accept_answer_call(call, calls)
+                repair_needed = True
+                pending.append(_refused(PendingCall(call.id, call.name, None, None), problem.code, problem.message))
+                continue
             verdict = self._catalog.check(call)
             if isinstance(verdict, Rejected):
                 repair_needed = True
@@ -658,7 +716,7 @@ class Run:
             self._close_pending(ErrorCode.BUDGET_EXHAUSTED, "repair budget exhausted; call not executed")
             return self._finish(
                 Status.REPAIR_EXHAUSTED,
-                s.config.fallback_answer,
+                s.config.fallback_answer if self._answer is None else None,
                 f"{s.failed_repairs} replies in a row had invalid calls",
             )
         if refusal is not None:
@@ -683,6 +741,19 @@ class Run:
         if s.tainted and not verdict.read_only:
             reasons.append(f"the run read untrusted text from {s.tainted_by or 'a tool'}")
         return "; ".join(reasons) or None
+
+    def _accept_answer_call(self, answer: ToolCall, calls: tuple[ToolCall, ...]) -> Finish:
+        """A valid call of the final-answer tool ends the run; the step's other calls are not executed."""
+        s = self.state
+        s.pending = [
+            PendingCall(c.id, c.name, None, None, result=envelope.ok("final answer accepted"))
+            if c.id == answer.id
+            else _refused(PendingCall(c.id, c.name, None, None), ErrorCode.TOOL_FAILED, "not executed: the run ended")
+            for c in calls
+        ]
+        self._close_pending(ErrorCode.TOOL_FAILED, "not executed: the run ended")
+        s.failed_repairs = 0
+        return self._finish(Status.COMPLETED, answer.arguments, None)
 
     def _run_tools(self) -> RunTools:
         s = self.state

@@ -386,6 +386,7 @@ class AnthropicModel(HTTPModel):
     """
 
     key_variable = "ANTHROPIC_API_KEY"
+    output_mode = "tool"  # the Messages API has no response_format: a structured answer is a final-answer tool
 
     def __init__(
         self,

@@ -17,6 +17,10 @@ class ModelRequest:
     timeout: float | None = None  # seconds left before the run's deadline
     tool_choice: str | dict[str, Any] | None = None  # None: the provider's default ("auto")
     on_text: Callable[[str], None] | None = field(default=None, compare=False)  # streamed text pieces
+    response_format: dict[str, Any] | None = None  # structured output in native mode (json_schema)
+    stream: bool | None = None  # None: as the adapter was configured
+    # Pieces of tool-call arguments as they stream: (index, id or None, name or None, arguments piece).
+    on_tool_delta: Callable[[int, str | None, str | None, str], None] | None = field(default=None, compare=False)
 
 
 @runtime_checkable

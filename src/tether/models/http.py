@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
@@ -92,8 +92,21 @@ async def sse_events(content: aiohttp.StreamReader) -> AsyncIterator[tuple[str |
         yield name, "\n".join(data)
 
 
+async def _close_with_loop(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
+    """Closes ``session`` when its event loop shuts down, even if nobody calls ``aclose``.
+
+    An async generator is how: ``asyncio.run`` (and every well-behaved loop
+    owner) finalizes the async generators of a loop before closing it. This
+    is what keeps a plain script free of "Unclosed client session" warnings.
+    """
+    try:
+        yield
+    finally:
+        await session.close()
+
+
 class HTTPModel:
-    """One lazily opened ``aiohttp.ClientSession`` per model, closed by ``aclose``."""
+    """One lazily opened ``aiohttp.ClientSession`` per model and event loop, closed by ``aclose`` or with its loop."""
 
     name: str
     base_url: str
@@ -110,20 +123,31 @@ class HTTPModel:
         self.max_retries = max_retries
         self._headers = dict(headers)
         self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
-        self._session: aiohttp.ClientSession | None = None
+        # One client per event loop: an aiohttp session belongs to the loop it was made in, and a
+        # script may call asyncio.run (or run_sync) several times with the same model.
+        self._sessions: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncGenerator[None, None]]] = {}
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(
-                headers=self._headers, timeout=self._timeout, connector=connector, raise_for_status=False
-            )
-        return self._session
+    async def _client(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        entry = self._sessions.get(loop)
+        if entry is not None and not entry[0].closed:
+            return entry[0]
+        for gone in [other for other in self._sessions if other.is_closed()]:
+            del self._sessions[gone]  # closed with its loop, by its guard
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        session = aiohttp.ClientSession(
+            headers=self._headers, timeout=self._timeout, connector=connector, raise_for_status=False
+        )
+        guard = _close_with_loop(session)
+        await anext(guard)
+        self._sessions[loop] = (session, guard)
+        return session
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the client of the running event loop (the others close when their loop ends)."""
+        entry = self._sessions.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            await entry[1].aclose()
 
     async def within(self, work: Awaitable[T], timeout: float | None) -> T:
         """``work``, or ``ModelTimeout`` once the run's deadline passes."""
@@ -158,7 +182,7 @@ class HTTPModel:
     ) -> T:
         """POST ``body``; an SSE answer goes to ``read_stream``, any other to ``read_body``."""
         try:
-            async with self._client().post(url, json=body) as response:
+            async with (await self._client()).post(url, json=body) as response:
                 if response.status >= 400:
                     text = await response.text(errors="replace")
                     wait = retry_after(response.headers.get("Retry-After"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -145,12 +146,13 @@ class OpenAIChatModel(HTTPModel):
     ) -> None:
         self.name = model or os.environ.get("OPENAI_MODEL") or ""
         if not self.name:
-            raise ConfigurationError("no model named: set OPENAI_MODEL or pass --model")
+            raise ConfigurationError("no model named: pass OpenAIChatModel(model=...) or set OPENAI_MODEL")
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         if not api_key and self.base_url == DEFAULT_BASE_URL:
             raise ConfigurationError(
-                "no API key: set OPENAI_API_KEY (or --api-key), or OPENAI_BASE_URL for a local server"
+                "no API key: pass OpenAIChatModel(api_key=...) or set OPENAI_API_KEY; for a local server, "
+                "base_url=... or OPENAI_BASE_URL"
             )
         headers = {"Content-Type": "application/json"}
         if api_key:
@@ -179,8 +181,11 @@ class OpenAIChatModel(HTTPModel):
             body["tool_choice"] = choice
         if request.max_tokens is not None:
             body["max_tokens"] = request.max_tokens
+        if request.response_format is not None:
+            body["response_format"] = request.response_format
         auto_tools = bool(request.tools) and choice in (None, "auto")
-        if self.stream and not (auto_tools and self.compat.no_stream_with_auto_tools):
+        stream = self.stream if request.stream is None else request.stream
+        if stream and not (auto_tools and self.compat.no_stream_with_auto_tools):
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         return body
@@ -201,9 +206,12 @@ class OpenAIChatModel(HTTPModel):
         async for _, payload in sse_events(response.content):
             if payload == "[DONE]":
                 break
-            piece = assembler.feed(_decode_event(payload))
+            chunk = _decode_event(payload)
+            piece = assembler.feed(chunk)
             if piece and request.on_text is not None:
                 request.on_text(piece)
+            if request.on_tool_delta is not None:
+                _report_tool_deltas(chunk, request.on_tool_delta)
         if assembler.finish_reason is None:
             raise ModelResponseError("the stream ended before a finish_reason")
         return assembler.reply()
@@ -215,6 +223,21 @@ def _read_body(raw: bytes) -> ModelReply:
     except ValueError:
         raise ModelResponseError("response body is not JSON") from None
     return parse_reply(decoded)
+
+
+def _report_tool_deltas(chunk: dict[str, Any], report: Callable[[int, str | None, str | None, str], None]) -> None:
+    """Hand each tool-call fragment of an (already assembled) chunk to ``report``."""
+    choices = chunk.get("choices") or [{}]
+    delta = choices[0].get("delta") if isinstance(choices[0], dict) else None
+    for fragment in (delta or {}).get("tool_calls") or ():
+        function = fragment.get("function") or {}
+        ident, name, arguments = fragment.get("id"), function.get("name"), function.get("arguments")
+        report(
+            fragment.get("index") if isinstance(fragment.get("index"), int) else 0,
+            ident if isinstance(ident, str) else None,
+            name if isinstance(name, str) else None,
+            arguments if isinstance(arguments, str) else "",
+        )
 
 
 def _decode_event(payload: str) -> dict[str, Any]:

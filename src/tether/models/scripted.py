@@ -38,6 +38,10 @@ def calls(
     )
 
 
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 class ScriptedModel:
     name = "scripted"
 
@@ -56,6 +60,10 @@ class ScriptedModel:
             return step(request)
         if request.on_text is not None and step.content:
             request.on_text(step.content)
+        if request.on_tool_delta is not None:
+            for index, call in enumerate(step.tool_calls):
+                if isinstance(call.arguments, str):
+                    request.on_tool_delta(index, _str_or_none(call.id), _str_or_none(call.name), call.arguments)
         return step
 
     async def aclose(self) -> None:

@@ -40,6 +40,7 @@ from tether.core.envelope import outcome_code
 from tether.core.errors import ApprovalMismatch, ConfigurationError
 from tether.core.machine import PendingCall, RunState, Status
 from tether.durable import decide
+from tether.events import TRANSIENT
 from tether.models.base import Model
 from tether.runner import RUN_FINISHED, RUN_PAUSED, TEXT, Agent, Driver, RunEvent
 from tether.server.problems import Problem
@@ -86,6 +87,8 @@ class LiveRun:
     followers: set[asyncio.Queue[StreamEvent | None]] = field(default_factory=set)
 
     def on_event(self, event: RunEvent) -> None:
+        if event.kind in TRANSIENT and event.kind != TEXT:
+            return  # not stored, so no seq to resume from; the page shows calls from the stored events
         seq = None
         if event.kind != TEXT:
             self.next_seq += 1

@@ -38,6 +38,9 @@ SEALED_COLUMNS = (
     "message_hash",
     "event_count",
     "event_hash",
+    "conversation_id",
+    "turn",
+    "history",
 )
 KEYED, UNKEYED = "hmac-sha256:", "sha256:"
 

@@ -244,7 +244,34 @@ def _m4_runs_by_status(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, updated_at)")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_initial, _m2_run_config, _m3_run_seal, _m4_runs_by_status]
+def _m5_conversations(db: sqlite3.Connection) -> None:
+    # A conversation's turns are runs. A turn's run stores only the messages it adds: the ones it
+    # inherits (``history`` of them) are the earlier turns' rows, so a turn never rewrites them.
+    _script(
+        db,
+        """
+        CREATE TABLE conversations (
+            id TEXT PRIMARY KEY,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            principal TEXT NOT NULL,
+            budget TEXT NOT NULL
+        );
+        ALTER TABLE runs ADD COLUMN conversation_id TEXT REFERENCES conversations(id);
+        ALTER TABLE runs ADD COLUMN turn INTEGER;
+        ALTER TABLE runs ADD COLUMN history INTEGER NOT NULL DEFAULT 0;
+        CREATE INDEX runs_by_conversation ON runs (conversation_id, turn)
+        """,
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _m1_initial,
+    _m2_run_config,
+    _m3_run_seal,
+    _m4_runs_by_status,
+    _m5_conversations,
+]
 
 
 # An audit event as a driver hands it to ``checkpoint``: (kind, data) or (kind, data, step, at).
@@ -279,12 +306,25 @@ class RunSummary:
     updated_at: float
     steps: int
     progress: dict[str, Any] = field(default_factory=dict, compare=False)  # RunState.progress(), as saved
+    conversation_id: str | None = None  # a conversation's turn: which, and its number
+    turn: int | None = None
 
     def undecided(self) -> list[PendingCall]:
         """The calls waiting for an approval decision (``RunState.undecided``), without loading the run."""
         pending = [PendingCall.from_dict(p) for p in self.progress.get("pending", ())]
         approvals = dict(self.progress.get("approvals", {}))
         return RunState(self.run_id, RunConfig(), [], pending=pending, approvals=approvals).undecided()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredConversation:
+    conversation_id: str
+    principal: Principal
+    budget: dict[str, Any]
+    turns: list[tuple[str, str]]  # (run id, status), oldest first
+    usage: tuple[int, int]  # input and output tokens over all turns
+    created_at: float
+    updated_at: float
 
 
 @dataclass(slots=True)
@@ -356,6 +396,7 @@ class SQLiteStore:
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the run store at {self.path}: {exc} (set TETHER_DB or --db)") from None
         self._new: dict[str, tuple[str, str, str]] = {}  # runs registered but not yet written
+        self._turns: dict[str, tuple[str, int, int]] = {}  # new runs that are turns: conversation, turn, history
 
     def close(self) -> None:
         self._db.close()
@@ -393,11 +434,22 @@ class SQLiteStore:
 
     # --- runs and leases -----------------------------------------------------------
 
-    def create_run(self, state: RunState, principal: Principal, setup: dict[str, Any]) -> None:
+    def create_run(
+        self,
+        state: RunState,
+        principal: Principal,
+        setup: dict[str, Any],
+        *,
+        turn: tuple[str, int, int] | None = None,
+    ) -> None:
         """Register a new run; its row is written with its first checkpoint, in the same transaction.
 
-        The setup records ``log_content``, so a resumed run is logged as it began.
+        ``turn`` is (conversation id, turn number, messages inherited from earlier turns) for a
+        conversation's turn: only the messages after those are stored with this run. The setup
+        records ``log_content``, so a resumed run is logged as it began.
         """
+        if turn is not None:
+            self._turns[state.run_id] = turn
         self._new[state.run_id] = (
             _canonical(_principal_dict(principal)),
             _canonical(redact({**setup, "log_content": self.log_content})),
@@ -406,11 +458,20 @@ class SQLiteStore:
 
     def _insert_run(self, db: sqlite3.Connection, state: RunState, now: float) -> None:
         principal, setup, config = self._new[state.run_id]  # forgotten once the transaction commits
-        row = (now, now, state.status.value, principal, setup, config, "{}", 0, GENESIS, 0, GENESIS)
+        # A conversation's turn stores only the messages after the ``history`` it inherits.
+        conversation_id, turn, history = self._turns.get(state.run_id, (None, None, 0))
+        row = (now, now, state.status.value, principal, setup, config, "{}", history, GENESIS, 0, GENESIS)
+        row_turn = (*row, conversation_id, turn, history)
+        marks = ", ".join("?" * (len(row_turn) + 4))
         db.execute(
-            f"INSERT INTO runs (id, {', '.join(SEALED_COLUMNS)}, seal, lease_owner, lease_until)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (state.run_id, *row, seal(self.audit_key, state.run_id, row), self.owner, now + self.lease_seconds),
+            f"INSERT INTO runs (id, {', '.join(SEALED_COLUMNS)}, seal, lease_owner, lease_until) VALUES ({marks})",
+            (
+                state.run_id,
+                *row_turn,
+                seal(self.audit_key, state.run_id, row_turn),
+                self.owner,
+                now + self.lease_seconds,
+            ),
         )
 
     def acquire(self, run_id: str) -> None:
@@ -573,6 +634,50 @@ class SQLiteStore:
             for call_id in cleared:
                 db.execute("DELETE FROM ledger WHERE run_id = ? AND call_id = ? AND outcome IS NULL", (run_id, call_id))
         self._new.pop(run_id, None)
+        self._turns.pop(run_id, None)
+
+    # --- conversations ------------------------------------------------------------
+
+    def create_conversation(self, conversation_id: str, principal: Principal, budget: dict[str, Any]) -> None:
+        now = self.clock()
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO conversations VALUES (?, ?, ?, ?, ?)",
+                (conversation_id, now, now, _canonical(_principal_dict(principal)), _canonical(budget)),
+            )
+
+    def load_conversation(self, conversation_id: str) -> StoredConversation:
+        """A conversation with its turns' run ids (oldest first) and their usage totals."""
+        row = self._db.execute(
+            "SELECT principal, budget, created_at, updated_at FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        if row is None:
+            raise RunNotFound(f"no conversation {conversation_id} in {self.path}")
+        turns = self._db.execute(
+            "SELECT id, status, meta FROM runs WHERE conversation_id = ? ORDER BY turn", (conversation_id,)
+        ).fetchall()
+        usage = [0, 0]
+        for run_id, _, meta in turns:
+            used = _decode(meta, run_id, "its saved state").get("usage", [0, 0])
+            usage = [usage[0] + used[0], usage[1] + used[1]]
+        return StoredConversation(
+            conversation_id,
+            _principal(_decode(row[0], conversation_id, "its principal")),
+            _decode(row[1], conversation_id, "its budget"),
+            [(r[0], r[1]) for r in turns],
+            (usage[0], usage[1]),
+            row[2],
+            row[3],
+        )
+
+    def list_conversations(self, principal_id: str | None = None, limit: int = 50) -> list[StoredConversation]:
+        query = "SELECT id FROM conversations"
+        params: tuple[Any, ...] = ()
+        if principal_id is not None:
+            query += " WHERE json_extract(principal, '$.id') = ?"
+            params = (principal_id,)
+        rows = self._db.execute(query + " ORDER BY created_at DESC LIMIT ?", (*params, limit)).fetchall()
+        return [self.load_conversation(r[0]) for r in rows]
 
     # --- reading -----------------------------------------------------------------
 
@@ -605,7 +710,7 @@ class SQLiteStore:
             data = _decode(row[0], run_id, "its saved state")
             data["run_id"] = run_id
             data["config"] = _decode(row[5], run_id, "its configuration")
-            data["messages"] = [
+            data["messages"] = self._inherited(run_id) + [
                 _decode(body, run_id, f"message {seq}")
                 for seq, body in db.execute("SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,))
             ]
@@ -662,6 +767,20 @@ class SQLiteStore:
                     prompts[run_id] = content
         return prompts
 
+    def _inherited(self, run_id: str) -> list[Any]:
+        """The messages a conversation's turn inherits: those its earlier turns stored, in order."""
+        row = self._db.execute("SELECT conversation_id, turn, history FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None or not row[2]:
+            return []
+        rows = self._db.execute(
+            "SELECT m.run_id, m.seq, m.body FROM messages m JOIN runs r ON m.run_id = r.id"
+            " WHERE r.conversation_id = ? AND r.turn < ? ORDER BY r.turn, m.seq",
+            (row[0], row[1]),
+        ).fetchall()
+        if len(rows) < row[2]:
+            raise StoreError(f"run {run_id}: its conversation's earlier turns are missing (see tether runs verify)")
+        return [_decode(body, owner, f"message {seq}") for owner, seq, body in rows[: row[2]]]
+
     def list_runs(
         self,
         principal_id: str | None = None,
@@ -672,7 +791,10 @@ class SQLiteStore:
     ) -> list[RunSummary]:
         """Runs, newest first (or the least recently updated first); only a principal's, or only
         those in ``statuses``, when given."""
-        query = "SELECT id, status, json_extract(principal, '$.id'), created_at, updated_at, meta FROM runs"
+        query = (
+            "SELECT id, status, json_extract(principal, '$.id'), created_at, updated_at, meta, conversation_id, turn"
+            " FROM runs"
+        )
         where: list[str] = []
         params: tuple[Any, ...] = ()
         if principal_id is not None:
@@ -688,7 +810,7 @@ class SQLiteStore:
         summaries = []
         for r in rows:
             progress = json.loads(r[5])
-            summaries.append(RunSummary(r[0], r[1], r[2], r[3], r[4], progress["steps"], progress))
+            summaries.append(RunSummary(r[0], r[1], r[2], r[3], r[4], progress["steps"], progress, r[6], r[7]))
         return summaries
 
     def events(self, run_id: str) -> list[StoredEvent]:
@@ -736,7 +858,7 @@ class SQLiteStore:
             problems.append(
                 f"events: the run records {sealed['event_count']} events, the log ends at {expected_seq - 1}"
             )
-        last, expected = GENESIS, 0
+        last, expected = GENESIS, sealed["history"]  # a conversation's turn stores only the messages it added
         for seq, body, digest_ in self._db.execute(
             "SELECT seq, body, hash FROM messages WHERE run_id = ? ORDER BY seq", (run_id,)
         ):

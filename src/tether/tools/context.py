@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Generic
+
+from typing_extensions import TypeVar  # a default (PEP 696): a bare ToolContext means ToolContext[Any]
 
 ALL_SCOPES = "*"
 
@@ -26,12 +29,17 @@ class Principal:
 LOCAL_PRINCIPAL = Principal("local")
 
 
+DepsT = TypeVar("DepsT", default=Any)
+
+
 @dataclass(frozen=True, slots=True)
-class ToolContext:
-    """Injected into a tool that declares a parameter of this type.
+class ToolContext(Generic[DepsT]):
+    """Injected into a tool that declares a parameter of this type (``ToolContext`` or ``ToolContext[Deps]``).
 
     ``idempotency_key`` is ``run_id:call_id``: pass it to external systems so
-    a retried call cannot take effect twice there.
+    a retried call cannot take effect twice there. ``deps`` is what the
+    application passed as ``agent.run(..., deps=...)``: never shown to the
+    model, never stored.
 
     ``mark_untrusted()`` says that this call's result holds text someone
     other than the run's principal could have written (a comment by another
@@ -47,6 +55,7 @@ class ToolContext:
     call_id: str
     principal: Principal
     deadline_at: float | None = None
+    deps: DepsT = None  # type: ignore[assignment]  # None when the run was given no deps
     _marks: set[str] = field(default_factory=set, repr=False, compare=False)
 
     @property

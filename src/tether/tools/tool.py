@@ -9,20 +9,24 @@ the already-valid JSON into the function's Python types (enums, models).
 
 from __future__ import annotations
 
+import functools
 import inspect
+import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, get_args, get_type_hints, overload
+from typing import Any, get_args, get_origin, get_type_hints, overload
 
 import jsonschema
 import pydantic
 from jsonschema.exceptions import SchemaError
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from tether.core.errors import ToolDefinitionError
 from tether.tools.context import ToolContext
 from tether.tools.decoding import json_type
+from tether.tools.strict import strict_schema
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_RESULT_CHARS = 20_000
@@ -77,20 +81,25 @@ class Tool:
     validator: Any = field(default=None, repr=False, compare=False)
 
     is_async: bool = field(default=False, init=False, repr=False, compare=False)
+    # The parameters in the form OpenAI's strict mode accepts (None when it cannot express them),
+    # and the optional parameters made nullable for it (tools/strict.py).
+    strict_parameters: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    strict_nulls: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.function))
+        made = strict_schema(self.parameters)
+        if made is not None:
+            object.__setattr__(self, "strict_parameters", made[0])
+            object.__setattr__(self, "strict_nulls", made[1])
 
-    def spec(self) -> dict[str, Any]:
-        """The tool as an OpenAI ``tools`` entry."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters,
-            },
-        }
+    def spec(self, strict: bool = False) -> dict[str, Any]:
+        """The tool as an OpenAI ``tools`` entry; with ``strict``, in strict mode where its schema allows."""
+        function: dict[str, Any] = {"name": self.name, "description": self.description, "parameters": self.parameters}
+        if strict and self.strict_parameters is not None:
+            function["parameters"] = self.strict_parameters
+            function["strict"] = True
+        return {"type": "function", "function": function}
 
     def validation_errors(self, arguments: Mapping[str, Any]) -> list[str]:
         """Short, actionable messages for each way ``arguments`` is invalid."""
@@ -364,27 +373,57 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return "\n".join(summary).strip(), params
 
 
+def _check_default(tool_name: str, param: str, default: Any) -> None:
+    """A default goes into the schema the model sees, so it must be JSON."""
+    try:
+        json.dumps(to_jsonable_python(default))
+    except (TypeError, ValueError, PydanticSerializationError):
+        raise ToolDefinitionError(
+            f"tool {tool_name}: the default of {param} ({default!r:.60}) is not JSON; use None as the default "
+            "and create the value inside the tool, or pass it through ToolContext deps"
+        ) from None
+
+
+def _is_context(hint: Any) -> bool:
+    """``ToolContext``, ``ToolContext[Deps]``, or either inside Optional/Annotated."""
+    if hint is ToolContext or get_origin(hint) is ToolContext:
+        return True
+    return any(_is_context(arg) for arg in get_args(hint))
+
+
 def _from_function(function: Callable[..., Any], name: str | None, description: str | None, **options: Any) -> Tool:
-    tool_name = name or function.__name__
+    # A functools.partial: hints and docstring come from the function it wraps; the arguments
+    # it binds are the host's, not the model's, so they leave the schema.
+    inner, bound = function, set()
+    while isinstance(inner, functools.partial):
+        bound |= set(inner.keywords)
+        inner = inner.func
+    tool_name = name or getattr(inner, "__name__", "")
+    if not tool_name:
+        raise ToolDefinitionError(f"{function!r} has no __name__: give the tool one with @tool(name=...)")
     if not NAME_PATTERN.match(tool_name):
         raise ToolDefinitionError(f"tool name {tool_name!r} must match {NAME_PATTERN.pattern}")
     try:
-        hints = get_type_hints(function, include_extras=True)
+        hints = get_type_hints(inner, include_extras=True)
     except Exception as exc:
         raise ToolDefinitionError(f"tool {tool_name}: cannot resolve type hints: {exc}") from None
-    summary, param_docs = _parse_docstring(function.__doc__)
+    summary, param_docs = _parse_docstring(inner.__doc__)
     fields: dict[str, Any] = {}
     context_param: str | None = None
     for param in inspect.signature(function).parameters.values():
+        if param.name in bound:
+            continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ToolDefinitionError(f"tool {tool_name}: *args and **kwargs cannot be described")
         if param.name not in hints:
             raise ToolDefinitionError(f"tool {tool_name}: parameter {param.name} needs a type hint")
         hint = hints[param.name]
-        if hint is ToolContext or ToolContext in get_args(hint):
+        if _is_context(hint):
             context_param = param.name
             continue
         default: Any = ... if param.default is param.empty else param.default
+        if default is not ... and not isinstance(default, FieldInfo):
+            _check_default(tool_name, param.name, default)
         info = pydantic.Field(default, description=param_docs.get(param.name))
         if isinstance(default, FieldInfo):
             info = default

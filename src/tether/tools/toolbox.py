@@ -20,10 +20,12 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from tether.core import envelope
 from tether.core.envelope import ErrorCode
+from tether.core.errors import ToolDefinitionError
 from tether.core.machine import Accepted, PendingCall, Rejected
 from tether.core.messages import ToolCall
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
 from tether.tools.decoding import InvalidJson, strict_loads
+from tether.tools.strict import drop_nulls
 from tether.tools.tool import Tool, ToolError
 
 
@@ -62,15 +64,16 @@ class ToolResult:
 class Toolbox:
     """The tools a principal may use. Tools it may not use do not exist for it."""
 
-    def __init__(self, tools: Iterable[Tool], principal: Principal = LOCAL_PRINCIPAL) -> None:
+    def __init__(self, tools: Iterable[Tool], principal: Principal = LOCAL_PRINCIPAL, *, strict: bool = True) -> None:
         self.principal = principal
+        self.strict = strict  # tools are offered in OpenAI's strict mode where their schema allows
         self.all: dict[str, Tool] = {}
         for t in tools:
             if t.name in self.all:
-                raise ValueError(f"two tools are named {t.name!r}")
+                raise ToolDefinitionError(f"two tools are named {t.name!r}; give one another name with @tool(name=...)")
             self.all[t.name] = t
         self.offered = {n: t for n, t in self.all.items() if principal.allows(t.scopes)}
-        self.specs = [t.spec() for t in self.offered.values()]
+        self.specs = [t.spec(strict) for t in self.offered.values()]
 
     def check(self, call: ToolCall) -> Accepted | Rejected:
         try:
@@ -81,6 +84,8 @@ class Toolbox:
         if found is None:
             names = ", ".join(self.offered) or "none"
             return Rejected(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.name!r}; available: {names}")
+        if self.strict:
+            arguments = drop_nulls(arguments, found.strict_nulls)  # strict mode's "not given"
         problems = found.validation_errors(arguments)
         if problems:
             return Rejected(ErrorCode.INVALID_ARGUMENTS, "; ".join(problems))
@@ -92,22 +97,35 @@ class Toolbox:
         )
 
     async def invoke(
-        self, call: PendingCall, run_id: str, deadline_at: float | None = None, *, principal: Principal | None = None
+        self,
+        call: PendingCall,
+        run_id: str,
+        deadline_at: float | None = None,
+        *,
+        principal: Principal | None = None,
+        deps: Any = None,
     ) -> str:
         """Run one accepted call; the envelope the model will see."""
-        return (await self.execute(call, run_id, deadline_at, principal=principal)).content
+        return (await self.execute(call, run_id, deadline_at, principal=principal, deps=deps)).content
 
     async def execute(
-        self, call: PendingCall, run_id: str, deadline_at: float | None = None, *, principal: Principal | None = None
+        self,
+        call: PendingCall,
+        run_id: str,
+        deadline_at: float | None = None,
+        *,
+        principal: Principal | None = None,
+        deps: Any = None,
     ) -> ToolResult:
         """Run one accepted call: the envelope, and whether it taints the run.
 
-        ``principal``: who the call runs for, if the run's principal was looked up again since.
+        ``principal``: who the call runs for, if the run's principal was looked up again since;
+        ``deps``: the run's dependencies, for the tool's context.
         """
         found = self.offered.get(call.tool)
         if found is None or call.arguments is None:
             return ToolResult(envelope.error(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.tool!r}"), False)
-        context = ToolContext(run_id, call.call_id, principal or self.principal, deadline_at)
+        context: ToolContext[Any] = ToolContext(run_id, call.call_id, principal or self.principal, deadline_at, deps)
         content = await self._run(found, call.arguments, context)
         return ToolResult(content, found.untrusted_output or context.untrusted)
 

@@ -1,8 +1,9 @@
 """Built-in toolsets by short name, and toolsets from any importable module.
 
 A toolset is a list of tools chosen by one word on the command line:
-``calc``, ``clock`` or ``files``. Anything else names a module (``pkg.mod``)
-whose module-level ``Tool`` objects are the toolset, or one attribute of it
+``calc``, ``clock`` or ``files``. Anything else names a module (``pkg.mod``,
+also one in the current directory) or a file (``path/to/tools.py``) whose
+module-level ``Tool`` objects are the toolset, or one attribute of it
 (``pkg.mod:TOOLS``) holding a ``Tool`` or a list of them. Every way this can
 go wrong is a ``ConfigurationError`` that says what to fix.
 """
@@ -10,9 +11,12 @@ go wrong is a ``ConfigurationError`` that says what to fix.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from types import ModuleType
 
 from tether.core.errors import ConfigurationError
 from tether.tools import Tool
@@ -46,7 +50,7 @@ def load_toolset(name_or_module: str, *, files_root: str | None = None) -> list[
         return builtin(files_root)
     module_name, _, attribute = name_or_module.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        module = _import(module_name)
     except ModuleNotFoundError as exc:
         # Only the module itself missing means an unknown name; a missing
         # dependency of an existing module is an import failure.
@@ -54,6 +58,8 @@ def load_toolset(name_or_module: str, *, files_root: str | None = None) -> list[
         if module_name != missing and not module_name.startswith(f"{missing}."):
             raise _error(f"cannot import toolset module {module_name!r}: {exc}") from exc
         raise _error(f"unknown toolset {name_or_module!r}: neither a built-in nor an importable module") from None
+    except ConfigurationError:
+        raise
     except Exception as exc:
         raise _error(f"cannot import toolset module {module_name!r}: {type(exc).__name__}: {exc}") from exc
     if attribute:
@@ -67,6 +73,37 @@ def load_toolset(name_or_module: str, *, files_root: str | None = None) -> list[
     if not tools:
         raise _error(f"toolset {name_or_module!r} has no tools")
     return tools
+
+
+def _import(module_name: str) -> ModuleType:
+    """A module by name, from the current directory when it is there, or a ``.py`` file by path.
+
+    The ``tether`` console script does not put the current directory on
+    ``sys.path`` (``python -m`` does), so a module beside the user is looked
+    for there explicitly.
+    """
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        if not path.is_file():
+            raise _error(f"no toolset file {module_name!r}")
+        return _from_file(path)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        local = Path.cwd() / (module_name.replace(".", os.sep) + ".py")
+        if exc.name == module_name.partition(".")[0] and local.is_file():
+            return _from_file(local)
+        raise
+
+
+def _from_file(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise _error(f"cannot load toolset file {str(path)!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(path.stem, module)  # so the tools' own imports and pickling find it
+    spec.loader.exec_module(module)
+    return module
 
 
 def _unique(tools: Iterable[Tool]) -> list[Tool]:

@@ -1,0 +1,133 @@
+"""``tether chat``: a conversation at the terminal, one turn per line.
+
+Tool calls are shown as they happen; a call that needs approval is asked
+about inline (y/N). Ctrl-D at the prompt ends the session (exit 0); the
+conversation is recorded in the run store, so ``tether chat --continue ID``
+or ``tether run PROMPT --continue ID`` goes on with it later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tether.cli.common import api_key_option, db_option, fail, open_store
+from tether.core.budget import DEFAULT_MAX_STEPS, Budget
+from tether.core.errors import TetherError
+
+HISTORY_FILE = "chat_history"
+
+
+def _readline(store_path: Path) -> None:
+    """Line editing and a history kept beside the run store, when readline is there."""
+    try:
+        import readline
+    except ImportError:  # pragma: no cover - not on every platform
+        return
+    history = store_path.parent / HISTORY_FILE
+    with contextlib.suppress(OSError):
+        readline.read_history_file(history)
+    import atexit
+
+    atexit.register(_save_history, readline, history)
+
+
+def _save_history(readline: Any, history: Path) -> None:
+    with contextlib.suppress(OSError):
+        readline.write_history_file(history)
+
+
+@click.command()
+@click.option("--tools", "toolsets", multiple=True, metavar="NAME_OR_MODULE", help="A toolset (repeatable).")
+@click.option("--model", help="Model name [env: OPENAI_MODEL].")
+@click.option("--base-url", help="OpenAI-compatible endpoint [env: OPENAI_BASE_URL].")
+@api_key_option
+@click.option("--max-steps", type=click.IntRange(min=1), default=DEFAULT_MAX_STEPS, show_default=True)
+@click.option("--files-root", type=click.Path(file_okay=False), help="Root for the files toolset.")
+@click.option("--principal", default="local", show_default=True, help="Who the conversation acts for.")
+@click.option("--continue", "conversation_id", metavar="CONVERSATION", help="Go on with a stored conversation.")
+@db_option
+def chat(
+    toolsets: tuple[str, ...],
+    model: str | None,
+    base_url: str | None,
+    api_key: str | None,
+    max_steps: int,
+    files_root: str | None,
+    principal: str,
+    conversation_id: str | None,
+    db: str | None,
+) -> None:
+    """Talk with an agent, turn by turn; approve its calls inline.
+
+    \b
+    Examples:
+      tether chat --tools calc
+      tether chat --continue 3f2a...
+    """
+    from tether.cli.main import _agent
+    from tether.tools import Principal
+
+    root = files_root or os.environ.get("TETHER_FILES_ROOT")
+    setup = {
+        "model": model or os.environ.get("OPENAI_MODEL"),
+        "base_url": base_url or os.environ.get("OPENAI_BASE_URL"),
+        "stream": False,
+        "toolsets": list(toolsets),
+        "files_root": os.path.abspath(root) if root else None,
+        "local_model": None,
+    }
+    try:
+        store = open_store(db)
+        agent = _agent(setup, api_key, store, Principal(principal), Budget(max_steps=max_steps))
+        conversation = agent.conversation(conversation_id)
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
+    _readline(store.path)
+    agent.approver = _ask
+    click.echo(f"conversation {conversation.id} (Ctrl-D to leave)")
+    asyncio.run(_session(agent, conversation))
+
+
+async def _ask(call: Any) -> Any:
+    from tether.runner import Decision
+
+    arguments = json.dumps(call.arguments, ensure_ascii=False)
+    try:
+        answer = await asyncio.to_thread(input, f"  approve {call.tool}({arguments})? [y/N] ")
+    except EOFError:
+        return Decision(False, "no answer")
+    approved = answer.strip().lower() in ("y", "yes")
+    return Decision(approved, None if approved else "denied at the terminal")
+
+
+async def _session(agent: Any, conversation: Any) -> None:
+    from tether.cli.render import Renderer
+
+    renderer = Renderer(click.echo)
+    try:
+        while True:
+            try:
+                line = await asyncio.to_thread(input, "you> ")
+            except EOFError:
+                click.echo("")
+                return
+            if not line.strip():
+                continue
+            try:
+                result = await conversation.send(line, on_event=renderer)
+            except TetherError as exc:
+                click.echo(f"error: {exc}", err=True)
+                continue
+            if result.output is not None:
+                click.echo(f"agent> {result.output}")
+            else:
+                click.echo(f"(turn ended {result.status.value}: {result.reason})")
+    finally:
+        await agent.aclose()

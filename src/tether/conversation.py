@@ -1,0 +1,178 @@
+"""Conversations: runs (turns) that share history, principal, usage totals and a budget.
+
+    conv = agent.conversation()                     # or agent.conversation(conversation_id) to go on
+    first = await conv.send("What is 248 times 15?")
+    second = await conv.send("And divided by 4?")   # sees the first turn
+    conv.usage, conv.turns
+
+Each turn is a run of its own (with its own steps, events and ledger) whose
+messages start with everything earlier turns said. With a store, the
+conversation and its turns are recorded: a turn stores only the messages it
+adds, never the history again, so the 50th turn costs what the 2nd did
+(beyond the messages sent to the model), and ``agent.conversation(id)``
+carries on after a crash or in another process.
+
+A conversation's budget (``ConversationBudget``) counts over all turns: a
+turn runs with whatever is left of it, so it ends ``budget_exhausted`` like
+any run when the conversation has used its share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
+
+from tether.core.budget import RunConfig
+from tether.core.errors import ConfigurationError
+from tether.core.machine import Status
+from tether.core.messages import Message, Usage
+from tether.report import RunResult
+from tether.tools.context import Principal
+
+if TYPE_CHECKING:
+    from tether.runner import Agent, Driver, EventHandler
+
+__all__ = ["Conversation", "ConversationBudget"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationBudget:
+    """Limits over all the turns of a conversation; ``None`` is unlimited."""
+
+    max_turns: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_total_tokens: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class Conversation:
+    """A sequence of runs sharing history. Get one from ``Agent.conversation``."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        conversation_id: str,
+        principal: Principal,
+        budget: ConversationBudget,
+        *,
+        history: Sequence[Message] = (),
+        turns: int = 0,
+        usage: Usage | None = None,
+        stored: bool = False,
+    ) -> None:
+        self.agent = agent
+        self.id = conversation_id
+        self.principal = principal
+        self.budget = budget
+        self.messages: list[Message] = list(history)
+        self.turns = turns
+        self.usage = usage or Usage()
+        self._stored = stored
+        self._lock = asyncio.Lock()  # turns of one conversation never overlap
+        self._waiting: str | None = None  # the run of a turn that paused (for an approval)
+
+    async def send(
+        self, text: str, *, deps: Any = None, on_event: EventHandler | None = None, run_id: str | None = None
+    ) -> RunResult:
+        """Run one turn: ``text`` as the user's message after everything said so far."""
+        async with self._lock:
+            return await self.turn(text, deps=deps, on_event=on_event, run_id=run_id).run()
+
+    def turn(
+        self, text: str, *, deps: Any = None, on_event: EventHandler | None = None, run_id: str | None = None
+    ) -> Driver:
+        """The driver of the next turn, for callers that drive it themselves (``send`` runs it)."""
+        if self._waiting is not None:
+            raise ConfigurationError(
+                f"the last turn (run {self._waiting}) is paused: finish it with "
+                f"agent.resume({self._waiting!r}).run(), then reopen the conversation"
+            )
+        store = self.agent.store
+        if store is not None and not self._stored:
+            store.create_conversation(self.id, self.principal, self.budget.to_dict())
+            self._stored = True
+        driver = self.agent.driver(
+            [*self.messages, Message("user", text)],
+            run_id=run_id,
+            on_event=on_event,
+            deps=deps,
+            principal=self.principal,
+            config=self._turn_config(),
+            turn=(self.id, self.turns + 1, len(self.messages)),
+        )
+        self.turns += 1
+        driver.on_result = self._after_turn
+        driver.prompt_from = len(self.messages)
+        return driver
+
+    def _after_turn(self, result: RunResult) -> None:
+        self.messages = result.state.messages
+        self._waiting = None if result.status.terminal else result.run_id
+        self.usage = self.usage + result.usage
+
+    def send_sync(self, text: str, *, deps: Any = None, on_event: EventHandler | None = None) -> RunResult:
+        """``send`` for a script without an event loop."""
+        return asyncio.run(self.send(text, deps=deps, on_event=on_event))
+
+    def _turn_config(self) -> RunConfig:
+        """The agent's run configuration with the conversation's remaining budget folded in."""
+        b, used, config = self.budget, self.usage, self.agent.config
+        if b.max_turns is not None and self.turns >= b.max_turns:
+            raise ConfigurationError(
+                f"conversation {self.id} has had its {b.max_turns} turns (ConversationBudget.max_turns)"
+            )
+        limits = config.budget
+        for name, spent in (
+            ("max_input_tokens", used.input_tokens),
+            ("max_output_tokens", used.output_tokens),
+            ("max_total_tokens", used.total_tokens),
+        ):
+            total = getattr(b, name)
+            if total is None:
+                continue
+            left = max(0, total - spent)
+            mine = getattr(limits, name)
+            limits = replace(limits, **{name: left if mine is None else min(mine, left)})
+        return replace(config, budget=limits)
+
+
+def open_conversation(
+    agent: Agent,
+    conversation_id: str | None,
+    principal: Principal | None,
+    budget: ConversationBudget | None,
+) -> Conversation:
+    """A new conversation, or a stored one to go on with (``Agent.conversation``)."""
+    if conversation_id is None:
+        return Conversation(
+            agent, uuid.uuid4().hex, principal or agent.toolbox.principal, budget or ConversationBudget()
+        )
+    store = agent.store
+    if store is None:
+        raise ConfigurationError("going on with a conversation by its id needs an Agent with a store")
+    stored = store.load_conversation(conversation_id)
+    history: list[Message] = []
+    if stored.turns:
+        last_run, status = stored.turns[-1]
+        if not Status(status).terminal:
+            raise ConfigurationError(
+                f"the last turn of conversation {conversation_id} (run {last_run}) is {status}: "
+                f"finish it first with agent.resume({last_run!r}).run()"
+            )
+        history = store.load(last_run).state.messages
+    return Conversation(
+        agent,
+        conversation_id,
+        stored.principal,
+        budget or ConversationBudget(**stored.budget),
+        history=history,
+        turns=len(stored.turns),
+        usage=Usage(*stored.usage),
+        stored=True,
+    )

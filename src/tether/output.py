@@ -1,0 +1,191 @@
+"""Structured output: an output type becomes a JSON Schema, and a run's final answer a validated value.
+
+``Agent(..., output_type=Invoice)`` accepts a pydantic model, a dataclass, a
+TypedDict, a scalar or container type (``int``, ``list[str]``), or a raw JSON
+Schema (a dict; the value is then the decoded JSON). A type whose schema is
+not an object is wrapped as ``{"result": ...}`` on the wire and unwrapped
+for the caller.
+
+How the model is asked for the answer (``OutputMode``):
+
+- ``native``: the request carries ``response_format: {"type": "json_schema",
+  ...}`` (with ``strict: true`` when the schema allows it) and the answer is
+  the reply's text;
+- ``tool``: a final-answer tool whose parameters are the schema; calling it
+  ends the run;
+- ``prompted``: the schema is put in a system message and the answer is the
+  reply's text (one surrounding Markdown code fence is tolerated).
+
+Whatever the mode, the answer is decoded like tool arguments (no duplicate
+keys, no NaN, no ``true`` for an integer) and validated by the host; an
+invalid answer goes back to the model as a controlled error and counts
+against the run's repair budget (the run state machine decides that).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import jsonschema
+import pydantic
+from jsonschema.exceptions import SchemaError
+
+from tether.core.envelope import ErrorCode
+from tether.core.errors import ToolDefinitionError
+from tether.core.machine import Rejected
+from tether.tools.decoding import InvalidJson, strict_loads
+from tether.tools.fastcheck import compile_check
+from tether.tools.strict import drop_nulls, strict_schema
+from tether.tools.tool import _close, _describe, _StrictValidator, _strip_titles
+
+OutputMode = Literal["native", "tool", "prompted"]
+OUTPUT_MODES: tuple[str, ...] = ("native", "tool", "prompted")
+FINAL_ANSWER_TOOL = "final_answer"
+_FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*)\n\s*```\s*$", re.DOTALL)
+_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+class OutputSpec:
+    """One output type, ready for a run: its wire schema, its checks and its decoding."""
+
+    def __init__(
+        self,
+        output_type: Any,
+        *,
+        mode: OutputMode = "native",
+        strict: bool = True,
+        tool_name: str = FINAL_ANSWER_TOOL,
+    ) -> None:
+        if mode not in OUTPUT_MODES:
+            raise ToolDefinitionError(f"output_mode must be one of {', '.join(OUTPUT_MODES)}, not {mode!r}")
+        self.output_type = output_type
+        self.mode: OutputMode = mode
+        self.tool_name = tool_name
+        self._adapter: pydantic.TypeAdapter[Any] | None = None
+        if isinstance(output_type, Mapping):
+            schema = _close(dict(output_type))
+            title = output_type.get("title")
+            self.name = _NAME.sub("_", title)[:64] if isinstance(title, str) and title else "answer"
+        else:
+            self._adapter = _adapter(output_type)
+            try:
+                schema = _strip_titles(self._adapter.json_schema())
+            except (pydantic.PydanticUserError, pydantic.errors.PydanticSchemaGenerationError, TypeError) as exc:
+                raise ToolDefinitionError(_cannot(output_type, exc)) from None
+            self.name = _NAME.sub("_", getattr(output_type, "__name__", "answer"))[:64] or "answer"
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            raise ToolDefinitionError(f"output_type is not a valid JSON Schema: {exc.message}") from None
+        self.wrapped = schema.get("type") != "object"
+        if self.wrapped:
+            defs = schema.pop("$defs", None)
+            schema = {"type": "object", "properties": {"result": schema}, "required": ["result"]}
+            schema["additionalProperties"] = False
+            if defs is not None:
+                schema["$defs"] = defs
+        self.schema = schema
+        self._validator = _StrictValidator(schema)
+        self._fast = compile_check(schema)  # answers the common, valid case; jsonschema explains the rest
+        made_strict = strict_schema(schema) if strict else None
+        self.strict = made_strict is not None
+        self.wire_schema: dict[str, Any] = made_strict[0] if made_strict is not None else schema
+        self._nulls: frozenset[str] = made_strict[1] if made_strict is not None else frozenset()
+        self._last: tuple[str, Any] | None = None  # the last answer checked and its value
+        self._response_format: dict[str, Any] | None = None
+
+    @property
+    def tool(self) -> str | None:
+        """The final-answer tool's name in ``tool`` mode (for the run state machine)."""
+        return self.tool_name if self.mode == "tool" else None
+
+    def check_answer(self, text: str) -> Rejected | None:
+        """``None`` when ``text`` is a valid answer; else the controlled error the model gets."""
+        try:
+            self._last = (text, self._value(text))
+        except _Invalid as exc:
+            return exc.rejected
+        return None
+
+    def decode(self, text: str) -> Any:
+        """The typed value of an answer that ``check_answer`` accepted."""
+        last = self._last
+        if last is not None and last[0] == text:
+            return last[1]
+        try:
+            return self._value(text)
+        except _Invalid as exc:
+            raise ValueError(exc.rejected.message) from None
+
+    def _value(self, text: str) -> Any:
+        if self.mode == "prompted" and (fenced := _FENCE.match(text)):
+            text = fenced.group(1)
+        try:
+            data = drop_nulls(strict_loads(text), self._nulls)
+        except InvalidJson as exc:
+            raise _Invalid(Rejected(ErrorCode.INVALID_JSON, str(exc).replace("arguments", "the answer"))) from None
+        errors = (
+            []
+            if self._fast is not None and self._fast(data)
+            else sorted(self._validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+        )
+        if errors:
+            message = "; ".join(_describe(e) for e in errors[:3]).replace("arguments", "answer")
+            raise _Invalid(Rejected(ErrorCode.INVALID_ARGUMENTS, message))
+        value = data["result"] if self.wrapped else data
+        if self._adapter is None:
+            return value
+        try:
+            return self._adapter.validate_python(value)
+        except pydantic.ValidationError as exc:  # e.g. a validator of the model refused it
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "answer"
+            raise _Invalid(Rejected(ErrorCode.INVALID_ARGUMENTS, f"{where}: {first['msg']}")) from None
+
+    def response_format(self) -> dict[str, Any]:
+        """The ``response_format`` of a request in ``native`` mode (one dict, built once: treat it as read-only)."""
+        if self._response_format is None:
+            spec: dict[str, Any] = {"name": self.name, "schema": self.wire_schema}
+            if self.strict:
+                spec["strict"] = True
+            self._response_format = {"type": "json_schema", "json_schema": spec}
+        return self._response_format
+
+    def tool_spec(self) -> dict[str, Any]:
+        """The final-answer tool offered in ``tool`` mode."""
+        function: dict[str, Any] = {
+            "name": self.tool_name,
+            "description": "Give your final answer. Call this once, when you are done, and only this.",
+            "parameters": self.wire_schema,
+        }
+        if self.strict:
+            function["strict"] = True
+        return {"type": "function", "function": function}
+
+    def instructions(self) -> str:
+        """The system message of ``prompted`` mode."""
+        schema = json.dumps(self.schema, separators=(",", ":"))
+        return f"Give your final answer as one JSON object matching this JSON Schema, and nothing else: {schema}"
+
+
+class _Invalid(Exception):
+    def __init__(self, rejected: Rejected) -> None:
+        self.rejected = rejected
+
+
+def _adapter(output_type: Any) -> pydantic.TypeAdapter[Any]:
+    try:
+        return pydantic.TypeAdapter(output_type)
+    except (pydantic.PydanticUserError, pydantic.errors.PydanticSchemaGenerationError, TypeError) as exc:
+        raise ToolDefinitionError(_cannot(output_type, exc)) from None
+
+
+def _cannot(output_type: Any, exc: Exception) -> str:
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return (
+        f"output_type {output_type!r} cannot become a JSON Schema ({first}); use a pydantic model, a dataclass, "
+        "a TypedDict, a scalar or container type, or a JSON Schema dict"
+    )

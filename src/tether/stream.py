@@ -1,0 +1,209 @@
+"""What a run is doing, as typed events: ``async for event in agent.stream(prompt)``.
+
+Every event carries ``at`` (the agent's clock), ``run_id``, ``step`` and
+``model``; call events carry the tool and its arguments, redacted (keys like
+password or token). In the order a step produces them::
+
+    StepStarted
+    TextDelta*  ToolCallDelta*          as the model's reply streams in
+    CallValidated | CallRefused         per call, after the host's checks
+    ApprovalNeeded                      a call that waits for a decision
+    CallStarted  CallFinished           per executed call (with its duration)
+    StepFinished                        with the step's usage
+    ...
+    RunFinished                         always last, with the RunResult
+
+``ToolCallDelta.arguments_delta`` is the model's raw text as it arrives
+(a partial JSON string cannot be redacted); the checked, redacted
+arguments come with ``CallValidated``. For a run with a store, events are
+delivered only once checkpointed, so they may arrive in bursts, never out
+of order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tether.core.messages import Usage
+from tether.events import (
+    APPROVAL_REQUESTED,
+    CALL_FINISHED,
+    CALL_REJECTED,
+    CALL_STARTED,
+    CALL_VALIDATED,
+    MODEL_REPLIED,
+    STEP_STARTED,
+    TEXT,
+    TOOL_CALL_DELTA,
+)
+from tether.store.redact import redact
+
+if TYPE_CHECKING:
+    from tether.report import RunResult
+    from tether.runner import Driver, RunEvent
+
+__all__ = [
+    "ApprovalNeeded",
+    "CallFinished",
+    "CallRefused",
+    "CallStarted",
+    "CallValidated",
+    "RunFinished",
+    "StepFinished",
+    "StepStarted",
+    "StreamEvent",
+    "TextDelta",
+    "ToolCallDelta",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamEvent:
+    at: float
+    run_id: str
+    step: int
+    model: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepStarted(StreamEvent):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta(StreamEvent):
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallDelta(StreamEvent):
+    index: int  # the call's position in the reply
+    call_id: str | None  # in the first delta of a call
+    tool: str | None  # in the first delta of a call
+    arguments_delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _CallEvent(StreamEvent):
+    call_id: str
+    tool: str
+    arguments: dict[str, Any] | None  # redacted; None when they did not decode
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallValidated(_CallEvent):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallRefused(_CallEvent):
+    code: str  # invalid_json, unknown_tool, invalid_arguments, ... (DESIGN.md §4)
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalNeeded(_CallEvent):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallStarted(_CallEvent):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallFinished(_CallEvent):
+    outcome: str  # "ok" or an error code
+    duration: float  # seconds
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepFinished(StreamEvent):
+    finish_reason: str | None
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFinished(StreamEvent):
+    result: RunResult
+
+
+class Translator:
+    """Turns a driver's events into typed stream events, handing each to ``put``."""
+
+    def __init__(self, driver: Driver, put: Callable[[StreamEvent], None]) -> None:
+        self.driver = driver
+        self.model = driver.agent.model.name
+        self.put = put
+        self._step_end: RunEvent | None = None  # the model reply of the current step
+
+    def _base(self, event: RunEvent) -> dict[str, Any]:
+        return {"at": event.at, "run_id": event.run_id, "step": event.step, "model": self.model}
+
+    def _call(self, event: RunEvent) -> dict[str, Any]:
+        call_id = event.data.get("id", "")
+        arguments = event.data.get("arguments")
+        if arguments is None:
+            arguments = self.driver.arguments.get(call_id)
+        return {
+            **self._base(event),
+            "call_id": call_id,
+            "tool": event.data.get("tool", ""),
+            "arguments": None if arguments is None else redact(arguments),
+        }
+
+    def feed(self, event: RunEvent) -> None:
+        kind, data = event.kind, event.data
+        if kind == STEP_STARTED:
+            self.close_step(event.at)
+            self.put(StepStarted(**self._base(event)))
+        elif kind == TEXT:
+            self.put(TextDelta(**self._base(event), text=data["text"]))
+        elif kind == TOOL_CALL_DELTA:
+            self.put(
+                ToolCallDelta(
+                    **self._base(event),
+                    index=data["index"],
+                    call_id=data["id"],
+                    tool=data["tool"],
+                    arguments_delta=data["arguments"],
+                )
+            )
+        elif kind == MODEL_REPLIED:
+            self._step_end = event
+        elif kind == CALL_VALIDATED:
+            self.put(CallValidated(**self._call(event)))
+        elif kind == CALL_REJECTED:
+            code, message = _error_of(data.get("result", ""))
+            self.put(CallRefused(**self._call(event), code=code, message=message))
+        elif kind == APPROVAL_REQUESTED:
+            self.put(ApprovalNeeded(**self._call(event)))
+        elif kind == CALL_STARTED:
+            self.put(CallStarted(**self._call(event)))
+        elif kind == CALL_FINISHED:
+            self.put(CallFinished(**self._call(event), outcome=data["outcome"], duration=data["duration"]))
+
+    def close_step(self, at: float | None = None) -> None:
+        """The StepFinished of the step that is ending, once its calls are done (at ``at``, else now)."""
+        end, self._step_end = self._step_end, None
+        if end is not None:
+            usage = end.data.get("usage") or {}
+            self.put(
+                StepFinished(
+                    **{**self._base(end), "at": self.driver.agent.clock() if at is None else at},
+                    finish_reason=end.data.get("finish_reason"),
+                    usage=Usage(usage.get("input_tokens", 0), usage.get("output_tokens", 0)),
+                )
+            )
+
+
+def _error_of(envelope: str) -> tuple[str, str]:
+    import json
+
+    try:
+        error = json.loads(envelope)["error"]
+        return str(error["code"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        return "unknown", ""

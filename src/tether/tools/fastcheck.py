@@ -1,0 +1,189 @@
+"""A fast yes/no check for the JSON Schema subset that generated schemas use.
+
+``jsonschema`` costs tens of microseconds even for a three-field object,
+which is most of a run's host CPU when a structured answer is validated.
+``fast_valid`` answers True or False for schemas built only from the
+keywords below, with the same strict semantics as the gate's validator (no
+``true`` for an integer, no ``3.0`` for an integer), and None for anything
+else. A False (or None) answer goes to ``jsonschema``, which decides and
+writes the messages, so only the common valid case is served from here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+_IGNORED = frozenset({"title", "description", "default", "examples", "format", "$defs", "definitions"})
+_SUPPORTED = _IGNORED | frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "const",
+        "anyOf",
+        "$ref",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minItems",
+        "maxItems",
+    }
+)
+
+
+class _Unsupported(Exception):
+    pass
+
+
+Check = Callable[[Any], bool]
+
+
+def compile_check(schema: dict[str, Any]) -> Check | None:
+    """A yes/no function for ``schema``, compiled once; None when it uses other keywords."""
+    try:
+        return _compile(schema, schema, {})
+    except (_Unsupported, RecursionError, re.error):
+        return None
+
+
+def fast_valid(schema: dict[str, Any], value: Any) -> bool | None:
+    """Whether ``value`` is valid against ``schema``; None when the schema uses other keywords."""
+    check = compile_check(schema)
+    return None if check is None else check(value)
+
+
+_TYPES: dict[str, Check] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality for scalars: a boolean never equals a number."""
+    return _scalar(a) and isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+def _compile(node: Any, root: dict[str, Any], refs: dict[str, Check | None]) -> Check:
+    if node is True:
+        return lambda v: True
+    if node is False:
+        return lambda v: False
+    if not isinstance(node, dict) or not node.keys() <= _SUPPORTED:
+        raise _Unsupported
+    if "$ref" in node:
+        return _compile_ref(node, root, refs)
+    checks: list[Check] = []
+    kind = node.get("type")
+    if kind is not None:
+        kinds = [_TYPES.get(k) for k in (kind if isinstance(kind, list) else [kind])]
+        if None in kinds:
+            raise _Unsupported
+        known = [k for k in kinds if k is not None]
+        checks.append(known[0] if len(known) == 1 else (lambda v: any(k(v) for k in known)))
+    if "enum" in node:
+        options = list(node["enum"])
+        if not all(_scalar(o) for o in options):
+            raise _Unsupported
+        checks.append(lambda v: any(_same(v, o) for o in options))
+    if "const" in node:
+        const = node["const"]
+        if not _scalar(const):
+            raise _Unsupported
+        checks.append(lambda v: _same(v, const))
+    if "anyOf" in node:
+        branches = [_compile(b, root, refs) for b in node["anyOf"]]
+        checks.append(lambda v: any(b(v) for b in branches))
+    checks.extend(_by_kind(node, root, refs))
+
+    def check(value: Any) -> bool:
+        return all(c(value) for c in checks)
+
+    return checks[0] if len(checks) == 1 else check
+
+
+def _compile_ref(node: dict[str, Any], root: dict[str, Any], refs: dict[str, Check | None]) -> Check:
+    ref = node["$ref"]
+    if not (node.keys() - {"$ref"}) <= _IGNORED:
+        raise _Unsupported
+    if not isinstance(ref, str) or not ref.startswith(("#/$defs/", "#/definitions/")):
+        raise _Unsupported
+    if ref not in refs:
+        refs[ref] = None  # a recursive schema refers to itself: look it up when called
+        section, _, name = ref[2:].partition("/")
+        refs[ref] = _compile(root.get(section, {}).get(name), root, refs)
+    found = refs[ref]
+    if found is not None:
+        return found
+
+    def late(value: Any) -> bool:
+        resolved = refs[ref]
+        return resolved is not None and resolved(value)
+
+    return late
+
+
+def _by_kind(node: dict[str, Any], root: dict[str, Any], refs: dict[str, Check | None]) -> list[Check]:
+    """The checks that apply to one kind of value (objects, arrays, strings, numbers)."""
+    checks: list[Check] = []
+    if "properties" in node or "required" in node or "additionalProperties" in node:
+        properties = {n: _compile(s, root, refs) for n, s in node.get("properties", {}).items()}
+        required = tuple(node.get("required", ()))
+        extra = node.get("additionalProperties", True)
+        other = None if extra is True else _compile(extra, root, refs)
+
+        def object_ok(value: Any) -> bool:
+            if not isinstance(value, dict):
+                return True
+            if any(name not in value for name in required):
+                return False
+            for name, item in value.items():
+                sub = properties.get(name, other)
+                if sub is not None and not sub(item):
+                    return False
+            return True
+
+        checks.append(object_ok)
+    if "items" in node or "minItems" in node or "maxItems" in node:
+        items = _compile(node["items"], root, refs) if "items" in node else None
+        low, high = node.get("minItems", 0), node.get("maxItems", math.inf)
+        checks.append(
+            lambda v: not isinstance(v, list) or (low <= len(v) <= high and (items is None or all(map(items, v))))
+        )
+    if "minLength" in node or "maxLength" in node or "pattern" in node:
+        shortest, longest = node.get("minLength", 0), node.get("maxLength", math.inf)
+        pattern = re.compile(node["pattern"]) if "pattern" in node else None
+        checks.append(
+            lambda v: (
+                not isinstance(v, str)
+                or (shortest <= len(v) <= longest and (pattern is None or pattern.search(v) is not None))
+            )
+        )
+    bounds = [node.get(k) for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")]
+    if any(b is not None for b in bounds):
+        lo, hi, xlo, xhi = (b if b is not None else d for b, d in zip(bounds, _OPEN, strict=True))
+        checks.append(
+            lambda v: not isinstance(v, int | float) or isinstance(v, bool) or (lo <= v <= hi and xlo < v < xhi)
+        )
+    return checks
+
+
+_OPEN = (-math.inf, math.inf, -math.inf, math.inf)
