@@ -76,6 +76,13 @@ def eval_command() -> None:
 )
 @click.option("--limit", type=click.IntRange(min=1), help="Run only the first N cases of each dataset.")
 @click.option(
+    "--toolset",
+    "toolsets",
+    multiple=True,
+    metavar="NAME",
+    help="Toolset for tether eval-file cases that name none: tickets, calc, clock, or a module (repeatable).",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False),
     default=DEFAULT_OUT,
@@ -92,19 +99,24 @@ def run_command(
     local_model: str | None,
     concurrency: int,
     limit: int | None,
+    toolsets: tuple[str, ...],
     out: str,
     as_json: bool,
 ) -> None:
-    """Score a model on Berkeley Function Calling Leaderboard DATASETs.
+    """Score a model's tool use on DATASETs: BFCL's, or tether eval files.
 
     A DATASET is a BFCL_v4_<category>.json file (its possible_answer/ file
-    beside it), or a category name when the bfcl-eval package is installed.
-    Single-turn categories: simple_python, simple_java, simple_javascript,
-    multiple, parallel, parallel_multiple, irrelevance and the live_ ones.
+    beside it), a category name when the bfcl-eval package is installed, or
+    a tether eval file (*.jsonl: a prompt or conversation per line, its
+    toolsets or tool schemas, the expected calls; see the README).
+    BFCL single-turn categories: simple_python, simple_java,
+    simple_javascript, multiple, parallel, parallel_multiple, irrelevance
+    and the live_ ones.
 
     Each case is one run through tether's loop with every gate on; the
     model's proposed calls are judged and recorded, never executed, and
-    scored as BFCL's AST checker scores them. Failures are sorted into the
+    scored as BFCL's AST checker scores them (tether eval files: against
+    the expected calls and their allowed values). Failures are sorted into the
     model's mistakes, calls tether's gates refused, and infrastructure
     errors. results.jsonl in --out gets every case's calls, verdict and
     reason, report.html a self-contained page of accuracy bars and failing
@@ -115,11 +127,13 @@ def run_command(
     Examples:
       tether eval simple_python multiple --model gpt-4o-mini --concurrency 16
       tether eval data/BFCL_v4_parallel.json --base-url http://127.0.0.1:8080/v1 --model local --limit 20
+      tether eval examples/eval/tickets.jsonl --model gpt-4o-mini
 
     Exit status: 0 when every case has a verdict, 1 when some had an
     infrastructure error, 3 for a configuration error.
     """
-    from tether.eval import load, run_eval, summarize, table
+    from tether.eval import run_eval, summarize, table
+    from tether.eval.dataset import load_dataset
     from tether.eval.harness import ERROR
     from tether.eval.progress import Progress
     from tether.eval.report import write_report
@@ -129,7 +143,7 @@ def run_command(
         profile = find_provider(provider or os.environ.get("TETHER_PROVIDER") or "openai")
         cases = []
         for dataset in datasets:
-            cases.extend(load(dataset)[:limit])
+            cases.extend(load_dataset(dataset, toolsets)[:limit])
         chosen = _model(model, base_url, api_key, local_model, profile.wire)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
