@@ -28,7 +28,7 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -176,8 +176,13 @@ def _proposed(
     ]
 
 
-async def run_case(model: Model, case: EvalCase, *, compat: Compat | None = None) -> CaseResult:
-    """Ask the model once with the case's tools and score the calls it proposes."""
+async def run_case(
+    model: Model, case: EvalCase, *, compat: Compat | None = None, tools: Awaitable[list[Tool]] | None = None
+) -> CaseResult:
+    """Ask the model once with the case's tools and score the calls it proposes.
+
+    ``tools``: the case's tools being compiled elsewhere (``run_eval`` compiles ahead); else compiled here.
+    """
     started = time.perf_counter()
     gates: dict[str, tuple[str, str]] = {}
 
@@ -192,8 +197,8 @@ async def run_case(model: Model, case: EvalCase, *, compat: Compat | None = None
     recorder = _Recorder(model)
     try:
         # Compiling the schemas is CPU work: off the event loop, so other cases' replies are read meanwhile.
-        tools = await asyncio.to_thread(case.tools)
-        agent = Agent(recorder, tools, compat=compat, propose_only=True)
+        offered = await (tools if tools is not None else asyncio.to_thread(case.tools))
+        agent = Agent(recorder, offered, compat=compat, propose_only=True)
         result = await agent.run(list(case.messages), on_event=note)
     except TetherError as exc:
         failed = CaseResult(case.id, case.category, ERROR, f"{type(exc).__name__}: {exc}", seconds=_since(started))
@@ -270,28 +275,40 @@ async def run_eval(
     cases = list(cases)
     earlier = read_results(out) if out is not None else {}
     done = {i: r for i, r in earlier.items() if r.outcome != ERROR}
-    todo: asyncio.Queue[EvalCase] = asyncio.Queue()
-    for case in cases:
-        if case.id not in done:
-            todo.put_nowait(case)
+    loop = asyncio.get_running_loop()
+    todo: asyncio.Queue[tuple[EvalCase, asyncio.Future[list[Tool]]]] = asyncio.Queue()
+    ahead = [(case, loop.create_future()) for case in cases if case.id not in done]
+    for item in ahead:
+        todo.put_nowait(item)
     if on_start is not None:
         on_start(todo.qsize(), len(cases) - todo.qsize())
     sink = ResultsFile(out) if out is not None else None
     fresh: dict[str, CaseResult] = {}
 
+    async def compile_ahead() -> None:
+        # One case after another, in the order the workers take them: the schemas of the next
+        # cases are compiled while the model is being waited for, not when a reply has come in.
+        for case, compiled in ahead:
+            try:
+                compiled.set_result(await asyncio.to_thread(case.tools))
+            except Exception as exc:  # the worker taking the case meets it in run_case
+                compiled.set_exception(exc)
+
     async def worker() -> None:
         while not todo.empty():
-            case = todo.get_nowait()
-            result = await run_case(model, case, compat=compat)
+            case, compiled = todo.get_nowait()
+            result = await run_case(model, case, compat=compat, tools=compiled)
             fresh[case.id] = result
             if sink is not None:
                 sink.write(result)
             if on_result is not None:
                 on_result(result)
 
+    compiling = asyncio.create_task(compile_ahead())
     try:
         await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, todo.qsize())))))
     finally:
+        compiling.cancel()
         if sink is not None:
             sink.close()
     return [fresh.get(c.id) or done[c.id] for c in cases]
