@@ -35,6 +35,12 @@ def cli_reference() -> str:
         assert command is not None
         context = click.Context(command, info_name=name, parent=group, **WIDTH)
         parts.append(f"## tether {name}\n\n```\n{command.get_help(context)}\n```\n")
+        if name == "eval" and isinstance(command, click.Group):  # `tether eval DATASET` is its `run` subcommand
+            for sub_name in sorted(command.list_commands(context)):
+                sub = command.get_command(context, sub_name)
+                assert sub is not None
+                sub_context = click.Context(sub, info_name=sub_name, parent=context, **WIDTH)
+                parts.append(f"### tether {name} {sub_name}\n\n```\n{sub.get_help(sub_context)}\n```\n")
     return "\n".join(parts)
 
 

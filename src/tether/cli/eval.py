@@ -37,7 +37,30 @@ def _model(model: str | None, base_url: str | None, api_key: str | None, local_m
     return OpenAIChatModel(model, base_url=base_url, api_key=api_key, compat=wire)
 
 
-@click.command("eval")
+class _EvalGroup(click.Group):
+    """``tether eval DATASET...`` runs an eval; ``tether eval compare A B`` is the one subcommand.
+
+    Anything but a subcommand's name (or --help) in first place is a dataset,
+    so the common case needs no ``run`` word.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group("eval", cls=_EvalGroup)
+def eval_command() -> None:
+    """Score a model's tool use: BFCL datasets or tether's own eval files.
+
+    \b
+      tether eval DATASET... [options]     run an eval (see: tether eval run --help)
+      tether eval compare A B              cases whose verdict changed between two runs
+    """
+
+
+@eval_command.command("run")
 @click.argument("datasets", nargs=-1, required=True, metavar="DATASET...")
 @click.option("--model", help="Model name [env: OPENAI_MODEL].")
 @click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env: OPENAI_BASE_URL].")
@@ -53,6 +76,13 @@ def _model(model: str | None, base_url: str | None, api_key: str | None, local_m
 )
 @click.option("--limit", type=click.IntRange(min=1), help="Run only the first N cases of each dataset.")
 @click.option(
+    "--toolset",
+    "toolsets",
+    multiple=True,
+    metavar="NAME",
+    help="Toolset for tether eval-file cases that name none: tickets, calc, clock, or a module (repeatable).",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False),
     default=DEFAULT_OUT,
@@ -60,7 +90,7 @@ def _model(model: str | None, base_url: str | None, api_key: str | None, local_m
     help="Directory for results.jsonl; cases already there are not run again.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON lines, one per category.")
-def eval_command(
+def run_command(
     datasets: tuple[str, ...],
     model: str | None,
     base_url: str | None,
@@ -69,54 +99,77 @@ def eval_command(
     local_model: str | None,
     concurrency: int,
     limit: int | None,
+    toolsets: tuple[str, ...],
     out: str,
     as_json: bool,
 ) -> None:
-    """Score a model on Berkeley Function Calling Leaderboard DATASETs.
+    """Score a model's tool use on DATASETs: BFCL's, or tether eval files.
 
     A DATASET is a BFCL_v4_<category>.json file (its possible_answer/ file
-    beside it), or a category name when the bfcl-eval package is installed.
-    Single-turn categories: simple_python, simple_java, simple_javascript,
-    multiple, parallel, parallel_multiple, irrelevance and the live_ ones.
+    beside it), a category name when the bfcl-eval package is installed, or
+    a tether eval file (*.jsonl: a prompt or conversation per line, its
+    toolsets or tool schemas, the expected calls; see the README).
+    BFCL single-turn categories: simple_python, simple_java,
+    simple_javascript, multiple, parallel, parallel_multiple, irrelevance
+    and the live_ ones.
 
     Each case is one run through tether's loop with every gate on; the
     model's proposed calls are judged and recorded, never executed, and
-    scored as BFCL's AST checker scores them. Failures are sorted into the
+    scored as BFCL's AST checker scores them (tether eval files: against
+    the expected calls and their allowed values). Failures are sorted into the
     model's mistakes, calls tether's gates refused, and infrastructure
     errors. results.jsonl in --out gets every case's calls, verdict and
-    reason; run the same command again to resume an interrupted eval.
+    reason, report.html a self-contained page of accuracy bars and failing
+    cases; run the same command again to resume an interrupted eval. On a
+    terminal (and without CI set) a progress bar shows on stderr.
 
     \b
     Examples:
       tether eval simple_python multiple --model gpt-4o-mini --concurrency 16
       tether eval data/BFCL_v4_parallel.json --base-url http://127.0.0.1:8080/v1 --model local --limit 20
+      tether eval examples/eval/tickets.jsonl --model gpt-4o-mini
 
     Exit status: 0 when every case has a verdict, 1 when some had an
     infrastructure error, 3 for a configuration error.
     """
-    from tether.eval import load, run_eval, summarize, table
+    from tether.eval import run_eval, summarize, table
+    from tether.eval.dataset import load_dataset
     from tether.eval.harness import ERROR
+    from tether.eval.progress import Progress
+    from tether.eval.report import write_report
     from tether.models.providers import provider as find_provider
 
     try:
         profile = find_provider(provider or os.environ.get("TETHER_PROVIDER") or "openai")
         cases = []
         for dataset in datasets:
-            cases.extend(load(dataset)[:limit])
+            cases.extend(load_dataset(dataset, toolsets)[:limit])
         chosen = _model(model, base_url, api_key, local_model, profile.wire)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
 
+    progress = Progress(sys.stderr)
+
     async def go() -> Any:
         try:
-            return await run_eval(chosen, cases, concurrency=concurrency, out=Path(out), compat=profile.compat)
+            return await run_eval(
+                chosen,
+                cases,
+                concurrency=concurrency,
+                out=Path(out),
+                compat=profile.compat,
+                on_start=progress.start,
+                on_result=progress.update,
+            )
         finally:
+            progress.finish()
             await chosen.aclose()
 
     try:
         results = asyncio.run(go())
     except KeyboardInterrupt:
         fail(f"interrupted; run the same command again to resume from {Path(out) / 'results.jsonl'}", 18)
+    report = write_report(Path(out), results)
     rows = summarize(results)
     if as_json:
         for row in rows:
@@ -124,7 +177,61 @@ def eval_command(
     else:
         click.echo(table(rows))
         click.echo(f"results: {Path(out) / 'results.jsonl'}")
+        click.echo(f"report:  {report}")
     errors = sum(1 for r in results if r.outcome == ERROR)
     if errors:
         click.echo(f"error: {errors} case(s) had an infrastructure error; run again to retry them", err=True)
         sys.exit(EXIT_INTERNAL)
+
+
+@eval_command.command("compare")
+@click.argument("a", metavar="A")
+@click.argument("b", metavar="B")
+@click.option("--json", "as_json", is_flag=True, help="Print the changes as one JSON document.")
+def compare_command(a: str, b: str, as_json: bool) -> None:
+    """Show the cases whose verdict changed between two evals.
+
+    A and B are --out directories of tether eval, or results.jsonl files.
+    A case is listed when its outcome (passed, mistake, refused, error)
+    differs, or when only one of the runs has it.
+
+    \b
+    Examples:
+      tether eval compare eval-before eval-after
+      tether eval compare old/results.jsonl new/results.jsonl --json
+
+    Exit status: 0 (whatever changed), 3 when A or B holds no results.
+    """
+    from tether.eval.harness import summarize
+    from tether.eval.report import changes_table, compare, load_results
+
+    try:
+        before, after = load_results(a), load_results(b)
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
+    changes = compare(before, after)
+    rows_a = {r.category: r for r in summarize(before.values())}
+    rows_b = {r.category: r for r in summarize(after.values())}
+    accuracy = {
+        category: {
+            "a": rows_a[category].accuracy if category in rows_a else None,
+            "b": rows_b[category].accuracy if category in rows_b else None,
+        }
+        for category in [*rows_a, *(c for c in rows_b if c not in rows_a)]
+    }
+    if as_json:
+        click.echo(json.dumps({"changes": [c.to_dict() for c in changes], "accuracy": accuracy}, indent=2))
+        return
+    click.echo(changes_table(changes))
+    kinds = [c.kind for c in changes]
+    one_run = kinds.count("only in A") + kinds.count("only in B")
+    click.echo(
+        f"{len(changes)} case(s) changed: {kinds.count('fixed')} fixed, {kinds.count('broken')} broken, "
+        f"{kinds.count('changed')} failing differently, {one_run} in one run only"
+    )
+    for category, pair in accuracy.items():
+        click.echo(f"{category}: accuracy {_percent(pair['a'])} -> {_percent(pair['b'])}")
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"

@@ -6,7 +6,9 @@
 
 Each case is one ``propose_only`` run (the calls are judged by every gate
 and recorded, never executed); ``check`` scores them as BFCL's AST checker
-does. See ``tether.eval.harness`` for how failures are sorted.
+does. ``load_cases`` reads tether's own JSONL format (``tether.eval.dataset``),
+scored against the expected calls. See ``tether.eval.harness`` for how
+failures are sorted, ``tether.eval.report`` for report.html and comparing runs.
 """
 
 from tether.eval.bfcl import (
@@ -20,6 +22,7 @@ from tether.eval.bfcl import (
     tool_name,
 )
 from tether.eval.checker import Verdict, check
+from tether.eval.dataset import TetherCase, load_cases, load_dataset
 from tether.eval.harness import (
     ERROR,
     MISTAKE,
@@ -47,10 +50,13 @@ __all__ = [
     "CaseResult",
     "DatasetError",
     "Row",
+    "TetherCase",
     "Verdict",
     "bfcl_name",
     "check",
     "load",
+    "load_cases",
+    "load_dataset",
     "parameters_schema",
     "read_results",
     "run_case",

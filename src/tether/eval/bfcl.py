@@ -41,6 +41,7 @@ from typing import Any
 
 from tether.core.errors import ConfigurationError, ToolDefinitionError
 from tether.core.messages import Message
+from tether.eval.checker import Output, Verdict, check
 from tether.tools.tool import NAME_PATTERN, Tool, tool_from_schema
 
 # What BFCL offers an OpenAI model for each of its type words (bfcl_eval/constants/type_mappings.py).
@@ -112,8 +113,20 @@ class Case:
     def language(self) -> str:
         return language_of(self.category)
 
+    @property
+    def expected(self) -> Any:
+        """BFCL's possible answer (``[]`` when no call is expected)."""
+        return list(self.ground_truth) if self.ground_truth is not None else []
+
     def tools(self) -> list[Tool]:
         return [tool_from_document(doc, self.language) for doc in self.functions]
+
+    def check(self, output: Output) -> Verdict:
+        """BFCL's AST checker's verdict on the model's calls."""
+        return check(self.category, self.functions, self.ground_truth, output)
+
+    def call_name(self, tool_name: str) -> str:
+        return bfcl_name(tool_name)
 
 
 def language_of(category: str) -> str:

@@ -28,25 +28,44 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tether.core.budget import Compat
 from tether.core.errors import TetherError
 from tether.core.machine import Status
-from tether.core.messages import ModelReply
-from tether.eval.bfcl import Case, bfcl_name
-from tether.eval.checker import check
+from tether.core.messages import Message, ModelReply
+from tether.eval.checker import Output, Verdict
 from tether.models.base import Model, ModelRequest
 from tether.runner import CALL_REJECTED, CALL_VALIDATED, Agent, RunEvent
+from tether.tools import Tool
 
 RESULTS_FILE = "results.jsonl"
 DEFAULT_CONCURRENCY = 8
 
 PASSED, MISTAKE, REFUSED, ERROR = "passed", "mistake", "refused", "error"
 _REPLY_REFUSED = {Status.PROTOCOL_ERROR, Status.TRUNCATED, Status.CONTENT_FILTERED}
+
+
+class EvalCase(Protocol):
+    """What the harness needs of a case: a BFCL ``Case`` or a ``tether.eval.dataset.TetherCase``."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def category(self) -> str: ...
+    @property
+    def messages(self) -> tuple[Message, ...]: ...
+    @property
+    def expected(self) -> Any:
+        """What the model should propose, as the dataset says it (shown in reports)."""
+
+    def tools(self) -> list[Tool]: ...
+    def check(self, output: Output) -> Verdict: ...
+    def call_name(self, tool_name: str) -> str:
+        """The dataset's name for the tool the model called."""
 
 
 @dataclass(slots=True)
@@ -61,6 +80,8 @@ class CaseResult:
     content: str | None = None
     status: str = ""
     seconds: float = 0.0
+    prompt: list[dict[str, Any]] = field(default_factory=list)  # the conversation the model was given
+    expected: Any = None  # the dataset's expected calls, for reports
 
     @property
     def valid(self) -> bool | None:
@@ -78,6 +99,8 @@ class CaseResult:
             "content": self.content,
             "status": self.status,
             "seconds": round(self.seconds, 3),
+            "prompt": self.prompt,
+            "expected": self.expected,
         }
 
     @classmethod
@@ -91,13 +114,15 @@ class CaseResult:
             data.get("content"),
             data.get("status", ""),
             data.get("seconds", 0.0),
+            data.get("prompt") or [],
+            data.get("expected"),
         )
 
 
-def score(case: Case, calls: Sequence[dict[str, Any]] | None, content: str | None, status: Status) -> CaseResult:
+def score(case: EvalCase, calls: Sequence[dict[str, Any]] | None, content: str | None, status: Status) -> CaseResult:
     """The verdict on what the model proposed, and which kind of failure it is."""
     output = None if calls is None else [(c["tool"], c["arguments"]) for c in calls]
-    verdict = check(case.category, case.functions, case.ground_truth, output)
+    verdict = case.check(output)
     refusals = [f"{c['tool']}: {c['gate']}: {c['message']}" for c in calls or () if c["gate"] != "accepted"]
     if status in _REPLY_REFUSED:
         refusals.insert(0, f"the reply was refused: {status.value}")
@@ -108,6 +133,13 @@ def score(case: Case, calls: Sequence[dict[str, Any]] | None, content: str | Non
     else:
         outcome, reason = MISTAKE, verdict.error_type
     return CaseResult(case.id, case.category, outcome, reason, list(calls or ()), content, status.value)
+
+
+def _described(case: EvalCase, result: CaseResult) -> CaseResult:
+    """The result with the case's prompt and expected calls, so reports need nothing but results.jsonl."""
+    result.prompt = [m.to_dict() for m in case.messages]
+    result.expected = case.expected
+    return result
 
 
 class _Recorder:
@@ -127,7 +159,7 @@ class _Recorder:
 
 
 def _proposed(
-    reply: ModelReply | None, gates: dict[str, tuple[str, str]], status: Status
+    case: EvalCase, reply: ModelReply | None, gates: dict[str, tuple[str, str]], status: Status
 ) -> list[dict[str, Any]] | None:
     """The calls of the reply as the model sent them, each with the gates' verdict."""
     if reply is None or not reply.tool_calls:
@@ -135,7 +167,7 @@ def _proposed(
     unjudged = (status.value, "the reply was refused whole") if status in _REPLY_REFUSED else ("accepted", "")
     return [
         {
-            "tool": bfcl_name(call.name) if isinstance(call.name, str) else repr(call.name),
+            "tool": case.call_name(call.name) if isinstance(call.name, str) else repr(call.name),
             "arguments": call.arguments if isinstance(call.arguments, str) else None,
             "gate": gates.get(call.id if isinstance(call.id, str) else "", unjudged)[0],
             "message": gates.get(call.id if isinstance(call.id, str) else "", unjudged)[1],
@@ -144,8 +176,13 @@ def _proposed(
     ]
 
 
-async def run_case(model: Model, case: Case, *, compat: Compat | None = None) -> CaseResult:
-    """Ask the model once with the case's tools and score the calls it proposes."""
+async def run_case(
+    model: Model, case: EvalCase, *, compat: Compat | None = None, tools: Awaitable[list[Tool]] | None = None
+) -> CaseResult:
+    """Ask the model once with the case's tools and score the calls it proposes.
+
+    ``tools``: the case's tools being compiled elsewhere (``run_eval`` compiles ahead); else compiled here.
+    """
     started = time.perf_counter()
     gates: dict[str, tuple[str, str]] = {}
 
@@ -160,20 +197,22 @@ async def run_case(model: Model, case: Case, *, compat: Compat | None = None) ->
     recorder = _Recorder(model)
     try:
         # Compiling the schemas is CPU work: off the event loop, so other cases' replies are read meanwhile.
-        tools = await asyncio.to_thread(case.tools)
-        agent = Agent(recorder, tools, compat=compat, propose_only=True)
+        offered = await (tools if tools is not None else asyncio.to_thread(case.tools))
+        agent = Agent(recorder, offered, compat=compat, propose_only=True)
         result = await agent.run(list(case.messages), on_event=note)
     except TetherError as exc:
-        return CaseResult(case.id, case.category, ERROR, f"{type(exc).__name__}: {exc}", seconds=_since(started))
+        failed = CaseResult(case.id, case.category, ERROR, f"{type(exc).__name__}: {exc}", seconds=_since(started))
+        return _described(case, failed)
     if result.status is Status.MODEL_ERROR:
-        return CaseResult(
+        failed = CaseResult(
             case.id, case.category, ERROR, result.reason or "", status="model_error", seconds=_since(started)
         )
+        return _described(case, failed)
     reply = recorder.reply
-    calls = _proposed(reply, gates, result.status)
+    calls = _proposed(case, reply, gates, result.status)
     scored = score(case, calls, reply.content if reply is not None else None, result.status)
     scored.seconds = _since(started)
-    return scored
+    return _described(case, scored)
 
 
 def _since(started: float) -> float:
@@ -218,39 +257,58 @@ class ResultsFile:
 
 async def run_eval(
     model: Model,
-    cases: Iterable[Case],
+    cases: Iterable[EvalCase],
     *,
     concurrency: int = DEFAULT_CONCURRENCY,
     out: Path | None = None,
     compat: Compat | None = None,
     on_result: Callable[[CaseResult], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
 ) -> list[CaseResult]:
-    """Run and score every case not already scored in ``out``; all results, earlier ones included."""
+    """Run and score every case not already scored in ``out``; all results, earlier ones included.
+
+    ``on_start(to_run, already_scored)`` is called once before the first case
+    is sent, ``on_result`` after each case is scored (a progress bar's hooks).
+    """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
     cases = list(cases)
     earlier = read_results(out) if out is not None else {}
     done = {i: r for i, r in earlier.items() if r.outcome != ERROR}
-    todo: asyncio.Queue[Case] = asyncio.Queue()
-    for case in cases:
-        if case.id not in done:
-            todo.put_nowait(case)
+    loop = asyncio.get_running_loop()
+    todo: asyncio.Queue[tuple[EvalCase, asyncio.Future[list[Tool]]]] = asyncio.Queue()
+    ahead = [(case, loop.create_future()) for case in cases if case.id not in done]
+    for item in ahead:
+        todo.put_nowait(item)
+    if on_start is not None:
+        on_start(todo.qsize(), len(cases) - todo.qsize())
     sink = ResultsFile(out) if out is not None else None
     fresh: dict[str, CaseResult] = {}
 
+    async def compile_ahead() -> None:
+        # One case after another, in the order the workers take them: the schemas of the next
+        # cases are compiled while the model is being waited for, not when a reply has come in.
+        for case, compiled in ahead:
+            try:
+                compiled.set_result(await asyncio.to_thread(case.tools))
+            except Exception as exc:  # the worker taking the case meets it in run_case
+                compiled.set_exception(exc)
+
     async def worker() -> None:
         while not todo.empty():
-            case = todo.get_nowait()
-            result = await run_case(model, case, compat=compat)
+            case, compiled = todo.get_nowait()
+            result = await run_case(model, case, compat=compat, tools=compiled)
             fresh[case.id] = result
             if sink is not None:
                 sink.write(result)
             if on_result is not None:
                 on_result(result)
 
+    compiling = asyncio.create_task(compile_ahead())
     try:
         await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, todo.qsize())))))
     finally:
+        compiling.cancel()
         if sink is not None:
             sink.close()
     return [fresh.get(c.id) or done[c.id] for c in cases]

@@ -1,0 +1,232 @@
+"""What an eval leaves to read: a self-contained HTML report, and the comparison of two runs.
+
+``html_report(results)`` is one page with no external asset (inline CSS, no
+script): a bar per category for its accuracy, then every case that did not
+pass, each a ``<details>`` that opens on the conversation, the expected
+calls, the calls the model proposed and the reason. Everything shown comes
+from ``results.jsonl`` and is escaped: model output is untrusted text.
+
+``compare(a, b)`` lines up two runs' results case by case and lists the cases
+whose verdict changed (passed → failed, failed → passed, or a different kind
+of failure), and the cases only one run has.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from tether.eval.bfcl import DatasetError
+from tether.eval.harness import PASSED, RESULTS_FILE, CaseResult, Row, read_results, summarize
+
+REPORT_FILE = "report.html"
+
+_CSS = """
+body{font:15px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:70rem;padding:0 1rem;color:#1d232a}
+h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:2rem}
+table{border-collapse:collapse;width:100%}td,th{padding:.3rem .5rem;text-align:left;border-bottom:1px solid #e3e6ea}
+.num{text-align:right;font-variant-numeric:tabular-nums}
+.track{background:#f0d7d7;border-radius:3px;height:1rem;min-width:12rem;position:relative}
+.fill{background:#2f8a4c;border-radius:3px;height:100%}
+details{border:1px solid #d8dde3;border-radius:4px;margin:.4rem 0;padding:.3rem .6rem}
+summary{cursor:pointer}summary code{font-weight:600}
+.outcome{display:inline-block;border-radius:3px;padding:0 .35rem;font-size:.85em;color:#fff;background:#a33}
+.outcome.refused{background:#b26b00}.outcome.error{background:#555}
+pre{background:#f6f8fa;padding:.5rem;overflow:auto;white-space:pre-wrap;word-break:break-word}
+.muted{color:#66707a}
+"""
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _bar_rows(rows: Sequence[Row]) -> str:
+    out = []
+    for row in rows:
+        width = 0.0 if row.accuracy is None else 100 * row.accuracy
+        out.append(
+            f'<tr data-testid="category-row" data-category="{escape(row.category)}">'
+            f"<td>{escape(row.category)}</td>"
+            f'<td><div class="track" data-testid="accuracy-bar" title="{_percent(row.accuracy)}">'
+            f'<div class="fill" style="width:{width:.1f}%"></div></div></td>'
+            f'<td class="num" data-testid="accuracy">{_percent(row.accuracy)}</td>'
+            f'<td class="num">{row.passed}/{row.cases}</td><td class="num">{row.mistakes}</td>'
+            f'<td class="num">{row.refused}</td><td class="num">{row.errors}</td></tr>'
+        )
+    return "\n".join(out)
+
+
+def _pretty(value: Any) -> str:
+    return escape(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def _conversation(prompt: Sequence[dict[str, Any]]) -> str:
+    if not prompt:
+        return '<p class="muted">(not recorded)</p>'
+    parts = []
+    for message in prompt:
+        role = escape(str(message.get("role", "?")))
+        text = message.get("content")
+        body = escape(str(text)) if text is not None else ""
+        if message.get("tool_calls"):
+            body += ("\n" if body else "") + _pretty(message["tool_calls"])
+        parts.append(f"<pre><b>{role}</b>: {body}</pre>")
+    return "\n".join(parts)
+
+
+def _calls(result: CaseResult) -> str:
+    if not result.calls:
+        said = f"no call; the model answered: {result.content}" if result.content else "no call"
+        return f"<pre>{escape(said)}</pre>"
+    return f"<pre>{_pretty(result.calls)}</pre>"
+
+
+def _failure(result: CaseResult) -> str:
+    expected = result.expected if result.expected not in (None, []) else "no call expected"
+    return (
+        f'<details data-testid="failing-case" data-case="{escape(result.id)}">'
+        f'<summary><code>{escape(result.id)}</code> <span class="outcome {escape(result.outcome)}">'
+        f"{escape(result.outcome)}</span> {escape(result.category)} — "
+        f'<span data-testid="reason">{escape(result.reason or "-")}</span></summary>'
+        f"<h3>Conversation</h3>{_conversation(result.prompt)}"
+        f'<h3>Expected</h3><pre data-testid="expected">{_pretty(expected)}</pre>'
+        f'<h3>Proposed</h3><div data-testid="actual">{_calls(result)}</div>'
+        f"<h3>Reason</h3><pre>{escape(result.reason or '-')}</pre>"
+        "</details>"
+    )
+
+
+def html_report(results: Iterable[CaseResult], title: str = "tether eval") -> str:
+    """The whole report as one HTML document."""
+    results = list(results)
+    rows = summarize(results)
+    failing = [r for r in results if r.outcome != PASSED]
+    failures = "\n".join(_failure(r) for r in failing) or '<p data-testid="no-failures">Every case passed.</p>'
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<title>{escape(title)}</title><style>{_CSS}</style></head>
+<body>
+<h1>{escape(title)}</h1>
+<p>{len(results)} case(s). Accuracy leaves infrastructure errors out. <i>mistakes</i>: the model's;
+<i>refused</i>: a gate refused a call or the reply; <i>errors</i>: no verdict.</p>
+<table data-testid="summary"><thead><tr><th>category</th><th>accuracy</th><th></th><th class="num">passed</th>
+<th class="num">mistakes</th><th class="num">refused</th><th class="num">errors</th></tr></thead>
+<tbody>
+{_bar_rows(rows)}
+</tbody></table>
+<h2>Cases that did not pass ({len(failing)})</h2>
+{failures}
+</body></html>
+"""
+
+
+def write_report(out: Path, results: Iterable[CaseResult], title: str = "tether eval") -> Path:
+    path = out / REPORT_FILE
+    path.write_text(html_report(results, title), encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------- comparing two runs
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One case whose verdict differs between run A and run B (None: the run has no such case)."""
+
+    id: str
+    category: str
+    before: str | None
+    after: str | None
+    reason_before: str
+    reason_after: str
+
+    @property
+    def kind(self) -> str:
+        if self.before is None:
+            return "only in B"
+        if self.after is None:
+            return "only in A"
+        if self.after == PASSED:
+            return "fixed"
+        if self.before == PASSED:
+            return "broken"
+        return "changed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "category": self.category,
+            "change": self.kind,
+            "before": self.before,
+            "after": self.after,
+            "reason_before": self.reason_before,
+            "reason_after": self.reason_after,
+        }
+
+
+def load_results(place: str | Path) -> dict[str, CaseResult]:
+    """An eval's results: an ``--out`` directory or a results.jsonl file."""
+    path = Path(place)
+    if path.is_dir():
+        if not (path / RESULTS_FILE).is_file():
+            raise DatasetError(f"{path} has no {RESULTS_FILE}: is it a tether eval --out directory?")
+        return read_results(path)
+    if path.is_file():
+        found = _read_any(path)
+        if not found and path.stat().st_size:
+            raise DatasetError(f"{path}: no tether eval results in it")
+        return found
+    raise DatasetError(f"no results at {path}: give an --out directory or a results.jsonl file")
+
+
+def _read_any(path: Path) -> dict[str, CaseResult]:
+    found: dict[str, CaseResult] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            result = CaseResult.from_dict(json.loads(line))
+        except (ValueError, KeyError, TypeError):
+            continue
+        found[result.id] = result
+    return found
+
+
+def compare(a: dict[str, CaseResult], b: dict[str, CaseResult]) -> list[Change]:
+    """Cases whose outcome differs between A and B, in A's order, then those only B has."""
+    changes = []
+    for case_id in [*a, *(i for i in b if i not in a)]:
+        before, after = a.get(case_id), b.get(case_id)
+        if before is not None and after is not None and before.outcome == after.outcome:
+            continue
+        known = after or before
+        assert known is not None
+        changes.append(
+            Change(
+                case_id,
+                known.category,
+                before.outcome if before else None,
+                after.outcome if after else None,
+                before.reason if before else "",
+                after.reason if after else "",
+            )
+        )
+    return changes
+
+
+def changes_table(changes: Sequence[Change]) -> str:
+    """The changes as aligned text, one line per case."""
+    if not changes:
+        return "no case changed verdict"
+    head = ("case", "category", "change", "A", "B", "reason in B")
+    body = [(c.id, c.category, c.kind, c.before or "-", c.after or "-", c.reason_after or "-") for c in changes]
+    widths = [max(len(x[i]) for x in (head, *body)) for i in range(len(head) - 1)]
+    lines = []
+    for cells in (head, *body):
+        lines.append("  ".join([*(c.ljust(w) for c, w in zip(cells, widths, strict=False)), cells[-1]]).rstrip())
+    return "\n".join(lines)
