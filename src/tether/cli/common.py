@@ -36,13 +36,16 @@ def fail(message: str, code: int = EXIT_CONFIGURATION) -> NoReturn:
 
 
 def open_store(db: str | None, log_content: bool = False) -> Any:
-    from tether.store import SQLiteStore
+    """The run store ``--db`` (else ``$TETHER_DB``) names: a ``postgresql://`` url or a SQLite file."""
+    from tether.store import open_store as open_run_store
 
-    return SQLiteStore(db, log_content=log_content)
+    return open_run_store(db, log_content=log_content)
 
 
 db_option = click.option(
-    "--db", type=click.Path(dir_okay=False), help="Run store [env: TETHER_DB; default ~/.local/share/tether/tether.db]."
+    "--db",
+    metavar="FILE|URL",
+    help="Run store: a SQLite file or a postgresql:// url [env: TETHER_DB; default ~/.local/share/tether/tether.db].",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 api_key_option = click.option("--api-key", help="API key [env: OPENAI_API_KEY].")

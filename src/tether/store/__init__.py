@@ -1,4 +1,8 @@
-"""tether.store: durable runs (SQLite by default), the ledger and the audit log."""
+"""tether.store: durable runs (SQLite by default, PostgreSQL to share), the ledger and the audit log."""
+
+import os
+from pathlib import Path
+from typing import Any
 
 from tether.store.redact import REDACTED, redact, redact_text
 from tether.store.sqlite import (
@@ -15,6 +19,22 @@ from tether.store.sqlite import (
     default_path,
 )
 
+
+def open_store(db: str | os.PathLike[str] | None = None, **options: Any) -> Any:
+    """The run store ``db`` names, else ``$TETHER_DB``: a ``postgresql://`` url opens a ``PostgresStore``
+    (the ``postgres`` extra), anything else is a SQLite file (default ``~/.local/share/tether/tether.db``)."""
+    target = db if db is not None else os.environ.get("TETHER_DB") or None
+    if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
+        try:
+            from tether.store.postgres import PostgresStore
+        except ImportError:
+            raise StoreError(
+                "a postgresql:// run store needs the postgres extra: pip install 'tether[postgres]'"
+            ) from None
+        return PostgresStore(target, **options)
+    return SQLiteStore(None if target is None else Path(target), **options)
+
+
 __all__ = [
     "REDACTED",
     "AmbiguousRun",
@@ -28,6 +48,7 @@ __all__ = [
     "StoredRun",
     "TamperedRun",
     "default_path",
+    "open_store",
     "redact",
     "redact_text",
 ]

@@ -35,7 +35,6 @@ power cut a lost intent would let resume run the effect again blindly.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sqlite3
@@ -43,64 +42,63 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tether.core.budget import RunConfig
-from tether.core.errors import TetherError
 from tether.core.machine import PendingCall, RunState
 from tether.core.messages import Message
-from tether.events import CALL_EXECUTED, INTENT_RECORDED, OUTCOME_RECORDED, RECONCILED, digest
-from tether.store.audit import (
-    GENESIS,
-    SEALED_COLUMNS,
-    audit_key_from_env,
-    chain_hash,
-    ledger_problems,
-    seal,
-    seal_problem,
+from tether.store.audit import SEALED_COLUMNS, audit_key_from_env, seal, seal_problem
+from tether.store.records import (
+    AMBIGUOUS_SHOWN,
+    DEFAULT_LEASE_SECONDS,
+    AmbiguousRun,
+    LeaseHeld,
+    LedgerEntry,
+    LogEvent,
+    RunNotFound,
+    RunSummary,
+    StoredConversation,
+    StoredEvent,
+    StoredRun,
+    StoreError,
+    TamperedRun,
+    ambiguous,
+    audit_problems,
+    canonical,
+    chain_events,
+    decode,
+    first_row,
+    message_rows,
+    meta_text,
+    omitted,
+    principal_dict,
+    principal_from,
+    registration,
+    stored_run,
+    summary,
+    tampered,
 )
-from tether.store.redact import REDACTED, SECRET_KEY, redact
 from tether.tools.context import Principal
 
-DEFAULT_LEASE_SECONDS = 30.0
-# The events that log a ledger outcome (a read-only call's whole row), as audit.ledger_problems replays them.
-OUTCOME_EVENTS = (OUTCOME_RECORDED, RECONCILED, CALL_EXECUTED)
-AMBIGUOUS_SHOWN = 5  # candidates named when a run id prefix matches several runs
-# Event data keys that carry user or model text: kept only with log_content.
-CONTENT_KEYS = frozenset({"content", "text", "result", "output", "prompt"})
-
-
-def omitted(value: object) -> str:
-    """What stands in for user or model text that is not logged."""
-    return f"<{len(value)} chars>" if isinstance(value, str) else "<omitted>"
-
-
-class StoreError(TetherError):
-    exit_code = 3
-
-
-class RunNotFound(StoreError):
-    pass
-
-
-class AmbiguousRun(StoreError):
-    """A run id prefix that several runs start with."""
-
-
-class LeaseHeld(StoreError):
-    exit_code = 5
-
-    def __init__(self, message: str, until: float | None = None) -> None:
-        super().__init__(message)
-        self.until = until  # when the holder's lease runs out, if known
-
-
-class TamperedRun(StoreError):
-    """The run's rows fail the audit check; nothing of it is acted on."""
-
-    exit_code = 6
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "AmbiguousRun",
+    "LeaseHeld",
+    "LedgerEntry",
+    "LogEvent",
+    "RunNotFound",
+    "RunSummary",
+    "SQLiteStore",
+    "StoreError",
+    "StoredEvent",
+    "StoredRun",
+    "TamperedRun",
+    "connect",
+    "default_path",
+    "immediate",
+    "omitted",
+]
 
 
 def default_path() -> Path:
@@ -157,10 +155,6 @@ def immediate(db: sqlite3.Connection, *, durable: bool = False) -> Iterator[sqli
     finally:
         if durable:
             db.execute("PRAGMA synchronous=NORMAL")
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 # --- migrations: an ordered list, each applied once and recorded --------------
@@ -230,7 +224,7 @@ def _m2_run_config(db: sqlite3.Connection) -> None:
     # Early stores kept the run's configuration inside its state; it now has a column of its own.
     columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
     if "config" not in columns:
-        default = _canonical(RunConfig().to_dict()).replace("'", "''")
+        default = canonical(RunConfig().to_dict()).replace("'", "''")
         db.execute(f"ALTER TABLE runs ADD COLUMN config TEXT NOT NULL DEFAULT '{default}'")
 
 
@@ -272,90 +266,6 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _m4_runs_by_status,
     _m5_conversations,
 ]
-
-
-# An audit event as a driver hands it to ``checkpoint``: (kind, data) or (kind, data, step, at).
-LogEvent = tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], int, float]
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerEntry:
-    call_id: str
-    tool: str
-    fingerprint: str
-    intent_at: float
-    outcome: str | None
-    outcome_at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
-    seq: int
-    at: float
-    kind: str
-    step: int
-    data: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class RunSummary:
-    run_id: str
-    status: str
-    principal: str
-    created_at: float
-    updated_at: float
-    steps: int
-    progress: dict[str, Any] = field(default_factory=dict, compare=False)  # RunState.progress(), as saved
-    conversation_id: str | None = None  # a conversation's turn: which, and its number
-    turn: int | None = None
-
-    def undecided(self) -> list[PendingCall]:
-        """The calls waiting for an approval decision (``RunState.undecided``), without loading the run."""
-        pending = [PendingCall.from_dict(p) for p in self.progress.get("pending", ())]
-        approvals = dict(self.progress.get("approvals", {}))
-        return RunState(self.run_id, RunConfig(), [], pending=pending, approvals=approvals).undecided()
-
-
-@dataclass(frozen=True, slots=True)
-class StoredConversation:
-    conversation_id: str
-    principal: Principal
-    budget: dict[str, Any]
-    turns: list[tuple[str, str]]  # (run id, status), oldest first
-    usage: tuple[int, int]  # input and output tokens over all turns
-    created_at: float
-    updated_at: float
-
-
-@dataclass(slots=True)
-class StoredRun:
-    state: RunState
-    principal: Principal
-    setup: dict[str, Any]
-    created_at: float
-    updated_at: float
-
-
-def _decode(text: str, run_id: str, what: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        raise StoreError(
-            f"run {run_id}: {what} is not readable; the store was edited (see tether runs verify)"
-        ) from None
-
-
-def _principal_dict(principal: Principal) -> dict[str, Any]:
-    return {"id": principal.id, "scopes": sorted(principal.scopes), "roles": sorted(principal.roles)}
-
-
-def _principal(data: dict[str, Any]) -> Principal:
-    return Principal(data["id"], frozenset(data["scopes"]), frozenset(data.get("roles", ())))
-
-
-def _meta(state: RunState) -> str:
-    # The growing parts live in their own tables. Sealed as the stored text, so no need for sorted keys.
-    return json.dumps(state.progress(), ensure_ascii=False)
 
 
 class SQLiteStore:
@@ -450,25 +360,18 @@ class SQLiteStore:
         """
         if turn is not None:
             self._turns[state.run_id] = turn
-        self._new[state.run_id] = (
-            _canonical(_principal_dict(principal)),
-            _canonical(redact({**setup, "log_content": self.log_content})),
-            _canonical(state.config.to_dict()),
-        )
+        self._new[state.run_id] = registration(state, principal, setup, self.log_content)
 
     def _insert_run(self, db: sqlite3.Connection, state: RunState, now: float) -> None:
-        principal, setup, config = self._new[state.run_id]  # forgotten once the transaction commits
-        # A conversation's turn stores only the messages after the ``history`` it inherits.
-        conversation_id, turn, history = self._turns.get(state.run_id, (None, None, 0))
-        row = (now, now, state.status.value, principal, setup, config, "{}", history, GENESIS, 0, GENESIS)
-        row_turn = (*row, conversation_id, turn, history)
-        marks = ", ".join("?" * (len(row_turn) + 4))
+        # Both forgotten once the transaction commits.
+        row = first_row(state, self._new[state.run_id], now, self._turns.get(state.run_id))
+        marks = ", ".join("?" * (len(row) + 4))
         db.execute(
             f"INSERT INTO runs (id, {', '.join(SEALED_COLUMNS)}, seal, lease_owner, lease_until) VALUES ({marks})",
             (
                 state.run_id,
-                *row_turn,
-                seal(self.audit_key, state.run_id, row_turn),
+                *row,
+                seal(self.audit_key, state.run_id, row),
                 self.owner,
                 now + self.lease_seconds,
             ),
@@ -514,27 +417,10 @@ class SQLiteStore:
 
     def _append_messages(self, db: sqlite3.Connection, state: RunState, count: int, last: str) -> tuple[int, str]:
         """Insert the messages not stored yet; the new count and last hash."""
-        rows = []
-        for seq in range(count, len(state.messages)):
-            body = _canonical(state.messages[seq].to_dict())
-            last = chain_hash(last, seq, body)
-            rows.append((state.run_id, seq, body, last))
+        rows, last = message_rows(state, count, last)
         if rows:
             db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)", rows)
         return len(state.messages), last
-
-    def _event_data(self, data: dict[str, Any]) -> dict[str, Any]:
-        """An event's data as stored: secrets redacted, user and model text left out unless asked."""
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            if not self.log_content and key in CONTENT_KEYS and value:
-                value = omitted(value)
-            elif SECRET_KEY.search(key):
-                value = REDACTED
-            elif isinstance(value, dict | list | str):
-                value = redact(value)
-            out[key] = value
-        return out
 
     def checkpoint(
         self,
@@ -574,23 +460,12 @@ class SQLiteStore:
             if problem := seal_problem(self.audit_key, run_id, head[:-2], head[-2]):
                 raise TamperedRun(f"run {run_id}: {problem}; see tether runs verify {run_id}")
             count, message_hash = self._append_messages(db, state, sealed["message_count"], sealed["message_hash"])
-            seq, event_hash = sealed["event_count"], sealed["event_hash"]
-            rows = []
-            logged_at: dict[tuple[str, str], float] = {}  # (kind, call id) -> when; a ledger write takes that time
-            for event in events:
-                kind, data = event[0], event[1]
-                step, at = (int(event[2]), float(event[3])) if len(event) == 4 else (state.steps, now)
-                if (kind in OUTCOME_EVENTS or kind == INTENT_RECORDED) and isinstance(data.get("id"), str):
-                    logged_at.setdefault((kind, data["id"]), at)
-                body = json.dumps(self._event_data(data), ensure_ascii=False)  # the hash covers this text
-                seq += 1
-                new_hash = chain_hash(event_hash, run_id, seq, repr(at), kind, step, body)
-                rows.append((run_id, seq, at, kind, step, body, event_hash, new_hash))
-                event_hash = new_hash
+            chained = chain_events(state, events, sealed["event_count"], sealed["event_hash"], now, self.log_content)
+            seq, event_hash, rows = chained.count, chained.head, chained.rows
             sealed.update(
                 updated_at=now,
                 status=state.status.value,
-                meta=_meta(state),
+                meta=meta_text(state),
                 message_count=count,
                 message_hash=message_hash,
                 event_count=seq,
@@ -617,13 +492,13 @@ class SQLiteStore:
             if rows:
                 db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
             for call in intents:
-                intent_at = logged_at.get((INTENT_RECORDED, call.call_id), now)
+                intent_at = chained.intent_at(call.call_id, now)
                 db.execute(
                     "INSERT INTO ledger (run_id, call_id, tool, fingerprint, intent_at) VALUES (?, ?, ?, ?, ?)",
                     (run_id, call.call_id, call.tool, call.fingerprint or "", intent_at),
                 )
             for call, outcome in outcomes:
-                at = next((logged_at[k, call.call_id] for k in OUTCOME_EVENTS if (k, call.call_id) in logged_at), now)
+                at = chained.outcome_at(call.call_id, now)
                 # A side effect's recorded outcome is final; a read-only call run again on resume replaces its own.
                 only_if_unknown = "" if call.read_only else " WHERE outcome IS NULL"
                 db.execute(
@@ -643,7 +518,7 @@ class SQLiteStore:
         with self._transaction() as db:
             db.execute(
                 "INSERT INTO conversations VALUES (?, ?, ?, ?, ?)",
-                (conversation_id, now, now, _canonical(_principal_dict(principal)), _canonical(budget)),
+                (conversation_id, now, now, canonical(principal_dict(principal)), canonical(budget)),
             )
 
     def load_conversation(self, conversation_id: str) -> StoredConversation:
@@ -658,12 +533,12 @@ class SQLiteStore:
         ).fetchall()
         usage = [0, 0]
         for run_id, _, meta in turns:
-            used = _decode(meta, run_id, "its saved state").get("usage", [0, 0])
+            used = decode(meta, run_id, "its saved state").get("usage", [0, 0])
             usage = [usage[0] + used[0], usage[1] + used[1]]
         return StoredConversation(
             conversation_id,
-            _principal(_decode(row[0], conversation_id, "its principal")),
-            _decode(row[1], conversation_id, "its budget"),
+            principal_from(decode(row[0], conversation_id, "its principal")),
+            decode(row[1], conversation_id, "its budget"),
             [(r[0], r[1]) for r in turns],
             (usage[0], usage[1]),
             row[2],
@@ -697,36 +572,18 @@ class SQLiteStore:
         """
         with self._snapshot() as db:
             if check and (problems := self.verify(run_id)):
-                more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
-                raise TamperedRun(
-                    f"run {run_id} fails its audit check ({problems[0]}{more}); nothing of it is acted on"
-                    f" (see tether runs verify {run_id})"
-                )
+                raise tampered(run_id, problems)
             row = db.execute(
                 "SELECT meta, principal, setup, created_at, updated_at, config FROM runs WHERE id = ?", (run_id,)
             ).fetchone()
             if row is None:
                 raise RunNotFound(f"no run {run_id} in {self.path}")
-            data = _decode(row[0], run_id, "its saved state")
-            data["run_id"] = run_id
-            data["config"] = _decode(row[5], run_id, "its configuration")
-            data["messages"] = self._inherited(run_id) + [
-                _decode(body, run_id, f"message {seq}")
-                for seq, body in db.execute("SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,))
-            ]
-            data["executed"] = {
-                call_id: [fingerprint, outcome]
-                for call_id, fingerprint, outcome in db.execute(
-                    "SELECT call_id, fingerprint, outcome FROM ledger WHERE run_id = ? AND outcome IS NOT NULL",
-                    (run_id,),
-                )
-            }
-        try:
-            state = RunState.from_dict(data)
-        except (KeyError, TypeError, ValueError):
-            raise StoreError(f"run {run_id}: its saved state is not readable (see tether runs verify)") from None
-        principal = _principal(_decode(row[1], run_id, "its principal"))
-        return StoredRun(state, principal, _decode(row[2], run_id, "its setup"), row[3], row[4])
+            messages = db.execute("SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
+            executed = db.execute(
+                "SELECT call_id, fingerprint, outcome FROM ledger WHERE run_id = ? AND outcome IS NOT NULL", (run_id,)
+            ).fetchall()
+            inherited = self._inherited(run_id)
+        return stored_run(run_id, row, messages, executed, inherited)
 
     def resolve(self, prefix: str) -> str:
         """The id of the one run whose id starts with ``prefix`` (a whole id is its own prefix).
@@ -748,8 +605,7 @@ class SQLiteStore:
             return prefix if prefix in found else found[0]
         if not found:
             raise RunNotFound(f"no run {prefix} in {self.path}")
-        shown = ", ".join(found[:AMBIGUOUS_SHOWN]) + (", ..." if len(found) > AMBIGUOUS_SHOWN else "")
-        raise AmbiguousRun(f"run id prefix {prefix} is ambiguous: it starts {shown}; give more characters")
+        raise ambiguous(prefix, found)
 
     def logged_prompts(self, run_ids: Collection[str]) -> dict[str, str]:
         """The first user message of each of these runs that logs content (``log_content``); others are left out."""
@@ -762,7 +618,7 @@ class SQLiteStore:
                 (run_id,),
             ).fetchone()
             if row is not None:
-                content = _decode(row[0], run_id, "its first user message").get("content")
+                content = decode(row[0], run_id, "its first user message").get("content")
                 if isinstance(content, str):
                     prompts[run_id] = content
         return prompts
@@ -779,7 +635,7 @@ class SQLiteStore:
         ).fetchall()
         if len(rows) < row[2]:
             raise StoreError(f"run {run_id}: its conversation's earlier turns are missing (see tether runs verify)")
-        return [_decode(body, owner, f"message {seq}") for owner, seq, body in rows[: row[2]]]
+        return [decode(body, owner, f"message {seq}") for owner, seq, body in rows[: row[2]]]
 
     def list_runs(
         self,
@@ -807,15 +663,11 @@ class SQLiteStore:
             query += " WHERE " + " AND ".join(where)
         query += " ORDER BY " + ("updated_at ASC" if oldest_update_first else "created_at DESC") + " LIMIT ?"
         rows = self._db.execute(query, (*params, limit)).fetchall()
-        summaries = []
-        for r in rows:
-            progress = json.loads(r[5])
-            summaries.append(RunSummary(r[0], r[1], r[2], r[3], r[4], progress["steps"], progress, r[6], r[7]))
-        return summaries
+        return [summary(r) for r in rows]
 
     def events(self, run_id: str) -> list[StoredEvent]:
         return [
-            StoredEvent(seq, at, kind, step, _decode(data, run_id, f"event {seq}"))
+            StoredEvent(seq, at, kind, step, decode(data, run_id, f"event {seq}"))
             for seq, at, kind, step, data in self._db.execute(
                 "SELECT seq, at, kind, step, data FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
             )
@@ -838,49 +690,18 @@ class SQLiteStore:
         ).fetchone()
         if head is None:
             raise RunNotFound(f"no run {run_id} in {self.path}")
-        sealed = dict(zip(SEALED_COLUMNS, head, strict=False))
-        problem = seal_problem(self.audit_key, run_id, head[:-1], head[-1])
-        problems: list[str] = [] if problem is None else [problem]
-        last, expected_seq = GENESIS, 1
-        logged: list[tuple[int, float, str, str]] = []
-        for seq, at, kind, step, data, prev, digest_ in self._db.execute(
+        events = self._db.execute(
             "SELECT seq, at, kind, step, data, prev_hash, hash FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-        ):
-            if seq != expected_seq:
-                problems.append(f"event {expected_seq}: missing or out of order (found event {seq})")
-            if prev != last:
-                problems.append(f"event {seq}: does not follow the previous event (removed or reordered)")
-            if chain_hash(prev, run_id, seq, repr(at), kind, step, data) != digest_:
-                problems.append(f"event {seq}: edited ({kind})")
-            logged.append((seq, at, kind, data))
-            last, expected_seq = digest_, seq + 1
-        if expected_seq - 1 != sealed["event_count"] or last != sealed["event_hash"]:
-            problems.append(
-                f"events: the run records {sealed['event_count']} events, the log ends at {expected_seq - 1}"
-            )
-        last, expected = GENESIS, sealed["history"]  # a conversation's turn stores only the messages it added
-        for seq, body, digest_ in self._db.execute(
-            "SELECT seq, body, hash FROM messages WHERE run_id = ? ORDER BY seq", (run_id,)
-        ):
-            if seq != expected or chain_hash(last, seq, body) != digest_:
-                problems.append(f"message {seq}: edited, removed or reordered")
-            last, expected = digest_, seq + 1
-        if expected != sealed["message_count"] or last != sealed["message_hash"]:
-            problems.append(
-                f"messages: the run records {sealed['message_count']} messages, the transcript has {expected}"
-            )
-        stored = {
-            call_id: [tool, fingerprint, intent_at, None if outcome is None else digest(outcome), outcome_at]
-            for call_id, tool, fingerprint, intent_at, outcome, outcome_at in self._db.execute(
-                "SELECT call_id, tool, fingerprint, intent_at, outcome, outcome_at FROM ledger WHERE run_id = ?",
-                (run_id,),
-            )
-        }
-        return problems + ledger_problems(logged, stored)
+        )
+        messages = self._db.execute("SELECT seq, body, hash FROM messages WHERE run_id = ? ORDER BY seq", (run_id,))
+        ledger = self._db.execute(
+            "SELECT call_id, tool, fingerprint, intent_at, outcome, outcome_at FROM ledger WHERE run_id = ?", (run_id,)
+        )
+        return audit_problems(self.audit_key, run_id, head[:-1], head[-1], events, messages, ledger)
 
     def messages(self, run_id: str) -> list[Message]:
         return [
-            Message.from_dict(_decode(body, run_id, f"message {seq}"))
+            Message.from_dict(decode(body, run_id, f"message {seq}"))
             for seq, body in self._db.execute("SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,))
         ]
 

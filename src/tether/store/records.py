@@ -1,0 +1,324 @@
+"""What every run store shares, whatever its database: errors, records, and the rows it writes and checks.
+
+A store (``SQLiteStore``, ``PostgresStore``) runs the SQL; this module
+decides what the rows hold. Text is serialized here, events are redacted
+and chained here, the run row is sealed here, and the audit of stored rows
+(``audit_problems``) and the state rebuilt from them (``state_from_rows``)
+are computed here, so both stores write and accept exactly the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.core.budget import RunConfig
+from tether.core.errors import TetherError
+from tether.core.machine import PendingCall, RunState
+from tether.events import CALL_EXECUTED, INTENT_RECORDED, OUTCOME_RECORDED, RECONCILED, digest
+from tether.store.audit import GENESIS, SEALED_COLUMNS, chain_hash, ledger_problems, seal_problem
+from tether.store.redact import REDACTED, SECRET_KEY, redact
+from tether.tools.context import Principal
+
+DEFAULT_LEASE_SECONDS = 30.0
+# The events that log a ledger outcome (a read-only call's whole row), as audit.ledger_problems replays them.
+OUTCOME_EVENTS = (OUTCOME_RECORDED, RECONCILED, CALL_EXECUTED)
+AMBIGUOUS_SHOWN = 5  # candidates named when a run id prefix matches several runs
+# Event data keys that carry user or model text: kept only with log_content.
+CONTENT_KEYS = frozenset({"content", "text", "result", "output", "prompt"})
+
+# An audit event as a driver hands it to ``checkpoint``: (kind, data) or (kind, data, step, at).
+LogEvent = tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], int, float]
+# One stored event row: (run_id, seq, at, kind, step, data, prev_hash, hash).
+EventRow = tuple[str, int, float, str, int, str, str, str]
+
+
+def omitted(value: object) -> str:
+    """What stands in for user or model text that is not logged."""
+    return f"<{len(value)} chars>" if isinstance(value, str) else "<omitted>"
+
+
+class StoreError(TetherError):
+    exit_code = 3
+
+
+class RunNotFound(StoreError):
+    pass
+
+
+class AmbiguousRun(StoreError):
+    """A run id prefix that several runs start with."""
+
+
+class LeaseHeld(StoreError):
+    exit_code = 5
+
+    def __init__(self, message: str, until: float | None = None) -> None:
+        super().__init__(message)
+        self.until = until  # when the holder's lease runs out, if known
+
+
+class TamperedRun(StoreError):
+    """The run's rows fail the audit check; nothing of it is acted on."""
+
+    exit_code = 6
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    call_id: str
+    tool: str
+    fingerprint: str
+    intent_at: float
+    outcome: str | None
+    outcome_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    seq: int
+    at: float
+    kind: str
+    step: int
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    run_id: str
+    status: str
+    principal: str
+    created_at: float
+    updated_at: float
+    steps: int
+    progress: dict[str, Any] = field(default_factory=dict, compare=False)  # RunState.progress(), as saved
+    conversation_id: str | None = None  # a conversation's turn: which, and its number
+    turn: int | None = None
+
+    def undecided(self) -> list[PendingCall]:
+        """The calls waiting for an approval decision (``RunState.undecided``), without loading the run."""
+        pending = [PendingCall.from_dict(p) for p in self.progress.get("pending", ())]
+        approvals = dict(self.progress.get("approvals", {}))
+        return RunState(self.run_id, RunConfig(), [], pending=pending, approvals=approvals).undecided()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredConversation:
+    conversation_id: str
+    principal: Principal
+    budget: dict[str, Any]
+    turns: list[tuple[str, str]]  # (run id, status), oldest first
+    usage: tuple[int, int]  # input and output tokens over all turns
+    created_at: float
+    updated_at: float
+
+
+@dataclass(slots=True)
+class StoredRun:
+    state: RunState
+    principal: Principal
+    setup: dict[str, Any]
+    created_at: float
+    updated_at: float
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def decode(text: str, run_id: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise StoreError(
+            f"run {run_id}: {what} is not readable; the store was edited (see tether runs verify)"
+        ) from None
+
+
+def principal_dict(principal: Principal) -> dict[str, Any]:
+    return {"id": principal.id, "scopes": sorted(principal.scopes), "roles": sorted(principal.roles)}
+
+
+def principal_from(data: dict[str, Any]) -> Principal:
+    return Principal(data["id"], frozenset(data["scopes"]), frozenset(data.get("roles", ())))
+
+
+def meta_text(state: RunState) -> str:
+    # The growing parts live in their own tables. Sealed as the stored text, so no need for sorted keys.
+    return json.dumps(state.progress(), ensure_ascii=False)
+
+
+def registration(
+    state: RunState, principal: Principal, setup: dict[str, Any], log_content: bool
+) -> tuple[str, str, str]:
+    """A new run's principal, setup and configuration as stored; the setup records ``log_content``."""
+    return (
+        canonical(principal_dict(principal)),
+        canonical(redact({**setup, "log_content": log_content})),
+        canonical(state.config.to_dict()),
+    )
+
+
+# A conversation's turn: (conversation id, turn number, messages inherited from earlier turns).
+Turn = tuple[str, int, int]
+
+
+def first_row(
+    state: RunState, registered: tuple[str, str, str], now: float, turn: Turn | None = None
+) -> tuple[object, ...]:
+    """The ``SEALED_COLUMNS`` values of a run's row before its first checkpoint.
+
+    A conversation's turn stores only the messages after the ``history`` it inherits.
+    """
+    principal, setup, config = registered
+    conversation_id, number, history = turn or (None, None, 0)
+    row = (now, now, state.status.value, principal, setup, config, "{}", history, GENESIS, 0, GENESIS)
+    return (*row, conversation_id, number, history)
+
+
+def message_rows(state: RunState, count: int, last: str) -> tuple[list[tuple[str, int, str, str]], str]:
+    """The rows (run_id, seq, body, hash) of the messages after the first ``count``, and the new chain head."""
+    rows = []
+    for seq in range(count, len(state.messages)):
+        body = canonical(state.messages[seq].to_dict())
+        last = chain_hash(last, seq, body)
+        rows.append((state.run_id, seq, body, last))
+    return rows, last
+
+
+def event_data(data: dict[str, Any], log_content: bool) -> dict[str, Any]:
+    """An event's data as stored: secrets redacted, user and model text left out unless asked."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if not log_content and key in CONTENT_KEYS and value:
+            value = omitted(value)
+        elif SECRET_KEY.search(key):
+            value = REDACTED
+        elif isinstance(value, dict | list | str):
+            value = redact(value)
+        out[key] = value
+    return out
+
+
+@dataclass(slots=True)
+class ChainedEvents:
+    rows: list[EventRow]
+    count: int
+    head: str
+    logged_at: dict[tuple[str, str], float]  # (kind, call id) -> when; a ledger write takes that time
+
+    def intent_at(self, call_id: str, now: float) -> float:
+        return self.logged_at.get((INTENT_RECORDED, call_id), now)
+
+    def outcome_at(self, call_id: str, now: float) -> float:
+        return next((self.logged_at[k, call_id] for k in OUTCOME_EVENTS if (k, call_id) in self.logged_at), now)
+
+
+def chain_events(
+    state: RunState, events: Sequence[LogEvent], count: int, head: str, now: float, log_content: bool
+) -> ChainedEvents:
+    """The rows of ``events`` appended after ``count`` events ending in ``head``, each linked to the previous."""
+    run_id, seq = state.run_id, count
+    chained = ChainedEvents([], count, head, {})
+    for event in events:
+        kind, data = event[0], event[1]
+        step, at = (int(event[2]), float(event[3])) if len(event) == 4 else (state.steps, now)
+        if (kind in OUTCOME_EVENTS or kind == INTENT_RECORDED) and isinstance(data.get("id"), str):
+            chained.logged_at.setdefault((kind, data["id"]), at)
+        body = json.dumps(event_data(data, log_content), ensure_ascii=False)  # the hash covers this text
+        seq += 1
+        new_hash = chain_hash(head, run_id, seq, repr(at), kind, step, body)
+        chained.rows.append((run_id, seq, at, kind, step, body, head, new_hash))
+        head = new_hash
+    chained.count, chained.head = seq, head
+    return chained
+
+
+def audit_problems(
+    key: str | None,
+    run_id: str,
+    head: Sequence[object],
+    stored_seal: str | None,
+    events: Iterable[tuple[int, float, str, int, str, str, str]],
+    messages: Iterable[tuple[int, str, str]],
+    ledger: Iterable[tuple[str, str, str, float, str | None, float | None]],
+) -> list[str]:
+    """Every break in what vouches for a run, from its stored rows; empty when intact.
+
+    ``head`` holds the run row's ``SEALED_COLUMNS`` values; ``events`` are
+    (seq, at, kind, step, data, prev_hash, hash) and ``messages`` (seq, body,
+    hash), both in seq order; ``ledger`` rows are (call_id, tool,
+    fingerprint, intent_at, outcome, outcome_at).
+    """
+    sealed = dict(zip(SEALED_COLUMNS, head, strict=True))
+    problem = seal_problem(key, run_id, head, stored_seal)
+    problems: list[str] = [] if problem is None else [problem]
+    last, expected_seq = GENESIS, 1
+    logged: list[tuple[int, float, str, str]] = []
+    for seq, at, kind, step, data, prev, digest_ in events:
+        if seq != expected_seq:
+            problems.append(f"event {expected_seq}: missing or out of order (found event {seq})")
+        if prev != last:
+            problems.append(f"event {seq}: does not follow the previous event (removed or reordered)")
+        if chain_hash(prev, run_id, seq, repr(at), kind, step, data) != digest_:
+            problems.append(f"event {seq}: edited ({kind})")
+        logged.append((seq, at, kind, data))
+        last, expected_seq = digest_, seq + 1
+    if expected_seq - 1 != sealed["event_count"] or last != sealed["event_hash"]:
+        problems.append(f"events: the run records {sealed['event_count']} events, the log ends at {expected_seq - 1}")
+    last, expected = GENESIS, sealed["history"]  # a conversation's turn stores only the messages it added
+    for seq, body, digest_ in messages:
+        if seq != expected or chain_hash(last, seq, body) != digest_:
+            problems.append(f"message {seq}: edited, removed or reordered")
+        last, expected = digest_, seq + 1
+    if expected != sealed["message_count"] or last != sealed["message_hash"]:
+        problems.append(f"messages: the run records {sealed['message_count']} messages, the transcript has {expected}")
+    stored = {
+        call_id: [tool, fingerprint, intent_at, None if outcome is None else digest(outcome), outcome_at]
+        for call_id, tool, fingerprint, intent_at, outcome, outcome_at in ledger
+    }
+    return problems + ledger_problems(logged, stored)
+
+
+def tampered(run_id: str, problems: Sequence[str]) -> TamperedRun:
+    more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+    return TamperedRun(
+        f"run {run_id} fails its audit check ({problems[0]}{more}); nothing of it is acted on"
+        f" (see tether runs verify {run_id})"
+    )
+
+
+def stored_run(
+    run_id: str,
+    row: Sequence[Any],
+    messages: Iterable[tuple[int, str]],
+    executed: Iterable[tuple[str, str, str]],
+    inherited: Sequence[Any] = (),
+) -> StoredRun:
+    """A run rebuilt from its rows: ``row`` is (meta, principal, setup, created_at, updated_at, config),
+    ``messages`` (seq, body) in order, ``executed`` the ledger's (call_id, fingerprint, outcome) with outcomes,
+    ``inherited`` the decoded messages a conversation's turn takes from its earlier turns."""
+    data = decode(row[0], run_id, "its saved state")
+    data["run_id"] = run_id
+    data["config"] = decode(row[5], run_id, "its configuration")
+    data["messages"] = [*inherited, *(decode(body, run_id, f"message {seq}") for seq, body in messages)]
+    data["executed"] = {call_id: [fingerprint, outcome] for call_id, fingerprint, outcome in executed}
+    try:
+        state = RunState.from_dict(data)
+    except (KeyError, TypeError, ValueError):
+        raise StoreError(f"run {run_id}: its saved state is not readable (see tether runs verify)") from None
+    principal = principal_from(decode(row[1], run_id, "its principal"))
+    return StoredRun(state, principal, decode(row[2], run_id, "its setup"), row[3], row[4])
+
+
+def summary(row: Sequence[Any]) -> RunSummary:
+    """A ``RunSummary`` from (id, status, principal id, created_at, updated_at, meta, conversation_id, turn)."""
+    progress = json.loads(row[5])
+    return RunSummary(row[0], row[1], row[2], row[3], row[4], progress["steps"], progress, row[6], row[7])
+
+
+def ambiguous(prefix: str, found: Sequence[str]) -> AmbiguousRun:
+    shown = ", ".join(found[:AMBIGUOUS_SHOWN]) + (", ..." if len(found) > AMBIGUOUS_SHOWN else "")
+    return AmbiguousRun(f"run id prefix {prefix} is ambiguous: it starts {shown}; give more characters")
