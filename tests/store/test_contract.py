@@ -440,3 +440,26 @@ def test_an_unreachable_postgres_is_a_precise_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=r"cannot open the run store at postgresql://tether@127.0.0.1:\d+/runs") as e:
         open_store(url, connect_timeout=2)
     assert "secret-password" not in str(e.value)
+
+
+# ---------------------------------------------------------------- conversations
+
+
+async def test_a_conversation_keeps_its_turns_and_stores_each_message_once(backend: Backend) -> None:
+    store = backend.open()
+    model = ScriptedModel([text("first answer"), text("second answer"), text("third answer")])
+    conv = Agent(model, [lookup], store=store).conversation()
+    for prompt in ("one", "two"):
+        assert (await conv.send(prompt)).status is Status.COMPLETED
+
+    again = Agent(model, [lookup], store=backend.open()).conversation(conv.id)
+    third = await again.send("three")
+    assert third.status is Status.COMPLETED
+    contents = [m.content for m in third.state.messages]
+    assert contents == ["one", "first answer", "two", "second answer", "three", "third answer"]
+    stored = store.load_conversation(conv.id)
+    assert [status for _, status in stored.turns] == ["completed"] * 3
+    assert backend.sql("SELECT count(*) FROM messages")[0][0] == 6  # appended once each, never rewritten
+    assert all(store.verify(run_id) == [] for run_id, _ in stored.turns)
+    [latest] = [r for r in store.list_runs() if r.run_id == third.run_id]
+    assert (latest.conversation_id, latest.turn) == (conv.id, 3)
