@@ -2,8 +2,8 @@
 
 ``place_order`` appends one line per effect to the file named by
 ``SHOP_ORDERS``, so a test counts effects across worker processes. With
-``SHOP_SLOW`` set it holds still that many seconds first (time for a test to
-kill its worker mid-call).
+``SHOP_HANG_AFTER`` set it holds still that many seconds after the effect,
+before returning (time for a test to kill its worker mid-call).
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ async def price(item: str) -> int:
 
 
 def _reconcile(context: ToolContext, arguments: dict[str, Any]) -> Executed | NotExecuted | None:
-    """Look the order up by its idempotency key, as a real shop's API would allow."""
+    """Look the order up by its idempotency key, as a real shop's API would allow (not with ``SHOP_NO_HOOK``)."""
+    if os.environ.get("SHOP_NO_HOOK"):
+        return None  # the hook cannot tell: a person must
     found = _orders(context.idempotency_key)
     return Executed({"order": context.idempotency_key}) if found else NotExecuted()
 
@@ -52,11 +54,11 @@ def place_order(item: str, quantity: int, context: ToolContext) -> dict[str, str
         item: tea or coffee.
         quantity: How many units.
     """
-    time.sleep(float(os.environ.get("SHOP_SLOW", "0")))
     with open(os.environ["SHOP_ORDERS"], "a") as f:
         f.write(json.dumps({"key": context.idempotency_key, "item": item, "quantity": quantity}) + "\n")
         f.flush()
         os.fsync(f.fileno())
+    time.sleep(float(os.environ.get("SHOP_HANG_AFTER", "0")))
     return {"order": context.idempotency_key}
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,30 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporal_helpers import child_env, shop, spawn_worker, stop
 from temporalio.client import Client
 
 from tether.temporal.client import status
 from tether.temporal.devserver import DevServer
 from tether.testing import FakeServer
-from tether.testing.fake_server import ReplySpec, text, tool_calls
-
-HERE = Path(__file__).parent
-SRC = HERE.parents[1] / "src"
-
-
-def shop(request: dict[str, Any]) -> ReplySpec:
-    """Price, then order, then answer, whatever run asks."""
-    last = request["messages"][-1]
-    if last["role"] == "user":
-        return tool_calls([("c1", "price", '{"item": "tea"}')])
-    if last.get("tool_call_id") == "c1":
-        return tool_calls([("c2", "place_order", '{"item": "tea", "quantity": 2}')])
-    return text("Ordered 2 tea for 6.")
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{HERE}", SHOP_ORDERS=str(tmp_path / "orders.jsonl"))
+    return child_env(tmp_path / "orders.jsonl")
 
 
 def tether(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -49,21 +35,13 @@ def tether(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 def worker(temporal_server: DevServer, env: dict[str, str]) -> Iterator[str]:
     queue = f"q-{uuid.uuid4().hex[:8]}"
     with FakeServer(script=shop) as server:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tether", "worker", "--temporal", temporal_server.address, "--task-queue", queue,
-             "--tools", "shop_tools:TOOLS", "--base-url", server.base_url, "--model", "fake", "--api-key", "k"],
-            env=env, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        process = spawn_worker(temporal_server.address, queue, server.base_url, env)
         try:
-            assert process.stderr is not None
-            assert "worker polling" in process.stderr.readline()
             yield queue
             process.send_signal(signal.SIGTERM)
             assert process.wait(30) == 0  # a graceful shutdown on SIGTERM
         finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+            stop(process)
 
 
 async def result_of(address: str, run_id: str) -> dict[str, Any]:
