@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -98,8 +100,14 @@ async def test_without_an_answer_from_the_hook_the_run_waits_for_a_person(
             with pytest.raises(NotWaiting, match="call c1 has no unknown outcome"):
                 await reconcile(client, handle.id, "c1", executed=False)
             key = json.loads(orders.read_text())["key"]
-            after = await reconcile(client, handle.id, "c2", executed=True, result=json.dumps({"order": key}))
-            assert after == "awaiting_tools"
+            said = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "tether", "reconcile", handle.id, "c2", "--temporal", temporal_server.address,
+                 "--executed", json.dumps({"order": key})],
+                capture_output=True, text=True, env=child_env(orders), timeout=60,
+            )  # fmt: skip
+            assert said.returncode == 0, said.stderr
+            assert f"call c2 recorded as executed; run {handle.id} is awaiting_tools" in said.stdout
             result = await asyncio.wait_for(handle.result(), 60)
         finally:
             stop(first)

@@ -306,12 +306,20 @@ def deny(
 )
 @click.option("--not-executed", is_flag=True, help="The call never took effect; resume may run it.")
 @db_option
+@temporal_run_option
 @json_option
 def reconcile(
-    run_id: str, call_id: str, result_json: str | None, not_executed: bool, db: str | None, as_json: bool
+    run_id: str,
+    call_id: str,
+    result_json: str | None,
+    not_executed: bool,
+    db: str | None,
+    temporal_address: str | None,
+    as_json: bool,
 ) -> None:
     """Say what became of a call whose outcome is unknown after a crash.
 
+    With --temporal the answer is sent to the run's workflow as an update.
     RUN_ID may be a unique prefix of the run id. Exit status 7 when the run has
     no such call waiting.
 
@@ -330,6 +338,10 @@ def reconcile(
             result = json.loads(result_json)
         except ValueError as exc:
             fail(f"--executed takes a JSON value: {exc.args[0]}", 2)
+    if temporal_address:
+        from tether.cli.temporal import reconcile_on_temporal
+
+        reconcile_on_temporal(temporal_address, run_id, call_id, result_json, as_json=as_json)
     try:
         store = open_store(db)
         run_id = store.resolve(run_id)

@@ -13,11 +13,12 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 import click
 
-from tether.cli.common import EXIT_CODES, EXIT_CONFIGURATION, EXIT_INTERNAL, api_key_option
+from tether.cli.common import EXIT_CODES, EXIT_CONFIGURATION, EXIT_INTERNAL, EXIT_NOT_WAITING, api_key_option
 from tether.core.budget import Budget, RunConfig
 from tether.core.errors import ConfigurationError, TetherError
 from tether.core.machine import Status
@@ -206,6 +207,40 @@ def run_on_temporal(
     leave(EXIT_CODES.get(current, EXIT_INTERNAL))
 
 
+def _send(address: str, run_id: str, send: Callable[[Any], Awaitable[str]]) -> str:
+    """Connect, send one update, and map what can go wrong to exit codes; the run's status after it."""
+    from temporalio.service import RPCError
+
+    async def go() -> str:
+        return await send(await _connect(address))
+
+    try:
+        return asyncio.run(go())
+    except TetherError as exc:
+        _fail(str(exc), exc.exit_code)
+    except RPCError as exc:  # no such run, or no worker to answer for it
+        _fail(f"run {run_id}: {exc}", EXIT_NOT_WAITING)
+
+
+def reconcile_on_temporal(
+    address: str, run_id: str, call_id: str, result_json: str | None, *, as_json: bool
+) -> NoReturn:
+    """``tether reconcile RUN CALL --temporal HOST:PORT``: a ``reconcile`` update."""
+    _require_sdk()
+    from tether.temporal.client import reconcile
+
+    executed = result_json is not None
+    after = _send(
+        address, run_id, lambda client: reconcile(client, run_id, call_id, executed=executed, result=result_json)
+    )
+    what = "executed" if executed else "not executed"
+    if as_json:
+        click.echo(json.dumps({"run_id": run_id, "call_id": call_id, "reconciled": what, "status": after}))
+    else:
+        click.echo(f"call {call_id} recorded as {what}; run {run_id} is {after} (its workers carry on)")
+    leave(0)
+
+
 def decide_on_temporal(
     address: str,
     run_id: str,
@@ -218,23 +253,13 @@ def decide_on_temporal(
 ) -> NoReturn:
     """``tether approve|deny RUN CALL --temporal HOST:PORT``: a ``decide`` update; the run goes on by itself."""
     _require_sdk()
+    from tether.temporal.client import decide
 
-    async def go() -> str:
-        from tether.temporal.client import decide
-
-        client = await _connect(address)
-        return await decide(client, run_id, call_id, approved=approved, reason=reason, fingerprint=fingerprint)
-
-    from temporalio.service import RPCError
-
-    from tether.cli.common import EXIT_NOT_WAITING
-
-    try:
-        after = asyncio.run(go())
-    except TetherError as exc:
-        _fail(str(exc), exc.exit_code)
-    except RPCError as exc:  # no such run, or no worker to answer for it
-        _fail(f"run {run_id}: {exc}", EXIT_NOT_WAITING)
+    after = _send(
+        address,
+        run_id,
+        lambda client: decide(client, run_id, call_id, approved=approved, reason=reason, fingerprint=fingerprint),
+    )
     word = "approved" if approved else "denied"
     if as_json:
         click.echo(json.dumps({"run_id": run_id, "call_id": call_id, "decision": word, "status": after}))
