@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,local,server,kb,mcp,otel,postgres]'
+	$(BIN)/python -m pip install -q -e '.[dev,local,server,kb,mcp,otel,postgres,temporal]'
 	touch $(STAMP)
 
 # BFCL's official checker and data, the oracle of tests/eval. Its package pins heavy dependencies

@@ -30,6 +30,7 @@ from tether.cli.eval import eval_command
 from tether.cli.mcp import mcp, mcp_tools, with_mcp_options
 from tether.cli.runs import approve, deny, reconcile, runs
 from tether.cli.serve import kb, serve, tickets
+from tether.cli.temporal import run_on_temporal, task_queue_option, temporal_option, worker
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
 from tether.core.errors import ConfigurationError, TetherError
 from tether.core.machine import Status
@@ -234,6 +235,16 @@ def _json_result(result: Any) -> dict[str, Any]:
 @click.option(
     "--continue", "conversation_id", metavar="CONVERSATION", help="Run PROMPT as the next turn of a conversation."
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "temporal"]),
+    default="local",
+    show_default=True,
+    help="Drive the run here, or as a Temporal workflow on `tether worker` processes.",
+)
+@temporal_option
+@task_queue_option
+@click.option("--no-wait", is_flag=True, help="With --engine temporal: print the run id and return at once.")
 @json_option
 def run(
     prompt: str,
@@ -256,6 +267,10 @@ def run(
     no_log: bool,
     log_content: bool,
     conversation_id: str | None,
+    engine: str,
+    temporal_address: str | None,
+    task_queue: str,
+    no_wait: bool,
     as_json: bool,
 ) -> None:
     """Run PROMPT as an agent with the given tools.
@@ -271,6 +286,10 @@ def run(
       tether run "What is 2+2?" --tools calc --provider snowflake
       tether run "Find the notes" --mcp "npx -y @modelcontextprotocol/server-filesystem ." --mcp-read-only search_files
       tether run "And times 2?" --tools calc --continue CONVERSATION   (see tether chat)
+      tether run "What is 248 times 15?" --engine temporal --temporal 127.0.0.1:7233 --task-queue tether
+
+    With --engine temporal the tools and the model are the workers' (`tether
+    worker`); this process sends the prompt, the principal and the budget.
 
     Exit status: 0 completed, 3 configuration error, 10 max_steps,
     11 budget_exhausted, 12 truncated, 13 content_filtered, 14 protocol_error,
@@ -294,9 +313,20 @@ def run(
         "provider": provider,
     }
     who = Principal(principal, frozenset(scopes)) if scopes else Principal(principal)
+    budget = Budget(max_steps=max_steps, max_total_tokens=max_total_tokens)
+    if engine == "temporal":
+        run_on_temporal(
+            prompt,
+            address=temporal_address,
+            task_queue=task_queue,
+            principal=who,
+            budget=budget,
+            wait=not no_wait,
+            as_json=as_json,
+        )
     try:
         store = None if no_log else open_store(db, log_content)
-        agent = _agent(setup, api_key, store, who, Budget(max_steps=max_steps, max_total_tokens=max_total_tokens))
+        agent = _agent(setup, api_key, store, who, budget)
         conversation = agent.conversation(conversation_id) if conversation_id else None
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
@@ -385,6 +415,7 @@ cli.add_command(deny)
 cli.add_command(reconcile)
 cli.add_command(eval_command)
 cli.add_command(mcp)
+cli.add_command(worker)
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ import click
 
 from tether.cli.common import db_option, fail, json_option, open_store
 from tether.cli.render import arguments_preview, short
+from tether.cli.temporal import temporal_run_option
 from tether.core.errors import TetherError
 from tether.runner import json_object
 from tether.store.redact import redact
@@ -248,15 +249,30 @@ def _decide(
 @click.option("--reason", help="Why; recorded in the audit log.")
 @click.option("--fingerprint", help="The argument fingerprint you reviewed (from `tether runs show`).")
 @db_option
+@temporal_run_option
 @json_option
 def approve(
-    run_id: str, call_id: str, reason: str | None, fingerprint: str | None, db: str | None, as_json: bool
+    run_id: str,
+    call_id: str,
+    reason: str | None,
+    fingerprint: str | None,
+    db: str | None,
+    temporal_address: str | None,
+    as_json: bool,
 ) -> None:
     """Approve a call waiting in a paused run; `tether resume` then runs it.
 
+    With --temporal the run is a Temporal workflow: the decision is sent as an
+    update and the workers carry on (RUN_ID is then the whole run id).
     RUN_ID may be a unique prefix of the run id. Exit status 7 when the run
     has no such pending call or the fingerprint names other arguments.
     """
+    if temporal_address:
+        from tether.cli.temporal import decide_on_temporal
+
+        decide_on_temporal(
+            temporal_address, run_id, call_id, approved=True, reason=reason, fingerprint=fingerprint, as_json=as_json
+        )
     _decide(run_id, call_id, True, reason, fingerprint, db, as_json)
 
 
@@ -265,13 +281,23 @@ def approve(
 @click.argument("call_id")
 @click.option("--reason", help="Why; recorded and shown to the model.")
 @db_option
+@temporal_run_option
 @json_option
-def deny(run_id: str, call_id: str, reason: str | None, db: str | None, as_json: bool) -> None:
+def deny(
+    run_id: str, call_id: str, reason: str | None, db: str | None, temporal_address: str | None, as_json: bool
+) -> None:
     """Deny a call waiting in a paused run; the model is told it was denied.
 
+    With --temporal the decision is sent to the run's workflow as an update.
     RUN_ID may be a unique prefix of the run id. Exit status 7 when the run has
     no such pending call.
     """
+    if temporal_address:
+        from tether.cli.temporal import decide_on_temporal
+
+        decide_on_temporal(
+            temporal_address, run_id, call_id, approved=False, reason=reason, fingerprint=None, as_json=as_json
+        )
     _decide(run_id, call_id, False, reason, None, db, as_json)
 
 
@@ -283,12 +309,20 @@ def deny(run_id: str, call_id: str, reason: str | None, db: str | None, as_json:
 )
 @click.option("--not-executed", is_flag=True, help="The call never took effect; resume may run it.")
 @db_option
+@temporal_run_option
 @json_option
 def reconcile(
-    run_id: str, call_id: str, result_json: str | None, not_executed: bool, db: str | None, as_json: bool
+    run_id: str,
+    call_id: str,
+    result_json: str | None,
+    not_executed: bool,
+    db: str | None,
+    temporal_address: str | None,
+    as_json: bool,
 ) -> None:
     """Say what became of a call whose outcome is unknown after a crash.
 
+    With --temporal the answer is sent to the run's workflow as an update.
     RUN_ID may be a unique prefix of the run id. Exit status 7 when the run has
     no such call waiting.
 
@@ -307,6 +341,10 @@ def reconcile(
             result = json.loads(result_json)
         except ValueError as exc:
             fail(f"--executed takes a JSON value: {exc.args[0]}", 2)
+    if temporal_address:
+        from tether.cli.temporal import reconcile_on_temporal
+
+        reconcile_on_temporal(temporal_address, run_id, call_id, result_json, as_json=as_json)
     try:
         store = open_store(db)
         run_id = store.resolve(run_id)

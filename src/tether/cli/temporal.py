@@ -1,0 +1,268 @@
+"""The CLI's Temporal parts: ``tether worker``, ``tether run --engine temporal``, and decisions sent as updates.
+
+Model credentials and tools live on workers only: ``tether run --engine
+temporal`` sends the prompt, the principal and the budget, nothing else.
+The Temporal SDK can abort the interpreter at exit (a known SDK issue), so
+these commands leave with ``os._exit`` once their output is flushed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
+
+import click
+
+from tether.cli.common import EXIT_CODES, EXIT_CONFIGURATION, EXIT_INTERNAL, EXIT_NOT_WAITING, api_key_option
+from tether.core.budget import Budget, RunConfig
+from tether.core.errors import ConfigurationError, TetherError
+from tether.core.machine import Status
+
+DEFAULT_TASK_QUEUE = "tether"
+POLL_SECONDS = 0.1
+
+temporal_option = click.option(
+    "--temporal",
+    "temporal_address",
+    envvar="TETHER_TEMPORAL",
+    metavar="HOST:PORT",
+    help="The Temporal server's frontend [env: TETHER_TEMPORAL].",
+)
+# For approve and deny, no environment variable: a local run's decision must never go to a Temporal server.
+temporal_run_option = click.option(
+    "--temporal",
+    "temporal_address",
+    metavar="HOST:PORT",
+    help="The run is a Temporal workflow on this server: send the decision as an update.",
+)
+task_queue_option = click.option(
+    "--task-queue",
+    envvar="TETHER_TASK_QUEUE",
+    default=DEFAULT_TASK_QUEUE,
+    show_default=True,
+    help="The task queue workers poll [env: TETHER_TASK_QUEUE].",
+)
+
+
+def leave(code: int) -> NoReturn:
+    """Exit now, output flushed, without the interpreter's teardown (where the SDK may abort)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _fail(message: str, code: int = EXIT_CONFIGURATION) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    leave(code)
+
+
+def _require_sdk() -> None:
+    try:
+        import temporalio  # noqa: F401
+    except ImportError:
+        _fail("Temporal runs need the temporal extra: pip install 'tether[temporal]'")
+
+
+async def _connect(address: str) -> Any:
+    from temporalio.service import RPCError
+
+    from tether.temporal.client import connect
+
+    try:
+        return await connect(address)
+    except (RPCError, RuntimeError) as exc:
+        raise ConfigurationError(f"cannot reach the Temporal server at {address}: {exc}") from exc
+
+
+@click.command()
+@temporal_option
+@task_queue_option
+@click.option("--tools", "toolsets", multiple=True, metavar="NAME_OR_MODULE", help="A toolset (repeatable).")
+@click.option("--files-root", type=click.Path(file_okay=False), help="Root for the files toolset.")
+@click.option("--model", help="Model name [env: OPENAI_MODEL].")
+@click.option("--base-url", help="OpenAI-compatible endpoint [env: OPENAI_BASE_URL].")
+@api_key_option
+@click.option("--provider", envvar="TETHER_PROVIDER", metavar="NAME", help="A provider profile [env: TETHER_PROVIDER].")
+def worker(
+    temporal_address: str | None,
+    task_queue: str,
+    toolsets: tuple[str, ...],
+    files_root: str | None,
+    model: str | None,
+    base_url: str | None,
+    api_key: str | None,
+    provider: str | None,
+) -> None:
+    """Run Temporal runs' workflows and activities until interrupted (SIGINT or SIGTERM).
+
+    The worker holds the model credentials and the tools; shutting down
+    waits for running calls up to the longest tool timeout.
+
+    \b
+    Example:
+      tether worker --temporal 127.0.0.1:7233 --task-queue tether --tools calc
+    """
+    _require_sdk()
+    if not temporal_address:
+        _fail("no Temporal server: pass --temporal HOST:PORT or set TETHER_TEMPORAL")
+    from tether.cli.main import _model, _tools
+
+    env = "ANTHROPIC" if provider == "anthropic" else "OPENAI"
+    setup = {
+        "model": model or os.environ.get(f"{env}_MODEL"),
+        "base_url": base_url or os.environ.get(f"{env}_BASE_URL"),
+        "provider": provider,
+    }
+    try:
+        tools = _tools(toolsets, files_root or os.environ.get("TETHER_FILES_ROOT"))
+        chat = _model(setup, api_key)
+    except TetherError as exc:
+        _fail(str(exc), exc.exit_code)
+
+    async def serve() -> None:
+        from tether.temporal.worker import make_worker
+
+        client = await _connect(temporal_address)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with make_worker(client, task_queue, chat, tools):
+            click.echo(f"worker polling {task_queue} on {temporal_address} with {len(tools)} tool(s)", err=True)
+            await stop.wait()
+        await chat.aclose()
+
+    try:
+        asyncio.run(serve())
+    except TetherError as exc:
+        _fail(str(exc), exc.exit_code)
+    leave(0)
+
+
+def run_on_temporal(
+    prompt: str,
+    *,
+    address: str | None,
+    task_queue: str,
+    principal: Any,
+    budget: Budget,
+    wait: bool,
+    as_json: bool,
+) -> NoReturn:
+    """``tether run --engine temporal``: start the workflow; wait for its end or pause unless ``wait`` is False."""
+    _require_sdk()
+    if not address:
+        _fail("no Temporal server: pass --temporal HOST:PORT or set TETHER_TEMPORAL")
+
+    async def go() -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+        from tether.temporal.client import pending, start_run, status
+
+        client = await _connect(address)
+        handle = await start_run(client, prompt, task_queue=task_queue, principal=principal, config=RunConfig(budget))
+        if not wait:
+            return handle.id, {"status": Status.READY.value}, []
+        while True:  # queries, not the result: a run paused for a person has no result yet
+            found = await status(client, handle.id)
+            current = Status(found["status"])
+            if current.terminal:
+                return handle.id, await handle.result(), []
+            if current in (Status.AWAITING_APPROVAL, Status.AWAITING_RECONCILIATION):
+                return handle.id, found, await pending(client, handle.id)
+            await asyncio.sleep(POLL_SECONDS)
+
+    try:
+        run_id, summary, waiting = asyncio.run(go())
+    except TetherError as exc:
+        _fail(str(exc), exc.exit_code)
+    if not wait:
+        click.echo(json.dumps({"run_id": run_id, "engine": "temporal"}) if as_json else run_id)
+        leave(0)
+    current = Status(summary["status"])
+    if as_json:
+        click.echo(json.dumps({"run_id": run_id, "engine": "temporal", **summary, "pending": waiting}))
+    elif current is Status.COMPLETED:
+        click.echo(summary["output"])
+    for call in waiting:
+        where = f"{run_id} {call['call_id']}"
+        if call["waiting_for"] == "approval":
+            why = f" needs approval: {call['approval_reason']};" if call.get("approval_reason") else ""
+            click.echo(
+                f"paused: call {call['call_id']} {call['tool']}{why} approve with `tether approve {where} "
+                f"--temporal {address}` or deny with `tether deny {where} --temporal {address}`",
+                err=True,
+            )
+        else:
+            click.echo(
+                f"paused: the outcome of call {call['call_id']} is unknown; record it with `tether reconcile "
+                f"{where} --temporal {address} --executed RESULT_JSON | --not-executed`",
+                err=True,
+            )
+    if current.terminal and current is not Status.COMPLETED:
+        click.echo(f"error: run {run_id} ended {current.value}: {summary.get('reason')}", err=True)
+    leave(EXIT_CODES.get(current, EXIT_INTERNAL))
+
+
+def _send(address: str, run_id: str, send: Callable[[Any], Awaitable[str]]) -> str:
+    """Connect, send one update, and map what can go wrong to exit codes; the run's status after it."""
+    from temporalio.service import RPCError
+
+    async def go() -> str:
+        return await send(await _connect(address))
+
+    try:
+        return asyncio.run(go())
+    except TetherError as exc:
+        _fail(str(exc), exc.exit_code)
+    except RPCError as exc:  # no such run, or no worker to answer for it
+        _fail(f"run {run_id}: {exc}", EXIT_NOT_WAITING)
+
+
+def reconcile_on_temporal(
+    address: str, run_id: str, call_id: str, result_json: str | None, *, as_json: bool
+) -> NoReturn:
+    """``tether reconcile RUN CALL --temporal HOST:PORT``: a ``reconcile`` update."""
+    _require_sdk()
+    from tether.temporal.client import reconcile
+
+    executed = result_json is not None
+    after = _send(
+        address, run_id, lambda client: reconcile(client, run_id, call_id, executed=executed, result=result_json)
+    )
+    what = "executed" if executed else "not executed"
+    if as_json:
+        click.echo(json.dumps({"run_id": run_id, "call_id": call_id, "reconciled": what, "status": after}))
+    else:
+        click.echo(f"call {call_id} recorded as {what}; run {run_id} is {after} (its workers carry on)")
+    leave(0)
+
+
+def decide_on_temporal(
+    address: str,
+    run_id: str,
+    call_id: str,
+    *,
+    approved: bool,
+    reason: str | None,
+    fingerprint: str | None,
+    as_json: bool,
+) -> NoReturn:
+    """``tether approve|deny RUN CALL --temporal HOST:PORT``: a ``decide`` update; the run goes on by itself."""
+    _require_sdk()
+    from tether.temporal.client import decide
+
+    after = _send(
+        address,
+        run_id,
+        lambda client: decide(client, run_id, call_id, approved=approved, reason=reason, fingerprint=fingerprint),
+    )
+    word = "approved" if approved else "denied"
+    if as_json:
+        click.echo(json.dumps({"run_id": run_id, "call_id": call_id, "decision": word, "status": after}))
+    else:
+        click.echo(f"call {call_id} {word}; run {run_id} is {after} (its workers carry on)")
+    leave(0)

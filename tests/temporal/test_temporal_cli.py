@@ -1,0 +1,114 @@
+"""``tether worker``, ``tether run --engine temporal`` and ``tether approve|deny --temporal``, as separate processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporal_helpers import child_env, shop, spawn_worker, stop
+from temporalio.client import Client
+
+from tether.temporal.client import status
+from tether.temporal.devserver import DevServer
+from tether.testing import FakeServer
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return child_env(tmp_path / "orders.jsonl")
+
+
+def tether(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tether", *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.fixture
+def worker(temporal_server: DevServer, env: dict[str, str]) -> Iterator[str]:
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    with FakeServer(script=shop) as server:
+        process = spawn_worker(temporal_server.address, queue, server.base_url, env)
+        try:
+            yield queue
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(30) == 0  # a graceful shutdown on SIGTERM
+        finally:
+            stop(process)
+
+
+async def result_of(address: str, run_id: str) -> dict[str, Any]:
+    client = await Client.connect(address)
+    found: dict[str, Any] = await client.get_workflow_handle(run_id).result()
+    return found
+
+
+async def wait_paused(address: str, run_id: str) -> None:
+    client = await Client.connect(address)
+    deadline = time.monotonic() + 20
+    while (await status(client, run_id))["status"] != "awaiting_approval":
+        assert time.monotonic() < deadline, f"run {run_id} never paused"
+        await asyncio.sleep(0.05)
+
+
+async def test_run_pauses_for_approval_and_approve_sends_an_update(
+    temporal_server: DevServer, worker: str, env: dict[str, str]
+) -> None:
+    address = temporal_server.address
+    started = tether(env, "run", "Order 2 tea.", "--engine", "temporal", "--temporal", address,
+                     "--task-queue", worker, "--json")  # fmt: skip
+    assert started.returncode == 20, started.stderr  # awaiting_approval, as a local run
+    report = json.loads(started.stdout)
+    run_id = report["run_id"]
+    assert report["status"] == "awaiting_approval"
+    assert [c["call_id"] for c in report["pending"]] == ["c2"]
+    assert f"tether approve {run_id} c2 --temporal {address}" in started.stderr
+
+    refused = tether(env, "deny", run_id, "c9", "--temporal", address)
+    assert refused.returncode == 7
+    assert "call c9 is not waiting for approval" in refused.stderr
+
+    approved = tether(env, "approve", run_id, "c2", "--temporal", address)
+    assert approved.returncode == 0, approved.stderr
+    assert f"call c2 approved; run {run_id} is awaiting_tools" in approved.stdout
+
+    result = await result_of(address, run_id)
+    assert (result["status"], result["output"]) == ("completed", "Ordered 2 tea for 6.")
+    orders = Path(env["SHOP_ORDERS"]).read_text().splitlines()
+    assert [json.loads(line)["key"] for line in orders] == [f"{run_id}:c2"]
+
+
+async def test_no_wait_returns_the_run_id_and_deny_reaches_the_model(
+    temporal_server: DevServer, worker: str, env: dict[str, str]
+) -> None:
+    address = temporal_server.address
+    started = tether(env, "run", "Order 2 tea.", "--engine", "temporal", "--temporal", address,
+                     "--task-queue", worker, "--no-wait")  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    await wait_paused(address, run_id)
+    denied = tether(env, "deny", run_id, "c2", "--temporal", address, "--reason", "not today")
+    assert denied.returncode == 0, denied.stderr
+    result = await result_of(address, run_id)
+    assert result["status"] == "completed"
+    denial = next(m for m in result["messages"] if m.get("tool_call_id") == "c2")
+    assert json.loads(denial["content"])["error"] == {
+        "code": "denied",
+        "message": "denied by approver: not today",
+        "retryable": False,
+    }
+    assert not Path(env["SHOP_ORDERS"]).exists()  # a denied call has no effect
+
+
+def test_run_without_a_server_is_a_configuration_error(env: dict[str, str]) -> None:
+    env = {k: v for k, v in env.items() if k != "TETHER_TEMPORAL"}
+    done = tether(env, "run", "hi", "--engine", "temporal")
+    assert done.returncode == 3
+    assert "no Temporal server: pass --temporal HOST:PORT or set TETHER_TEMPORAL" in done.stderr

@@ -1,0 +1,122 @@
+"""A run as a Temporal workflow, end to end: real dev server, real worker, real HTTP to the FakeServer.
+
+The approval comes from another process, through the client, as the CLI
+sends it; the validators' refusals leave no trace in the run's history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from shop_tools import TOOLS
+from temporalio.client import Client, WorkflowHandle
+
+from tether.core.machine import fingerprint
+from tether.models.openai_chat import OpenAIChatModel
+from tether.temporal.client import NotWaiting, decide, pending, start_run, status
+from tether.temporal.devserver import DevServer
+from tether.temporal.worker import make_worker
+from tether.testing import FakeServer
+from tether.testing.fake_server import text, tool_calls
+
+HERE = Path(__file__).parent
+SRC = HERE.parents[1] / "src"
+HISTORY = HERE / "histories" / "order_with_approval.json"
+
+SCRIPT = [
+    tool_calls([("c1", "price", '{"item": "tea"}')]),
+    tool_calls([("c2", "place_order", '{"item": "tea", "quantity": 2}')]),
+    text("Ordered 2 tea for 6."),
+]
+
+
+async def wait_for_status(handle: WorkflowHandle[Any, Any], wanted: str, timeout: float = 20.0) -> dict[str, Any]:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        found: dict[str, Any] = await handle.query("status", result_type=dict)
+        if found["status"] == wanted:
+            return found
+        assert asyncio.get_running_loop().time() < deadline, f"still {found['status']}, not {wanted}"
+        await asyncio.sleep(0.05)
+
+
+async def event_types(handle: WorkflowHandle[Any, Any]) -> list[int]:
+    history = await handle.fetch_history()
+    return [e.event_type for e in history.events]
+
+
+def approve_from_another_process(address: str, run_id: str, call_id: str) -> subprocess.CompletedProcess[str]:
+    code = (
+        "import asyncio, sys\n"
+        "from tether.temporal.client import connect, decide\n"
+        "async def main():\n"
+        "    client = await connect(sys.argv[1])\n"
+        "    print(await decide(client, sys.argv[2], sys.argv[3], approved=True, reason='looks right'))\n"
+        "asyncio.run(main())\n"
+        "sys.stdout.flush()\n"
+        "import os; os._exit(0)\n"  # the SDK's runtime may abort at interpreter exit
+    )
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    return subprocess.run(
+        [sys.executable, "-c", code, address, run_id, call_id], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+async def test_model_read_only_call_approval_from_another_process_effect_and_answer(
+    temporal_server: DevServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    orders = tmp_path / "orders.jsonl"
+    monkeypatch.setenv("SHOP_ORDERS", str(orders))
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(temporal_server.address)
+    async with FakeServer(script=list(SCRIPT)) as server:
+        model = OpenAIChatModel("fake", base_url=server.base_url, api_key="k")
+        async with make_worker(client, queue, model, TOOLS):
+            run_id = f"run-{uuid.uuid4().hex[:8]}"
+            handle = await start_run(client, "Order 2 tea and tell me the price.", task_queue=queue, run_id=run_id)
+            assert handle.id == run_id  # the workflow id is the run id
+            await wait_for_status(handle, "awaiting_approval")
+            waiting = await pending(client, run_id)
+            assert [(c["call_id"], c["tool"], c["waiting_for"]) for c in waiting] == [("c2", "place_order", "approval")]
+            assert waiting[0]["fingerprint"] == fingerprint("place_order", {"item": "tea", "quantity": 2})
+
+            before = await event_types(handle)
+            with pytest.raises(NotWaiting, match="call c9 is not waiting"):
+                await decide(client, run_id, "c9", approved=True, fingerprint=waiting[0]["fingerprint"])
+            with pytest.raises(NotWaiting, match="other arguments"):
+                await decide(client, run_id, "c2", approved=True, fingerprint="0" * 64)
+            assert await event_types(handle) == before  # refused by the validators: nothing entered history
+            assert not orders.exists()
+
+            # In a thread: this loop runs the worker, which must answer the other process meanwhile.
+            done = await asyncio.to_thread(approve_from_another_process, temporal_server.address, run_id, "c2")
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.strip() == "awaiting_tools"
+            result = await handle.result()
+            history = await handle.fetch_history()
+            assert (await status(client, run_id))["status"] == "completed"  # queries need a worker
+        await model.aclose()
+
+    assert result["status"] == "completed"
+    assert result["output"] == "Ordered 2 tea for 6."
+    assert (result["steps"], result["tool_calls"]) == (3, 2)
+    effects = [json.loads(line) for line in orders.read_text().splitlines()]
+    assert effects == [{"key": f"{run_id}:c2", "item": "tea", "quantity": 2}]
+    assert len(server.requests) == 3
+    tool_messages = [m for m in server.requests[2]["messages"] if m["role"] == "tool"]
+    assert [(m["tool_call_id"], json.loads(m["content"])) for m in tool_messages] == [
+        ("c1", {"ok": True, "result": 3}),
+        ("c2", {"ok": True, "result": {"order": f"{run_id}:c2"}}),
+    ]
+    assert {t["function"]["name"] for t in server.requests[0]["tools"]} == {"price", "place_order"}
+    if os.environ.get("TETHER_RECORD_HISTORY"):
+        HISTORY.parent.mkdir(exist_ok=True)
+        HISTORY.write_text(history.to_json() + "\n")

@@ -1,0 +1,127 @@
+"""SIGKILL of a worker in the middle of a side-effecting call: the effect happens exactly once.
+
+The call gets one attempt only, so nothing runs it again blindly: its missed
+heartbeat makes the outcome unknown, another worker asks the tool's
+reconcile hook (an activity), which finds the effect by its idempotency key,
+and the run finishes with the effect's result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from temporal_helpers import child_env, shop, spawn_worker, stop
+from temporalio.client import Client
+
+from tether.temporal.client import NotWaiting, decide, pending, reconcile, start_run, status
+from tether.temporal.devserver import DevServer
+from tether.testing import FakeServer
+
+
+async def test_a_worker_killed_after_the_effect_leaves_exactly_one_effect(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    orders = tmp_path / "orders.jsonl"
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(temporal_server.address)
+    with FakeServer(script=shop) as server:
+        first = spawn_worker(temporal_server.address, queue, server.base_url, child_env(orders, SHOP_HANG_AFTER="60"))
+        second = None
+        try:
+            handle = await start_run(client, "Order 2 tea.", task_queue=queue, heartbeat_seconds=1.0)
+            deadline = time.monotonic() + 20
+            while (await status(client, handle.id))["status"] != "awaiting_approval":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            await decide(client, handle.id, "c2", approved=True)
+            while not (orders.exists() and orders.read_text()):
+                assert time.monotonic() < deadline + 20, "the effect never happened"
+                await asyncio.sleep(0.02)
+            first.send_signal(signal.SIGKILL)  # the effect happened; its result never reached Temporal
+            first.wait()
+            second = spawn_worker(temporal_server.address, queue, server.base_url, child_env(orders))
+            result = await asyncio.wait_for(handle.result(), 60)
+            history = await handle.fetch_history()
+        finally:
+            stop(first)
+            if second is not None:
+                stop(second)
+
+    assert result["status"] == "completed"
+    effects = [json.loads(line) for line in orders.read_text().splitlines()]
+    assert effects == [{"key": f"{handle.id}:c2", "item": "tea", "quantity": 2}]  # exactly one
+    reply = next(m for m in result["messages"] if m.get("tool_call_id") == "c2")
+    assert json.loads(reply["content"]) == {"ok": True, "result": {"order": f"{handle.id}:c2"}}
+    assert result["tool_calls"] == 2
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    # model, price, place_order (one attempt, timed out), the reconcile hook, model: the order never ran twice.
+    assert scheduled == ["tether.call_model", "tether.run_tool", "tether.call_model", "tether.run_tool",
+                         "tether.reconcile", "tether.call_model"]  # fmt: skip
+    timed_out = [e for e in history.events if e.HasField("activity_task_timed_out_event_attributes")]
+    assert len(timed_out) == 1
+
+
+async def test_without_an_answer_from_the_hook_the_run_waits_for_a_person(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    orders = tmp_path / "orders.jsonl"
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(temporal_server.address)
+    with FakeServer(script=shop) as server:
+        first = spawn_worker(temporal_server.address, queue, server.base_url, child_env(orders, SHOP_HANG_AFTER="60"))
+        second = None
+        try:
+            handle = await start_run(client, "Order 2 tea.", task_queue=queue, heartbeat_seconds=1.0)
+            await until(client, handle.id, "awaiting_approval")
+            await decide(client, handle.id, "c2", approved=True)
+            deadline = time.monotonic() + 20
+            while not (orders.exists() and orders.read_text()):
+                assert time.monotonic() < deadline, "the effect never happened"
+                await asyncio.sleep(0.02)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            second = spawn_worker(temporal_server.address, queue, server.base_url, child_env(orders, SHOP_NO_HOOK="1"))
+            await until(client, handle.id, "awaiting_reconciliation")
+            assert [(c["call_id"], c["waiting_for"]) for c in await pending(client, handle.id)] == [
+                ("c2", "reconciliation")
+            ]
+            with pytest.raises(NotWaiting, match="call c1 has no unknown outcome"):
+                await reconcile(client, handle.id, "c1", executed=False)
+            key = json.loads(orders.read_text())["key"]
+            said = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "tether", "reconcile", handle.id, "c2", "--temporal", temporal_server.address,
+                 "--executed", json.dumps({"order": key})],
+                capture_output=True, text=True, env=child_env(orders), timeout=60,
+            )  # fmt: skip
+            assert said.returncode == 0, said.stderr
+            assert f"call c2 recorded as executed; run {handle.id} is awaiting_tools" in said.stdout
+            result = await asyncio.wait_for(handle.result(), 60)
+        finally:
+            stop(first)
+            if second is not None:
+                stop(second)
+
+    assert result["status"] == "completed"
+    assert len(orders.read_text().splitlines()) == 1  # the person said it ran: not run again
+    reply = next(m for m in result["messages"] if m.get("tool_call_id") == "c2")
+    assert json.loads(reply["content"]) == {"ok": True, "result": {"order": f"{handle.id}:c2"}}
+
+
+async def until(client: Client, run_id: str, wanted: str) -> None:
+    deadline = time.monotonic() + 30
+    while (await status(client, run_id))["status"] != wanted:
+        assert time.monotonic() < deadline, f"run {run_id} never reached {wanted}"
+        await asyncio.sleep(0.05)
