@@ -108,6 +108,33 @@ def test_quirk_no_text_answer_with_tools_offered(raw: Raw, model: LocalModel) ->
     assert reply.content and "hello" in reply.content.lower()
 
 
+def test_the_model_chooses_a_call_by_its_own_scores_within_the_margin(model: LocalModel) -> None:
+    request = ModelRequest([Message("user", QUESTION)], CALC, tool_choice="auto")
+    reply = asyncio.run(model.complete(request))
+    assert reply.finish_reason == "tool_calls" and [c.name for c in reply.tool_calls] == ["multiply"]
+    margin, model.call_margin = model.call_margin, 0.0  # only when the opener is the likeliest token
+    try:
+        assert not asyncio.run(model.complete(request)).tool_calls
+    finally:
+        model.call_margin = margin
+
+
+async def test_a_prompt_needing_no_tool_is_answered_without_a_call_under_the_local_profile(model: LocalModel) -> None:
+    result = await Agent(model, load_toolset("calc"), compat=LOCAL.compat).run("What is the capital of France?")
+    assert result.status is Status.COMPLETED and not result.steps[0].calls
+    assert "Paris" in (result.output or "")
+
+
+def test_a_successful_result_reaches_the_model_as_its_bare_value(model: LocalModel) -> None:
+    prompt = model.prompt(ModelRequest(result_conversation(), CALC))
+    assert "multiply returned 3720.\nAnswer my question" in prompt and '"ok"' not in prompt
+    failed = [
+        *result_conversation()[:2],
+        Message("tool", '{"ok": false, "error": {"code": "tool_failed"}}', tool_call_id="call_1_0"),
+    ]
+    assert 'multiply returned: {"ok": false' in model.prompt(ModelRequest(failed, CALC))
+
+
 def test_a_step_asked_for_text_cannot_begin_a_call(model: LocalModel) -> None:
     reply = asyncio.run(model.complete(ModelRequest(result_conversation(), CALC, tool_choice="none")))
     assert reply.finish_reason == "stop" and not reply.tool_calls
@@ -123,7 +150,7 @@ def test_quirk_the_prompt_is_html_escaped(raw: Raw, model: LocalModel) -> None:
     assert "&lt;tool_result call_id=&#34;c1&#34;&gt;" in raw.prompts[-1] and "&#34;ok&#34;" in raw.prompts[-1]
 
     prompt = model.prompt(ModelRequest(result_conversation(), CALC))
-    assert '{"ok": true, "result": 3720}' in prompt and '{"a": 248, "b": 15}' in prompt
+    assert "multiply returned 3720." in prompt and '{"a": 248, "b": 15}' in prompt
     assert "&#34;" not in prompt and "&lt;" not in prompt and "&quot;" not in prompt
 
 
@@ -216,7 +243,7 @@ def test_make_demo_answers_3720_three_times_in_a_row() -> None:
 
 
 def test_the_local_profile_turns_the_small_model_policy_on_and_remote_ones_leave_it_off() -> None:
-    assert LOCAL.compat.answer_after_success and LOCAL.compat.call_first
+    assert LOCAL.compat.answer_after_success and not LOCAL.compat.call_first  # the handler's margin instead
     assert not LLAMA_CPP_PYTHON.compat.answer_after_success and not LLAMA_CPP_PYTHON.compat.call_first
 
 

@@ -71,8 +71,10 @@ class Compat:
     ``finish_reason="length"`` or ``"content_filter"``: truncated or filtered
     output is never executed.
 
-    Two switches are policies for small models rather than leniencies; the
-    ``local`` provider profile turns them on, remote profiles leave them off:
+    Two switches are policies for small models rather than leniencies;
+    remote profiles leave them off, the ``local`` profile turns on
+    ``answer_after_success`` (its handler lets the model choose between a
+    call and text by the model's own scores instead of ``call_first``):
 
     - ``answer_after_success``: after a step whose calls all succeeded, the
       next step is asked for a text answer (tool choice ``none``), so a model

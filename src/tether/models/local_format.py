@@ -48,7 +48,9 @@ You have access to the following functions:
 To respond with a function call begin the message with 'functions.<function_name>:', use the following format:
 
 functions.<function_name>:
-{{ "arg1": "value1", "arg2": "value2" }}"""
+{{ "arg1": "value1", "arg2": "value2" }}
+
+Call a function only when the request needs one; otherwise answer in plain text."""
 RESULT_FOOTER = "\nAnswer my question in one sentence with this result."
 # In a step that must answer in text, no token may begin a call (the model tends to echo its last one).
 CALL_WORDS = ("functions", "Functions")
@@ -148,7 +150,7 @@ def tether_messages(messages: Sequence[Message], tools: Sequence[dict[str, Any]]
     for m in messages:
         if m.role == "tool":
             name = names.get(m.tool_call_id or "", "tool")
-            text = f"{name} returned: {m.content or ''}"
+            text = _result_line(name, m.content or "")
             if out and out[-1]["role"] == "user" and out[-1]["content"].endswith(RESULT_FOOTER):
                 head = out[-1]["content"].removesuffix(RESULT_FOOTER)
                 out[-1]["content"] = f"{head}\n{text}{RESULT_FOOTER}"
@@ -160,6 +162,21 @@ def tether_messages(messages: Sequence[Message], tools: Sequence[dict[str, Any]]
         else:
             out.append({"role": m.role, "content": m.content or ""})
     return out
+
+
+def _result_line(name: str, content: str) -> str:
+    """A result as the ``tether`` family reports it: the bare value of a success, the whole envelope otherwise.
+
+    SmolLM2 echoed ``{"ok": true, "result": 30}`` back as its answer; ``add returned 30.`` it puts in a sentence.
+    """
+    try:
+        envelope = json.loads(content)
+    except ValueError:
+        envelope = None
+    if isinstance(envelope, dict) and envelope.get("ok") is True and "result" in envelope:
+        value = envelope["result"]
+        return f"{name} returned {value if isinstance(value, str) else json.dumps(value)}."
+    return f"{name} returned: {content}"
 
 
 def native_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -61,13 +61,13 @@ LLAMA_CPP_PYTHON = Provider(
 )
 
 # The embedded model (tether.models.local): tether's own chat handler has none of the quirks above, and
-# small models get a policy instead (Compat.call_first, Compat.answer_after_success).
+# small models get a policy instead (Compat.answer_after_success; the handler's call margin).
 LOCAL = Provider(
     "local",
-    compat=Compat(answer_after_success=True, call_first=True),
+    compat=Compat(answer_after_success=True),
     notes=(
-        "SmolLM2-135M never opens a tool call by itself (0 of 8 prompts): a step answering a user message "
-        "requires a call",
+        "SmolLM2-135M never writes a tool call first by itself (0 of 8 prompts): the handler opens one when the "
+        "model scores the call opener within LocalModel.call_margin of its likeliest token",
         "it rarely knows when it is done: after a step whose calls all succeeded, the answer is asked for in text",
     ),
 )
