@@ -99,6 +99,27 @@ async def test_request_body_carries_history_and_tools() -> None:
     }
 
 
+async def test_response_format_is_sent_as_given_and_again_after_a_change() -> None:
+    """The text of an unchanged ``response_format`` is reused; a changed one (same dict) is sent changed."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "A", "schema": {"type": "object"}, "strict": True}}
+    streamed = ModelRequest([Message("user", "hi")], response_format=fmt, stream=True)
+    with FakeServer([text("{}")] * 4) as server:
+        model = model_for(server)
+        try:
+            await model.complete(ModelRequest([Message("user", "hi")], response_format=fmt))
+            await model.complete(streamed)
+            fmt["json_schema"]["name"] = "B"  # type: ignore[index]
+            await model.complete(ModelRequest([Message("user", "é")], max_tokens=9, response_format=fmt))
+            await model.complete(HELLO)
+        finally:
+            await model.aclose()
+        sent = server.requests
+    assert sent[0]["response_format"]["json_schema"]["name"] == "A" and sent[1]["stream"] is True
+    assert sent[1]["response_format"] == sent[0]["response_format"]
+    assert sent[2]["response_format"] == fmt and sent[2]["messages"][0]["content"] == "é"
+    assert sent[2]["max_tokens"] == 9 and "response_format" not in sent[3]
+
+
 def test_null_content_switch_is_off_by_default() -> None:
     message = Message("assistant", None, (ToolCall("c1", "f", "{}"),))
     assert message_to_wire(message)["content"] is None

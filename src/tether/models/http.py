@@ -136,12 +136,20 @@ class HTTPModel:
             del self._sessions[gone]  # closed with its loop, by its guard
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         session = aiohttp.ClientSession(
-            headers=self._headers, timeout=self._timeout, connector=connector, raise_for_status=False
+            headers=self._headers,
+            timeout=self._timeout,
+            connector=connector,
+            raise_for_status=False,
+            json_serialize=self.encode,
         )
         guard = _close_with_loop(session)
         await anext(guard)
         self._sessions[loop] = (session, guard)
         return session
+
+    def encode(self, body: Any) -> str:
+        """The JSON text of a request body (a subclass may reuse the text of parts that do not change)."""
+        return json.dumps(body)
 
     async def aclose(self) -> None:
         """Close the client of the running event loop (the others close when their loop ends)."""

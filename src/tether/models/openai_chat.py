@@ -162,6 +162,8 @@ class OpenAIChatModel(HTTPModel):
         self.compat = compat
         self.extra_body = dict(extra_body or {})
         self._url = f"{self.base_url}/chat/completions"
+        # The last response_format sent, its decoded text and its text: a run sends the same one each step.
+        self._format: tuple[object, object, str] | None = None
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAIChatModel(model={self.name!r}, base_url={self.base_url!r})"
@@ -189,6 +191,19 @@ class OpenAIChatModel(HTTPModel):
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         return body
+
+    def encode(self, body: Any) -> str:
+        """The JSON text of ``body``, reusing the text of the last ``response_format`` when it is unchanged."""
+        fmt = body.get("response_format") if isinstance(body, dict) else None
+        if fmt is None:
+            return json.dumps(body)
+        known = self._format
+        if known is None or known[0] is not fmt or known[1] != fmt:  # a new dict, or the same one changed
+            text = json.dumps(fmt)
+            known = self._format = (fmt, json.loads(text), text)
+        rest = dict(body)
+        del rest["response_format"]
+        return f'{json.dumps(rest)[:-1]}, "response_format": {known[2]}}}'
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         body = self.body(request)

@@ -36,10 +36,19 @@ def _finite(text: str) -> float:
     return value
 
 
+# Built once: ``json.loads`` with hooks builds a new decoder (and its scanner) on every call.
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=_finite)
+
+
 def strict_loads(text: str) -> dict[str, Any]:
     """Decode ``text`` as one JSON object, refusing anything lenient."""
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=_finite)
+        if isinstance(text, str) and not text.startswith("\ufeff"):
+            value = _DECODER.decode(text)
+        else:  # bytes, or a byte order mark: ``json.loads`` has the checks and the messages for those
+            value = json.loads(
+                text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=_finite
+            )
     except InvalidJson:
         raise
     except json.JSONDecodeError as exc:

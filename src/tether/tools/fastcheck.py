@@ -98,7 +98,7 @@ def _compile(node: Any, root: dict[str, Any], refs: dict[str, Check | None]) -> 
         if None in kinds:
             raise _Unsupported
         known = [k for k in kinds if k is not None]
-        checks.append(known[0] if len(known) == 1 else (lambda v: any(k(v) for k in known)))
+        checks.append(known[0] if len(known) == 1 else _any_of(known))
     if "enum" in node:
         options = list(node["enum"])
         if not all(_scalar(o) for o in options):
@@ -110,14 +110,32 @@ def _compile(node: Any, root: dict[str, Any], refs: dict[str, Check | None]) -> 
             raise _Unsupported
         checks.append(lambda v: _same(v, const))
     if "anyOf" in node:
-        branches = [_compile(b, root, refs) for b in node["anyOf"]]
-        checks.append(lambda v: any(b(v) for b in branches))
+        checks.append(_any_of([_compile(b, root, refs) for b in node["anyOf"]]))
     checks.extend(_by_kind(node, root, refs))
 
-    def check(value: Any) -> bool:
-        return all(c(value) for c in checks)
+    if len(checks) == 1:
+        return checks[0]
+    if len(checks) == 2:  # the usual pair: the type and what that type must satisfy
+        first, second = checks
+        return lambda v: first(v) and second(v)
 
-    return checks[0] if len(checks) == 1 else check
+    def check(value: Any) -> bool:
+        for c in checks:  # noqa: SIM110 -- a loop, not all() over a generator: this runs for every answer
+            if not c(value):
+                return False
+        return True
+
+    return check
+
+
+def _any_of(branches: list[Check]) -> Check:
+    def check(value: Any) -> bool:
+        for branch in branches:  # noqa: SIM110 -- as above
+            if branch(value):
+                return True
+        return False
+
+    return check
 
 
 def _compile_ref(node: dict[str, Any], root: dict[str, Any], refs: dict[str, Check | None]) -> Check:
@@ -146,14 +164,17 @@ def _by_kind(node: dict[str, Any], root: dict[str, Any], refs: dict[str, Check |
     checks: list[Check] = []
     if "properties" in node or "required" in node or "additionalProperties" in node:
         properties = {n: _compile(s, root, refs) for n, s in node.get("properties", {}).items()}
-        required = tuple(node.get("required", ()))
+        names = node.get("required", ())
+        if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+            raise _Unsupported
+        required = frozenset(names)
         extra = node.get("additionalProperties", True)
         other = None if extra is True else _compile(extra, root, refs)
 
         def object_ok(value: Any) -> bool:
             if not isinstance(value, dict):
                 return True
-            if any(name not in value for name in required):
+            if not value.keys() >= required:
                 return False
             for name, item in value.items():
                 sub = properties.get(name, other)
