@@ -46,7 +46,7 @@ from pathlib import Path
 from tether.core.budget import Budget
 from tether.core.messages import ModelReply
 from tether.models.base import Model
-from tether.models.scripted import ScriptedModel, calls, text
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.runner import RUN_FINISHED, STEP_STARTED, Agent, RunEvent
 from tether.store.sqlite import SQLiteStore
 from tether.tools import tool
@@ -75,8 +75,8 @@ async def close_agent(agent: Agent) -> None:
 
 def long_script() -> list[ModelReply]:
     # A new call every step: the loop gate refuses one call asked for three times in a row.
-    steps = [calls((f"call{i}", "multiply", json.dumps({"a": i, "b": 2}))) for i in range(1, LONG_STEPS)]
-    return [*steps, text(LONG_ANSWER)]
+    steps = [reply_calls((f"call{i}", "multiply", json.dumps({"a": i, "b": 2}))) for i in range(1, LONG_STEPS)]
+    return [*steps, reply_text(LONG_ANSWER)]
 
 
 async def long_run(store: SQLiteStore | None, on_step: Callable[[int], None] | None = None) -> list[float]:
@@ -198,9 +198,9 @@ def note(n: int) -> int:
 
 async def intent_run(store: SQLiteStore) -> list[float]:
     """Seconds per step of one run whose every step but the last makes one side-effecting call."""
-    script = [calls((f"call{i}", "note", json.dumps({"n": i}))) for i in range(1, INTENT_STEPS)]
+    script = [reply_calls((f"call{i}", "note", json.dumps({"n": i}))) for i in range(1, INTENT_STEPS)]
     budget = Budget(max_steps=INTENT_STEPS, max_tool_calls=1000)
-    agent = Agent(ScriptedModel([*script, text(LONG_ANSWER)]), [note], budget=budget, store=store)
+    agent = Agent(ScriptedModel([*script, reply_text(LONG_ANSWER)]), [note], budget=budget, store=store)
     starts: list[float] = []
 
     def on_event(event: RunEvent) -> None:

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "store"))
 from postgres_server import start
 
 from tether.core.budget import Budget
-from tether.models.scripted import ScriptedModel, calls, text
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.runner import Agent, RunEvent
 from tether.store import open_store
 from tether.tools import tool
@@ -57,7 +57,7 @@ def transfer(amount: int) -> str:
 
 
 async def one_run(store: Any) -> float:
-    model = ScriptedModel([calls(("c1", "transfer", '{"amount": 5}')), text("done")])
+    model = ScriptedModel([reply_calls(("c1", "transfer", '{"amount": 5}')), reply_text("done")])
     began = time.perf_counter()
     result = await Agent(model, [transfer], store=store).run("move 5")
     assert result.status.value == "completed", result
@@ -75,8 +75,8 @@ async def per_run(stores: dict[str, Any], batches: int, size: int) -> dict[str, 
 
 
 async def per_step(store: Any) -> tuple[float, float]:
-    replies = [calls((f"c{i}", "lookup", json.dumps({"key": str(i)}))) for i in range(1, STEPS)]
-    model = ScriptedModel([*replies, text("done")])
+    replies = [reply_calls((f"c{i}", "lookup", json.dumps({"key": str(i)}))) for i in range(1, STEPS)]
+    model = ScriptedModel([*replies, reply_text("done")])
     starts: list[float] = []
 
     def heard(event: RunEvent) -> None:

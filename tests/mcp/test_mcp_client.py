@@ -23,7 +23,7 @@ from mcp_helpers import gone, our_servers, server_argv, start_http_server
 from tether.core.budget import Budget
 from tether.core.machine import Status
 from tether.mcp import MCPServerError, MCPToolset
-from tether.models.scripted import ScriptedModel, calls, text
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.runner import Agent, RunResult
 from tether.store.sqlite import SQLiteStore
 from tether.tools import Principal
@@ -45,7 +45,7 @@ def result_of(result: RunResult, call_id: str) -> dict[str, Any]:
 
 
 async def run(toolset: MCPToolset, *replies: Any, store: SQLiteStore | None = None, **options: Any) -> RunResult:
-    agent = Agent(ScriptedModel([*replies, text("done")]), toolset, store=store, **options)
+    agent = Agent(ScriptedModel([*replies, reply_text("done")]), toolset, store=store, **options)
     return await agent.run("go")
 
 
@@ -87,7 +87,9 @@ async def test_a_valid_call_is_executed_with_its_idempotency_key_and_recorded_in
     stdio: MCPToolset, log: Path, tmp_path: Path
 ) -> None:
     store = SQLiteStore(tmp_path / "runs.db")
-    result = await run(stdio, calls(("c1", "add", '{"a": 248, "b": 15}'), ("c2", "idempotency_key", "{}")), store=store)
+    result = await run(
+        stdio, reply_calls(("c1", "add", '{"a": 248, "b": 15}'), ("c2", "idempotency_key", "{}")), store=store
+    )
     assert result.status is Status.COMPLETED
     assert result_of(result, "c1") == {"ok": True, "result": {"result": 263}}
     assert result_of(result, "c2") == {"ok": True, "result": {"result": f"{result.run_id}:c2"}}
@@ -100,8 +102,8 @@ async def test_a_bad_call_is_refused_before_the_server_sees_it(stdio: MCPToolset
     before = len(seen(log))
     result = await run(
         stdio,
-        calls(("c1", "add", '{"a": "248", "b": 15}')),
-        calls(("c2", "add", '{"a": 1, "b": 2, "c": 3}'), ("c3", "add", '{"a": true, "b": 2}')),
+        reply_calls(("c1", "add", '{"a": "248", "b": 15}')),
+        reply_calls(("c2", "add", '{"a": 1, "b": 2, "c": 3}'), ("c3", "add", '{"a": true, "b": 2}')),
     )
     assert result_of(result, "c1")["error"] == {
         "code": "invalid_arguments",
@@ -116,7 +118,7 @@ async def test_a_bad_call_is_refused_before_the_server_sees_it(stdio: MCPToolset
 async def test_is_error_becomes_tool_failed_and_structured_content_is_kept(stdio: MCPToolset) -> None:
     result = await run(
         stdio,
-        calls(("c1", "broken", "{}"), ("c2", "weather", '{"city": "Oslo"}'), ("c3", "shout", '{"text": "hi"}')),
+        reply_calls(("c1", "broken", "{}"), ("c2", "weather", '{"city": "Oslo"}'), ("c3", "shout", '{"text": "hi"}')),
     )
     assert result_of(result, "c1")["error"]["code"] == "tool_failed"
     assert "broken" in result_of(result, "c1")["error"]["message"]
@@ -125,7 +127,7 @@ async def test_is_error_becomes_tool_failed_and_structured_content_is_kept(stdio
 
 
 async def test_an_oversized_result_is_cut_with_the_marker(stdio: MCPToolset) -> None:
-    result = await run(stdio, calls(("c1", "big", '{"size": 50000}')))
+    result = await run(stdio, reply_calls(("c1", "big", '{"size": 50000}')))
     shown = result_of(result, "c1")["result"]
     assert shown.endswith("…[truncated: showing 20000 of 50000 characters]")
 
@@ -135,7 +137,9 @@ async def test_mcp_output_taints_the_run_so_the_next_side_effecting_call_waits_f
 ) -> None:
     before = len(seen(log))
     result = await run(
-        stdio, calls(("c1", "weather", '{"city": "Oslo"}')), calls(("c2", "delete_everything", '{"confirm": true}'))
+        stdio,
+        reply_calls(("c1", "weather", '{"city": "Oslo"}')),
+        reply_calls(("c2", "delete_everything", '{"confirm": true}')),
     )
     assert result.status is Status.AWAITING_APPROVAL
     assert result.state.tainted
@@ -146,16 +150,16 @@ async def test_approval_scopes_and_budgets_gate_mcp_tools_before_the_server_sees
     stdio: MCPToolset, log: Path
 ) -> None:
     before = len(seen(log))
-    paused = await run(stdio, calls(("c1", "delete_everything", '{"confirm": true}')))
+    paused = await run(stdio, reply_calls(("c1", "delete_everything", '{"confirm": true}')))
     assert paused.status is Status.AWAITING_APPROVAL and not paused.state.tainted
 
     outsider = Principal("mallory", frozenset({"tickets"}))  # lacks the toolset's scope "notes"
-    hidden = await run(stdio, calls(("c1", "add", '{"a": 1, "b": 2}')), principal=outsider)
+    hidden = await run(stdio, reply_calls(("c1", "add", '{"a": 1, "b": 2}')), principal=outsider)
     assert result_of(hidden, "c1")["error"]["code"] == "unknown_tool"
 
     limited = await run(
         stdio,
-        calls(("c1", "add", '{"a": 1, "b": 2}'), ("c2", "add", '{"a": 3, "b": 4}')),
+        reply_calls(("c1", "add", '{"a": 1, "b": 2}'), ("c2", "add", '{"a": 3, "b": 4}')),
         budget=Budget(max_tool_calls=1),
     )
     assert [result_of(limited, c)["error"]["code"] for c in ("c1", "c2")] == ["budget_exhausted"] * 2
@@ -169,12 +173,12 @@ async def test_a_hung_call_times_out_and_a_server_killed_mid_call_is_a_clear_err
         MCPToolset.stdio, server_argv("stdio"), env=env, read_only={"sleepy"}, timeout=3, errlog=QUIET
     )
     try:
-        hung = await run(toolset, calls(("c1", "sleepy", '{"seconds": 10}')))
+        hung = await run(toolset, reply_calls(("c1", "sleepy", '{"seconds": 10}')))
         assert result_of(hung, "c1")["error"]["code"] == "timeout"
 
-        pid = result_of(await run(toolset, calls(("c1", "pid", "{}"))), "c1")["result"]["result"]
+        pid = result_of(await run(toolset, reply_calls(("c1", "pid", "{}"))), "c1")["result"]["result"]
         asyncio.get_running_loop().call_later(0.3, os.kill, pid, signal.SIGKILL)
-        killed = await run(toolset, calls(("c1", "sleepy", '{"seconds": 30}')))
+        killed = await run(toolset, reply_calls(("c1", "sleepy", '{"seconds": 30}')))
         error = result_of(killed, "c1")["error"]  # tool_failed when the server dies, not a timeout later
         assert error["code"] == "tool_failed" and "went away during the call" in error["message"]
         deadline = time.monotonic() + 5
@@ -182,7 +186,7 @@ async def test_a_hung_call_times_out_and_a_server_killed_mid_call_is_a_clear_err
             await asyncio.sleep(0.05)
         assert gone(pid), f"server {pid} was not reaped"
 
-        after = await run(toolset, calls(("c1", "add", '{"a": 1, "b": 2}')))
+        after = await run(toolset, reply_calls(("c1", "add", '{"a": 1, "b": 2}')))
         assert "is not connected" in result_of(after, "c1")["error"]["message"]
     finally:
         await toolset.aclose()
@@ -235,7 +239,9 @@ async def test_over_http_a_call_is_validated_and_executed_and_a_bad_call_never_a
         assert {"wx_add", "wx_weather", "wx_sleepy"} <= set(tools) and tools["wx_add"].read_only
         before = len(seen(log))
         result = await run(
-            toolset, calls(("c1", "wx_add", '{"a": 2, "b": "3"}')), calls(("c2", "wx_add", '{"a": 2, "b": 3}'))
+            toolset,
+            reply_calls(("c1", "wx_add", '{"a": 2, "b": "3"}')),
+            reply_calls(("c2", "wx_add", '{"a": 2, "b": 3}')),
         )
         assert result_of(result, "c1")["error"]["code"] == "invalid_arguments"
         assert result_of(result, "c2") == {"ok": True, "result": {"result": 5}}
@@ -248,7 +254,7 @@ async def test_over_http_a_server_killed_mid_call_is_a_clear_error(log: Path) ->
         async with MCPToolset.http(url, read_only={"sleepy"}) as toolset:
             asyncio.get_running_loop().call_later(1.0, process.kill)
             started = time.monotonic()
-            result = await run(toolset, calls(("c1", "sleepy", '{"seconds": 30}')))
+            result = await run(toolset, reply_calls(("c1", "sleepy", '{"seconds": 30}')))
             assert time.monotonic() - started < 15
             error = result_of(result, "c1")["error"]
             assert error["code"] == "tool_failed" and "went away during the call" in error["message"]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tether import Agent, Budget, OpenAIChatModel, RunFailed, ScriptedModel, Status, TetherError, tool
-from tether.models.scripted import calls, text
+from tether.models.scripted import reply_calls, reply_text
 from tether.testing import FakeServer
 from tether.testing.fake_server import text as wire_text
 from tether.testing.fake_server import tool_calls as wire_calls
@@ -59,7 +59,9 @@ async def test_a_partial_becomes_a_tool_without_its_bound_arguments() -> None:
     assert square.description == "Raise base to exponent."
     unnamed = tool(functools.partial(power, exponent=3))
     assert unnamed.name == "power"
-    result = await Agent(ScriptedModel([calls(("c1", "square", '{"base": 12}')), text("144")]), [square]).run("go")
+    result = await Agent(
+        ScriptedModel([reply_calls(("c1", "square", '{"base": 12}')), reply_text("144")]), [square]
+    ).run("go")
     assert result.status is Status.COMPLETED
     assert result.state.messages[-2].content == '{"ok": true, "result": 144}'
 
@@ -95,7 +97,7 @@ async def test_a_failed_run_is_not_ok_has_no_output_and_raises_on_request() -> N
 
 
 async def test_the_fallback_answer_only_when_asked_for() -> None:
-    script = [calls(("c1", "nope", "{}")), calls(("c2", "nope", "{}"))]
+    script = [reply_calls(("c1", "nope", "{}")), reply_calls(("c2", "nope", "{}"))]
     agent = Agent(ScriptedModel(script), budget=Budget(max_repairs=1), fallback_answer="Sorry.")
     result = await agent.run("go")
     assert (result.status, result.output, result.ok) == (Status.REPAIR_EXHAUSTED, "Sorry.", False)

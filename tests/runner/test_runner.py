@@ -20,7 +20,7 @@ from tether.core.machine import PendingCall, Status
 from tether.core.messages import Message
 from tether.events import CALL_FINISHED, CALL_STARTED, TOOL_CALL_DELTA
 from tether.models.openai_chat import OpenAIChatModel
-from tether.models.scripted import ScriptedModel, calls, text
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.runner import (
     APPROVAL_REQUESTED,
     CALL_EXECUTED,
@@ -112,8 +112,8 @@ async def test_read_only_calls_of_one_reply_overlap_in_time() -> None:
     spans: dict[str, Span] = {}
     model = ScriptedModel(
         [
-            calls(*((f"c{i}", "read", args(name=n)) for i, n in enumerate("abc", 1))),
-            text("done"),
+            reply_calls(*((f"c{i}", "read", args(name=n)) for i, n in enumerate("abc", 1))),
+            reply_text("done"),
         ]
     )
     result = await Agent(model, timed_tools(spans, [])).run("go")
@@ -131,8 +131,8 @@ async def test_side_effecting_calls_never_overlap_and_run_in_call_order() -> Non
     finished: list[str] = []
     model = ScriptedModel(
         [
-            calls(*((f"c{i}", "write", args(name=n)) for i, n in enumerate("abc", 1))),
-            text("done"),
+            reply_calls(*((f"c{i}", "write", args(name=n)) for i, n in enumerate("abc", 1))),
+            reply_text("done"),
         ]
     )
     result = await Agent(model, timed_tools(spans, finished)).run("go")
@@ -147,12 +147,12 @@ async def test_a_read_never_crosses_a_write_in_a_mixed_reply() -> None:
     spans: dict[str, Span] = {}
     model = ScriptedModel(
         [
-            calls(
+            reply_calls(
                 ("c1", "read", args(name="r1")),
                 ("c2", "write", args(name="w")),
                 ("c3", "read", args(name="r2")),
             ),
-            text("done"),
+            reply_text("done"),
         ]
     )
     result = await Agent(model, timed_tools(spans, [])).run("go")
@@ -166,8 +166,8 @@ async def test_tool_messages_follow_call_order_not_completion_order() -> None:
     finished: list[str] = []
     model = ScriptedModel(
         [
-            calls(("c1", "read", args(name="slow", delay=0.4)), ("c2", "read", args(name="fast", delay=0.01))),
-            text("done"),
+            reply_calls(("c1", "read", args(name="slow", delay=0.4)), ("c2", "read", args(name="fast", delay=0.01))),
+            reply_text("done"),
         ]
     )
     events: list[RunEvent] = []
@@ -202,7 +202,9 @@ async def test_per_tool_timeout_is_an_outcome_and_the_run_continues() -> None:
         await asyncio.sleep(30)
         return "late"
 
-    model = ScriptedModel([calls(("c1", "stall_read", "{}"), ("c2", "stall_write", "{}")), text("gave up waiting")])
+    model = ScriptedModel(
+        [reply_calls(("c1", "stall_read", "{}"), ("c2", "stall_write", "{}")), reply_text("gave up waiting")]
+    )
     result = await Agent(model, [stall_read, stall_write]).run("go")
 
     assert result.status is Status.COMPLETED
@@ -271,12 +273,12 @@ async def test_cancelling_a_run_during_a_write_records_cancelled_and_answers_eve
 
     model = ScriptedModel(
         [
-            calls(
+            reply_calls(
                 ("c1", "write", args(name="a")),
                 ("c2", "slow_write", args(name="b")),
                 ("c3", "write", args(name="c")),
             ),
-            text("unreachable"),
+            reply_text("unreachable"),
         ]
     )
     events: list[RunEvent] = []
@@ -316,7 +318,9 @@ async def test_cancelling_keeps_the_result_of_a_call_that_already_finished() -> 
         await asyncio.sleep(30)
         return name
 
-    model = ScriptedModel([calls(("c1", "write", args(name="a")), ("c2", "slow_write", args(name="b"))), text("x")])
+    model = ScriptedModel(
+        [reply_calls(("c1", "write", args(name="a")), ("c2", "slow_write", args(name="b"))), reply_text("x")]
+    )
     events: list[RunEvent] = []
     driver = Agent(model, [write, slow_write]).driver("go", on_event=events.append)
     task = asyncio.create_task(driver.run())
@@ -379,7 +383,7 @@ async def test_event_kinds_of_a_two_step_run_over_http() -> None:
 
 
 async def test_event_kinds_of_a_two_step_run_with_the_scripted_model() -> None:
-    model = ScriptedModel([calls(("c1", "multiply", args(a=6, b=7))), text("42")])
+    model = ScriptedModel([reply_calls(("c1", "multiply", args(a=6, b=7))), reply_text("42")])
     events: list[RunEvent] = []
     await Agent(model, load_toolset("calc")).run("go", on_event=events.append)
 
@@ -400,12 +404,12 @@ async def test_event_kinds_of_a_two_step_run_with_the_scripted_model() -> None:
 async def test_invalid_calls_are_call_rejected_and_never_executed() -> None:
     model = ScriptedModel(
         [
-            calls(
+            reply_calls(
                 ("c1", "multiply", args(a=2, b=3)),
                 ("c2", "multiply", '{"a": true, "b": 15}'),
                 ("c3", "multiply", '{"a": 2, "b":'),
             ),
-            text("fixed"),
+            reply_text("fixed"),
         ]
     )
     events: list[RunEvent] = []
@@ -459,7 +463,9 @@ async def test_streamed_text_arrives_as_text_events_over_http() -> None:
 
 
 async def test_run_result_to_dict_reports_steps_calls_and_summed_usage() -> None:
-    model = ScriptedModel([calls(("c1", "multiply", args(a=6, b=7)), usage=(11, 4)), text("42", usage=(20, 3))])
+    model = ScriptedModel(
+        [reply_calls(("c1", "multiply", args(a=6, b=7)), usage=(11, 4)), reply_text("42", usage=(20, 3))]
+    )
     result = await Agent(model, load_toolset("calc")).run("go", run_id="run-42")
     data = result.to_dict()
 
@@ -481,8 +487,8 @@ async def test_calls_of_the_last_allowed_step_are_budget_exhausted_and_not_execu
     finished: list[str] = []
     model = ScriptedModel(
         [
-            calls(("c1", "write", args(name="a"))),
-            calls(("c2", "write", args(name="b")), ("c3", "read", args(name="c"))),
+            reply_calls(("c1", "write", args(name="a"))),
+            reply_calls(("c2", "write", args(name="b")), ("c3", "read", args(name="c"))),
         ]
     )
     result = await Agent(model, timed_tools({}, finished), budget=Budget(max_steps=2)).run("go")
@@ -523,7 +529,7 @@ async def test_a_denied_call_is_not_executed_and_the_model_sees_the_reason() -> 
         asked.append(call)
         return Decision(False, "no deploys on Friday")
 
-    model = ScriptedModel([calls(("c1", "deploy", args(env="prod"))), text("not deployed")])
+    model = ScriptedModel([reply_calls(("c1", "deploy", args(env="prod"))), reply_text("not deployed")])
     events: list[RunEvent] = []
     result = await Agent(model, [deploy_tool(deployed)], approver=approver).run("ship", on_event=events.append)
 
@@ -547,7 +553,7 @@ async def test_an_approved_call_is_executed() -> None:
     async def approver(call: PendingCall) -> Decision:
         return Decision(True)
 
-    model = ScriptedModel([calls(("c1", "deploy", args(env="staging"))), text("deployed")])
+    model = ScriptedModel([reply_calls(("c1", "deploy", args(env="staging"))), reply_text("deployed")])
     result = await Agent(model, [deploy_tool(deployed)], approver=approver).run("ship")
 
     assert result.status is Status.COMPLETED
@@ -557,7 +563,7 @@ async def test_an_approved_call_is_executed() -> None:
 
 async def test_without_an_approver_the_run_pauses_and_the_tool_never_runs() -> None:
     deployed: list[str] = []
-    model = ScriptedModel([calls(("c1", "deploy", args(env="prod"))), text("unreachable")])
+    model = ScriptedModel([reply_calls(("c1", "deploy", args(env="prod"))), reply_text("unreachable")])
     events: list[RunEvent] = []
     result = await Agent(model, [deploy_tool(deployed)]).run("ship", on_event=events.append)
 
@@ -593,7 +599,7 @@ def scoped_tools(dropped: list[str]) -> list[Tool]:
 
 async def test_a_tool_outside_the_principals_scopes_is_not_offered_and_calling_it_is_unknown_tool() -> None:
     dropped: list[str] = []
-    model = ScriptedModel([calls(("c1", "drop_db", "{}")), text("cannot")])
+    model = ScriptedModel([reply_calls(("c1", "drop_db", "{}")), reply_text("cannot")])
     user = Principal("u", scopes=frozenset({"user"}))
     result = await Agent(model, scoped_tools(dropped), principal=user).run("drop it")
 
@@ -605,7 +611,7 @@ async def test_a_tool_outside_the_principals_scopes_is_not_offered_and_calling_i
 
 async def test_a_principal_holding_the_scope_is_offered_the_tool() -> None:
     dropped: list[str] = []
-    model = ScriptedModel([calls(("c1", "drop_db", "{}")), text("done")])
+    model = ScriptedModel([reply_calls(("c1", "drop_db", "{}")), reply_text("done")])
     admin = Principal("a", scopes=frozenset({"admin"}))
     result = await Agent(model, scoped_tools(dropped), principal=admin).run("drop it")
 
@@ -634,9 +640,9 @@ async def test_each_call_is_authorized_for_the_principal_as_it_is_when_the_call_
 
     def replies(request: Any) -> Any:
         now["a"] = demoted  # the principal changes after the calls were proposed, before they run
-        return calls(("c1", "drop_db", "{}"), ("c2", "whoami", "{}"))
+        return reply_calls(("c1", "drop_db", "{}"), ("c2", "whoami", "{}"))
 
-    model = ScriptedModel([replies, text("done")])
+    model = ScriptedModel([replies, reply_text("done")])
     events: list[RunEvent] = []
     tools = [*scoped_tools(dropped)[1:], whoami]
     result = await Agent(model, tools, principal=admin, resolve_principal=resolve).run(
@@ -650,7 +656,7 @@ async def test_each_call_is_authorized_for_the_principal_as_it_is_when_the_call_
     assert [(d["id"], d["outcome"]) for d in rejected] == [("c1", "forbidden")]
 
     now["a"] = None  # the principal no longer exists: nothing runs for it
-    model = ScriptedModel([calls(("c3", "whoami", "{}")), text("done")])
+    model = ScriptedModel([reply_calls(("c3", "whoami", "{}")), reply_text("done")])
     result = await Agent(model, tools, principal=admin, resolve_principal=resolve).run("who am I")
     assert outcomes(result) == [("c3", "forbidden", False)]
     assert seen == [demoted]
@@ -668,7 +674,7 @@ async def test_a_sync_side_effecting_tools_exception_is_tool_failed_without_its_
         attempts.append(amount)
         raise RuntimeError("card 4111-1111-1111-1111 declined; api_key=sk-live-SECRET")
 
-    model = ScriptedModel([calls(("c1", "charge", args(amount=5))), text("failed")])
+    model = ScriptedModel([reply_calls(("c1", "charge", args(amount=5))), reply_text("failed")])
     result = await Agent(model, [charge]).run("pay")
 
     assert result.status is Status.COMPLETED
@@ -689,7 +695,11 @@ async def test_answer_after_success_sends_tool_choice_none_for_the_step_after_a_
     from tether.core.budget import Compat
 
     model = ScriptedModel(
-        [calls(("c1", "multiply", args(a=248, b=15))), calls(("c2", "multiply", args(a=1, b="x"))), text("3720")]
+        [
+            reply_calls(("c1", "multiply", args(a=248, b=15))),
+            reply_calls(("c2", "multiply", args(a=1, b="x"))),
+            reply_text("3720"),
+        ]
     )
     agent = Agent(model, load_toolset("calc"), compat=Compat(answer_after_success=True), tool_choice="auto")
     result = await agent.run("What is 248 times 15?")

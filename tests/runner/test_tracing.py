@@ -20,7 +20,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from tether import tracing
 from tether.core.machine import Status
-from tether.models.scripted import ScriptedModel, calls, text
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.runner import Agent
 from tether.tools import tool
 
@@ -58,8 +58,8 @@ async def test_a_run_is_one_invoke_agent_span_with_a_chat_span_per_step_and_an_e
 ) -> None:
     model = ScriptedModel(
         [
-            calls(("c1", "multiply", '{"a": 248, "b": 15}'), ("c2", "multiply", '{"a": "248", "b": 15}')),
-            text("3720", usage=(30, 7)),
+            reply_calls(("c1", "multiply", '{"a": 248, "b": 15}'), ("c2", "multiply", '{"a": "248", "b": 15}')),
+            reply_text("3720", usage=(30, 7)),
         ]
     )
     result = await Agent(model, [multiply]).run("What is 248 times 15?")
@@ -107,7 +107,9 @@ async def test_no_prompt_reply_or_argument_text_unless_content_capture_is_on(
     exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(tracing.CAPTURE_ENV, raising=False)
-    model = ScriptedModel([calls(("c1", "login", json.dumps({"user": "zed", "api_key": SECRET}))), text("the reply")])
+    model = ScriptedModel(
+        [reply_calls(("c1", "login", json.dumps({"user": "zed", "api_key": SECRET}))), reply_text("the reply")]
+    )
     await Agent(model, [login]).run("a private prompt")
     recorded = all_attribute_text(exporter.get_finished_spans())
     for private in ("a private prompt", "the reply", "zed", SECRET, "welcome"):
@@ -118,7 +120,9 @@ async def test_with_content_capture_the_text_is_recorded_and_secrets_are_still_r
     exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(tracing.CAPTURE_ENV, "true")
-    model = ScriptedModel([calls(("c1", "login", json.dumps({"user": "zed", "api_key": SECRET}))), text("the reply")])
+    model = ScriptedModel(
+        [reply_calls(("c1", "login", json.dumps({"user": "zed", "api_key": SECRET}))), reply_text("the reply")]
+    )
     await Agent(model, [login]).run(f"a private prompt, my key is {SECRET}")
     spans = exporter.get_finished_spans()
     recorded = all_attribute_text(spans)
@@ -144,7 +148,7 @@ async def test_a_failed_model_request_is_an_error_chat_span(exporter: InMemorySp
 
 async def test_run_lifecycle_goes_to_the_tether_logger(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="tether"):
-        result = await Agent(ScriptedModel([text("hi")]), [multiply]).run("hello")
+        result = await Agent(ScriptedModel([reply_text("hi")]), [multiply]).run("hello")
     messages = [r.getMessage() for r in caplog.records if r.name == "tether"]
     assert messages == [f"run {result.run_id} started", f"run {result.run_id} ended completed"]
 
@@ -170,11 +174,11 @@ def test_without_opentelemetry_tether_imports_and_runs_unchanged() -> None:
         import asyncio, json
         import tether
         from tether import tracing
-        from tether.models.scripted import ScriptedModel, calls, text
+        from tether.models.scripted import ScriptedModel, reply_calls, reply_text
         from tether.runner import Agent
         from tether.toolsets import load_toolset
 
-        model = ScriptedModel([calls(("c1", "multiply", '{"a": 248, "b": 15}')), text("3720")])
+        model = ScriptedModel([reply_calls(("c1", "multiply", '{"a": 248, "b": 15}')), reply_text("3720")])
         result = asyncio.run(Agent(model, load_toolset("calc")).run("What is 248 times 15?"))
         print(json.dumps({
             "status": result.status.value,

@@ -30,7 +30,7 @@ from tether.core.machine import RunState, Status
 from tether.core.messages import Message
 from tether.durable import decide
 from tether.models.base import ModelRequest
-from tether.models.scripted import ScriptedModel, calls, text
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.runner import Agent
 from tether.store import LeaseHeld, RunNotFound, SQLiteStore, StoreError, TamperedRun
 from tether.store.audit import GENESIS, SEALED_COLUMNS, chain_hash, seal
@@ -69,14 +69,16 @@ async def record_runs(path: Path, key: str | None = None) -> list[str]:
     try:
         model = ScriptedModel(
             [
-                calls(("c1", "lookup", '{"key": "a"}'), ("c2", "transfer", '{"amount": 5}')),
-                calls(("c3", "lookup", '{"key": "b"}')),
-                text("all done"),
+                reply_calls(("c1", "lookup", '{"key": "a"}'), ("c2", "transfer", '{"amount": 5}')),
+                reply_calls(("c3", "lookup", '{"key": "b"}')),
+                reply_text("all done"),
             ]
         )
         done = await Agent(model, [lookup, transfer], store=store).run("please move 5")
         assert done.status is Status.COMPLETED, done
-        model = ScriptedModel([calls(("r1", "lookup", '{"key": "t"}')), calls(("r2", "refund", '{"ticket": "T-9"}'))])
+        model = ScriptedModel(
+            [reply_calls(("r1", "lookup", '{"key": "t"}')), reply_calls(("r2", "refund", '{"ticket": "T-9"}'))]
+        )
         paused = await Agent(model, [lookup, refund], store=store).run("refund T-9")
         assert paused.status is Status.AWAITING_APPROVAL, paused
         decide(store, paused.run_id, "r2", approved=True)
@@ -326,7 +328,7 @@ async def test_a_driver_waiting_on_the_model_longer_than_its_lease_keeps_it(tmp_
     store = SQLiteStore(path, lease_seconds=0.3)
     other = SQLiteStore(path)
     try:
-        agent = Agent(SlowModel(ScriptedModel([text("hello")]), 1.2), [], store=store)
+        agent = Agent(SlowModel(ScriptedModel([reply_text("hello")]), 1.2), [], store=store)
         task = asyncio.create_task(agent.run("hi", run_id="slow-run"))
         await asyncio.sleep(0.9)  # three lease terms into the model's answer
         with pytest.raises(LeaseHeld, match="slow-run"):

@@ -24,7 +24,7 @@ from postgres_server import PostgresServer
 from tether.core.budget import RunConfig
 from tether.core.machine import RunState, Status
 from tether.core.messages import Message
-from tether.models.scripted import ScriptedModel, calls, text
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.runner import Agent
 from tether.store import AmbiguousRun, LeaseHeld, RunNotFound, StoreError, TamperedRun, open_store
 from tether.tools import Principal, ToolContext, tool
@@ -94,9 +94,9 @@ def transfer(amount: int, context: ToolContext) -> dict[str, Any]:
 def two_tool_steps() -> ScriptedModel:
     return ScriptedModel(
         [
-            calls(("c1", "lookup", '{"key": "a"}'), ("c2", "transfer", '{"amount": 5}')),
-            calls(("c3", "lookup", '{"key": "b"}')),
-            text("all done"),
+            reply_calls(("c1", "lookup", '{"key": "a"}'), ("c2", "transfer", '{"amount": 5}')),
+            reply_calls(("c3", "lookup", '{"key": "b"}')),
+            reply_text("all done"),
         ]
     )
 
@@ -447,7 +447,7 @@ def test_an_unreachable_postgres_is_a_precise_error(tmp_path: Path) -> None:
 
 async def test_a_conversation_keeps_its_turns_and_stores_each_message_once(backend: Backend) -> None:
     store = backend.open()
-    model = ScriptedModel([text("first answer"), text("second answer"), text("third answer")])
+    model = ScriptedModel([reply_text("first answer"), reply_text("second answer"), reply_text("third answer")])
     conv = Agent(model, [lookup], store=store).conversation()
     for prompt in ("one", "two"):
         assert (await conv.send(prompt)).status is Status.COMPLETED

@@ -22,7 +22,7 @@ import pytest
 from tether.core.machine import PendingCall, Status
 from tether.durable import decide
 from tether.models.openai_chat import OpenAIChatModel
-from tether.models.scripted import ScriptedModel, calls, text
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.runner import APPROVAL_REQUESTED, CALL_RECOVERED, OUTCOME_RECORDED, Agent, Decision, RunEvent
 from tether.store import SQLiteStore
 from tether.testing.fake_server import FakeServer, tool_calls
@@ -126,7 +126,7 @@ def tool_message(result: Any, call_id: str) -> dict[str, Any]:
 
 
 async def test_a_tool_outside_the_principals_scopes_is_never_offered(stores: Callable[[], SQLiteStore]) -> None:
-    model = ScriptedModel([calls(("c1", "balance", '{"account": "a"}')), text("100")])
+    model = ScriptedModel([reply_calls(("c1", "balance", '{"account": "a"}')), reply_text("100")])
     result = await Agent(model, TOOLS, principal=BOB, store=stores()).run("balance?")
 
     assert result.status is Status.COMPLETED
@@ -139,7 +139,7 @@ async def test_a_tool_outside_the_principals_scopes_is_never_offered(stores: Cal
 
 async def test_calling_a_tool_outside_the_scopes_executes_nothing(stores: Callable[[], SQLiteStore]) -> None:
     store = stores()
-    model = ScriptedModel([calls(("c1", "delete_account", '{"account": "victim"}')), text("ok")])
+    model = ScriptedModel([reply_calls(("c1", "delete_account", '{"account": "victim"}')), reply_text("ok")])
     result = await Agent(model, TOOLS, principal=BOB, store=store).run("delete victim")
 
     assert result.status is Status.COMPLETED
@@ -181,7 +181,7 @@ async def test_over_http_the_request_never_names_the_forbidden_tool(stores: Call
 
 async def test_a_principal_with_the_scope_is_offered_the_tool(stores: Callable[[], SQLiteStore]) -> None:
     admin = Principal("carol", frozenset({"admin"}))
-    model = ScriptedModel([text("hi")])
+    model = ScriptedModel([reply_text("hi")])
     await Agent(model, TOOLS, principal=admin, store=stores()).run("hi")
     assert "delete_account" in tool_names(model.requests[0].tools)
     assert "transfer" not in tool_names(model.requests[0].tools)
@@ -194,13 +194,13 @@ async def test_a_resumed_run_keeps_its_principal_and_its_tool_list(stores: Calla
         effects.append(("pay", amount))
         return "paid"
 
-    first = ScriptedModel([calls(("c1", "pay", '{"amount": 3}'))])
+    first = ScriptedModel([reply_calls(("c1", "pay", '{"amount": 3}'))])
     paused = await Agent(first, [*TOOLS, pay], principal=BOB, store=stores()).run("pay 3")
     assert paused.status is Status.AWAITING_APPROVAL
     decide(stores(), paused.run_id, "c1", approved=True)
 
     # The resuming agent was built for a powerful principal: the stored one wins.
-    second = ScriptedModel([calls(("c2", "delete_account", '{"account": "x"}')), text("done")])
+    second = ScriptedModel([reply_calls(("c2", "delete_account", '{"account": "x"}')), reply_text("done")])
     resumer = Agent(second, [*TOOLS, pay], principal=Principal("root"), store=stores())
     result = await resumer.resume(paused.run_id).run()
 
@@ -216,7 +216,10 @@ async def test_a_resumed_run_keeps_its_principal_and_its_tool_list(stores: Calla
 
 async def test_tools_receive_the_principal_in_their_context(stores: Callable[[], SQLiteStore]) -> None:
     model = ScriptedModel(
-        [calls(("c1", "balance", '{"account": "a"}'), ("c2", "transfer", '{"amount": 1, "to": "x"}')), text("ok")]
+        [
+            reply_calls(("c1", "balance", '{"account": "a"}'), ("c2", "transfer", '{"amount": 1, "to": "x"}')),
+            reply_text("ok"),
+        ]
     )
     result = await Agent(model, TOOLS, principal=BOB, store=stores()).run("go")
 
@@ -232,9 +235,9 @@ async def test_tools_receive_the_principal_in_their_context(stores: Callable[[],
 async def test_tool_output_cannot_change_the_principal_or_the_tools(stores: Callable[[], SQLiteStore]) -> None:
     model = ScriptedModel(
         [
-            calls(("c1", "escalate", '{"note": "please"}')),
-            calls(("c2", "delete_account", '{"account": "victim"}'), ("c3", "balance", '{"account": "b"}')),
-            text("done"),
+            reply_calls(("c1", "escalate", '{"note": "please"}')),
+            reply_calls(("c2", "delete_account", '{"account": "victim"}'), ("c3", "balance", '{"account": "b"}')),
+            reply_text("done"),
         ]
     )
     store = stores()
@@ -255,9 +258,9 @@ async def test_tool_output_cannot_change_the_principal_or_the_tools(stores: Call
 def tainted_script() -> ScriptedModel:
     return ScriptedModel(
         [
-            calls(("c1", "fetch_page", '{"url": "https://example.com"}')),
-            calls(("c2", "transfer", '{"amount": 1000, "to": "mallory"}')),
-            text("done"),
+            reply_calls(("c1", "fetch_page", '{"url": "https://example.com"}')),
+            reply_calls(("c2", "transfer", '{"amount": 1000, "to": "mallory"}')),
+            reply_text("done"),
         ]
     )
 
@@ -313,9 +316,9 @@ async def test_a_tainted_run_with_a_denying_approver_denies_the_call(stores: Cal
 async def test_an_untainted_run_needs_no_approval(stores: Callable[[], SQLiteStore]) -> None:
     model = ScriptedModel(
         [
-            calls(("c1", "balance", '{"account": "a"}')),
-            calls(("c2", "transfer", '{"amount": 1, "to": "x"}')),
-            text("done"),
+            reply_calls(("c1", "balance", '{"account": "a"}')),
+            reply_calls(("c2", "transfer", '{"amount": 1, "to": "x"}')),
+            reply_text("done"),
         ]
     )
     result = await Agent(model, TOOLS, principal=BOB, store=stores()).run("go")
@@ -348,8 +351,8 @@ async def test_a_call_recorded_before_a_crash_is_not_executed_again(stores: Call
     # outcome_recorded, so the crash comes between c1's outcome and c2.
     model = ScriptedModel(
         [
-            calls(("c1", "transfer", '{"amount": 5, "to": "x"}'), ("c2", "transfer", '{"amount": 7, "to": "y"}')),
-            text("done"),
+            reply_calls(("c1", "transfer", '{"amount": 5, "to": "x"}'), ("c2", "transfer", '{"amount": 7, "to": "y"}')),
+            reply_text("done"),
         ]
     )
     with pytest.raises(Crash):
@@ -362,7 +365,7 @@ async def test_a_call_recorded_before_a_crash_is_not_executed_again(stores: Call
     assert entry is not None and entry.outcome is not None
 
     heard: list[RunEvent] = []
-    agent = Agent(ScriptedModel([text("done")]), TOOLS, store=store)
+    agent = Agent(ScriptedModel([reply_text("done")]), TOOLS, store=store)
     result = await agent.resume(summary.run_id, on_event=heard.append).run()
 
     assert result.status is Status.COMPLETED
@@ -380,7 +383,7 @@ async def test_a_reused_call_id_after_resume_returns_the_recorded_result(stores:
         return "paid"
 
     first = ScriptedModel(
-        [calls(("c1", "transfer", '{"amount": 5, "to": "x"}')), calls(("c2", "pay", '{"amount": 1}'))]
+        [reply_calls(("c1", "transfer", '{"amount": 5, "to": "x"}')), reply_calls(("c2", "pay", '{"amount": 1}'))]
     )
     paused = await Agent(first, [*TOOLS, pay], principal=BOB, store=stores()).run("pay")
     assert paused.status is Status.AWAITING_APPROVAL
@@ -389,9 +392,9 @@ async def test_a_reused_call_id_after_resume_returns_the_recorded_result(stores:
 
     second = ScriptedModel(
         [
-            calls(("c1", "transfer", '{"amount": 5, "to": "x"}')),  # same id, same arguments
-            calls(("c1", "transfer", '{"amount": 6, "to": "x"}')),  # same id, other arguments
-            text("done"),
+            reply_calls(("c1", "transfer", '{"amount": 5, "to": "x"}')),  # same id, same arguments
+            reply_calls(("c1", "transfer", '{"amount": 6, "to": "x"}')),  # same id, other arguments
+            reply_text("done"),
         ]
     )
     store = stores()

@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
     from tether import Agent, tool
-    from tether.models.scripted import ScriptedModel, calls, text
+    from tether.models.scripted import ScriptedModel, reply_calls, reply_text
     from tether.store import SQLiteStore
 
     db, marker = sys.argv[1], sys.argv[2]
@@ -40,7 +40,8 @@ SCRIPT = textwrap.dedent(
         open(marker, "w").close()  # the side effect starts here
         return "moved"
 
-    model = ScriptedModel([calls(("c1", "lookup", '{"key": "a"}'), ("c2", "transfer", '{"amount": 5}')), text("ok")])
+    step = reply_calls(("c1", "lookup", '{"key": "a"}'), ("c2", "transfer", '{"amount": 5}'))
+    model = ScriptedModel([step, reply_text("ok")])
     result = asyncio.run(Agent(model, [lookup, transfer], store=SQLiteStore(db)).run("go"))
     print(result.status.value)
     """

@@ -25,7 +25,7 @@ from tether.core.budget import RunConfig
 from tether.core.machine import RunState, Status
 from tether.core.messages import Message
 from tether.durable import reconcile
-from tether.models.scripted import ScriptedModel, calls, text
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.runner import CALL_EXECUTED, INTENT_RECORDED, MODEL_REPLIED, OUTCOME_RECORDED, Agent, RunEvent
 from tether.store import REDACTED, LeaseHeld, RunNotFound, SQLiteStore, StoreError
 from tether.store.sqlite import MIGRATIONS
@@ -118,9 +118,9 @@ def transfer(amount: int, context: ToolContext) -> dict[str, Any]:
 def two_tool_steps() -> ScriptedModel:
     return ScriptedModel(
         [
-            calls(("c1", "lookup", '{"key": "a"}'), ("c2", "transfer", '{"amount": 5}')),
-            calls(("c3", "lookup", '{"key": "b"}')),
-            text("all done"),
+            reply_calls(("c1", "lookup", '{"key": "a"}'), ("c2", "transfer", '{"amount": 5}')),
+            reply_calls(("c3", "lookup", '{"key": "b"}')),
+            reply_text("all done"),
         ]
     )
 
@@ -274,7 +274,7 @@ async def test_load_round_trips_a_paused_run(stores: Callable[..., SQLiteStore])
         return "sent"
 
     store = stores()
-    model = ScriptedModel([calls(("c1", "lookup", '{"key": "a"}')), calls(("c2", "wire", '{"amount": 9}'))])
+    model = ScriptedModel([reply_calls(("c1", "lookup", '{"key": "a"}')), reply_calls(("c2", "wire", '{"amount": 9}'))])
     result = await Agent(model, [lookup, wire], store=store, principal=Principal("bob", frozenset({"x"}))).run("go")
     assert result.status is Status.AWAITING_APPROVAL
     loaded = stores().load(result.run_id)
@@ -305,7 +305,7 @@ async def test_load_round_trips_after_a_resume_that_reruns_a_read(stores: Callab
             raise Crash
         return "done"
 
-    model = ScriptedModel([calls(("c1", "tick", "{}"), ("c2", "boom", "{}"))])
+    model = ScriptedModel([reply_calls(("c1", "tick", "{}"), ("c2", "boom", "{}"))])
     with pytest.raises(Crash):
         await Agent(model, [tick, boom], store=stores()).run("tick, then boom")
     (summary,) = stores().list_runs()
@@ -316,7 +316,7 @@ async def test_load_round_trips_after_a_resume_that_reruns_a_read(stores: Callab
     paused = await Agent(ScriptedModel([]), [tick, boom], store=stores()).resume(run_id).run()
     assert paused.status is Status.AWAITING_RECONCILIATION  # boom's outcome is unknown
     reconcile(stores(), run_id, "c2", executed=False)
-    result = await Agent(ScriptedModel([text("ok")]), [tick, boom], store=stores()).resume(run_id).run()
+    result = await Agent(ScriptedModel([reply_text("ok")]), [tick, boom], store=stores()).resume(run_id).run()
     assert result.status is Status.COMPLETED
 
     loaded = stores().load(run_id)
@@ -424,7 +424,7 @@ def login_arguments() -> str:
 
 
 async def paused_login_run(store: SQLiteStore) -> str:
-    model = ScriptedModel([calls(("c1", "login", login_arguments()), usage=(123, 45))])
+    model = ScriptedModel([reply_calls(("c1", "login", login_arguments()), usage=(123, 45))])
     result = await Agent(model, [login], store=store).run("log me in")
     assert result.status is Status.AWAITING_APPROVAL, result
     return result.run_id
@@ -491,17 +491,17 @@ async def test_runs_show_never_prints_a_secret_argument(
 # ----------------------------------------------------------- content logging
 
 
-def content_model(reply_text: str, step_text: str) -> ScriptedModel:
-    return ScriptedModel([calls(("c1", "lookup", '{"key": "k"}'), content=step_text), text(reply_text)])
+def content_model(answer: str, step_text: str) -> ScriptedModel:
+    return ScriptedModel([reply_calls(("c1", "lookup", '{"key": "k"}'), content=step_text), reply_text(answer)])
 
 
-async def content_run(store: SQLiteStore, prompt: str, reply_text: str, step_text: str, secret: str) -> str:
+async def content_run(store: SQLiteStore, prompt: str, answer: str, step_text: str, secret: str) -> str:
     @tool(read_only=True, name="lookup")
     def marked_lookup(key: str) -> str:
         """Return a marked result."""
         return secret
 
-    result = await Agent(content_model(reply_text, step_text), [marked_lookup], store=store).run(prompt)
+    result = await Agent(content_model(answer, step_text), [marked_lookup], store=store).run(prompt)
     assert result.status is Status.COMPLETED
     return result.run_id
 
@@ -821,7 +821,7 @@ def test_a_checkpoint_after_the_lease_expired_and_was_taken_raises_lease_held(
 async def test_resuming_a_run_driven_elsewhere_raises_lease_held(stores: Callable[..., SQLiteStore]) -> None:
     holder = stores()
     start_run(holder, new_state("busy"), Principal("local"))
-    agent = Agent(ScriptedModel([text("hi")]), [], store=stores())
+    agent = Agent(ScriptedModel([reply_text("hi")]), [], store=stores())
     with pytest.raises(LeaseHeld, match="busy"):
         agent.resume("busy")
 
@@ -904,7 +904,7 @@ async def test_a_store_made_before_the_config_column_is_migrated(tmp_path: Path)
     )
     early.close()
     store = SQLiteStore(path)
-    result = await Agent(ScriptedModel([text("hello")]), [], store=store).run("hi")
+    result = await Agent(ScriptedModel([reply_text("hello")]), [], store=store).run("hi")
     assert result.status is Status.COMPLETED
     assert store.load(result.run_id).state.to_dict() == result.state.to_dict()
     versions = [row[0] for row in sqlite3.connect(path).execute("SELECT version FROM schema_migrations ORDER BY 1")]
@@ -915,7 +915,7 @@ async def test_a_failing_store_is_reported_not_masked(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "runs.db")
     store._db.execute("DROP TABLE events")  # the store breaks under the run
     with pytest.raises(StoreError, match="no such table: events"):
-        await Agent(ScriptedModel([text("hello")]), [], store=store).run("hi")
+        await Agent(ScriptedModel([reply_text("hello")]), [], store=store).run("hi")
 
 
 async def test_verify_finds_an_edited_ledger_outcome(tmp_path: Path) -> None:
@@ -925,7 +925,7 @@ async def test_verify_finds_an_edited_ledger_outcome(tmp_path: Path) -> None:
         return f"moved {amount}"
 
     store = SQLiteStore(tmp_path / "runs.db")
-    model = ScriptedModel([calls(("c1", "transfer", '{"amount": 5}')), text("done")])
+    model = ScriptedModel([reply_calls(("c1", "transfer", '{"amount": 5}')), reply_text("done")])
     result = await Agent(model, [transfer], store=store).run("pay")
     assert result.status is Status.COMPLETED
     assert store.verify(result.run_id) == []

@@ -21,7 +21,7 @@ import pytest
 from tether.cli.render import Renderer
 from tether.core.machine import RunState, Status
 from tether.models.openai_chat import OpenAIChatModel
-from tether.models.scripted import ScriptedModel, calls, text
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.runner import APPROVAL_REQUESTED, Agent, RunEvent
 from tether.store import SQLiteStore
 from tether.testing.fake_server import FakeServer, tool_calls
@@ -113,9 +113,9 @@ async def test_another_users_comment_taints_and_a_tool_rule_is_named_too(tickets
     answered = next(t for t in TICKETS if t.reporter == "alice" and {c.author for c in t.comments} - {"alice"})
     model = ScriptedModel(
         [
-            calls(("c1", "get_ticket", json.dumps({"ticket_id": answered.id}))),
-            calls(("c2", "close_ticket", json.dumps({"ticket_id": answered.id}))),
-            text("closed"),
+            reply_calls(("c1", "get_ticket", json.dumps({"ticket_id": answered.id}))),
+            reply_calls(("c2", "close_ticket", json.dumps({"ticket_id": answered.id}))),
+            reply_text("closed"),
         ]
     )
     result = await Agent(model, ticket_tools(tickets), principal=ALICE).run("close my ticket")
@@ -130,9 +130,9 @@ async def test_reading_only_your_own_text_does_not_taint(tickets: TicketsDB) -> 
     own = next(t for t in TICKETS if {t.reporter, *(c.author for c in t.comments)} == {"alice"})
     model = ScriptedModel(
         [
-            calls(("c1", "get_ticket", json.dumps({"ticket_id": own.id}))),
-            calls(("c2", "add_comment", json.dumps({"ticket_id": own.id, "body": "Any news?"}))),
-            text("commented"),
+            reply_calls(("c1", "get_ticket", json.dumps({"ticket_id": own.id}))),
+            reply_calls(("c2", "add_comment", json.dumps({"ticket_id": own.id, "body": "Any news?"}))),
+            reply_text("commented"),
         ]
     )
     before = comment_count(tickets, own.id)
@@ -167,7 +167,11 @@ def send(to: str) -> str:
 async def test_a_tool_marks_one_result_untrusted_through_its_context(url: str, paused: bool) -> None:
     fetched.clear()
     model = ScriptedModel(
-        [calls(("c1", "fetch", json.dumps({"url": url}))), calls(("c2", "send", '{"to": "ann"}')), text("ok")]
+        [
+            reply_calls(("c1", "fetch", json.dumps({"url": url}))),
+            reply_calls(("c2", "send", '{"to": "ann"}')),
+            reply_text("ok"),
+        ]
     )
     result = await Agent(model, [fetch, send]).run("go")
 

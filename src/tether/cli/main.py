@@ -76,7 +76,11 @@ def _model(setup: dict[str, Any], api_key: str | None) -> Any:
         from tether.models.anthropic import AnthropicModel
 
         return AnthropicModel(
-            setup.get("model"), base_url=setup.get("base_url"), api_key=api_key, stream=setup.get("stream", False)
+            setup.get("model"),
+            base_url=setup.get("base_url"),
+            api_key=api_key,
+            stream=setup.get("stream", False),
+            output_mode=_provider(setup).output_mode,
         )
     from tether.models.local import default_model_path, local_available
 
@@ -92,12 +96,15 @@ def _model(setup: dict[str, Any], api_key: str | None) -> Any:
             "a model this small gives weak answers: set OPENAI_BASE_URL and OPENAI_MODEL for a real one",
             err=True,
         )
-        return LocalModel(path)
+        return LocalModel(path, output_mode=_provider(setup).output_mode)
     from tether.models.openai_chat import OpenAIChatModel
 
     name, url, key = _endpoint(setup.get("model"), setup.get("base_url"), api_key)
-    wire = _provider(setup).wire
-    return OpenAIChatModel(name, base_url=url, api_key=key, stream=setup.get("stream", False), compat=wire)
+    profile = _provider(setup)
+    stream = setup.get("stream", False)
+    return OpenAIChatModel(
+        name, base_url=url, api_key=key, stream=stream, compat=profile.wire, output_mode=profile.output_mode
+    )
 
 
 def _provider(setup: dict[str, Any]) -> Any:

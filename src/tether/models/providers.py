@@ -4,17 +4,24 @@ A profile switches wire quirks (``WireCompat``) and, rarely, protocol
 leniency (``Compat``) for one kind of server. The defaults are strict; a
 profile is chosen explicitly with ``--provider`` or ``TETHER_PROVIDER``.
 A profile also names its wire protocol: ``openai`` (``OpenAIChatModel``) or
-``anthropic`` (``AnthropicModel``, Anthropic's Messages API).
+``anthropic`` (``AnthropicModel``, Anthropic's Messages API), and how a run
+with an ``output_type`` asks for its answer (``output_mode``): ``native``
+(``response_format`` with a ``json_schema``), ``tool`` (a final-answer tool)
+or ``prompted`` (the schema in a system message). ``Agent(output_mode=...)``
+overrides it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from tether.core.budget import Compat
 from tether.core.errors import ConfigurationError
 from tether.models.openai_chat import WireCompat
+
+if TYPE_CHECKING:
+    from tether.output import OutputMode
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +30,7 @@ class Provider:
     protocol: Literal["openai", "anthropic"] = "openai"
     wire: WireCompat = field(default_factory=WireCompat)
     compat: Compat = field(default_factory=Compat)
+    output_mode: OutputMode = "native"
     notes: tuple[str, ...] = ()
 
 
@@ -37,6 +45,7 @@ LLAMA_CPP_PYTHON = Provider(
         no_stream_with_auto_tools=True,
         max_tokens_means_length=True,
     ),
+    output_mode="tool",
     notes=(
         'rejects an assistant message whose content is null (HTTP 500, validation error): sends ""',
         'ignores tools unless tool_choice is given: sends tool_choice "auto"',
@@ -57,6 +66,8 @@ LLAMA_CPP_PYTHON = Provider(
         'example { "arg1": "value1" } that small models copy)',
         "ignores minimum and maximum in the argument grammar: a bounded integer can be written as 1000000000000000",
         "numbers tool calls from the random completion id, so the same prompt gives a different conversation every run",
+        'types response_format as {"type": "text" | "json_object", "schema": ...} only (llama_cpp.llama_types, '
+        '0.3.x): OpenAI\'s "json_schema" form is not accepted, so structured output uses the final-answer tool',
     ),
 )
 
@@ -65,19 +76,24 @@ LLAMA_CPP_PYTHON = Provider(
 LOCAL = Provider(
     "local",
     compat=Compat(answer_after_success=True),
+    output_mode="tool",
     notes=(
         "SmolLM2-135M never writes a tool call first by itself (0 of 8 prompts): the handler opens one when the "
         "model scores the call opener within LocalModel.call_margin of its likeliest token",
         "it rarely knows when it is done: after a step whose calls all succeeded, the answer is asked for in text",
+        "LocalModel ignores response_format: structured output uses the final-answer tool, whose arguments the "
+        "handler's grammar constrains to the schema",
     ),
 )
 
 ANTHROPIC = Provider(
     "anthropic",
     protocol="anthropic",
+    output_mode="tool",
     notes=(
         "the Messages API, not chat completions: env ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_MODEL",
         "max_tokens is required by the API: tether sends DEFAULT_MAX_TOKENS (4096) unless the run sets it",
+        "the Messages API has no response_format: structured output uses the final-answer tool",
     ),
 )
 

@@ -3,7 +3,11 @@
 Each step takes the next entry of the script: a ``ModelReply``, an
 exception to raise, or a function of the request returning a reply.
 
-    model = ScriptedModel([calls(("c1", "multiply", '{"a": 2, "b": 3}')), text("6")])
+    model = ScriptedModel([reply_calls(("c1", "multiply", '{"a": 2, "b": 3}')), reply_text("6")])
+
+``reply_text`` and ``reply_calls`` build ``ModelReply`` values for this
+in-process model. They are not ``tether.testing.text`` / ``tool_calls``,
+which build what ``FakeServer`` sends over HTTP; each name means one thing.
 """
 
 from __future__ import annotations
@@ -18,17 +22,21 @@ from tether.models.base import ModelRequest
 Step = ModelReply | BaseException | Callable[[ModelRequest], ModelReply]
 
 
-def text(content: str, finish_reason: str = "stop", usage: tuple[int, int] = (10, 5)) -> ModelReply:
+def reply_text(content: str, finish_reason: str = "stop", usage: tuple[int, int] = (10, 5)) -> ModelReply:
+    """A ``ModelReply`` with text only, for ``ScriptedModel`` (``FakeServer`` takes ``tether.testing.text``)."""
     return ModelReply(choices=1, finish_reason=finish_reason, content=content, usage=Usage(*usage))
 
 
-def calls(
+def reply_calls(
     *specs: tuple[Any, Any, Any],
     finish_reason: str = "tool_calls",
     content: str | None = None,
     usage: tuple[int, int] = (10, 5),
 ) -> ModelReply:
-    """A reply with tool calls given as ``(id, name, arguments_text)``."""
+    """A ``ModelReply`` with tool calls given as ``(id, name, arguments_text)``, for ``ScriptedModel``.
+
+    ``FakeServer`` takes ``tether.testing.tool_calls`` instead.
+    """
     return ModelReply(
         choices=1,
         finish_reason=finish_reason,

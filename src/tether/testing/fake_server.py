@@ -81,6 +81,7 @@ def text(
     latency: float = 0.0,
     stream_error: Mapping[str, Any] | None = None,
 ) -> Reply:
+    """A wire reply with text only, for ``FakeServer`` (``ScriptedModel`` takes ``reply_text``)."""
     return Reply(content, (), finish_reason, usage, latency, stream_error)
 
 
@@ -93,7 +94,10 @@ def tool_calls(
     latency: float = 0.0,
     stream_error: Mapping[str, Any] | None = None,
 ) -> Reply:
-    """Calls are ``(id, name, arguments)``; arguments stay a raw string so tests can send bad JSON."""
+    """A wire reply with tool calls, for ``FakeServer`` (``ScriptedModel`` takes ``reply_calls``).
+
+    Calls are ``(id, name, arguments)``; arguments stay a raw string so tests can send bad JSON.
+    """
     return Reply(content, tuple(calls), finish_reason, usage, latency, stream_error)
 
 
