@@ -10,6 +10,7 @@ are computed here, so both stores write and accept exactly the same rows.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -322,3 +323,37 @@ def summary(row: Sequence[Any]) -> RunSummary:
 def ambiguous(prefix: str, found: Sequence[str]) -> AmbiguousRun:
     shown = ", ".join(found[:AMBIGUOUS_SHOWN]) + (", ..." if len(found) > AMBIGUOUS_SHOWN else "")
     return AmbiguousRun(f"run id prefix {prefix} is ambiguous: it starts {shown}; give more characters")
+
+
+def lease_conflict(run_id: str, owner: str | None, until: float | None, me: str, now: float) -> LeaseHeld | None:
+    """The error for taking a run whose lease another owner holds until after ``now``; None when it is free."""
+    if owner in (None, me) or until is None or until <= now:
+        return None
+    return LeaseHeld(
+        f"run {run_id} is being driven by {owner} (lease until {time.ctime(until)}, renewed while it drives)", until
+    )
+
+
+def conversation(conversation_id: str, row: Sequence[Any], turns: Sequence[Sequence[Any]]) -> StoredConversation:
+    """A ``StoredConversation`` from its row (principal, budget, created_at, updated_at) and its turns'
+    (run id, status, meta) in turn order; usage is summed over the turns' saved states."""
+    usage = [0, 0]
+    for run_id, _, meta in turns:
+        used = decode(meta, run_id, "its saved state").get("usage", [0, 0])
+        usage = [usage[0] + used[0], usage[1] + used[1]]
+    return StoredConversation(
+        conversation_id,
+        principal_from(decode(row[0], conversation_id, "its principal")),
+        decode(row[1], conversation_id, "its budget"),
+        [(t[0], t[1]) for t in turns],
+        (usage[0], usage[1]),
+        row[2],
+        row[3],
+    )
+
+
+def inherited_messages(run_id: str, history: int, rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """The first ``history`` messages of a turn's earlier turns, from their (run id, seq, body) rows in order."""
+    if len(rows) < history:
+        raise StoreError(f"run {run_id}: its conversation's earlier turns are missing (see tether runs verify)")
+    return [decode(body, owner, f"message {seq}") for owner, seq, body in rows[:history]]

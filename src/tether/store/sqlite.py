@@ -67,13 +67,15 @@ from tether.store.records import (
     audit_problems,
     canonical,
     chain_events,
+    conversation,
     decode,
     first_row,
+    inherited_messages,
+    lease_conflict,
     message_rows,
     meta_text,
     omitted,
     principal_dict,
-    principal_from,
     registration,
     stored_run,
     summary,
@@ -384,13 +386,8 @@ class SQLiteStore:
             row = db.execute("SELECT lease_owner, lease_until FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
                 raise RunNotFound(f"no run {run_id} in {self.path}")
-            owner, until = row
-            if owner not in (None, self.owner) and until is not None and until > now:
-                raise LeaseHeld(
-                    f"run {run_id} is being driven by {owner} (lease until {time.ctime(until)},"
-                    " renewed while it drives)",
-                    until,
-                )
+            if conflict := lease_conflict(run_id, row[0], row[1], self.owner, now):
+                raise conflict
             db.execute(
                 "UPDATE runs SET lease_owner = ?, lease_until = ? WHERE id = ?",
                 (self.owner, now + self.lease_seconds, run_id),
@@ -531,19 +528,7 @@ class SQLiteStore:
         turns = self._db.execute(
             "SELECT id, status, meta FROM runs WHERE conversation_id = ? ORDER BY turn", (conversation_id,)
         ).fetchall()
-        usage = [0, 0]
-        for run_id, _, meta in turns:
-            used = decode(meta, run_id, "its saved state").get("usage", [0, 0])
-            usage = [usage[0] + used[0], usage[1] + used[1]]
-        return StoredConversation(
-            conversation_id,
-            principal_from(decode(row[0], conversation_id, "its principal")),
-            decode(row[1], conversation_id, "its budget"),
-            [(r[0], r[1]) for r in turns],
-            (usage[0], usage[1]),
-            row[2],
-            row[3],
-        )
+        return conversation(conversation_id, row, turns)
 
     def list_conversations(self, principal_id: str | None = None, limit: int = 50) -> list[StoredConversation]:
         query = "SELECT id FROM conversations"
@@ -633,9 +618,7 @@ class SQLiteStore:
             " WHERE r.conversation_id = ? AND r.turn < ? ORDER BY r.turn, m.seq",
             (row[0], row[1]),
         ).fetchall()
-        if len(rows) < row[2]:
-            raise StoreError(f"run {run_id}: its conversation's earlier turns are missing (see tether runs verify)")
-        return [decode(body, owner, f"message {seq}") for owner, seq, body in rows[: row[2]]]
+        return inherited_messages(run_id, row[2], rows)
 
     def list_runs(
         self,
