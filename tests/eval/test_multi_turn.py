@@ -155,8 +155,7 @@ def test_a_call_the_gates_refuse_is_not_executed_and_the_case_is_refused() -> No
     )
 
     def respond(request: dict[str, Any]) -> Any:
-        last = request["messages"][-1]
-        return next(replies, None) or text("Done.") if last["role"] != "assistant" else text("Done.")
+        return next(replies, None) or text("Done.")
 
     async def go() -> CaseResult:
         async with FakeServer(respond) as server:
@@ -193,3 +192,17 @@ def test_tether_eval_runs_a_multi_turn_category_from_the_command_line(tmp_path: 
     page = (tmp_path / "report.html").read_text()
     assert page.count('data-testid="failing-case"') == 1 and cases[2].id in page
     assert page.count('data-testid="turn"') == len(cases[2].turns)
+
+
+def test_without_bfcl_eval_a_multi_turn_case_says_what_to_install() -> None:
+    from test_eval_cli import _env
+
+    script = (
+        "import sys; sys.modules['bfcl_eval'] = None\n"  # as if it were not installed
+        "import tether.eval, tether.eval.multi_turn as m\n"
+        "assert 'bfcl_eval' not in [n for n, v in sys.modules.items() if v is not None]\n"
+        "try:\n    m.bfcl_class('GorillaFileSystem')\nexcept tether.eval.DatasetError as e:\n    print(e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "pip install --no-deps bfcl-eval==2026.3.23 mpmath" in done.stdout
