@@ -104,12 +104,12 @@ def test_eval_json_summary_and_precise_errors(tmp_path: Path) -> None:
     assert missing.returncode == 3
     assert "no dataset" in missing.stderr and "Traceback" not in missing.stderr
 
-    multi = tmp_path / "BFCL_v4_multi_turn_base.json"
-    multi.write_text("")
-    argv[4] = str(multi)
+    memory = tmp_path / "BFCL_v4_memory.json"
+    memory.write_text("")
+    argv[4] = str(memory)
     refused = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=60)
     assert refused.returncode == 3
-    assert "'multi_turn_base' is not supported yet" in refused.stderr
+    assert "'memory' is not supported yet" in refused.stderr
 
 
 def test_an_unknown_provider_is_a_configuration_error(tmp_path: Path) -> None:

@@ -111,9 +111,12 @@ def run_command(
     toolsets or tool schemas, the expected calls; see the README).
     BFCL single-turn categories: simple_python, simple_java,
     simple_javascript, multiple, parallel, parallel_multiple, irrelevance
-    and the live_ ones.
+    and the live_ ones; multi-turn: multi_turn_base, multi_turn_miss_func,
+    multi_turn_miss_param, multi_turn_long_context (each case a
+    conversation whose calls are executed on BFCL's stateful classes,
+    scored by final state and responses as BFCL does).
 
-    Each case is one run through tether's loop with every gate on; the
+    Each single-turn case is one run through tether's loop with every gate on; the
     model's proposed calls are judged and recorded, never executed, and
     scored as BFCL's AST checker scores them (tether eval files: against
     the expected calls and their allowed values). Failures are sorted into the

@@ -4,14 +4,18 @@
     results = await run_eval(OpenAIChatModel("gpt-4o-mini"), cases, concurrency=8, out=Path("eval-out"))
     print(table(summarize(results)))
 
-Each case is one ``propose_only`` run (the calls are judged by every gate
+Each single-turn case is one ``propose_only`` run (the calls are judged by every gate
 and recorded, never executed); ``check`` scores them as BFCL's AST checker
 does. ``load_cases`` reads tether's own JSONL format (``tether.eval.dataset``),
-scored against the expected calls. See ``tether.eval.harness`` for how
+scored against the expected calls. BFCL's multi-turn categories
+(``tether.eval.multi_turn``) run each case as a conversation whose calls are
+executed on BFCL's stateful classes, scored by final state and responses as
+BFCL scores them. See ``tether.eval.harness`` for how
 failures are sorted, ``tether.eval.report`` for report.html and comparing runs.
 """
 
 from tether.eval.bfcl import (
+    MULTI_TURN,
     SINGLE_TURN,
     Case,
     DatasetError,
@@ -38,10 +42,12 @@ from tether.eval.harness import (
     summarize,
     table,
 )
+from tether.eval.multi_turn import MultiTurnCase, check_turns
 
 __all__ = [
     "ERROR",
     "MISTAKE",
+    "MULTI_TURN",
     "PASSED",
     "REFUSED",
     "RESULTS_FILE",
@@ -49,11 +55,13 @@ __all__ = [
     "Case",
     "CaseResult",
     "DatasetError",
+    "MultiTurnCase",
     "Row",
     "TetherCase",
     "Verdict",
     "bfcl_name",
     "check",
+    "check_turns",
     "load",
     "load_cases",
     "load_dataset",

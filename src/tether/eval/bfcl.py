@@ -77,6 +77,8 @@ GORILLA_TO_JSON_SCHEMA = {
 # Schema keywords kept from a BFCL parameter; others (``optional``) are not JSON Schema.
 _KEPT = ("enum", "default", "format", "minimum", "maximum", "minItems", "maxItems")
 
+# BFCL's multi-turn categories (tether.eval.multi_turn runs and scores them).
+MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 SINGLE_TURN = (
     "simple_python",
     "simple_java",
@@ -280,7 +282,7 @@ def resolve(dataset: str) -> Path:
     if path.is_file():
         return path
     data = _data_dir()
-    if data is not None and dataset in SINGLE_TURN:
+    if data is not None and dataset in (*SINGLE_TURN, *MULTI_TURN):
         found = data / f"BFCL_v4_{dataset}.json"
         if found.is_file():
             return found
@@ -293,8 +295,8 @@ def category_of(path: Path) -> str:
     if match is None:
         raise DatasetError(f"{path}: expected a file named BFCL_v4_<category>.json")
     category = match["category"]
-    if category not in SINGLE_TURN:
-        supported = ", ".join(SINGLE_TURN)
+    if category not in SINGLE_TURN and category not in MULTI_TURN:
+        supported = ", ".join((*SINGLE_TURN, *MULTI_TURN))
         raise DatasetError(f"{path}: category {category!r} is not supported yet (supported: {supported})")
     return category
 
@@ -320,10 +322,12 @@ def needs_ground_truth(category: str) -> bool:
     return "relevance" not in category
 
 
-def load(dataset: str | Path) -> list[Case]:
-    """The cases of one BFCL dataset file (and its ground truth)."""
+def load(dataset: str | Path) -> list[Any]:
+    """The cases of one BFCL dataset file (and its ground truth): ``Case``s, or ``MultiTurnCase``s."""
     path = resolve(str(dataset))
     category = category_of(path)
+    if category in MULTI_TURN:
+        return _load_multi_turn(path, category)
     truth: dict[str, Any] = {}
     if needs_ground_truth(category):
         answers = path.parent / "possible_answer" / path.name
@@ -347,4 +351,21 @@ def load(dataset: str | Path) -> list[Case]:
                 raise DatasetError(f"{path}:{number}: no ground truth for case {entry['id']}")
             ground_truth = tuple(found)
         cases.append(Case(entry["id"], category, messages, tuple(functions), ground_truth))
+    return cases
+
+
+def _load_multi_turn(path: Path, category: str) -> list[Any]:
+    from tether.eval.multi_turn import _func_doc_dir, make_case
+
+    answers = path.parent / "possible_answer" / path.name
+    if not answers.is_file():
+        raise DatasetError(f"{path}: the ground truth {answers} is missing")
+    truth = {entry["id"]: entry.get("ground_truth") for _, entry in _lines(answers)}
+    data = _func_doc_dir(path)
+    cases = []
+    for number, entry in _lines(path):
+        found = truth.get(entry["id"])
+        if not isinstance(found, list):
+            raise DatasetError(f"{path}:{number}: no ground truth for case {entry['id']}")
+        cases.append(make_case(entry, found, category, data, f"{path}:{number}"))
     return cases

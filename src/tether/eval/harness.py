@@ -46,7 +46,7 @@ RESULTS_FILE = "results.jsonl"
 DEFAULT_CONCURRENCY = 8
 
 PASSED, MISTAKE, REFUSED, ERROR = "passed", "mistake", "refused", "error"
-_REPLY_REFUSED = {Status.PROTOCOL_ERROR, Status.TRUNCATED, Status.CONTENT_FILTERED}
+REPLY_REFUSED = {Status.PROTOCOL_ERROR, Status.TRUNCATED, Status.CONTENT_FILTERED}
 
 
 class EvalCase(Protocol):
@@ -124,7 +124,7 @@ def score(case: EvalCase, calls: Sequence[dict[str, Any]] | None, content: str |
     output = None if calls is None else [(c["tool"], c["arguments"]) for c in calls]
     verdict = case.check(output)
     refusals = [f"{c['tool']}: {c['gate']}: {c['message']}" for c in calls or () if c["gate"] != "accepted"]
-    if status in _REPLY_REFUSED:
+    if status in REPLY_REFUSED:
         refusals.insert(0, f"the reply was refused: {status.value}")
     if verdict.valid:
         outcome, reason = PASSED, ""
@@ -164,7 +164,7 @@ def _proposed(
     """The calls of the reply as the model sent them, each with the gates' verdict."""
     if reply is None or not reply.tool_calls:
         return None
-    unjudged = (status.value, "the reply was refused whole") if status in _REPLY_REFUSED else ("accepted", "")
+    unjudged = (status.value, "the reply was refused whole") if status in REPLY_REFUSED else ("accepted", "")
     return [
         {
             "tool": case.call_name(call.name) if isinstance(call.name, str) else repr(call.name),
@@ -183,6 +183,10 @@ async def run_case(
 
     ``tools``: the case's tools being compiled elsewhere (``run_eval`` compiles ahead); else compiled here.
     """
+    evaluate = getattr(case, "evaluate", None)
+    if evaluate is not None:  # a case that runs itself: BFCL's multi-turn cases (tether.eval.multi_turn)
+        ran: CaseResult = await evaluate(model, compat=compat)
+        return ran
     started = time.perf_counter()
     gates: dict[str, tuple[str, str]] = {}
 

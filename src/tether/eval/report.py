@@ -3,7 +3,8 @@
 ``html_report(results)`` is one page with no external asset (inline CSS, no
 script): a bar per category for its accuracy, then every case that did not
 pass, each a ``<details>`` that opens on the conversation, the expected
-calls, the calls the model proposed and the reason. Everything shown comes
+calls, the calls the model proposed (a multi-turn case's turn by turn, each
+call with its step, the gate's verdict and whether it ran) and the reason. Everything shown comes
 from ``results.jsonl`` and is escaped: model output is untrusted text.
 
 ``compare(a, b)`` lines up two runs' results case by case and lists the cases
@@ -79,7 +80,26 @@ def _conversation(prompt: Sequence[dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
+def _turns(result: CaseResult) -> str:
+    """A multi-turn case's calls, turn by turn: each call with its step, gate and whether it ran."""
+    parts = []
+    turns = {int(c["turn"]) for c in result.calls} | {int(m["turn"]) for m in result.prompt if "turn" in m}
+    for turn in sorted(turns):
+        calls = [
+            {k: c.get(k) for k in ("step", "tool", "arguments", "gate", "message", "executed")}
+            for c in result.calls
+            if c["turn"] == turn
+        ]
+        shown = _pretty(calls) if calls else "no call"
+        parts.append(f'<h4 data-testid="turn">Turn {turn + 1}</h4><pre>{shown}</pre>')
+    if result.content:
+        parts.append(f"<pre>{escape('last answer: ' + str(result.content))}</pre>")
+    return "\n".join(parts)
+
+
 def _calls(result: CaseResult) -> str:
+    if result.calls and "turn" in result.calls[0]:
+        return _turns(result)
     if not result.calls:
         said = f"no call; the model answered: {result.content}" if result.content else "no call"
         return f"<pre>{escape(said)}</pre>"
