@@ -56,8 +56,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _watch(stdout: IO[bytes] | None, ready: threading.Event) -> None:
-    """Set ``ready`` on the banner the server prints once it serves (listening is not enough: under load
-    a client that connects between the two is refused); then drain the pipe so that it never fills."""
+    """Set ``ready`` on the banner the server prints once it has started (its port opens earlier, before
+    it has finished starting); then drain the pipe so that it never fills."""
     assert stdout is not None
     for line in stdout:
         if line.startswith(READY_LINE):
