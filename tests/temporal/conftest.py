@@ -18,9 +18,14 @@ _used = False
 
 
 @pytest.fixture(scope="session")
-def temporal_server() -> Iterator[DevServer]:
+def temporal_sdk() -> None:
+    """For a test that uses the SDK without the shared server: guard the session's exit (below)."""
     global _used
     _used = True
+
+
+@pytest.fixture(scope="session")
+def temporal_server(temporal_sdk: None) -> Iterator[DevServer]:
     with DevServer() as server:  # always stopped, also when a test fails
         yield server
 

@@ -1,9 +1,16 @@
-"""SIGKILL of a worker in the middle of a side-effecting call: the effect happens exactly once.
+"""SIGKILL of a worker: in the middle of a side-effecting call, the effect happens exactly once; holding a run, the
+run is finished by another worker.
 
 The call gets one attempt only, so nothing runs it again blindly: its missed
 heartbeat makes the outcome unknown, another worker asks the tool's
 reconcile hook (an activity), which finds the effect by its idempotency key,
 and the run finishes with the effect's result.
+
+A worker that dies while waiting for the model leaves two things behind: the
+model request, retried elsewhere once its heartbeat stops, and the run's
+workflow in its sticky cache, which another worker rebuilds from the history
+once the dead worker's sticky queue times out (a few seconds, not Temporal's
+default 10).
 """
 
 from __future__ import annotations
@@ -15,15 +22,19 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporal_helpers import child_env, shop, spawn_worker, stop
+from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client
 
 from tether.temporal.client import NotWaiting, decide, pending, reconcile, start_run, status
 from tether.temporal.devserver import DevServer
 from tether.testing import FakeServer
+from tether.testing.fake_server import ReplySpec, Responder
 
 
 async def test_a_worker_killed_after_the_effect_leaves_exactly_one_effect(
@@ -118,6 +129,82 @@ async def test_without_an_answer_from_the_hook_the_run_waits_for_a_person(
     assert len(orders.read_text().splitlines()) == 1  # the person said it ran: not run again
     reply = next(m for m in result["messages"] if m.get("tool_call_id") == "c2")
     assert json.loads(reply["content"]) == {"ok": True, "result": {"order": f"{handle.id}:c2"}}
+
+
+def final_answer_held(seconds: float) -> Responder:
+    """The shop's model, whose first final answer takes ``seconds`` (a worker waiting for it can be killed)."""
+    held: list[bool] = []
+
+    def respond(request: dict[str, Any]) -> ReplySpec:
+        reply = shop(request)
+        if request["messages"][-1].get("tool_call_id") == "c2" and not held:
+            held.append(True)
+            return replace(reply, latency=seconds)
+        return reply
+
+    return respond
+
+
+async def test_a_worker_killed_holding_the_run_leaves_it_to_another_worker(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    orders = tmp_path / "orders.jsonl"
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(temporal_server.address)
+    with FakeServer(script=final_answer_held(120.0)) as server:
+        first = spawn_worker(temporal_server.address, queue, server.base_url, child_env(orders))
+        second = None
+        try:
+            handle = await start_run(client, "Order 2 tea.", task_queue=queue, heartbeat_seconds=1.0)
+            await until(client, handle.id, "awaiting_approval")
+            await decide(client, handle.id, "c2", approved=True)
+            deadline = time.monotonic() + 20
+            while len(server.requests) < 3:  # the final model request, on the only worker, which holds the run
+                assert time.monotonic() < deadline, "the final model request never came"
+                await asyncio.sleep(0.02)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            killed = time.monotonic()
+            second = spawn_worker(temporal_server.address, queue, server.base_url, child_env(orders))
+            result = await asyncio.wait_for(handle.result(), 30)
+            took = time.monotonic() - killed
+            history = await handle.fetch_history()
+        finally:
+            stop(first)
+            if second is not None:
+                stop(second)
+
+    assert (result["status"], result["output"]) == ("completed", "Ordered 2 tea for 6.")
+    assert took < 20  # a missed heartbeat (1 s), the sticky queue's timeout (3 s), the other worker's start
+    effects = [json.loads(line) for line in orders.read_text().splitlines()]
+    assert effects == [{"key": f"{handle.id}:c2", "item": "tea", "quantity": 2}]  # one effect
+    events = history.events
+    scheduled = {e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name for e in events
+                 if e.HasField("activity_task_scheduled_event_attributes")}  # fmt: skip
+    completed = [scheduled[e.activity_task_completed_event_attributes.scheduled_event_id] for e in events
+                 if e.HasField("activity_task_completed_event_attributes")]  # fmt: skip
+    # One completion per model request and per call: the order ran once, so did the price.
+    assert completed == ["tether.call_model", "tether.run_tool", "tether.call_model", "tether.run_tool",
+                         "tether.call_model"]  # fmt: skip
+    assert not [e for e in events if e.HasField("activity_task_timed_out_event_attributes")]
+    attempts = [e.activity_task_started_event_attributes for e in events
+                if e.HasField("activity_task_started_event_attributes")]  # fmt: skip
+    # The killed worker's model request was retried once its heartbeat stopped, by the other worker.
+    assert [a.attempt for a in attempts] == [1, 1, 1, 1, 2]
+    retried = attempts[-1].last_failure.timeout_failure_info.timeout_type
+    assert retried == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
+    # The next workflow task waited on the dead worker's sticky queue, then went to the other worker.
+    timed_out = [e for e in events if e.HasField("workflow_task_timed_out_event_attributes")]
+    assert [e.workflow_task_timed_out_event_attributes.timeout_type for e in timed_out] == [
+        TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START
+    ]
+    waiting = next(
+        e for e in events if e.event_id == timed_out[0].workflow_task_timed_out_event_attributes.scheduled_event_id
+    )
+    waited = timed_out[0].event_time.ToDatetime() - waiting.event_time.ToDatetime()
+    assert waited.total_seconds() < 6  # make_worker's few seconds, not Temporal's default 10
+    assert len({e.workflow_task_completed_event_attributes.identity for e in events
+                if e.HasField("workflow_task_completed_event_attributes")}) == 2  # fmt: skip
 
 
 async def until(client: Client, run_id: str, wanted: str) -> None:

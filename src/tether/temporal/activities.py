@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import activity
 
@@ -31,6 +31,8 @@ from tether.tools.context import Principal, ToolContext
 from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, result_envelope
 
+T = TypeVar("T")
+
 
 def principal_to_dict(principal: Principal) -> dict[str, Any]:
     return {"id": principal.id, "scopes": sorted(principal.scopes), "roles": sorted(principal.roles)}
@@ -38,6 +40,24 @@ def principal_to_dict(principal: Principal) -> dict[str, Any]:
 
 def principal_from_dict(data: dict[str, Any]) -> Principal:
     return Principal(data["id"], frozenset(data["scopes"]), frozenset(data.get("roles", ())))
+
+
+async def _heartbeating(work: Awaitable[T]) -> T:
+    """Await ``work``, heartbeating meanwhile: if this worker dies, the missed heartbeat lets another retry soon."""
+    timeout = activity.info().heartbeat_timeout
+    if not timeout:
+        return await work
+    task = asyncio.ensure_future(work)
+    every = max(0.05, timeout.total_seconds() / 3)
+    try:
+        while not task.done():
+            activity.heartbeat()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), every)
+    finally:
+        if not task.done():
+            task.cancel()
+    return task.result()
 
 
 class Activities:
@@ -71,7 +91,7 @@ class Activities:
             timeout = max(0.0, request["deadline_at"] - info.current_attempt_scheduled_time.timestamp())
         model_request = ModelRequest(messages, toolbox.specs, max_tokens=self.max_tokens, timeout=timeout)
         try:
-            reply = await self.model.complete(model_request)
+            reply = await _heartbeating(self.model.complete(model_request))
         except ModelError as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
         estimated = reply.usage == Usage() and request["counts_tokens"]

@@ -11,17 +11,17 @@ instead of ~150 ms).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import IO, Self
 
 from tether.core.errors import ConfigurationError
 
@@ -34,6 +34,7 @@ FAST_SETTINGS = (
     "history.transferProcessorMaxPollRPS=1000",
 )
 START_TIMEOUT = 30.0
+READY_LINE = b"Temporal Server:"  # the banner's second line, printed once the server has started
 
 
 def temporal_binary() -> str:
@@ -52,6 +53,26 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def _watch(stdout: IO[bytes] | None, ready: threading.Event) -> None:
+    """Set ``ready`` on the banner the server prints once it has started (its port opens earlier, before
+    it has finished starting); then drain the pipe so that it never fills."""
+    assert stdout is not None
+    for line in stdout:
+        if line.startswith(READY_LINE):
+            ready.set()
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether nothing listens on ``host:port`` (connections lingering in TIME_WAIT do not count, as for the server)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def command(host: str, port: int, db_file: str) -> list[str]:
@@ -74,10 +95,22 @@ def command(host: str, port: int, db_file: str) -> list[str]:
 
 
 class DevServer:
-    """Runs the development server as a child process until ``stop`` (always on leaving a ``with``)."""
+    """Runs the development server as a child process until ``stop`` (always on leaving a ``with``).
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int | None = None, db_file: str | None = None) -> None:
+    Without ``db_file`` the server keeps its state in a temporary file, deleted by ``stop``. Its error
+    output is kept for the message when it fails to start, or with ``inherit_stderr`` goes to ours.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        db_file: str | None = None,
+        inherit_stderr: bool = False,
+    ) -> None:
         self.host, self.port = host, port or free_port(host)
+        self.inherit_stderr = inherit_stderr
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if db_file is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="tether-temporal-")
@@ -90,19 +123,26 @@ class DevServer:
         return f"{self.host}:{self.port}"
 
     def start(self) -> None:
+        if not port_free(self.host, self.port):  # else the wait below would take the other server for this one
+            raise ConfigurationError(f"port {self.port} on {self.host} is taken: choose another port")
         self.process = subprocess.Popen(
-            command(self.host, self.port, self.db_file), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            command(self.host, self.port, self.db_file),
+            stdout=subprocess.PIPE,
+            stderr=None if self.inherit_stderr else subprocess.PIPE,
         )
+        ready = threading.Event()
+        threading.Thread(target=_watch, args=(self.process.stdout, ready), daemon=True).start()
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 error = (self.process.stderr.read() if self.process.stderr else b"").decode(errors="replace")
-                raise ConfigurationError(f"the Temporal dev server exited ({self.process.returncode}): {error[-500:]}")
-            with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=0.2):
+                said = error[-500:].strip() or "its error output is above"
+                self.stop()
+                raise ConfigurationError(f"the Temporal dev server exited ({self.process.returncode}): {said}")
+            if ready.wait(0.05):
                 return
-            time.sleep(0.05)
         self.stop()
-        raise ConfigurationError(f"the Temporal dev server did not listen on {self.address} in {START_TIMEOUT}s")
+        raise ConfigurationError(f"the Temporal dev server was not ready on {self.address} in {START_TIMEOUT}s")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -252,6 +252,7 @@ class RunWorkflow:
             },
             result_type=dict,
             start_to_close_timeout=timedelta(seconds=timeout),
+            heartbeat_timeout=self._heartbeat,  # a dead worker's request is retried elsewhere within seconds
             retry_policy=RetryPolicy(maximum_attempts=MODEL_ATTEMPTS),
         )
         if "error" in answer:
@@ -301,7 +302,12 @@ class RunWorkflow:
         if call.read_only:
             policy = RetryPolicy(maximum_attempts=READ_ONLY_ATTEMPTS)
             result: dict[str, Any] = await workflow.execute_activity(
-                RUN_TOOL, request, result_type=dict, start_to_close_timeout=limit, retry_policy=policy
+                RUN_TOOL,
+                request,
+                result_type=dict,
+                start_to_close_timeout=limit,
+                heartbeat_timeout=self._heartbeat,
+                retry_policy=policy,
             )
             return result
         # Exactly one attempt: an effect is never repeated by a retry; a dead worker shows in a missed heartbeat.
