@@ -16,7 +16,7 @@ from typing import Any
 from tether.core import envelope
 from tether.core.errors import ApprovalMismatch
 from tether.core.machine import ApprovalDecided, PendingCall, Reconciled, Run, Status
-from tether.events import APPROVAL_DECIDED, RECONCILED, digest
+from tether.events import APPROVAL_DECIDED, RECONCILED, reconciled_event
 from tether.store.sqlite import SQLiteStore, StoredRun
 from tether.tools.toolbox import Toolbox
 
@@ -98,10 +98,3 @@ def reconcile(
         return call
     finally:
         store.release(run_id)
-
-
-def reconciled_event(call: PendingCall, executed: bool, result: str | None, by: str) -> dict[str, Any]:
-    data: dict[str, Any] = {"id": call.call_id, "tool": call.tool, "executed": executed, "by": by}
-    if result is not None:
-        data["digest"] = digest(result)
-    return data

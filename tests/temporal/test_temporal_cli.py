@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_helpers import child_env, shop, spawn_worker, stop
+from temporal_helpers import child_env, shop, spawn_worker, stop, transcript
 from temporalio.client import Client
 
 from tether.temporal.client import status
@@ -98,7 +98,7 @@ async def test_no_wait_returns_the_run_id_and_deny_reaches_the_model(
     assert denied.returncode == 0, denied.stderr
     result = await result_of(address, run_id)
     assert result["status"] == "completed"
-    denial = next(m for m in result["messages"] if m.get("tool_call_id") == "c2")
+    denial = next(m for m in transcript(Path(env["SHOP_ORDERS"]), run_id) if m.get("tool_call_id") == "c2")
     assert json.loads(denial["content"])["error"] == {
         "code": "denied",
         "message": "denied by approver: not today",
