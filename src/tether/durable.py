@@ -28,6 +28,9 @@ def _open(store: SQLiteStore, run_id: str) -> tuple[StoredRun, Run]:
     except BaseException:
         store.release(run_id)
         raise
+    if stored.setup.get("engine") == "temporal":  # its workflow decides; the store only records
+        store.release(run_id)
+        raise ApprovalMismatch(f"run {run_id} is driven by Temporal workers: send it with --temporal HOST:PORT")
     # Deciding needs no tools: the machine only consults them when judging a reply.
     return stored, Run(stored.state, Toolbox([], stored.principal))
 

@@ -65,3 +65,13 @@ def test_a_save_that_does_not_follow_the_store_fails_for_good(store: SQLiteStore
     assert store.counts("run-1") == (2, 1)
     save_run(store, request(2, 1, [Message("assistant", "hello")], 1))  # the lease was let go
     assert store.verify("run-1") == []
+
+
+def test_a_decision_on_a_temporal_run_without_temporal_is_refused(store: SQLiteStore) -> None:
+    from tether.core.errors import ApprovalMismatch
+    from tether.durable import decide
+
+    save_run(store, request(0, 0, [Message("user", "hi")], 1))
+    with pytest.raises(ApprovalMismatch, match="run run-1 is driven by Temporal workers: send it with --temporal"):
+        decide(store, "run-1", "c1", approved=True)
+    assert store.counts("run-1") == (1, 1)  # nothing written
