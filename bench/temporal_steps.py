@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import sys
@@ -71,11 +72,11 @@ def per_step(history: Any) -> tuple[list[int], list[float]]:
         and e.activity_task_scheduled_event_attributes.activity_type.name == CALL_MODEL
     ]
     bounds = [*starts, len(history.events)]
-    sizes = [sum(e.ByteSize() for e in history.events[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+    sizes = [sum(e.ByteSize() for e in history.events[a:b]) for a, b in itertools.pairwise(bounds)]
     times = [
         history.events[min(b, len(history.events) - 1)].event_time.ToDatetime().timestamp()
         - history.events[a].event_time.ToDatetime().timestamp()
-        for a, b in zip(bounds, bounds[1:], strict=False)
+        for a, b in itertools.pairwise(bounds)
     ]
     return sizes, times
 
