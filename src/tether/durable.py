@@ -16,7 +16,7 @@ from typing import Any
 from tether.core import envelope
 from tether.core.errors import ApprovalMismatch
 from tether.core.machine import ApprovalDecided, PendingCall, Reconciled, Run, Status
-from tether.events import APPROVAL_DECIDED, RECONCILED, digest
+from tether.events import APPROVAL_DECIDED, RECONCILED, reconciled_event
 from tether.store.sqlite import SQLiteStore, StoredRun
 from tether.tools.toolbox import Toolbox
 
@@ -28,6 +28,9 @@ def _open(store: SQLiteStore, run_id: str) -> tuple[StoredRun, Run]:
     except BaseException:
         store.release(run_id)
         raise
+    if stored.setup.get("engine") == "temporal":  # its workflow decides; the store only records
+        store.release(run_id)
+        raise ApprovalMismatch(f"run {run_id} is driven by Temporal workers: send it with --temporal HOST:PORT")
     # Deciding needs no tools: the machine only consults them when judging a reply.
     return stored, Run(stored.state, Toolbox([], stored.principal))
 
@@ -98,10 +101,3 @@ def reconcile(
         return call
     finally:
         store.release(run_id)
-
-
-def reconciled_event(call: PendingCall, executed: bool, result: str | None, by: str) -> dict[str, Any]:
-    data: dict[str, Any] = {"id": call.call_id, "tool": call.tool, "executed": executed, "by": by}
-    if result is not None:
-        data["digest"] = digest(result)
-    return data

@@ -7,6 +7,10 @@ The runner emits them to listeners and, for durable runs, to the audit log;
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.core.machine import PendingCall
 
 RUN_STARTED = "run_started"
 STEP_STARTED = "step_started"
@@ -36,3 +40,11 @@ TRANSIENT = frozenset({TEXT, TOOL_CALL_DELTA, CALL_STARTED, CALL_FINISHED})
 def digest(content: str) -> str:
     """The digest of a call's result that its audit event carries, binding the ledger row to the chain."""
     return hashlib.sha256(content.encode()).hexdigest()
+
+
+def reconciled_event(call: PendingCall, executed: bool, result: str | None, by: str) -> dict[str, Any]:
+    """The data of a ``reconciled`` event: what became of a call whose outcome was unknown, and who said so."""
+    data: dict[str, Any] = {"id": call.call_id, "tool": call.tool, "executed": executed, "by": by}
+    if result is not None:
+        data["digest"] = digest(result)
+    return data

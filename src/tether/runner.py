@@ -50,7 +50,6 @@ from tether.core.machine import (
     ToolsFinished,
 )
 from tether.core.messages import Message, ModelReply, Usage
-from tether.durable import reconciled_event
 from tether.events import (
     APPROVAL_DECIDED,
     APPROVAL_REQUESTED,
@@ -74,6 +73,7 @@ from tether.events import (
     TOOL_CALL_DELTA,
     TRANSIENT,
     digest,
+    reconciled_event,
 )
 from tether.models.base import Model, ModelRequest
 from tether.output import OutputMode, OutputSpec

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tether.store import SQLiteStore
 from tether.testing.fake_server import ReplySpec, text, tool_calls
 
 HERE = Path(__file__).parent
@@ -25,7 +26,18 @@ def shop(request: dict[str, Any]) -> ReplySpec:
 
 
 def child_env(orders: Path, **extra: str) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{HERE}", SHOP_ORDERS=str(orders), **extra)
+    """The environment of a test's child processes: the shop's orders file, and a run store beside it."""
+    store = {"TETHER_DB": str(orders.parent / "runs.db")}
+    return dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{HERE}", SHOP_ORDERS=str(orders), **store | extra)
+
+
+def transcript(orders: Path, run_id: str) -> list[dict[str, Any]]:
+    """A run's messages as the workers of ``child_env(orders)`` stored them."""
+    store = SQLiteStore(orders.parent / "runs.db")
+    try:
+        return [m.to_dict() for m in store.messages(run_id)]
+    finally:
+        store.close()
 
 
 def spawn_worker(address: str, queue: str, base_url: str, env: dict[str, str]) -> subprocess.Popen[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_helpers import child_env, shop, spawn_worker, stop
+from temporal_helpers import child_env, shop, spawn_worker, stop, transcript
 from temporalio.client import Client
 
 from tether.temporal.client import status
@@ -84,6 +84,20 @@ async def test_run_pauses_for_approval_and_approve_sends_an_update(
     orders = Path(env["SHOP_ORDERS"]).read_text().splitlines()
     assert [json.loads(line)["key"] for line in orders] == [f"{run_id}:c2"]
 
+    # The workers recorded the run in the store they share: the runs commands see it as a local one.
+    listed = tether(env, "runs", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    entry = next(r for r in json.loads(listed.stdout) if r["run_id"] == run_id)
+    assert (entry["status"], entry["engine"], entry["steps"]) == ("completed", "temporal", 3)
+    shown = tether(env, "runs", "show", run_id)
+    assert shown.returncode == 0, shown.stderr
+    assert f"run {run_id}  completed  principal local" in shown.stdout and "on temporal" in shown.stdout
+    assert "call c2 place_order: approved by update" in shown.stdout
+    assert "answer: Ordered 2 tea for 6." in shown.stdout
+    verified = tether(env, "runs", "verify", run_id)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"run {run_id}: intact" in verified.stdout
+
 
 async def test_no_wait_returns_the_run_id_and_deny_reaches_the_model(
     temporal_server: DevServer, worker: str, env: dict[str, str]
@@ -98,7 +112,7 @@ async def test_no_wait_returns_the_run_id_and_deny_reaches_the_model(
     assert denied.returncode == 0, denied.stderr
     result = await result_of(address, run_id)
     assert result["status"] == "completed"
-    denial = next(m for m in result["messages"] if m.get("tool_call_id") == "c2")
+    denial = next(m for m in transcript(Path(env["SHOP_ORDERS"]), run_id) if m.get("tool_call_id") == "c2")
     assert json.loads(denial["content"])["error"] == {
         "code": "denied",
         "message": "denied by approver: not today",

@@ -21,6 +21,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from tether.core.machine import fingerprint
 from tether.models.openai_chat import OpenAIChatModel
+from tether.store import SQLiteStore
 from tether.temporal.client import NotWaiting, decide, pending, start_run, status
 from tether.temporal.devserver import DevServer
 from tether.temporal.worker import make_worker
@@ -77,13 +78,16 @@ async def test_model_read_only_call_approval_from_another_process_effect_and_ans
     monkeypatch.setenv("SHOP_ORDERS", str(orders))
     queue = f"q-{uuid.uuid4().hex[:8]}"
     client = await Client.connect(temporal_server.address)
+    store = SQLiteStore(tmp_path / "runs.db")
     async with FakeServer(script=list(SCRIPT)) as server:
         model = OpenAIChatModel("fake", base_url=server.base_url, api_key="k")
-        async with make_worker(client, queue, model, TOOLS):
+        async with make_worker(client, queue, model, TOOLS, store=store):
             run_id = f"run-{uuid.uuid4().hex[:8]}"
             handle = await start_run(client, "Order 2 tea and tell me the price.", task_queue=queue, run_id=run_id)
             assert handle.id == run_id  # the workflow id is the run id
             await wait_for_status(handle, "awaiting_approval")
+            paused = store.list_runs()
+            assert [(r.run_id, r.status) for r in paused] == [(run_id, "awaiting_approval")]  # saved at the pause
             waiting = await pending(client, run_id)
             assert [(c["call_id"], c["tool"], c["waiting_for"]) for c in waiting] == [("c2", "place_order", "approval")]
             assert waiting[0]["fingerprint"] == fingerprint("place_order", {"item": "tea", "quantity": 2})
@@ -117,6 +121,26 @@ async def test_model_read_only_call_approval_from_another_process_effect_and_ans
         ("c2", {"ok": True, "result": {"order": f"{run_id}:c2"}}),
     ]
     assert {t["function"]["name"] for t in server.requests[0]["tools"]} == {"price", "place_order"}
+
+    # The run store holds the run as the local driver records one, and its audit check passes.
+    assert store.verify(run_id) == []
+    stored = store.load(run_id)
+    assert (stored.state.status.value, stored.state.output) == ("completed", "Ordered 2 tea for 6.")
+    assert stored.setup["engine"] == "temporal"
+    sent = [(m["role"], m.get("content")) for m in server.requests[2]["messages"]]
+    assert [(m.role, m.content) for m in stored.state.messages] == [*sent, ("assistant", result["output"])]
+    ledger = {e.call_id: e for e in store.ledger(run_id)}
+    assert json.loads(ledger["c2"].outcome or "") == {"ok": True, "result": {"order": f"{run_id}:c2"}}
+    assert json.loads(ledger["c1"].outcome or "") == {"ok": True, "result": 3}
+    kinds = [e.kind for e in store.events(run_id)]
+    assert kinds == [
+        "run_started", "step_started", "model_replied", "call_validated", "call_executed",
+        "step_started", "model_replied", "approval_requested", "run_paused", "approval_decided", "call_validated",
+        "intent_recorded", "call_executed", "outcome_recorded", "step_started", "model_replied", "run_finished",
+    ]  # fmt: skip
+    decided = next(e for e in store.events(run_id) if e.kind == "approval_decided")
+    assert (decided.data["id"], decided.data["approved"], decided.data["by"]) == ("c2", True, "update")
+    store.close()
     if os.environ.get("TETHER_RECORD_HISTORY"):
         HISTORY.parent.mkdir(exist_ok=True)
         HISTORY.write_text(history.to_json() + "\n")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_helpers import child_env, shop, spawn_worker, stop
+from temporal_helpers import child_env, shop, spawn_worker, stop, transcript
 from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client
 
@@ -69,7 +69,7 @@ async def test_a_worker_killed_after_the_effect_leaves_exactly_one_effect(
     assert result["status"] == "completed"
     effects = [json.loads(line) for line in orders.read_text().splitlines()]
     assert effects == [{"key": f"{handle.id}:c2", "item": "tea", "quantity": 2}]  # exactly one
-    reply = next(m for m in result["messages"] if m.get("tool_call_id") == "c2")
+    reply = next(m for m in transcript(orders, handle.id) if m.get("tool_call_id") == "c2")
     assert json.loads(reply["content"]) == {"ok": True, "result": {"order": f"{handle.id}:c2"}}
     assert result["tool_calls"] == 2
     scheduled = [
@@ -77,9 +77,10 @@ async def test_a_worker_killed_after_the_effect_leaves_exactly_one_effect(
         for e in history.events
         if e.HasField("activity_task_scheduled_event_attributes")
     ]
-    # model, price, place_order (one attempt, timed out), the reconcile hook, model: the order never ran twice.
-    assert scheduled == ["tether.call_model", "tether.run_tool", "tether.call_model", "tether.run_tool",
-                         "tether.reconcile", "tether.call_model"]  # fmt: skip
+    # model, price, its intent saved, place_order (one attempt, timed out), the reconcile hook, model, the end
+    # saved: the order never ran twice.
+    assert scheduled == ["tether.call_model", "tether.run_tool", "tether.call_model", "tether.save", "tether.save",
+                         "tether.run_tool", "tether.reconcile", "tether.call_model", "tether.save"]  # fmt: skip
     timed_out = [e for e in history.events if e.HasField("activity_task_timed_out_event_attributes")]
     assert len(timed_out) == 1
 
@@ -127,7 +128,7 @@ async def test_without_an_answer_from_the_hook_the_run_waits_for_a_person(
 
     assert result["status"] == "completed"
     assert len(orders.read_text().splitlines()) == 1  # the person said it ran: not run again
-    reply = next(m for m in result["messages"] if m.get("tool_call_id") == "c2")
+    reply = next(m for m in transcript(orders, handle.id) if m.get("tool_call_id") == "c2")
     assert json.loads(reply["content"]) == {"ok": True, "result": {"order": f"{handle.id}:c2"}}
 
 

@@ -60,7 +60,11 @@ def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) 
     for r in found:
         prompt = f"  {short(prompts[r.run_id], PROMPT_SHOWN)}" if prompts.get(r.run_id) else ""
         turn = f"  conversation {r.conversation_id} turn {r.turn}" if r.conversation_id else ""
-        line = f"{r.run_id}  {r.status:<24} {r.principal:<12} {r.steps:>3} step(s)  {_when(r.created_at)}{turn}{prompt}"
+        engine = f"  on {r.engine}" if r.engine != "local" else ""
+        line = (
+            f"{r.run_id}  {r.status:<24} {r.principal:<12} {r.steps:>3} step(s)  {_when(r.created_at)}"
+            f"{engine}{turn}{prompt}"
+        )
         click.echo(line)
     if not found:
         click.echo("no runs recorded")
@@ -81,6 +85,7 @@ def _summary(r: Any, prompt: str | None) -> dict[str, Any]:
         "prompt": prompt,
         "conversation_id": r.conversation_id,
         "turn": r.turn,
+        "engine": r.engine,
     }
 
 
@@ -146,6 +151,7 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
                 "run_id": run_id,
                 "status": state.status.value,
                 "principal": stored.principal.id,
+                "engine": stored.setup.get("engine", "local"),
                 "output": state.output,
                 "reason": state.reason,
                 "steps": state.steps,
@@ -156,8 +162,10 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
             }
         )
         return
+    engine = stored.setup.get("engine", "local")
     click.echo(
         f"run {run_id}  {state.status.value}  principal {stored.principal.id}  started {_when(stored.created_at)}"
+        + (f"  on {engine}" if engine != "local" else "")
     )
     start = events[0].at if events else stored.created_at
     for e in events:

@@ -24,7 +24,9 @@ from tether.cli.common import (
     EXIT_INTERNAL,
     EXIT_NOT_WAITING,
     api_key_option,
+    db_option,
     fail,
+    open_store,
 )
 from tether.core.budget import Budget, RunConfig
 from tether.core.errors import ConfigurationError, TetherError
@@ -95,6 +97,8 @@ async def _connect(address: str) -> Any:
 @click.option("--base-url", help="OpenAI-compatible endpoint [env: OPENAI_BASE_URL].")
 @api_key_option
 @click.option("--provider", envvar="TETHER_PROVIDER", metavar="NAME", help="A provider profile [env: TETHER_PROVIDER].")
+@db_option
+@click.option("--log-content", is_flag=True, help="Keep prompts, replies and results in the audit events.")
 def worker(
     temporal_address: str | None,
     task_queue: str,
@@ -104,15 +108,21 @@ def worker(
     base_url: str | None,
     api_key: str | None,
     provider: str | None,
+    db: str | None,
+    log_content: bool,
 ) -> None:
     """Run Temporal runs' workflows and activities until interrupted (SIGINT or SIGTERM).
 
-    The worker holds the model credentials and the tools; shutting down
-    waits for running calls up to the longest tool timeout.
+    The worker holds the model credentials, the tools and the run store
+    (--db), where it records the runs for `tether runs list/show/verify`:
+    all workers of a task queue share one store (a SQLite file on one host,
+    a postgresql:// URL across hosts). Shutting down waits for running calls
+    up to the longest tool timeout.
 
     \b
-    Example:
+    Examples:
       tether worker --temporal 127.0.0.1:7233 --task-queue tether --tools calc
+      tether worker --temporal temporal:7233 --tools calc --db postgresql://tether@db/tether
     """
     _require_sdk()
     if not temporal_address:
@@ -128,6 +138,7 @@ def worker(
     try:
         tools = _tools(toolsets, files_root or os.environ.get("TETHER_FILES_ROOT"))
         chat = _model(setup, api_key)
+        store = open_store(db, log_content)
     except TetherError as exc:
         _fail(str(exc), exc.exit_code)
 
@@ -139,7 +150,7 @@ def worker(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with make_worker(client, task_queue, chat, tools):
+        async with make_worker(client, task_queue, chat, tools, store=store):
             click.echo(f"worker polling {task_queue} on {temporal_address} with {len(tools)} tool(s)", err=True)
             await stop.wait()
         await chat.aclose()

@@ -511,8 +511,8 @@ class PostgresStore:
         """Runs, newest first (or the least recently updated first); only a principal's, or only
         those in ``statuses``, when given."""
         query = (
-            "SELECT id, status, (principal::jsonb) ->> 'id', created_at, updated_at, meta, conversation_id, turn"
-            " FROM runs"
+            "SELECT id, status, (principal::jsonb) ->> 'id', created_at, updated_at, meta, conversation_id, turn,"
+            " (setup::jsonb) ->> 'engine' FROM runs"
         )
         where: list[str] = []
         params: tuple[Any, ...] = ()

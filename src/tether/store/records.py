@@ -97,6 +97,7 @@ class RunSummary:
     progress: dict[str, Any] = field(default_factory=dict, compare=False)  # RunState.progress(), as saved
     conversation_id: str | None = None  # a conversation's turn: which, and its number
     turn: int | None = None
+    engine: str = "local"  # what drives it: the local driver, or Temporal workers
 
     def undecided(self) -> list[PendingCall]:
         """The calls waiting for an approval decision (``RunState.undecided``), without loading the run."""
@@ -315,9 +316,11 @@ def stored_run(
 
 
 def summary(row: Sequence[Any]) -> RunSummary:
-    """A ``RunSummary`` from (id, status, principal id, created_at, updated_at, meta, conversation_id, turn)."""
+    """A ``RunSummary`` from (id, status, principal id, created_at, updated_at, meta, conversation_id, turn,
+    the setup's engine)."""
     progress = json.loads(row[5])
-    return RunSummary(row[0], row[1], row[2], row[3], row[4], progress["steps"], progress, row[6], row[7])
+    engine = row[8] or "local"
+    return RunSummary(row[0], row[1], row[2], row[3], row[4], progress["steps"], progress, row[6], row[7], engine)
 
 
 def ambiguous(prefix: str, found: Sequence[str]) -> AmbiguousRun:

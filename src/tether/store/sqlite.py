@@ -631,8 +631,8 @@ class SQLiteStore:
         """Runs, newest first (or the least recently updated first); only a principal's, or only
         those in ``statuses``, when given."""
         query = (
-            "SELECT id, status, json_extract(principal, '$.id'), created_at, updated_at, meta, conversation_id, turn"
-            " FROM runs"
+            "SELECT id, status, json_extract(principal, '$.id'), created_at, updated_at, meta, conversation_id, turn,"
+            " json_extract(setup, '$.engine') FROM runs"
         )
         where: list[str] = []
         params: tuple[Any, ...] = ()

@@ -1,10 +1,18 @@
 """The I/O of a Temporal run: the model, the tools and their reconcile hooks, as activities.
 
-Activities run on workers, which hold the model credentials and the tools.
-``call_model`` also judges the reply's calls against the tools as they are
-on this worker (strict decoding, tool offered to the principal, strict
-schema, approval rule) and returns those verdicts with the reply: the
-workflow only replays what was recorded.
+Activities run on workers, which hold the model credentials, the tools and
+the run store. ``call_model`` also judges the reply's calls against the
+tools as they are on this worker (strict decoding, tool offered to the
+principal, strict schema, approval rule) and returns those verdicts with the
+reply: the workflow only replays what was recorded.
+
+The run store holds the run (its row is created by the first save, the run
+id being the workflow id): the workflow hands each saving activity only what
+happened since the last save (new messages, events, ledger writes) with the
+counts the store held before, and ``call_model`` reads the transcript from
+the store. So what passes through Temporal per step does not grow with the
+run. The saving itself is the store's ``checkpoint``, as for the local
+driver; see ``save_run`` for how a retried save is told from a new one.
 
 A tool receives ``idempotency_key = run_id:call_id`` as with the local
 driver; the run id is the workflow id, so a retried read-only call carries
@@ -17,16 +25,17 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from tether.core.budget import estimate_usage
 from tether.core.errors import ModelError
-from tether.core.machine import PendingCall
+from tether.core.machine import PendingCall, RunState
 from tether.core.messages import Message, ToolCall, Usage
 from tether.models.base import Model, ModelRequest
-from tether.temporal.workflow import CALL_MODEL, RECONCILE, RUN_TOOL, reply_to_dict, verdict_to_dict
+from tether.temporal.workflow import CALL_MODEL, RECONCILE, RUN_TOOL, SAVE, reply_to_dict, verdict_to_dict
 from tether.tools.context import Principal, ToolContext
 from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, result_envelope
@@ -60,11 +69,86 @@ async def _heartbeating(work: Awaitable[T]) -> T:
     return task.result()
 
 
+class _Tail(Sequence[Message]):
+    """A transcript as a checkpoint reads it: its length, and the messages after the first ``start``.
+
+    ``checkpoint`` appends only the messages after those the store holds, so
+    the earlier ones need not travel through Temporal; reading one of them is a bug.
+    """
+
+    def __init__(self, start: int, new: list[Message]) -> None:
+        self.start, self.new = start, new
+
+    def __len__(self) -> int:
+        return self.start + len(self.new)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Message]: ...
+    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
+        if isinstance(index, slice) or not self.start <= index < len(self):
+            raise IndexError(f"message {index} is not in this save (it holds {self.start} to {len(self) - 1})")
+        return self.new[index - self.start]
+
+
+def save_run(store: Any, request: dict[str, Any]) -> None:
+    """Write what the workflow hands over since its last save, once, through the store's ``checkpoint``.
+
+    ``request`` holds the run's progress (``RunState.progress``) and config,
+    the counts of events and messages the store held before (``events_from``,
+    ``messages_from``), the new ``events`` ([kind, data, step, at]) and
+    ``messages``, and the ledger writes (``intents``, ``outcomes``,
+    ``cleared``); ``create`` (principal, setup) on the run's first save.
+    A checkpoint is one transaction, so the store holds either the counts
+    before it or the counts after: the first means write it, the second that
+    an earlier attempt of this activity did (a retry appends nothing twice),
+    anything else that the store and the workflow disagree, which no retry
+    mends.
+    """
+    run_id = request["run_id"]
+    progress = request["progress"]
+    new = [Message.from_dict(m) for m in request["messages"]]
+    state = RunState.from_dict(
+        {**progress, "run_id": run_id, "config": request["config"], "messages": [], "executed": {}}
+    )
+    state.messages = _Tail(request["messages_from"], new)  # type: ignore[assignment]
+    before = (request["events_from"], request["messages_from"])
+    after = (before[0] + len(request["events"]), before[1] + len(new))
+    stored = store.counts(run_id)
+    if stored == (0, 0) and request.get("create") is not None:
+        create = request["create"]
+        store.create_run(state, principal_from_dict(create["principal"]), create["setup"])
+    else:
+        store.acquire(run_id)  # no other driver (a `tether resume` of this run) writes meanwhile
+        stored = store.counts(run_id)
+        if stored == after and after != before:
+            store.release(run_id)
+            return
+        if stored != before:
+            store.release(run_id)
+            raise ApplicationError(
+                f"run {run_id}: the store holds {stored[0]} events and {stored[1]} messages, the workflow"
+                f" expected {before[0]} and {before[1]} (or {after[0]} and {after[1]})",
+                type="StoreDiverged",
+                non_retryable=True,
+            )
+    store.checkpoint(
+        state,
+        [(kind, data, step, at) for kind, data, step, at in request["events"]],
+        [(PendingCall.from_dict(call), content) for call, content in request["outcomes"]],
+        intents=[PendingCall.from_dict(call) for call in request["intents"]],
+        cleared=request["cleared"],
+        release=True,
+    )
+
+
 class Activities:
     """The activities a worker offers for one model and one set of tools."""
 
-    def __init__(self, model: Model, tools: Iterable[Tool], *, max_tokens: int | None = None) -> None:
+    def __init__(self, model: Model, tools: Iterable[Tool], store: Any, *, max_tokens: int | None = None) -> None:
         self.model = model
+        self.store = store  # a SQLiteStore or PostgresStore, shared by the activities of this worker
         self.tools = list(tools)
         self.max_tokens = max_tokens
         Toolbox(self.tools)  # two tools of one name are refused now, not in the first run
@@ -78,13 +162,28 @@ class Activities:
         return found
 
     def all(self) -> Sequence[Callable[..., Any]]:
-        return [self.call_model, self.run_tool, self.reconcile]
+        return [self.save, self.call_model, self.run_tool, self.reconcile]
+
+    @activity.defn(name=SAVE)
+    async def save(self, request: dict[str, Any]) -> None:
+        """Checkpoint the run in the store: before an effect, at a pause, at the end."""
+        save_run(self.store, request)
 
     @activity.defn(name=CALL_MODEL)
     async def call_model(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One model request, and the verdict on each call of the reply."""
+        """Save what happened since the last save, then one model request on the stored transcript,
+        and the verdict on each call of the reply."""
         toolbox = self.toolbox(request["principal"])
-        messages = [Message.from_dict(m) for m in request["messages"]]
+        saved = request["save"]
+        save_run(self.store, saved)
+        messages = self.store.messages(saved["run_id"])
+        if len(messages) != saved["messages_from"] + len(saved["messages"]):
+            raise ApplicationError(
+                f"run {saved['run_id']}: the store holds {len(messages)} messages, the workflow"
+                f" {saved['messages_from'] + len(saved['messages'])}",
+                type="StoreDiverged",
+                non_retryable=True,
+            )
         timeout = None
         if request["deadline_at"] is not None:
             info = activity.info()

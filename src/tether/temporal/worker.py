@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -25,11 +26,21 @@ def make_worker(
     model: Model,
     tools: Iterable[Tool],
     *,
+    store: Any = None,
     max_tokens: int | None = None,
 ) -> Worker:
-    """A worker for ``task_queue``; shutting down waits for the longest tool timeout before cancelling."""
+    """A worker for ``task_queue``; shutting down waits for the longest tool timeout before cancelling.
+
+    ``store`` is the run store the runs are recorded in (``open_store``'s
+    default, ``$TETHER_DB``, when None); every worker of a task queue must
+    share it: a SQLite file on one host, PostgreSQL across hosts.
+    """
     tools = list(tools)
-    activities = Activities(model, tools, max_tokens=max_tokens)
+    if store is None:
+        from tether.store import open_store
+
+        store = open_store()
+    activities = Activities(model, tools, store, max_tokens=max_tokens)
     longest = max((t.timeout or 0.0 for t in tools), default=0.0)
     return Worker(
         client,

@@ -2,10 +2,10 @@
 
 Rules of this file:
 
-- It imports only ``temporalio.workflow``, ``tether.core`` and the standard
-  library. Never a tool module, a model adapter or a store: the workflow is
-  replayed from its history on any worker, so everything it does must follow
-  from that history alone.
+- It imports only ``temporalio.workflow``, ``tether.core``, ``tether.events``
+  (names and a digest) and the standard library. Never a tool module, a
+  model adapter or a store: the workflow is replayed from its history on any
+  worker, so everything it does must follow from that history alone.
 - It never reads the clock; time comes from ``workflow.now()``.
 - What the host decided about a call (decoding, tool offered, schema,
   approval rule) is decided once, in the ``tether.call_model`` activity, and
@@ -24,6 +24,16 @@ waits for ``decide`` updates; ``AwaitReconciliation`` asks the tool's
 back (its worker died, it timed out) is an unknown outcome: never run again
 blindly. Any exception in workflow code fails the workflow (a bug does not
 retry forever).
+
+The run store. The workflow keeps the audit events and ledger writes the
+local driver would checkpoint, and hands them, with the messages the
+machine added since, to the next saving activity: ``tether.call_model``
+saves before it asks the model (and reads the transcript from the store),
+``tether.save`` before a side-effecting call (its intent), at a pause and at
+the end. Each save names the counts of events and messages the store held
+before it, so a retried save is recognised and appends nothing twice. Only
+these increments and references cross the activity boundary: the history
+grows by the same amount at step 100 as at step 1.
 """
 
 from __future__ import annotations
@@ -41,7 +51,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from tether.core import envelope
     from tether.core.budget import RunConfig
-    from tether.core.envelope import ErrorCode
+    from tether.core.envelope import ErrorCode, outcome_code
     from tether.core.machine import (
         Accepted,
         ApprovalDecided,
@@ -63,11 +73,32 @@ with workflow.unsafe.imports_passed_through():
         ToolsFinished,
     )
     from tether.core.messages import Message, ModelReply, ToolCall, Usage, WireToolCall
+    from tether.events import (
+        APPROVAL_DECIDED,
+        APPROVAL_REQUESTED,
+        CALL_EXECUTED,
+        CALL_RECOVERED,
+        CALL_REJECTED,
+        CALL_VALIDATED,
+        INTENT_RECORDED,
+        MODEL_REPLIED,
+        OUTCOME_RECORDED,
+        RECONCILED,
+        RECONCILIATION_NEEDED,
+        RUN_FINISHED,
+        RUN_PAUSED,
+        RUN_STARTED,
+        STEP_STARTED,
+        digest,
+        reconciled_event,
+    )
 
 WORKFLOW_NAME = "tether.run"
 CALL_MODEL = "tether.call_model"
 RUN_TOOL = "tether.run_tool"
 RECONCILE = "tether.reconcile"
+SAVE = "tether.save"
+ENGINE = "temporal"  # the run's setup in the store says which engine drives it
 
 DEFAULT_HEARTBEAT_SECONDS = 10.0
 DEFAULT_MODEL_TIMEOUT_SECONDS = 300.0
@@ -75,6 +106,9 @@ DEFAULT_TOOL_TIMEOUT_SECONDS = 300.0  # for a tool that declares none
 TOOL_TIMEOUT_MARGIN_SECONDS = 30.0  # the activity outlives the tool's own timeout by this much
 READ_ONLY_ATTEMPTS = 5
 MODEL_ATTEMPTS = 3
+SAVE_TIMEOUT_SECONDS = 30.0
+# A save waits out a lease left by a worker that died mid-save (the store's lease term, 30 s by default).
+SAVE_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=5), maximum_attempts=20)
 
 
 # --- plain-data forms of what crosses the activity boundary ------------------------
@@ -194,6 +228,14 @@ class RunWorkflow:
         # Results of a step cut short by an unknown outcome, for when it goes on after the reconciliation.
         self._finished: dict[str, str] = {}
         self._untrusted: set[str] = set()
+        # What the store has not been handed yet, and what it holds (see ``_save_request``).
+        self._log: list[list[Any]] = []  # audit events: [kind, data, step, at]
+        self._outcomes: list[list[Any]] = []  # ledger outcomes: [call, result]
+        self._cleared: list[str] = []  # call ids found never to have run
+        self._saved_events = 0
+        self._saved_messages = 0
+        self._created = False
+        self._announced: set[str] = set()  # call ids of the current step with an event
 
     # -- the run --
 
@@ -205,6 +247,8 @@ class RunWorkflow:
         self._principal = start["principal"]
         self._heartbeat = timedelta(seconds=start.get("heartbeat_seconds") or DEFAULT_HEARTBEAT_SECONDS)
         self._machine = Run.new(workflow.info().workflow_id, messages, self._catalog, config)
+        prompt = "\n".join(m.content or "" for m in messages if m.role == "user")
+        self._emit(RUN_STARTED, principal=self._principal["id"], prompt=prompt)
         command = self._send(Begin(self._now()))
         while True:
             match command:
@@ -213,11 +257,21 @@ class RunWorkflow:
                 case RunTools():
                     command = await self._run_tools(command)
                 case AwaitApproval():
-                    command = await self._decided(command)
+                    for call in command.calls:
+                        self._emit(
+                            APPROVAL_REQUESTED,
+                            id=call.call_id,
+                            tool=call.tool,
+                            arguments=call.arguments,
+                            reason=call.approval_reason,
+                        )
+                    command = await self._pause(command, "waiting for approval")
                 case AwaitReconciliation():
                     command = await self._reconcile(command)
                 case Finish():
                     await workflow.wait_condition(workflow.all_handlers_finished)
+                    self._emit(RUN_FINISHED, status=command.status.value, output=command.output, reason=command.reason)
+                    await self._save()
                     return self._summary()
 
     async def _decided(self, waiting: Command) -> Command:
@@ -226,8 +280,66 @@ class RunWorkflow:
         assert self._command is not None
         return self._command
 
+    async def _pause(self, waiting: Command, reason: str) -> Command:
+        """Save the run as waiting for a person (unless an update came first), then wait for the update."""
+        assert self._machine is not None
+        if self._command is waiting:
+            self._emit(RUN_PAUSED, status=self._machine.status.value, reason=reason)
+            await self._save()
+        return await self._decided(waiting)
+
     def _now(self) -> float:
         return workflow.now().timestamp()
+
+    # -- the run store, through activities --
+
+    def _emit(self, kind: str, **data: Any) -> None:
+        """Log an audit event; the next save writes it (the local driver's ``_emit`` for a stored run)."""
+        assert self._machine is not None
+        self._log.append([kind, data, self._machine.state.steps, self._now()])
+
+    def _save_request(self, intents: tuple[PendingCall, ...] = ()) -> dict[str, Any]:
+        """What the store lacks: the events, messages and ledger writes since the last save, and where they go."""
+        assert self._machine is not None
+        s = self._machine.state
+        create = None
+        if not self._created:
+            create = {
+                "principal": self._principal,
+                "setup": {"engine": ENGINE, "task_queue": workflow.info().task_queue},
+            }
+        return {
+            "run_id": s.run_id,
+            "create": create,
+            "progress": s.progress(),
+            "config": s.config.to_dict(),
+            "events_from": self._saved_events,
+            "events": list(self._log),
+            "messages_from": self._saved_messages,
+            "messages": [m.to_dict() for m in s.messages[self._saved_messages :]],
+            "outcomes": list(self._outcomes),
+            "intents": [c.to_dict() for c in intents],
+            "cleared": list(self._cleared),
+        }
+
+    def _saved(self, request: dict[str, Any]) -> None:
+        """The store holds ``request`` now; what updates added meanwhile waits for the next save."""
+        del self._log[: len(request["events"])]
+        del self._outcomes[: len(request["outcomes"])]
+        del self._cleared[: len(request["cleared"])]
+        self._saved_events += len(request["events"])
+        self._saved_messages += len(request["messages"])
+        self._created = True
+
+    async def _save(self, intents: tuple[PendingCall, ...] = ()) -> None:
+        request = self._save_request(intents)
+        await workflow.execute_activity(
+            SAVE,
+            request,
+            start_to_close_timeout=timedelta(seconds=SAVE_TIMEOUT_SECONDS),
+            retry_policy=SAVE_RETRY,
+        )
+        self._saved(request)
 
     def _send(self, event: Any) -> Command:
         assert self._machine is not None
@@ -240,12 +352,14 @@ class RunWorkflow:
         timeout = DEFAULT_MODEL_TIMEOUT_SECONDS
         if command.deadline_at is not None:
             timeout = min(timeout, max(1.0, command.deadline_at - self._now()))
+        self._emit(STEP_STARTED)
+        self._announced = set()
+        save = self._save_request()
         answer = await workflow.execute_activity(
             CALL_MODEL,
             {
-                "run_id": self._machine.state.run_id,
+                "save": save,
                 "step": command.step,
-                "messages": [m.to_dict() for m in command.messages],
                 "principal": self._principal,
                 "deadline_at": command.deadline_at,
                 "counts_tokens": budget.counts_tokens,
@@ -255,14 +369,28 @@ class RunWorkflow:
             heartbeat_timeout=self._heartbeat,  # a dead worker's request is retried elsewhere within seconds
             retry_policy=RetryPolicy(maximum_attempts=MODEL_ATTEMPTS),
         )
+        self._saved(save)
         if "error" in answer:
+            self._emit(MODEL_REPLIED, error=answer["error"])
             return self._send(ModelFailed(answer["error"], self._now()))
         self._catalog.load(answer["verdicts"])
         reply = reply_from_dict(answer["reply"])
+        usage = {"input_tokens": reply.usage.input_tokens, "output_tokens": reply.usage.output_tokens}
+        self._emit(
+            MODEL_REPLIED,
+            finish_reason=reply.finish_reason,
+            content=reply.content,
+            tool_calls=len(reply.tool_calls),
+            usage=usage
+            | {"total_tokens": reply.usage.total_tokens}
+            | ({"estimated": True} if answer["usage_estimated"] else {}),
+        )
         return self._send(ModelReplied(reply, self._now(), usage_estimated=answer["usage_estimated"]))
 
     async def _run_tools(self, command: RunTools) -> Command:
         """Run the step's calls; a side-effecting call that did not report back makes its outcome unknown."""
+        assert self._machine is not None
+        self._announce(command)
         finished: dict[str, str] = dict(self._finished)
         untrusted: set[str] = set(self._untrusted)
         for batch in _batches(command.to_execute):
@@ -272,21 +400,67 @@ class RunWorkflow:
             if todo[0].read_only:
                 outcomes = await asyncio.gather(*(self._tool(c) for c in todo))
                 for call, outcome in zip(todo, outcomes, strict=True):
-                    finished[call.call_id] = outcome["content"]
+                    finished[call.call_id] = self._executed(call, outcome["content"])
                     if outcome["untrusted"]:
                         untrusted.add(call.call_id)
                 continue
             call = todo[0]
+            self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
+            await self._save(intents=(call,))  # in the store before the effect can happen
             try:
                 outcome = await self._tool(call)
             except ActivityError:
                 self._finished, self._untrusted = finished, untrusted  # kept for after the reconciliation
+                self._emit(RECONCILIATION_NEEDED, ids=[call.call_id])
                 return self._send(OutcomeUnknown((call.call_id,), self._now()))
-            finished[call.call_id] = outcome["content"]
+            finished[call.call_id] = self._executed(call, outcome["content"])
             if outcome["untrusted"]:
                 untrusted.add(call.call_id)
         self._finished, self._untrusted = {}, set()
         return self._send(ToolsFinished(finished, self._now(), frozenset(untrusted)))
+
+    def _announce(self, command: RunTools) -> None:
+        """An event for each call of the step not announced yet: validated, recovered or refused."""
+        assert self._machine is not None
+        for p in command.calls:
+            if p.call_id in self._announced:
+                continue
+            self._announced.add(p.call_id)
+            if p.execute:
+                self._emit(
+                    CALL_VALIDATED,
+                    id=p.call_id,
+                    tool=p.tool,
+                    read_only=p.read_only,
+                    fingerprint=p.fingerprint,
+                    arguments=p.arguments,
+                )
+            elif self._machine.state.executed.get(p.call_id, [None, None])[1] == p.result:
+                self._done(p, p.result or "", CALL_RECOVERED)  # reconciled as executed, or a reused call id
+            else:
+                content = p.result or ""
+                self._emit(
+                    CALL_REJECTED,
+                    id=p.call_id,
+                    tool=p.tool,
+                    outcome=outcome_code(content),
+                    result=content,
+                    arguments=p.arguments,
+                )
+
+    def _done(self, call: PendingCall, content: str, kind: str) -> str:
+        self._emit(
+            kind, id=call.call_id, tool=call.tool, outcome=outcome_code(content), result=content, digest=digest(content)
+        )
+        return content
+
+    def _executed(self, call: PendingCall, content: str) -> str:
+        """Log an executed call and its ledger outcome (a side effect's with its own event, as the local driver)."""
+        self._done(call, content, CALL_EXECUTED)
+        self._outcomes.append([call.to_dict(), content])
+        if not call.read_only:
+            self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool, digest=digest(content))
+        return content
 
     async def _tool(self, call: PendingCall) -> dict[str, Any]:
         assert self._machine is not None
@@ -333,11 +507,21 @@ class RunWorkflow:
                 retry_policy=RetryPolicy(maximum_attempts=READ_ONLY_ATTEMPTS),
             )
             if answer.get("known") and self._machine.status is Status.AWAITING_RECONCILIATION:
-                self._send(Reconciled(call.call_id, answer["executed"], self._now(), answer.get("result")))
+                self._settle(call, answer["executed"], answer.get("result"), "reconcile hook")
         assert self._command is not None
         if self._machine.status is Status.AWAITING_RECONCILIATION:
-            return await self._decided(self._command)
+            reason = "waiting for reconciliation: the outcome of a call is unknown"
+            return await self._pause(self._command, reason)
         return self._command
+
+    def _settle(self, call: PendingCall, executed: bool, result: str | None, by: str) -> None:
+        """Record what became of a call with an unknown outcome; the ledger write rides on the next save."""
+        self._send(Reconciled(call.call_id, executed, self._now(), result))
+        if executed and result is not None:
+            self._outcomes.append([call.to_dict(), result])
+        elif not executed:
+            self._cleared.append(call.call_id)
+        self._emit(RECONCILED, **reconciled_event(call, executed, result, by))
 
     def _summary(self) -> dict[str, Any]:
         assert self._machine is not None
@@ -350,7 +534,6 @@ class RunWorkflow:
             "steps": s.steps,
             "tool_calls": s.tool_calls,
             "usage": [s.usage.input_tokens, s.usage.output_tokens],
-            "messages": [m.to_dict() for m in s.messages],
         }
 
     # -- updates: validators refuse before anything enters history --
@@ -358,10 +541,20 @@ class RunWorkflow:
     @workflow.update(name="decide")
     def decide(self, decision: Decision) -> str:
         """Approve or deny one call waiting for approval; the run's status after it."""
+        assert self._machine is not None
+        call = next(p for p in self._machine.state.pending if p.call_id == decision.call_id)
         self._send(
             ApprovalDecided(decision.call_id, decision.fingerprint, decision.approved, self._now(), decision.reason)
         )
-        assert self._machine is not None
+        self._emit(
+            APPROVAL_DECIDED,
+            id=call.call_id,
+            tool=call.tool,
+            approved=decision.approved,
+            reason=decision.reason,
+            by="update",
+            fingerprint=decision.fingerprint,
+        )
         return self._machine.status.value
 
     @decide.validator
@@ -382,9 +575,10 @@ class RunWorkflow:
     @workflow.update(name="reconcile")
     def reconcile(self, answer: Reconciliation) -> str:
         """Say what became of a call whose outcome is unknown; the run's status after it."""
-        result = envelope.ok(json.loads(answer.result)) if answer.executed and answer.result is not None else None
-        self._send(Reconciled(answer.call_id, answer.executed, self._now(), result))
         assert self._machine is not None
+        result = envelope.ok(json.loads(answer.result)) if answer.executed and answer.result is not None else None
+        call = next(p for p in self._machine.state.pending if p.call_id == answer.call_id)
+        self._settle(call, answer.executed, result, "update")
         return self._machine.status.value
 
     @reconcile.validator

@@ -1,0 +1,77 @@
+"""The saving activity's work against a real SQLite file: a retried save appends nothing twice.
+
+Temporal retries an activity whose worker died or whose result was lost, so
+the same save can arrive twice; the store must end as after one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.exceptions import ApplicationError
+
+from tether.core.budget import RunConfig
+from tether.core.machine import RunState
+from tether.core.messages import Message
+from tether.store import SQLiteStore
+from tether.temporal.activities import save_run
+
+PRINCIPAL = {"id": "local", "scopes": [], "roles": []}
+
+
+def request(events_from: int, messages_from: int, messages: list[Message], events: int, **more: Any) -> dict[str, Any]:
+    state = RunState("run-1", RunConfig(), list(messages))
+    return {
+        "run_id": "run-1",
+        "create": {"principal": PRINCIPAL, "setup": {"engine": "temporal"}} if events_from == 0 else None,
+        "progress": state.progress(),
+        "config": state.config.to_dict(),
+        "events_from": events_from,
+        "events": [["step_started", {}, 1, 100.0 + events_from + i] for i in range(events)],
+        "messages_from": messages_from,
+        "messages": [m.to_dict() for m in messages],
+        "outcomes": [],
+        "intents": [],
+        "cleared": [],
+    } | more
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SQLiteStore:
+    return SQLiteStore(tmp_path / "runs.db")
+
+
+def test_a_retried_save_appends_nothing_twice(store: SQLiteStore) -> None:
+    first = request(0, 0, [Message("user", "hi")], 2)
+    save_run(store, first)
+    save_run(store, first)  # the retry of the run's first save, which created it
+    assert store.counts("run-1") == (2, 1)
+    second = request(2, 1, [Message("assistant", "hello"), Message("user", "more")], 3)
+    save_run(store, second)
+    save_run(store, second)
+    assert store.counts("run-1") == (5, 3)
+    assert [m.content for m in store.messages("run-1")] == ["hi", "hello", "more"]
+    assert store.verify("run-1") == []
+    assert store.load("run-1").setup["engine"] == "temporal"
+
+
+def test_a_save_that_does_not_follow_the_store_fails_for_good(store: SQLiteStore) -> None:
+    save_run(store, request(0, 0, [Message("user", "hi")], 2))
+    with pytest.raises(ApplicationError, match="holds 2 events and 1 messages, the workflow expected 4") as refused:
+        save_run(store, request(4, 1, [Message("assistant", "hello")], 1))
+    assert refused.value.non_retryable
+    assert store.counts("run-1") == (2, 1)
+    save_run(store, request(2, 1, [Message("assistant", "hello")], 1))  # the lease was let go
+    assert store.verify("run-1") == []
+
+
+def test_a_decision_on_a_temporal_run_without_temporal_is_refused(store: SQLiteStore) -> None:
+    from tether.core.errors import ApprovalMismatch
+    from tether.durable import decide
+
+    save_run(store, request(0, 0, [Message("user", "hi")], 1))
+    with pytest.raises(ApprovalMismatch, match="run run-1 is driven by Temporal workers: send it with --temporal"):
+        decide(store, "run-1", "c1", approved=True)
+    assert store.counts("run-1") == (1, 1)  # nothing written
