@@ -184,12 +184,15 @@ async def test_a_worker_killed_holding_the_run_leaves_it_to_another_worker(
                  if e.HasField("activity_task_scheduled_event_attributes")}  # fmt: skip
     completed = [scheduled[e.activity_task_completed_event_attributes.scheduled_event_id] for e in events
                  if e.HasField("activity_task_completed_event_attributes")]  # fmt: skip
-    # One completion per model request and per call: the order ran once, so did the price.
-    assert completed == ["tether.call_model", "tether.run_tool", "tether.call_model", "tether.run_tool",
-                         "tether.call_model"]  # fmt: skip
+    # One completion per model request and per call: the order ran once, so did the price
+    # (``tether.save`` writes to the run store between them).
+    assert [name for name in completed if name != "tether.save"] == [
+        "tether.call_model", "tether.run_tool", "tether.call_model", "tether.run_tool", "tether.call_model"
+    ]  # fmt: skip
     assert not [e for e in events if e.HasField("activity_task_timed_out_event_attributes")]
-    attempts = [e.activity_task_started_event_attributes for e in events
-                if e.HasField("activity_task_started_event_attributes")]  # fmt: skip
+    started = [e.activity_task_started_event_attributes for e in events
+               if e.HasField("activity_task_started_event_attributes")]  # fmt: skip
+    attempts = [a for a in started if scheduled[a.scheduled_event_id] != "tether.save"]
     # The killed worker's model request was retried once its heartbeat stopped, by the other worker.
     assert [a.attempt for a in attempts] == [1, 1, 1, 1, 2]
     retried = attempts[-1].last_failure.timeout_failure_info.timeout_type
