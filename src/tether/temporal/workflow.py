@@ -215,6 +215,15 @@ def _batches(calls: tuple[PendingCall, ...]) -> list[list[PendingCall]]:
     return batches
 
 
+def _json_object(text: str) -> dict[str, Any] | None:
+    """``text`` decoded, when it is a JSON object; else None (as the local driver logs a call's arguments)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 @workflow.defn(name=WORKFLOW_NAME, failure_exception_types=[Exception])
 class RunWorkflow:
     """One run; the workflow id is the run id."""
@@ -236,6 +245,7 @@ class RunWorkflow:
         self._saved_messages = 0
         self._created = False
         self._announced: set[str] = set()  # call ids of the current step with an event
+        self._step_start = 0  # where the current step's assistant message is in the transcript
 
     # -- the run --
 
@@ -270,6 +280,7 @@ class RunWorkflow:
                     command = await self._reconcile(command)
                 case Finish():
                     await workflow.wait_condition(workflow.all_handlers_finished)
+                    self._announce_cut_off()
                     self._emit(RUN_FINISHED, status=command.status.value, output=command.output, reason=command.reason)
                     await self._save()
                     return self._summary()
@@ -354,6 +365,7 @@ class RunWorkflow:
             timeout = min(timeout, max(1.0, command.deadline_at - self._now()))
         self._emit(STEP_STARTED)
         self._announced = set()
+        self._step_start = len(self._machine.state.messages)
         save = self._save_request()
         answer = await workflow.execute_activity(
             CALL_MODEL,
@@ -447,6 +459,29 @@ class RunWorkflow:
                     result=content,
                     arguments=p.arguments,
                 )
+
+    def _announce_cut_off(self) -> None:
+        """A refusal event for each call of the last step that the run's end left unannounced (a budget cut it
+        off, a loop was detected): the call has its refusal in the transcript; as the local driver at the end."""
+        assert self._machine is not None
+        messages = self._machine.state.messages
+        if self._step_start >= len(messages) or messages[self._step_start].role != "assistant":
+            return
+        replies = {m.tool_call_id: m.content or "" for m in messages[self._step_start + 1 :]}
+        for call in messages[self._step_start].tool_calls:
+            content = replies.get(call.id)
+            if call.id in self._announced or not content:
+                continue
+            self._announced.add(call.id)
+            arguments = _json_object(call.arguments)
+            self._emit(
+                CALL_REJECTED,
+                id=call.id,
+                tool=call.name,
+                outcome=outcome_code(content),
+                result=content,
+                arguments=arguments,
+            )
 
     def _done(self, call: PendingCall, content: str, kind: str) -> str:
         self._emit(
