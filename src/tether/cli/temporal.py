@@ -247,7 +247,10 @@ def run_on_temporal(
         _fail("no Temporal server: pass --temporal HOST:PORT or set TETHER_TEMPORAL")
 
     async def go() -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+        from temporalio.client import WorkflowFailureError
+
         from tether.temporal.client import pending, start_run, status
+        from tether.temporal.workflow import failure_reason
 
         client = await _connect(address)
         handle = await start_run(client, prompt, task_queue=task_queue, principal=principal, config=RunConfig(budget))
@@ -257,7 +260,10 @@ def run_on_temporal(
             found = await status(client, handle.id)
             current = Status(found["status"])
             if current.terminal:
-                return handle.id, await handle.result(), []
+                try:
+                    return handle.id, await handle.result(), []
+                except WorkflowFailureError as exc:  # recorded in the store as cancelled, with this reason
+                    return handle.id, {"status": Status.CANCELLED.value, "reason": failure_reason(exc)}, []
             if current in (Status.AWAITING_APPROVAL, Status.AWAITING_RECONCILIATION):
                 return handle.id, found, await pending(client, handle.id)
             await asyncio.sleep(POLL_SECONDS)

@@ -42,7 +42,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         AwaitReconciliation,
         Begin,
         CallModel,
+        Cancel,
         Command,
         Finish,
         ModelFailed,
@@ -93,6 +94,8 @@ with workflow.unsafe.imports_passed_through():
         reconciled_event,
     )
 
+T = TypeVar("T")
+
 WORKFLOW_NAME = "tether.run"
 CALL_MODEL = "tether.call_model"
 RUN_TOOL = "tether.run_tool"
@@ -107,11 +110,37 @@ TOOL_TIMEOUT_MARGIN_SECONDS = 30.0  # the activity outlives the tool's own timeo
 READ_ONLY_ATTEMPTS = 5
 MODEL_ATTEMPTS = 3
 SAVE_TIMEOUT_SECONDS = 30.0
+# The SDK refuses a payload over 2 MiB (its error limit); a margin for the envelope around the data.
+PAYLOAD_LIMIT_BYTES = 2 * 1024 * 1024 - 64 * 1024
+PAYLOAD_TOO_LARGE = "PayloadTooLarge"
 # A save waits out a lease left by a worker that died mid-save (the store's lease term, 30 s by default).
 SAVE_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=5), maximum_attempts=20)
 
 
 # --- plain-data forms of what crosses the activity boundary ------------------------
+
+
+def fitting(value: T, what: str) -> T:
+    """``value`` if it fits in one Temporal payload; else a non-retryable error naming ``what`` and its size.
+
+    A payload over the limit fails the same way on every attempt: retrying it
+    would ask the model again or run the tool again for nothing.
+    """
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > PAYLOAD_LIMIT_BYTES:
+        raise ApplicationError(
+            f"{what} is {size} bytes, more than a Temporal payload carries ({PAYLOAD_LIMIT_BYTES} bytes)",
+            type=PAYLOAD_TOO_LARGE,
+            non_retryable=True,
+        )
+    return value
+
+
+def failure_reason(error: BaseException) -> str:
+    """The innermost message of an error's cause chain (an activity's failure under ``Activity task failed``)."""
+    while error.__cause__ is not None or getattr(error, "cause", None) is not None:
+        error = getattr(error, "cause", None) or error.__cause__  # type: ignore[assignment]
+    return str(getattr(error, "message", None) or error)
 
 
 def reply_to_dict(reply: ModelReply) -> dict[str, Any]:
@@ -251,7 +280,38 @@ class RunWorkflow:
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> dict[str, Any]:
-        """``start``: messages, config (``RunConfig.to_dict``), principal, and optionally heartbeat_seconds."""
+        """``start``: messages, config (``RunConfig.to_dict``), principal, and optionally heartbeat_seconds.
+
+        A failure no retry mends (a bug, a payload over the limit, a store that
+        disagrees) fails the workflow; the store records the run as cancelled,
+        its reason saying why the workflow failed.
+        """
+        try:
+            return await self._drive(start)
+        except Exception as exc:
+            if self._machine is None or self._machine.status.terminal:
+                raise
+            reason = f"the workflow failed: {failure_reason(exc)}"
+            await self._record_failure(reason)
+            raise ApplicationError(reason, type="RunFailed", non_retryable=True) from exc
+
+    async def _record_failure(self, reason: str) -> None:
+        """End the run in the store as cancelled with ``reason``; a store that cannot take it leaves it as it was."""
+        assert self._machine is not None
+        self._send(Cancel(self._now(), reason=reason, finished=dict(self._finished)))
+        self._emit(RUN_FINISHED, status=Status.CANCELLED.value, output=None, reason=reason)
+        request = self._save_request()
+        try:
+            await workflow.execute_activity(
+                SAVE,
+                fitting(request, "the run's last save"),
+                start_to_close_timeout=timedelta(seconds=SAVE_TIMEOUT_SECONDS),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=1), maximum_attempts=3),
+            )
+        except (ActivityError, ApplicationError):
+            workflow.logger.warning("run %s: its failure could not be saved", self._machine.state.run_id)
+
+    async def _drive(self, start: dict[str, Any]) -> dict[str, Any]:
         messages = [Message.from_dict(m) for m in start["messages"]]
         config = RunConfig.from_dict(start["config"]) if start.get("config") else RunConfig()
         self._principal = start["principal"]
@@ -346,7 +406,7 @@ class RunWorkflow:
         request = self._save_request(intents)
         await workflow.execute_activity(
             SAVE,
-            request,
+            fitting(request, "the run's save"),
             start_to_close_timeout=timedelta(seconds=SAVE_TIMEOUT_SECONDS),
             retry_policy=SAVE_RETRY,
         )
@@ -369,13 +429,16 @@ class RunWorkflow:
         save = self._save_request()
         answer = await workflow.execute_activity(
             CALL_MODEL,
-            {
-                "save": save,
-                "step": command.step,
-                "principal": self._principal,
-                "deadline_at": command.deadline_at,
-                "counts_tokens": budget.counts_tokens,
-            },
+            fitting(
+                {
+                    "save": save,
+                    "step": command.step,
+                    "principal": self._principal,
+                    "deadline_at": command.deadline_at,
+                    "counts_tokens": budget.counts_tokens,
+                },
+                "the run's save before the model request",
+            ),
             result_type=dict,
             start_to_close_timeout=timedelta(seconds=timeout),
             heartbeat_timeout=self._heartbeat,  # a dead worker's request is retried elsewhere within seconds
