@@ -240,8 +240,16 @@ def run_on_temporal(
     budget: Budget,
     wait: bool,
     as_json: bool,
+    db: str | None = None,
+    record: bool = True,
+    log_content: bool = False,
 ) -> NoReturn:
-    """``tether run --engine temporal``: start the workflow; wait for its end or pause unless ``wait`` is False."""
+    """``tether run --engine temporal``: start the workflow; wait for its end or pause unless ``wait`` is False.
+
+    With a run store named (``db``, else ``$TETHER_DB``) and ``record``, the run is recorded there before
+    it starts. Without one, the workers record it at their first save: the default store of this
+    process is not theirs.
+    """
     _require_sdk()
     if not address:
         _fail("no Temporal server: pass --temporal HOST:PORT or set TETHER_TEMPORAL")
@@ -252,8 +260,15 @@ def run_on_temporal(
         from tether.temporal.client import pending, start_run, status
         from tether.temporal.workflow import failure_reason
 
-        client = await _connect(address)
-        handle = await start_run(client, prompt, task_queue=task_queue, principal=principal, config=RunConfig(budget))
+        client = await _connect(address)  # first: an unreachable server leaves nothing in the store
+        store = open_store(db, log_content) if record and (db or os.environ.get("TETHER_DB")) else None
+        try:
+            handle = await start_run(
+                client, prompt, task_queue=task_queue, principal=principal, config=RunConfig(budget), store=store
+            )
+        finally:
+            if store is not None:
+                store.close()
         if not wait:
             return handle.id, {"status": Status.READY.value}, []
         while True:  # queries, not the result: a run paused for a person has no result yet

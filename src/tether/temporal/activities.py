@@ -130,6 +130,13 @@ def save_run(store: Any, request: dict[str, Any]) -> None:
     if stored == (0, 0) and request.get("create") is not None:
         create = request["create"]
         store.create_run(state, principal_from_dict(create["principal"]), create["setup"])
+    elif stored == (0, 0) and before != (0, 0):
+        raise ApplicationError(
+            f"run {run_id} is not in this worker's run store ({getattr(store, 'path', store)}): the process that"
+            " started it recorded it in another; `tether run --db` and the workers' --db must name the same store",
+            type="StoreDiverged",
+            non_retryable=True,
+        )
     else:
         store.acquire(run_id)  # no other driver (a `tether resume` of this run) writes meanwhile
         stored = store.counts(run_id)

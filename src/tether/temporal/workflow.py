@@ -280,7 +280,8 @@ class RunWorkflow:
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> dict[str, Any]:
-        """``start``: messages, config (``RunConfig.to_dict``), principal, and optionally heartbeat_seconds.
+        """``start``: messages, config (``RunConfig.to_dict``), principal, and optionally heartbeat_seconds
+        and ``stored`` (the counts of events and messages the client recorded, ``client.record_start``).
 
         A failure no retry mends (a bug, a payload over the limit, a store that
         disagrees) fails the workflow; the store records the run as cancelled,
@@ -317,8 +318,11 @@ class RunWorkflow:
         self._principal = start["principal"]
         self._heartbeat = timedelta(seconds=start.get("heartbeat_seconds") or DEFAULT_HEARTBEAT_SECONDS)
         self._machine = Run.new(workflow.info().workflow_id, messages, self._catalog, config)
-        prompt = "\n".join(m.content or "" for m in messages if m.role == "user")
-        self._emit(RUN_STARTED, principal=self._principal["id"], prompt=prompt)
+        if stored := start.get("stored"):  # the client recorded the run and its start: go on from there
+            self._saved_events, self._saved_messages, self._created = stored["events"], stored["messages"], True
+        else:
+            prompt = "\n".join(m.content or "" for m in messages if m.role == "user")
+            self._emit(RUN_STARTED, principal=self._principal["id"], prompt=prompt)
         command = self._send(Begin(self._now()))
         while True:
             match command:
