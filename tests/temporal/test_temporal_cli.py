@@ -21,6 +21,7 @@ from tether.store import SQLiteStore
 from tether.temporal.client import status
 from tether.temporal.devserver import DevServer
 from tether.testing import FakeServer
+from tether.testing.fake_server import text
 
 
 @pytest.fixture
@@ -194,3 +195,22 @@ async def test_a_worker_on_another_store_fails_the_run_and_says_so(
             stop(process)
         assert server.requests == []  # the model was never asked
     assert f"run {run_id} is not in this worker's run store" in str(failed.value.cause)
+
+
+def test_a_run_whose_workflow_fails_ends_cancelled_with_the_reason(
+    temporal_server: DevServer, env: dict[str, str]
+) -> None:
+    address, queue = temporal_server.address, f"q-{uuid.uuid4().hex[:8]}"
+    with FakeServer(script=[text("x" * 3_000_000)]) as server:  # over Temporal's payload limit
+        process = spawn_worker(address, queue, server.base_url, env)
+        try:
+            done = tether(env, "run", "Say a lot.", "--engine", "temporal", "--temporal", address,
+                          "--task-queue", queue)  # fmt: skip
+        finally:
+            stop(process)
+    assert done.returncode == 18, done.stderr  # cancelled
+    assert "ended cancelled: " in done.stderr and "bytes, more than a Temporal payload carries" in done.stderr
+    assert "Traceback" not in done.stderr
+    listed = tether(env, "runs", "list", "--json")
+    [entry] = [r for r in json.loads(listed.stdout) if r["engine"] == "temporal"]
+    assert entry["status"] == "cancelled"
