@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tether.temporal.devserver import DevServer
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "store"))  # postgres_server, shared with the store's tests
+from postgres_server import REQUIRE_ENV, PostgresServer, Unavailable, start
 
 try:
     import temporalio  # noqa: F401
@@ -28,6 +33,22 @@ def temporal_sdk() -> None:
 def temporal_server(temporal_sdk: None) -> Iterator[DevServer]:
     with DevServer() as server:  # always stopped, also when a test fails
         yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A running PostgreSQL 15 on a free loopback port (as tests/store/conftest.py): skipped without one,
+    unless ``TETHER_REQUIRE_POSTGRES`` is set (``make test`` sets it): then it fails."""
+    try:
+        server = start()
+    except Unavailable as exc:
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(f"{exc} ({REQUIRE_ENV} is set)")
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -3,11 +3,15 @@
 ``place_order`` appends one line per effect to the file named by
 ``SHOP_ORDERS``, so a test counts effects across worker processes. With
 ``SHOP_HANG_AFTER`` set it holds still that many seconds after the effect,
-before returning (time for a test to kill its worker mid-call).
+before returning (time for a test to kill its worker mid-call). With
+``SHOP_PRICE_SECONDS`` set, ``price`` takes that long, and each of its runs
+adds a line to the file named by ``SHOP_PRICE_LOG`` when it starts and when
+it ends (time for a test to stop its worker mid-call, and to count runs).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -28,13 +32,25 @@ def _orders(key: str) -> list[dict[str, Any]]:
     return [line for line in lines if line["key"] == key]
 
 
-@tool(read_only=True)
+PRICE_TIMEOUT = 20.0  # seconds; a worker's graceful shutdown waits at least this long for a price
+
+
+def _log_price(what: str) -> None:
+    if log := os.environ.get("SHOP_PRICE_LOG"):
+        with open(log, "a") as f:
+            f.write(f"{what} {os.getpid()}\n")
+
+
+@tool(read_only=True, timeout=PRICE_TIMEOUT)
 async def price(item: str) -> int:
     """The price of one unit of an item.
 
     Args:
         item: tea or coffee.
     """
+    _log_price("started")
+    await asyncio.sleep(float(os.environ.get("SHOP_PRICE_SECONDS", "0")))
+    _log_price("finished")
     return PRICES[item]
 
 

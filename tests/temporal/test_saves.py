@@ -6,6 +6,7 @@ the same save can arrive twice; the store must end as after one.
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from tether.core.machine import RunState
 from tether.core.messages import Message
 from tether.store import SQLiteStore
 from tether.temporal.activities import save_run
+from tether.temporal.devserver import DevServer
 
 PRINCIPAL = {"id": "local", "scopes": [], "roles": []}
 
@@ -75,3 +77,41 @@ def test_a_decision_on_a_temporal_run_without_temporal_is_refused(store: SQLiteS
     with pytest.raises(ApprovalMismatch, match="run run-1 is driven by Temporal workers: send it with --temporal"):
         decide(store, "run-1", "c1", approved=True)
     assert store.counts("run-1") == (1, 1)  # nothing written
+
+
+def test_the_first_save_after_the_client_recorded_the_run_goes_on_from_its_record(store: SQLiteStore) -> None:
+    from tether.core.machine import Run
+    from tether.temporal.client import _NoTools, record_start
+    from tether.tools.context import LOCAL_PRINCIPAL
+
+    run = Run.new("run-1", [Message("user", "hi")], _NoTools(), RunConfig())
+    assert record_start(store, run, LOCAL_PRINCIPAL, "q") == {"events": 1, "messages": 1}
+    assert (store.load("run-1").state.status.value, store.counts("run-1")) == ("ready", (1, 1))
+    first = request(1, 1, [], 2) | {"create": None}
+    save_run(store, first)
+    save_run(store, first)  # retried: nothing twice
+    assert store.counts("run-1") == (3, 1)
+    assert [e.kind for e in store.events("run-1")] == ["run_started", "step_started", "step_started"]
+    assert store.verify("run-1") == []
+
+
+async def test_a_run_the_server_does_not_start_is_recorded_as_cancelled(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    from temporalio.client import Client
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+
+    from tether.temporal.client import start_run
+
+    client = await Client.connect(temporal_server.address)
+    run_id, queue = uuid.uuid4().hex, f"q-{uuid.uuid4().hex[:8]}"  # no worker: the first start stays pending
+    await start_run(client, "hi", task_queue=queue, run_id=run_id)
+    other = SQLiteStore(tmp_path / "other.db")
+    with pytest.raises(WorkflowAlreadyStartedError):
+        await start_run(client, "hi", task_queue=queue, run_id=run_id, store=other)
+    stored = other.load(run_id)
+    assert stored.state.status.value == "cancelled"
+    assert (stored.state.reason or "").startswith("the Temporal server did not start the run: ")
+    assert [e.kind for e in other.events(run_id)] == ["run_started", "run_finished"]
+    assert other.verify(run_id) == []
+    await client.get_workflow_handle(run_id).terminate()

@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 from temporal_helpers import child_env, shop, spawn_worker, stop, transcript
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
+from tether.store import SQLiteStore
 from tether.temporal.client import status
 from tether.temporal.devserver import DevServer
 from tether.testing import FakeServer
+from tether.testing.fake_server import text
 
 
 @pytest.fixture
@@ -126,3 +128,89 @@ def test_run_without_a_server_is_a_configuration_error(env: dict[str, str]) -> N
     done = tether(env, "run", "hi", "--engine", "temporal")
     assert done.returncode == 3
     assert "no Temporal server: pass --temporal HOST:PORT or set TETHER_TEMPORAL" in done.stderr
+
+
+async def test_run_with_a_store_is_listed_before_a_worker_takes_it(
+    temporal_server: DevServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    address, queue = temporal_server.address, f"q-{uuid.uuid4().hex[:8]}"
+    db = env["TETHER_DB"]
+    started = tether(env, "run", "Order 2 tea.", "--engine", "temporal", "--temporal", address,
+                     "--task-queue", queue, "--no-wait", "--db", db)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    listed = tether(env, "runs", "list", "--json")  # no worker polls the queue yet
+    assert listed.returncode == 0, listed.stderr
+    entry = next(r for r in json.loads(listed.stdout) if r["run_id"] == run_id)
+    assert (entry["status"], entry["engine"], entry["steps"]) == ("ready", "temporal", 0)
+    assert tether(env, "runs", "verify", run_id).returncode == 0
+
+    with FakeServer(script=shop) as server:
+        process = spawn_worker(address, queue, server.base_url, env)
+        try:
+            await wait_paused(address, run_id)
+            approved = tether(env, "approve", run_id, "c2", "--temporal", address)
+            assert approved.returncode == 0, approved.stderr
+            assert (await result_of(address, run_id))["status"] == "completed"
+        finally:
+            stop(process)
+    # The workers went on from the client's record: one run, one start, every event once.
+    shown = tether(env, "runs", "list", "--json")
+    assert [r["status"] for r in json.loads(shown.stdout) if r["run_id"] == run_id] == ["completed"]
+    store = SQLiteStore(Path(db))
+    try:
+        assert [e.kind for e in store.events(run_id)] == [
+            "run_started", "step_started", "model_replied", "call_validated", "call_executed",
+            "step_started", "model_replied", "approval_requested", "run_paused", "approval_decided", "call_validated",
+            "intent_recorded", "call_executed", "outcome_recorded", "step_started", "model_replied", "run_finished",
+        ]  # fmt: skip
+        assert [m.role for m in store.messages(run_id)] == [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant",
+        ]
+        assert store.verify(run_id) == []
+    finally:
+        store.close()
+
+
+async def test_a_worker_on_another_store_fails_the_run_and_says_so(
+    temporal_server: DevServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    address, queue = temporal_server.address, f"q-{uuid.uuid4().hex[:8]}"
+    started = tether(
+        env, "run", "Order 2 tea.", "--engine", "temporal", "--temporal", address, "--task-queue", queue, "--no-wait"
+    )  # fmt: skip  (TETHER_DB: the client records the run)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    with FakeServer(script=shop) as server:
+        process = spawn_worker(address, queue, server.base_url, env | {"TETHER_DB": str(tmp_path / "other.db")})
+        try:
+            with pytest.raises(WorkflowFailureError) as failed:
+                await asyncio.wait_for(result_of(address, run_id), 20)
+        finally:
+            stop(process)
+        assert server.requests == []  # the model was never asked
+    assert f"run {run_id} is not in this worker's run store" in str(failed.value.cause)
+
+
+def test_a_run_whose_workflow_fails_ends_cancelled_with_the_reason(
+    temporal_server: DevServer, env: dict[str, str]
+) -> None:
+    address, queue = temporal_server.address, f"q-{uuid.uuid4().hex[:8]}"
+    with FakeServer(script=[text("x" * 3_000_000)]) as server:  # over Temporal's payload limit
+        process = spawn_worker(address, queue, server.base_url, env)
+        try:
+            done = tether(env, "run", "Say a lot.", "--engine", "temporal", "--temporal", address,
+                          "--task-queue", queue)  # fmt: skip
+        finally:
+            stop(process)
+    assert done.returncode == 18, done.stderr  # cancelled
+    assert "ended cancelled: " in done.stderr and "bytes, more than a Temporal payload carries" in done.stderr
+    assert "Traceback" not in done.stderr
+    listed = tether(env, "runs", "list", "--json")
+    [entry] = [r for r in json.loads(listed.stdout) if r["engine"] == "temporal"]
+    assert entry["status"] == "cancelled"

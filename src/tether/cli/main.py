@@ -297,6 +297,8 @@ def run(
 
     With --engine temporal the tools and the model are the workers' (`tether
     worker`); this process sends the prompt, the principal and the budget.
+    Given a run store (--db or TETHER_DB, the workers' one), it records the
+    run there first, so `tether runs list` shows it before a worker takes it.
 
     Exit status: 0 completed, 3 configuration error, 10 max_steps,
     11 budget_exhausted, 12 truncated, 13 content_filtered, 14 protocol_error,
@@ -330,6 +332,9 @@ def run(
             budget=budget,
             wait=not no_wait,
             as_json=as_json,
+            db=None if no_log else db,
+            record=not no_log,
+            log_content=log_content,
         )
     try:
         store = None if no_log else open_store(db, log_content)

@@ -240,24 +240,45 @@ def run_on_temporal(
     budget: Budget,
     wait: bool,
     as_json: bool,
+    db: str | None = None,
+    record: bool = True,
+    log_content: bool = False,
 ) -> NoReturn:
-    """``tether run --engine temporal``: start the workflow; wait for its end or pause unless ``wait`` is False."""
+    """``tether run --engine temporal``: start the workflow; wait for its end or pause unless ``wait`` is False.
+
+    With a run store named (``db``, else ``$TETHER_DB``) and ``record``, the run is recorded there before
+    it starts. Without one, the workers record it at their first save: the default store of this
+    process is not theirs.
+    """
     _require_sdk()
     if not address:
         _fail("no Temporal server: pass --temporal HOST:PORT or set TETHER_TEMPORAL")
 
     async def go() -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
-        from tether.temporal.client import pending, start_run, status
+        from temporalio.client import WorkflowFailureError
 
-        client = await _connect(address)
-        handle = await start_run(client, prompt, task_queue=task_queue, principal=principal, config=RunConfig(budget))
+        from tether.temporal.client import pending, start_run, status
+        from tether.temporal.workflow import failure_reason
+
+        client = await _connect(address)  # first: an unreachable server leaves nothing in the store
+        store = open_store(db, log_content) if record and (db or os.environ.get("TETHER_DB")) else None
+        try:
+            handle = await start_run(
+                client, prompt, task_queue=task_queue, principal=principal, config=RunConfig(budget), store=store
+            )
+        finally:
+            if store is not None:
+                store.close()
         if not wait:
             return handle.id, {"status": Status.READY.value}, []
         while True:  # queries, not the result: a run paused for a person has no result yet
             found = await status(client, handle.id)
             current = Status(found["status"])
             if current.terminal:
-                return handle.id, await handle.result(), []
+                try:
+                    return handle.id, await handle.result(), []
+                except WorkflowFailureError as exc:  # recorded in the store as cancelled, with this reason
+                    return handle.id, {"status": Status.CANCELLED.value, "reason": failure_reason(exc)}, []
             if current in (Status.AWAITING_APPROVAL, Status.AWAITING_RECONCILIATION):
                 return handle.id, found, await pending(client, handle.id)
             await asyncio.sleep(POLL_SECONDS)

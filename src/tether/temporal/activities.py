@@ -35,7 +35,15 @@ from tether.core.errors import ModelError
 from tether.core.machine import PendingCall, RunState
 from tether.core.messages import Message, ToolCall, Usage
 from tether.models.base import Model, ModelRequest
-from tether.temporal.workflow import CALL_MODEL, RECONCILE, RUN_TOOL, SAVE, reply_to_dict, verdict_to_dict
+from tether.temporal.workflow import (
+    CALL_MODEL,
+    RECONCILE,
+    RUN_TOOL,
+    SAVE,
+    fitting,
+    reply_to_dict,
+    verdict_to_dict,
+)
 from tether.tools.context import Principal, ToolContext
 from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, result_envelope
@@ -102,30 +110,40 @@ def save_run(store: Any, request: dict[str, Any]) -> None:
     ``cleared``); ``create`` (principal, setup) on the run's first save.
     A checkpoint is one transaction, so the store holds either the counts
     before it or the counts after: the first means write it, the second that
-    an earlier attempt of this activity did (a retry appends nothing twice),
-    anything else that the store and the workflow disagree, which no retry
+    an earlier attempt of this activity did (a retry appends nothing twice).
+    Counts in between mean an activity saved the first part of this request
+    and then failed (the workflow's log only grows): the rest is written.
+    Anything else means the store and the workflow disagree, which no retry
     mends.
     """
     run_id = request["run_id"]
     progress = request["progress"]
     new = [Message.from_dict(m) for m in request["messages"]]
+    events = [(kind, data, step, at) for kind, data, step, at in request["events"]]
+    intents = [PendingCall.from_dict(call) for call in request["intents"]]
     state = RunState.from_dict(
         {**progress, "run_id": run_id, "config": request["config"], "messages": [], "executed": {}}
     )
-    state.messages = _Tail(request["messages_from"], new)  # type: ignore[assignment]
     before = (request["events_from"], request["messages_from"])
-    after = (before[0] + len(request["events"]), before[1] + len(new))
+    after = (before[0] + len(events), before[1] + len(new))
     stored = store.counts(run_id)
     if stored == (0, 0) and request.get("create") is not None:
         create = request["create"]
         store.create_run(state, principal_from_dict(create["principal"]), create["setup"])
+    elif stored == (0, 0) and before != (0, 0):
+        raise ApplicationError(
+            f"run {run_id} is not in this worker's run store ({getattr(store, 'path', store)}): the process that"
+            " started it recorded it in another; `tether run --db` and the workers' --db must name the same store",
+            type="StoreDiverged",
+            non_retryable=True,
+        )
     else:
         store.acquire(run_id)  # no other driver (a `tether resume` of this run) writes meanwhile
         stored = store.counts(run_id)
         if stored == after and after != before:
             store.release(run_id)
             return
-        if stored != before:
+        if not (before[0] <= stored[0] <= after[0] and before[1] <= stored[1] <= after[1]):
             store.release(run_id)
             raise ApplicationError(
                 f"run {run_id}: the store holds {stored[0]} events and {stored[1]} messages, the workflow"
@@ -133,11 +151,18 @@ def save_run(store: Any, request: dict[str, Any]) -> None:
                 type="StoreDiverged",
                 non_retryable=True,
             )
+        # An activity that saved and then failed (the model's reply too large, say) left its part stored;
+        # the workflow's next save starts where that one did: write only the rest.
+        events = events[stored[0] - before[0] :]
+        new = new[stored[1] - before[1] :]
+        before = stored
+        intents = [call for call in intents if store.ledger_entry(run_id, call.call_id) is None]
+    state.messages = _Tail(before[1], new)  # type: ignore[assignment]
     store.checkpoint(
         state,
-        [(kind, data, step, at) for kind, data, step, at in request["events"]],
+        events,
         [(PendingCall.from_dict(call), content) for call, content in request["outcomes"]],
-        intents=[PendingCall.from_dict(call) for call in request["intents"]],
+        intents=intents,
         cleared=request["cleared"],
         release=True,
     )
@@ -205,7 +230,8 @@ class Activities:
             found = toolbox.offered.get(wire.name)
             timeout_s = found.timeout if found is not None else None
             verdicts.append(verdict_to_dict(toolbox.check(call), wire.name, wire.arguments, timeout_s))
-        return {"reply": reply_to_dict(reply), "usage_estimated": estimated, "verdicts": verdicts}
+        answer = {"reply": reply_to_dict(reply), "usage_estimated": estimated, "verdicts": verdicts}
+        return fitting(answer, "the model's reply")  # too large: not asked again, the workflow fails
 
     @activity.defn(name=RUN_TOOL)
     async def run_tool(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -223,7 +249,8 @@ class Activities:
             if not work.done():
                 work.cancel()
         outcome = work.result()
-        return {"content": outcome.content, "untrusted": outcome.untrusted}
+        answer = {"content": outcome.content, "untrusted": outcome.untrusted}
+        return fitting(answer, f"the result of call {call.call_id} ({call.tool})")  # not run again for nothing
 
     @activity.defn(name=RECONCILE)
     async def reconcile(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -241,7 +268,10 @@ class Activities:
         except Exception:
             return {"known": False}  # a failing hook knows nothing: leave the call to a person
         if isinstance(verdict, Executed):
-            return {"known": True, "executed": True, "result": result_envelope(verdict.result, found.max_result_chars)}
+            result = result_envelope(verdict.result, found.max_result_chars)
+            return fitting(
+                {"known": True, "executed": True, "result": result}, f"the reconciled result of {call.call_id}"
+            )
         if isinstance(verdict, NotExecuted):
             return {"known": True, "executed": False}
         return {"known": False}

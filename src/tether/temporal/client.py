@@ -5,6 +5,10 @@
     await decide(client, handle.id, "call_1", approved=True)
     result = await handle.result()
 
+With ``store``, ``start_run`` records the run in the run store before the
+workflow starts, so ``tether runs list`` shows it (ready) even before a
+worker takes it; the workers must share that store.
+
 Decisions are workflow updates: the workflow's validator refuses a call id
 that is not waiting or a fingerprint for other arguments before anything
 enters the run's history, and the refusal arrives here as ``NotWaiting``.
@@ -12,6 +16,7 @@ enters the run's history, and the refusal arrives here as ``NotWaiting``.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -21,9 +26,11 @@ from temporalio.exceptions import ApplicationError
 
 from tether.core.budget import RunConfig
 from tether.core.errors import ApprovalMismatch
-from tether.core.messages import Message
+from tether.core.machine import Accepted, Cancel, Rejected, Run, RunState
+from tether.core.messages import Message, ToolCall
+from tether.events import RUN_FINISHED, RUN_STARTED
 from tether.temporal.activities import principal_to_dict
-from tether.temporal.workflow import WORKFLOW_NAME, Decision, Reconciliation
+from tether.temporal.workflow import ENGINE, WORKFLOW_NAME, Decision, Reconciliation
 from tether.tools.context import LOCAL_PRINCIPAL, Principal
 
 
@@ -33,6 +40,36 @@ class NotWaiting(ApprovalMismatch):
 
 async def connect(address: str, namespace: str = "default") -> Client:
     return await Client.connect(address, namespace=namespace)
+
+
+class _NoTools:
+    """The catalog of a run recorded before any worker has it: nothing is judged here."""
+
+    def check(self, call: ToolCall) -> Accepted | Rejected:  # pragma: no cover - no reply reaches it
+        raise AssertionError(f"call {call.id} judged outside a worker")
+
+
+def record_start(store: Any, run: Run, principal: Principal, task_queue: str) -> dict[str, int]:
+    """Record a run about to start in ``store``, as the workflow would at its first save: the run, its prompt
+    and its ``run_started`` event. What the store holds now, for the workflow to go on from."""
+    state = run.state
+    prompt = "\n".join(m.content or "" for m in state.messages if m.role == "user")
+    store.create_run(state, principal, {"engine": ENGINE, "task_queue": task_queue})
+    store.checkpoint(
+        state, [(RUN_STARTED, {"principal": principal.id, "prompt": prompt}, 0, time.time())], release=True
+    )
+    return {"events": 1, "messages": len(state.messages)}
+
+
+def _record_not_started(store: Any, run: Run, error: BaseException) -> None:
+    """The server refused the start of a run already recorded: the run ends cancelled, saying why."""
+    reason = f"the Temporal server did not start the run: {error}"
+    now = time.time()
+    run.send(Cancel(now, reason=reason))
+    state: RunState = run.state
+    event = (RUN_FINISHED, {"status": state.status.value, "output": None, "reason": reason}, 0, now)
+    store.acquire(state.run_id)
+    store.checkpoint(state, [event], release=True)
 
 
 async def start_run(
@@ -45,20 +82,33 @@ async def start_run(
     config: RunConfig | None = None,
     system: str | None = None,
     heartbeat_seconds: float | None = None,
+    store: Any = None,
 ) -> WorkflowHandle[Any, dict[str, Any]]:
-    """Start a run as a workflow whose id is the run id; its result is the run's summary."""
+    """Start a run as a workflow whose id is the run id; its result is the run's summary.
+
+    With ``store`` (the workers' run store) the run is recorded there first,
+    ready; the workflow goes on from that record instead of creating it.
+    """
     messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
     if system is not None and not (messages and messages[0].role == "system"):
         messages.insert(0, Message("system", system))
-    start = {
+    run_id = run_id or uuid.uuid4().hex
+    config = config or RunConfig()
+    start: dict[str, Any] = {
         "messages": [m.to_dict() for m in messages],
-        "config": (config or RunConfig()).to_dict(),
+        "config": config.to_dict(),
         "principal": principal_to_dict(principal),
         "heartbeat_seconds": heartbeat_seconds,
     }
-    return await client.start_workflow(
-        WORKFLOW_NAME, start, id=run_id or uuid.uuid4().hex, task_queue=task_queue, result_type=dict
-    )
+    run = Run.new(run_id, messages, _NoTools(), config)
+    if store is not None:
+        start["stored"] = record_start(store, run, principal, task_queue)
+    try:
+        return await client.start_workflow(WORKFLOW_NAME, start, id=run_id, task_queue=task_queue, result_type=dict)
+    except Exception as exc:
+        if store is not None:
+            _record_not_started(store, run, exc)
+        raise
 
 
 async def pending(client: Client, run_id: str) -> list[dict[str, Any]]:

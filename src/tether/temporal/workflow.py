@@ -42,7 +42,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         AwaitReconciliation,
         Begin,
         CallModel,
+        Cancel,
         Command,
         Finish,
         ModelFailed,
@@ -93,6 +94,8 @@ with workflow.unsafe.imports_passed_through():
         reconciled_event,
     )
 
+T = TypeVar("T")
+
 WORKFLOW_NAME = "tether.run"
 CALL_MODEL = "tether.call_model"
 RUN_TOOL = "tether.run_tool"
@@ -107,11 +110,37 @@ TOOL_TIMEOUT_MARGIN_SECONDS = 30.0  # the activity outlives the tool's own timeo
 READ_ONLY_ATTEMPTS = 5
 MODEL_ATTEMPTS = 3
 SAVE_TIMEOUT_SECONDS = 30.0
+# The SDK refuses a payload over 2 MiB (its error limit); a margin for the envelope around the data.
+PAYLOAD_LIMIT_BYTES = 2 * 1024 * 1024 - 64 * 1024
+PAYLOAD_TOO_LARGE = "PayloadTooLarge"
 # A save waits out a lease left by a worker that died mid-save (the store's lease term, 30 s by default).
 SAVE_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=5), maximum_attempts=20)
 
 
 # --- plain-data forms of what crosses the activity boundary ------------------------
+
+
+def fitting(value: T, what: str) -> T:
+    """``value`` if it fits in one Temporal payload; else a non-retryable error naming ``what`` and its size.
+
+    A payload over the limit fails the same way on every attempt: retrying it
+    would ask the model again or run the tool again for nothing.
+    """
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > PAYLOAD_LIMIT_BYTES:
+        raise ApplicationError(
+            f"{what} is {size} bytes, more than a Temporal payload carries ({PAYLOAD_LIMIT_BYTES} bytes)",
+            type=PAYLOAD_TOO_LARGE,
+            non_retryable=True,
+        )
+    return value
+
+
+def failure_reason(error: BaseException) -> str:
+    """The innermost message of an error's cause chain (an activity's failure under ``Activity task failed``)."""
+    while error.__cause__ is not None or getattr(error, "cause", None) is not None:
+        error = getattr(error, "cause", None) or error.__cause__  # type: ignore[assignment]
+    return str(getattr(error, "message", None) or error)
 
 
 def reply_to_dict(reply: ModelReply) -> dict[str, Any]:
@@ -215,6 +244,15 @@ def _batches(calls: tuple[PendingCall, ...]) -> list[list[PendingCall]]:
     return batches
 
 
+def _json_object(text: str) -> dict[str, Any] | None:
+    """``text`` decoded, when it is a JSON object; else None (as the local driver logs a call's arguments)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 @workflow.defn(name=WORKFLOW_NAME, failure_exception_types=[Exception])
 class RunWorkflow:
     """One run; the workflow id is the run id."""
@@ -236,19 +274,55 @@ class RunWorkflow:
         self._saved_messages = 0
         self._created = False
         self._announced: set[str] = set()  # call ids of the current step with an event
+        self._step_start = 0  # where the current step's assistant message is in the transcript
 
     # -- the run --
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> dict[str, Any]:
-        """``start``: messages, config (``RunConfig.to_dict``), principal, and optionally heartbeat_seconds."""
+        """``start``: messages, config (``RunConfig.to_dict``), principal, and optionally heartbeat_seconds
+        and ``stored`` (the counts of events and messages the client recorded, ``client.record_start``).
+
+        A failure no retry mends (a bug, a payload over the limit, a store that
+        disagrees) fails the workflow; the store records the run as cancelled,
+        its reason saying why the workflow failed.
+        """
+        try:
+            return await self._drive(start)
+        except Exception as exc:
+            if self._machine is None or self._machine.status.terminal:
+                raise
+            reason = f"the workflow failed: {failure_reason(exc)}"
+            await self._record_failure(reason)
+            raise ApplicationError(reason, type="RunFailed", non_retryable=True) from exc
+
+    async def _record_failure(self, reason: str) -> None:
+        """End the run in the store as cancelled with ``reason``; a store that cannot take it leaves it as it was."""
+        assert self._machine is not None
+        self._send(Cancel(self._now(), reason=reason, finished=dict(self._finished)))
+        self._emit(RUN_FINISHED, status=Status.CANCELLED.value, output=None, reason=reason)
+        request = self._save_request()
+        try:
+            await workflow.execute_activity(
+                SAVE,
+                fitting(request, "the run's last save"),
+                start_to_close_timeout=timedelta(seconds=SAVE_TIMEOUT_SECONDS),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=1), maximum_attempts=3),
+            )
+        except (ActivityError, ApplicationError):
+            workflow.logger.warning("run %s: its failure could not be saved", self._machine.state.run_id)
+
+    async def _drive(self, start: dict[str, Any]) -> dict[str, Any]:
         messages = [Message.from_dict(m) for m in start["messages"]]
         config = RunConfig.from_dict(start["config"]) if start.get("config") else RunConfig()
         self._principal = start["principal"]
         self._heartbeat = timedelta(seconds=start.get("heartbeat_seconds") or DEFAULT_HEARTBEAT_SECONDS)
         self._machine = Run.new(workflow.info().workflow_id, messages, self._catalog, config)
-        prompt = "\n".join(m.content or "" for m in messages if m.role == "user")
-        self._emit(RUN_STARTED, principal=self._principal["id"], prompt=prompt)
+        if stored := start.get("stored"):  # the client recorded the run and its start: go on from there
+            self._saved_events, self._saved_messages, self._created = stored["events"], stored["messages"], True
+        else:
+            prompt = "\n".join(m.content or "" for m in messages if m.role == "user")
+            self._emit(RUN_STARTED, principal=self._principal["id"], prompt=prompt)
         command = self._send(Begin(self._now()))
         while True:
             match command:
@@ -270,6 +344,7 @@ class RunWorkflow:
                     command = await self._reconcile(command)
                 case Finish():
                     await workflow.wait_condition(workflow.all_handlers_finished)
+                    self._announce_cut_off()
                     self._emit(RUN_FINISHED, status=command.status.value, output=command.output, reason=command.reason)
                     await self._save()
                     return self._summary()
@@ -335,7 +410,7 @@ class RunWorkflow:
         request = self._save_request(intents)
         await workflow.execute_activity(
             SAVE,
-            request,
+            fitting(request, "the run's save"),
             start_to_close_timeout=timedelta(seconds=SAVE_TIMEOUT_SECONDS),
             retry_policy=SAVE_RETRY,
         )
@@ -354,16 +429,20 @@ class RunWorkflow:
             timeout = min(timeout, max(1.0, command.deadline_at - self._now()))
         self._emit(STEP_STARTED)
         self._announced = set()
+        self._step_start = len(self._machine.state.messages)
         save = self._save_request()
         answer = await workflow.execute_activity(
             CALL_MODEL,
-            {
-                "save": save,
-                "step": command.step,
-                "principal": self._principal,
-                "deadline_at": command.deadline_at,
-                "counts_tokens": budget.counts_tokens,
-            },
+            fitting(
+                {
+                    "save": save,
+                    "step": command.step,
+                    "principal": self._principal,
+                    "deadline_at": command.deadline_at,
+                    "counts_tokens": budget.counts_tokens,
+                },
+                "the run's save before the model request",
+            ),
             result_type=dict,
             start_to_close_timeout=timedelta(seconds=timeout),
             heartbeat_timeout=self._heartbeat,  # a dead worker's request is retried elsewhere within seconds
@@ -447,6 +526,29 @@ class RunWorkflow:
                     result=content,
                     arguments=p.arguments,
                 )
+
+    def _announce_cut_off(self) -> None:
+        """A refusal event for each call of the last step that the run's end left unannounced (a budget cut it
+        off, a loop was detected): the call has its refusal in the transcript; as the local driver at the end."""
+        assert self._machine is not None
+        messages = self._machine.state.messages
+        if self._step_start >= len(messages) or messages[self._step_start].role != "assistant":
+            return
+        replies = {m.tool_call_id: m.content or "" for m in messages[self._step_start + 1 :]}
+        for call in messages[self._step_start].tool_calls:
+            content = replies.get(call.id)
+            if call.id in self._announced or not content:
+                continue
+            self._announced.add(call.id)
+            arguments = _json_object(call.arguments)
+            self._emit(
+                CALL_REJECTED,
+                id=call.id,
+                tool=call.name,
+                outcome=outcome_code(content),
+                result=content,
+                arguments=arguments,
+            )
 
     def _done(self, call: PendingCall, content: str, kind: str) -> str:
         self._emit(

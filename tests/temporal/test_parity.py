@@ -1,0 +1,61 @@
+"""The workflow records the events the local driver records, for the same model replies and budget."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from shop_tools import TOOLS
+from temporalio.client import Client
+
+from tether import Agent
+from tether.core.budget import Budget, RunConfig
+from tether.models.openai_chat import OpenAIChatModel
+from tether.store import SQLiteStore
+from tether.temporal.client import start_run
+from tether.temporal.devserver import DevServer
+from tether.temporal.worker import make_worker
+from tether.testing import FakeServer
+from tether.testing.fake_server import text, tool_calls
+
+PRICES = tool_calls([("c1", "price", '{"item": "tea"}'), ("c2", "price", '{"item": "coffee"}')])
+
+
+def recorded(store: SQLiteStore, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(e.kind, e.data) for e in store.events(run_id)]
+
+
+@pytest.mark.parametrize(
+    ("budget", "script"),
+    [
+        (Budget(max_steps=1), [PRICES]),  # the step's calls are cut off: max_steps reached
+        (Budget(max_tool_calls=1), [PRICES]),  # two calls would exceed the tool call budget
+        (Budget(max_steps=2), [tool_calls([("c1", "price", '{"item": "tea"}')]), PRICES, text("never")]),
+    ],
+    ids=["max_steps", "max_tool_calls", "second_step"],
+)
+async def test_calls_cut_off_by_the_budget_are_recorded_as_the_local_driver_records_them(
+    temporal_server: DevServer, tmp_path: Path, budget: Budget, script: list[Any]
+) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    run_id = uuid.uuid4().hex  # workflow ids are unique on the session's server
+    client = await Client.connect(temporal_server.address)
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    async with FakeServer(script=list(script)) as local_server:
+        model = OpenAIChatModel("fake", base_url=local_server.base_url, api_key="k")
+        async with Agent(model, TOOLS, budget=budget, store=store) as agent:
+            local = await agent.driver("Prices?", run_id=f"local-{run_id}")
+    async with FakeServer(script=list(script)) as server:
+        model = OpenAIChatModel("fake", base_url=server.base_url, api_key="k")
+        async with make_worker(client, queue, model, TOOLS, store=store):
+            handle = await start_run(client, "Prices?", task_queue=queue, run_id=run_id, config=RunConfig(budget))
+            result = await handle.result()
+        await model.aclose()
+    assert result["status"] == local.status.value != "completed"
+    events = recorded(store, run_id)
+    assert "call_rejected" in [kind for kind, _ in events]
+    assert events == recorded(store, f"local-{run_id}")
+    assert store.verify(run_id) == []
+    store.close()
