@@ -627,9 +627,11 @@ class SQLiteStore:
         *,
         statuses: Collection[str] | None = None,
         oldest_update_first: bool = False,
+        unleased: bool = False,
     ) -> list[RunSummary]:
         """Runs, newest first (or the least recently updated first); only a principal's, or only
-        those in ``statuses``, when given."""
+        those in ``statuses``, when given; with ``unleased`` only those whose lease is released or
+        expired by this store's clock (a run another driver may take)."""
         query = (
             "SELECT id, status, json_extract(principal, '$.id'), created_at, updated_at, meta, conversation_id, turn"
             " FROM runs"
@@ -642,6 +644,9 @@ class SQLiteStore:
         if statuses is not None:
             where.append(f"status IN ({', '.join('?' * len(statuses))})")
             params += tuple(statuses)
+        if unleased:
+            where.append("(lease_owner IS NULL OR lease_until <= ?)")
+            params += (self.clock(),)
         if where:
             query += " WHERE " + " AND ".join(where)
         query += " ORDER BY " + ("updated_at ASC" if oldest_update_first else "created_at DESC") + " LIMIT ?"
