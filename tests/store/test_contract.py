@@ -424,6 +424,16 @@ def test_list_runs_by_principal_and_status_newest_first(backend: Backend) -> Non
     assert (summary.principal, summary.status, summary.created_at) == ("bob", "ready", 1002.0)
 
 
+async def test_events_after_a_seq_are_the_later_ones_only(backend: Backend) -> None:
+    """What a client following a run driven by another process polls for."""
+    store = backend.open()
+    run_id = await completed_run(store)
+    every = store.events(run_id)
+    assert [e.seq for e in every] == list(range(1, len(every) + 1))
+    assert store.events(run_id, after=3) == every[3:]
+    assert store.events(run_id, after=len(every)) == []
+
+
 # ---------------------------------------------------------------- the CLI selects the store
 
 

@@ -534,10 +534,12 @@ class PostgresStore:
             rows = db.execute(query.encode(), (*params, limit)).fetchall()
         return [summary(r) for r in rows]
 
-    def events(self, run_id: str) -> list[StoredEvent]:
+    def events(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
+        """The run's audit events in order; only those numbered above ``after``, when given."""
         with self._transaction() as db:
             rows = db.execute(
-                "SELECT seq, at, kind, step, data FROM events WHERE run_id = %s ORDER BY seq", (run_id,)
+                "SELECT seq, at, kind, step, data FROM events WHERE run_id = %s AND seq > %s ORDER BY seq",
+                (run_id, after),
             ).fetchall()
         return [
             StoredEvent(seq, at, kind, step, decode(data, run_id, f"event {seq}")) for seq, at, kind, step, data in rows

@@ -653,11 +653,13 @@ class SQLiteStore:
         rows = self._db.execute(query, (*params, limit)).fetchall()
         return [summary(r) for r in rows]
 
-    def events(self, run_id: str) -> list[StoredEvent]:
+    def events(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
+        """The run's audit events in order; only those numbered above ``after``, when given."""
         return [
             StoredEvent(seq, at, kind, step, decode(data, run_id, f"event {seq}"))
             for seq, at, kind, step, data in self._db.execute(
-                "SELECT seq, at, kind, step, data FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+                "SELECT seq, at, kind, step, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq",
+                (run_id, after),
             )
         ]
 
