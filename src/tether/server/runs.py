@@ -297,9 +297,16 @@ class RunService:
             live.end()
 
     async def aclose(self) -> None:
-        """Cancel the runs in progress (each records ``cancelled``), wait for them, close the model client."""
+        """Cancel the runs in progress (each records ``cancelled``), wait for them, close the model client.
+
+        Runs still waiting for a slot stay ``ready``, their leases released: the next process takes them at once.
+        """
         if self.keeper is not None:
             self.keeper.cancel()
+        for live in self.live.values():
+            if not live.driving:  # cancelled below before it can have a slot: no await in between
+                with contextlib.suppress(StoreError):
+                    self.store.release(live.run_id)
         tasks = [live.task for live in self.live.values() if live.task is not None]
         for task in tasks:
             task.cancel()
