@@ -266,6 +266,8 @@ class RunService:
                 self.take_over()
             except StoreError as exc:
                 log.warning("cannot renew or take over runs now: %s", exc)
+            except Exception:  # never the end of the keeping: the next round tries again
+                log.exception("renewing leases or taking over runs failed")
 
     def _agent_or_503(self, principal: Principal) -> Agent:
         try:
