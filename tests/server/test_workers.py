@@ -102,9 +102,10 @@ def service(tickets: Path, db: str, model: FakeServer, *args: str) -> Iterator[t
 class Model:
     """Per prompt: open a ticket titled after it, then answer; ``hang`` holds the second request of some prompts."""
 
-    def __init__(self, hang: str | None = None) -> None:
+    def __init__(self, hang: str | None = None, hang_seconds: float = 60) -> None:
         self.asked: Counter[tuple[str, int]] = Counter()  # (prompt, step) -> requests
-        self.hang = hang  # prompts starting with this wait a minute for their first answer after the ticket
+        self.hang = hang  # prompts starting with this wait for their first answer after the ticket
+        self.hang_seconds = hang_seconds
 
     def __call__(self, request: dict[str, Any]) -> ReplySpec:
         prompt = next(str(m["content"]) for m in request["messages"] if m["role"] == "user")
@@ -114,7 +115,7 @@ class Model:
             arguments = json.dumps({"title": f"ticket for {prompt}", "body": "opened by a test run"})
             return tool_calls([(f"call-{prompt}", "create_ticket", arguments)])
         if self.hang is not None and prompt.startswith(self.hang) and self.asked[prompt, 2] == 1:
-            return text("too late", latency=60)  # until its process is killed
+            return text(f"answered {prompt}", latency=self.hang_seconds)  # if its process lives that long
         return text(f"answered {prompt}")
 
 
@@ -253,6 +254,40 @@ async def read_stream(session: aiohttp.ClientSession, url: str, auth: dict[str, 
                 payload = json.loads(line[6:])
                 events.append((payload["kind"], payload["seq"]))
     return events
+
+
+async def test_runs_of_a_killed_worker_are_finished_by_the_other(tickets_path: Path, db_url: str) -> None:
+    """``--workers 2``: SIGKILL the worker whose lease holds the most runs; the rest are left alone."""
+    import psycopg
+
+    model = Model(hang="run", hang_seconds=6)
+    prompts = [f"run {i}" for i in range(8)]
+    with FakeServer(model) as fake, service(tickets_path, db_url, fake, "--workers", "2") as (_, base):
+        async with aiohttp.ClientSession() as session:
+            auth = await sign_in(session, base, "alice")
+            ids = await asyncio.gather(*(submit(session, base, auth, p) for p in prompts))
+            deadline = time.monotonic() + 30
+            while not all(model.asked[p, 2] for p in prompts):  # every ticket opened, every run waiting
+                assert time.monotonic() < deadline, model.asked
+                await asyncio.sleep(0.05)
+            with psycopg.connect(db_url) as db:
+                owners = dict(db.execute("SELECT id, lease_owner FROM runs").fetchall())
+            pids = Counter(int(owner.split(":")[1]) for owner in owners.values())
+            victim = pids.most_common(1)[0][0]
+            os.kill(victim, signal.SIGKILL)
+            views = await wait_all(session, base, dict.fromkeys(ids, auth))
+    killed = {run_id for run_id, owner in owners.items() if int(owner.split(":")[1]) == victim}
+    assert killed
+    for run_id, prompt in zip(ids, prompts, strict=True):
+        assert (views[run_id]["status"], views[run_id]["output"]) == ("completed", f"answered {prompt}")
+        kinds, ledger, problems = audit(db_url, run_id)
+        resumed = 1 if run_id in killed else 0
+        assert (kinds["run_started"], kinds["run_resumed"], kinds["call_executed"]) == (1, resumed, 1), kinds
+        assert [(e.tool, e.outcome is not None) for e in ledger] == [("create_ticket", True)]
+        assert problems == []
+        assert (model.asked[prompt, 1], model.asked[prompt, 2]) == (1, 1 + resumed)
+    titles = tickets_titled(tickets_path)
+    assert all(titles[f"ticket for {p}"] == 1 for p in prompts), titles
 
 
 def test_several_workers_on_a_sqlite_file_are_refused_with_the_fix(tmp_path: Path, tickets_path: Path) -> None:
