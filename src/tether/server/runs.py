@@ -185,7 +185,7 @@ class RunService:
         agent = self._agent_or_503(principal_for(user))
         live.driver = agent.driver(prompt, run_id=live.run_id, on_event=live.on_event)
         try:
-            self.store.checkpoint(live.driver.state)  # durable before the 202: a restart drives it
+            self.store.checkpoint(live.driver.state, durable=True)  # on disk before the 202: a restart drives it
         except StoreError as exc:
             log.error("cannot record a new run: %s", exc)
             raise Problem(503, "the service cannot record runs now; the error is logged") from None

@@ -309,14 +309,15 @@ class PostgresStore:
         intents: Sequence[PendingCall] = (),
         cleared: Sequence[str] = (),
         release: bool = False,
+        durable: bool = False,
     ) -> None:
         """Save the state with its audit events and ledger writes, in one transaction (``SQLiteStore.checkpoint``).
 
-        A checkpoint with ``intents`` returns only once the server has made it durable.
+        A checkpoint with ``intents``, or ``durable``, returns only once the server has made it durable.
         """
         now = self.clock()
         run_id = state.run_id
-        with self._transaction(durable=bool(intents) and self.durable_intents) as db:
+        with self._transaction(durable=durable or (bool(intents) and self.durable_intents)) as db:
             if run_id in self._new:
                 row = first_row(state, self._new[run_id], now, self._turns.get(run_id))
                 db.execute(

@@ -428,6 +428,7 @@ class SQLiteStore:
         intents: Sequence[PendingCall] = (),
         cleared: Sequence[str] = (),
         release: bool = False,
+        durable: bool = False,
     ) -> None:
         """Save the state with its audit events and ledger writes, in one transaction.
 
@@ -437,13 +438,14 @@ class SQLiteStore:
         calls about to run: that transaction is fsynced (``synchronous=FULL``)
         before this returns. ``outcomes`` are executed calls' results;
         ``cleared`` are call ids found never to have run. ``release`` lets go
-        of the lease in the same transaction. Raises ``LeaseHeld`` if another
+        of the lease in the same transaction. ``durable`` fsyncs whatever the
+        checkpoint holds (a service answering 202 for a new run). Raises ``LeaseHeld`` if another
         owner took the run, ``TamperedRun`` if its row was changed outside
         tether since the last checkpoint.
         """
         now = self.clock()
         run_id = state.run_id
-        with self._transaction(durable=bool(intents) and self.durable_intents) as db:
+        with self._transaction(durable=durable or (bool(intents) and self.durable_intents)) as db:
             if run_id in self._new:
                 self._insert_run(db, state, now)
             head = db.execute(
