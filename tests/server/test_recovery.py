@@ -186,3 +186,30 @@ async def test_a_stop_hands_the_runs_waiting_for_a_slot_on_at_once(tmp_path: Pat
                     assert time.monotonic() < deadline, view
                     await asyncio.sleep(0.2)
     assert view["output"] == "answered: second question"
+
+
+async def test_the_service_takes_over_only_its_own_runs(tmp_path: Path) -> None:
+    """A store shared with `tether run` (TETHER_DB): a CLI run cut off is left to the CLI, never driven with
+    the service's tools and model."""
+    from tether.core.budget import RunConfig
+    from tether.core.machine import RunState
+    from tether.core.messages import Message
+    from tether.models.scripted import ScriptedModel, reply_text
+    from tether.server.runs import RunService, open_run_store
+    from tether.server.settings import Settings
+    from tether.tools import Principal
+
+    settings = Settings(run_db=tmp_path / "shared.db", model_factory=lambda: ScriptedModel([reply_text("ok")]))
+    store = open_run_store(settings)
+    for run_id, surface in (("from-the-cli", "cli"), ("from-the-service", "server")):
+        state = RunState(run_id, RunConfig(), [Message("user", "hello")])
+        store.create_run(state, Principal("u1"), {"surface": surface})
+        store.checkpoint(state, [("run_started", {})], release=True)  # cut off: in flight, no lease
+    service = RunService(settings, store, [])
+    try:
+        assert service.take_over() == ["from-the-service"]
+        assert service.take_over() == []  # the CLI's run is not looked at again
+    finally:
+        await service.aclose()
+    assert store.load("from-the-cli").state.status.value == "ready"
+    store.close()

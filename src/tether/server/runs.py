@@ -68,6 +68,7 @@ KEEPALIVE_SECONDS = 15.0
 ENDS_STREAM = frozenset({RUN_FINISHED, RUN_PAUSED})
 TAKEOVER_SCAN_LIMIT = 1_000  # runs taken over at most per scan; the next scan takes more
 INTERRUPTED = frozenset({Status.READY.value, Status.AWAITING_MODEL.value, Status.AWAITING_TOOLS.value})
+SURFACE = "server"  # in each run's setup: the runs this service started, the only ones it takes over
 POLL_SECONDS = 0.25  # how often a client following a run driven elsewhere looks for its new events
 
 log = logging.getLogger("tether.server")
@@ -154,7 +155,7 @@ class RunService:
             settings.max_concurrent_runs, settings.max_runs_per_user, settings.max_queued_runs_per_user
         )
         self.live: dict[str, LiveRun] = {}
-        self.refused: set[str] = set()  # runs that cannot be resumed (tampered with): not tried again
+        self.refused: set[str] = set()  # runs not to resume (another surface's, tampered with): not tried again
         self.keeper: asyncio.Task[None] | None = None
 
     def _agent(self, principal: Principal) -> Agent:
@@ -167,7 +168,7 @@ class RunService:
             store=self.store,
             system=self.settings.system,
             budget=self.settings.budget,
-            setup={"surface": "server"},
+            setup={"surface": SURFACE},
             resolve_principal=self.resolve_principal,
         )
 
@@ -233,6 +234,10 @@ class RunService:
                 continue
             try:
                 stored = self.store.load(run_id)
+                if stored.setup.get("surface") != SURFACE:
+                    self.refused.add(run_id)  # a run of `tether run` on a shared store: not ours to drive
+                    self.store.release(run_id)
+                    continue
                 if stored.state.status.value not in INTERRUPTED:
                     self.store.release(run_id)  # finished or paused since the scan
                     continue
