@@ -315,6 +315,29 @@ def test_a_lease_expires_unless_renewed(backend: Backend) -> None:
         holder.renew("remote")
 
 
+def test_runs_free_to_take_are_those_whose_lease_is_released_or_expired(backend: Backend) -> None:
+    """What a service's takeover scan asks for: runs in flight that no live lease holds."""
+    now = [1_000_000.0]
+    holder = backend.open(clock=lambda: now[0], lease_seconds=30)
+    scanner = backend.open(clock=lambda: now[0], lease_seconds=30)
+    for run_id in ("held", "released", "lapsed"):
+        start_run(holder, new_state(run_id))
+    holder.release("released")
+    now[0] += 20
+    holder.renew("held")  # good until 50 s from the start; "lapsed" ends at 30 s
+    now[0] += 15
+
+    def free() -> list[str]:
+        return sorted(s.run_id for s in scanner.list_runs(statuses=["ready"], unleased=True))
+
+    assert free() == ["lapsed", "released"]
+    assert sorted(s.run_id for s in scanner.list_runs(statuses=["ready"])) == ["held", "lapsed", "released"]
+    scanner.acquire("lapsed")
+    assert free() == ["released"]
+    now[0] += 16
+    assert free() == ["held", "released"]  # held by no one who renews
+
+
 def test_a_checkpoint_after_losing_the_lease_writes_nothing(backend: Backend) -> None:
     first, second = backend.open(), backend.open()
     state = new_state("stolen")
@@ -399,6 +422,16 @@ def test_list_runs_by_principal_and_status_newest_first(backend: Backend) -> Non
     assert [s.run_id for s in store.list_runs(statuses=[])] == []
     summary = store.list_runs("bob")[0]
     assert (summary.principal, summary.status, summary.created_at) == ("bob", "ready", 1002.0)
+
+
+async def test_events_after_a_seq_are_the_later_ones_only(backend: Backend) -> None:
+    """What a client following a run driven by another process polls for."""
+    store = backend.open()
+    run_id = await completed_run(store)
+    every = store.events(run_id)
+    assert [e.seq for e in every] == list(range(1, len(every) + 1))
+    assert store.events(run_id, after=3) == every[3:]
+    assert store.events(run_id, after=len(every)) == []
 
 
 # ---------------------------------------------------------------- the CLI selects the store

@@ -62,6 +62,13 @@ def test_the_intent_is_on_disk_before_the_side_effect_starts(tmp_path: Path) -> 
         pytest.skip(f"strace cannot trace here: {done.stderr.strip()}")
     assert done.returncode == 0 and done.stdout.strip() == "completed", done
 
+    wal_writes, unsynced = wal_before(trace, db, marker)
+    assert wal_writes > 0, "no write to the WAL was seen"
+    assert not unsynced, "the WAL held writes not yet synced when the side effect started"
+
+
+def wal_before(trace: Path, db: Path, marker: Path) -> tuple[int, bool]:
+    """How many writes the WAL of ``db`` had before ``marker`` was opened, and whether some were not yet synced."""
     wal = re.escape(f"{db}-wal>")
     unsynced = False
     wal_writes = 0
@@ -71,8 +78,49 @@ def test_the_intent_is_on_disk_before_the_side_effect_starts(tmp_path: Path) -> 
         elif re.search(rf"\bf(data)?sync\(\d+<{wal}", line) and "= 0" in line:
             unsynced = False
         elif "openat(" in line and str(marker) in line:
-            break
-    else:
-        raise AssertionError("the tool never ran")
+            return wal_writes, unsynced
+    raise AssertionError(f"{marker} was never opened")
+
+
+ACCEPT = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    from tether.models.scripted import ScriptedModel, reply_text
+    from tether.server.runs import RunService, open_run_store
+    from tether.server.settings import Settings
+    from tether.tickets.db import User
+
+    db, marker = sys.argv[1], sys.argv[2]
+    settings = Settings(run_db=Path(db), model_factory=lambda: ScriptedModel([reply_text("ok")]))
+
+    async def main():
+        store = open_run_store(settings)
+        service = RunService(settings, store, [])
+        service.start(User("u1", "alice", "customer"), "hello")
+        open(marker, "w").close()  # where POST /api/runs answers 202
+        await service.aclose()
+        store.close()
+
+    asyncio.run(main())
+    print("accepted")
+    """
+)
+
+
+def test_a_run_the_service_accepts_is_on_disk_before_the_202(tmp_path: Path) -> None:
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is missing (apt-get install strace): cannot watch the fsyncs")
+    db, marker, trace = tmp_path / "runs.db", tmp_path / "answered", tmp_path / "trace.txt"
+    done = subprocess.run(
+        [strace, "-f", "-y", "-qq", "-o", str(trace), "-e", "trace=openat,pwrite64,write,fsync,fdatasync",
+         sys.executable, "-c", ACCEPT, str(db), str(marker)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    if done.returncode != 0 and "ptrace" in done.stderr:
+        pytest.skip(f"strace cannot trace here: {done.stderr.strip()}")
+    assert done.returncode == 0 and done.stdout.strip() == "accepted", done
+    wal_writes, unsynced = wal_before(trace, db, marker)
     assert wal_writes > 0, "no write to the WAL was seen"
-    assert not unsynced, "the WAL held writes not yet synced when the side effect started"
+    assert not unsynced, "the WAL held the new run unsynced when the service answered 202"

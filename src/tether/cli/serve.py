@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from tether.cli.common import fail
 from tether.core.errors import TetherError
+
+if TYPE_CHECKING:
+    from tether.server.settings import Settings
 
 
 @click.command()
@@ -18,53 +23,109 @@ from tether.core.errors import TetherError
 @click.option("--base-url", help="The model's OpenAI-compatible endpoint [env: OPENAI_BASE_URL].")
 @click.option("--model", help="The model's name [env: OPENAI_MODEL].")
 @click.option("--tickets-db", type=click.Path(dir_okay=False, path_type=Path), help="[env: TETHER_TICKETS_DB]")
-@click.option("--run-db", type=click.Path(dir_okay=False, path_type=Path), help="[env: TETHER_RUN_DB]")
+@click.option(
+    "--db",
+    "--run-db",
+    "run_db",
+    metavar="FILE|URL",
+    help="The run store: a SQLite file (one process) or a postgresql:// url (any number of processes) "
+    "[env: TETHER_RUN_DB, else TETHER_DB; default tether-runs.db].",
+)
 @click.option("--kb-index", type=click.Path(dir_okay=False, path_type=Path), help="[env: TETHER_KB_INDEX]")
 @click.option("--seed", is_flag=True, help="Write the demo users and tickets first.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Processes serving the port; more than one needs a postgresql:// run store.",
+)
 def serve(
     host: str,
     port: int,
     base_url: str | None,
     model: str | None,
     tickets_db: Path | None,
-    run_db: Path | None,
+    run_db: str | None,
     kb_index: Path | None,
     seed: bool,
+    workers: int,
 ) -> None:
     """Serve the ticket-support API and web page (FastAPI + uvicorn).
 
     Runs start with the embedded SQLite run store and no other service. Set
-    TETHER_JWT_SECRET (32+ characters) so sign-ins survive a restart.
+    TETHER_JWT_SECRET (32+ characters) so sign-ins survive a restart and
+    work on every process. With a postgresql:// run store any number of
+    processes (--workers N, or several hosts) share the runs: each run is
+    driven by one of them, and the runs of a process that dies are taken
+    over by another once their lease (TETHER_LEASE_SECONDS, default 30)
+    expires.
 
     \b
     Example:
       tether tickets seed --db tickets.db && tether kb index examples/kb --index kb.npz
       tether serve --tickets-db tickets.db --kb-index kb.npz --base-url http://127.0.0.1:8080/v1 --model m
+      tether serve --db postgresql://tether@db/tether --workers 4 --tickets-db tickets.db ...
     """
     try:
         import uvicorn
 
         from tether.server.app import create_app
-        from tether.server.settings import Settings
+        from tether.server.runs import open_run_store
+        from tether.server.settings import Settings, run_store
         from tether.tickets.db import TicketsDB
         from tether.tickets.db import seed as seed_tickets
     except ImportError as exc:
         fail(f"the service needs the server extra: pip install 'tether[server]' ({exc.name} is missing)")
+    log_level = os.environ.get("TETHER_LOG_LEVEL", "info")
     try:
         settings = Settings.from_env(base_url=base_url, model=model)
         settings = replace(
             settings,
             tickets_db=tickets_db or settings.tickets_db,
-            run_db=run_db or settings.run_db,
+            run_db=run_store(run_db) if run_db else settings.run_db,
             kb_index=kb_index or settings.kb_index,
         )
+        if workers > 1 and not settings.shared_store:
+            fail(
+                f"--workers {workers} needs a run store several processes can share: "
+                f"--db postgresql://... (or TETHER_RUN_DB); the SQLite file {settings.run_db} serves one process"
+            )
         if seed:
             with TicketsDB(settings.tickets_db) as db:
                 seed_tickets(db)
-        app = create_app(settings)
+        if workers == 1:
+            app = create_app(settings)
+        else:
+            open_run_store(settings).close()  # migrated once, and a wrong url said here rather than N times
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
-    uvicorn.run(app, host=host, port=port, log_level=os.environ.get("TETHER_LOG_LEVEL", "info"))
+    if workers == 1:
+        uvicorn.run(app, host=host, port=port, log_level=log_level)
+        return
+    # Each worker process builds the app from the environment (main_app): hand it what the options say.
+    _export(settings, base_url, model)
+    uvicorn.run("tether.server.app:main_app", factory=True, workers=workers, host=host, port=port, log_level=log_level)
+
+
+def _export(settings: Settings, base_url: str | None, model: str | None) -> None:
+    """Put the settings the options gave into the environment the worker processes inherit."""
+    env = os.environ
+    env["TETHER_TICKETS_DB"] = str(settings.tickets_db)
+    env["TETHER_RUN_DB"] = str(settings.run_db)
+    if settings.kb_index is not None:
+        env["TETHER_KB_INDEX"] = str(settings.kb_index)
+    if base_url:
+        env["OPENAI_BASE_URL"] = base_url
+    if model:
+        env["OPENAI_MODEL"] = model
+    if not settings.jwt_secret:
+        click.echo(
+            "warning: TETHER_JWT_SECRET is not set: the workers share a random secret made now; "
+            "tokens stop working when the service restarts",
+            err=True,
+        )
+        env["TETHER_JWT_SECRET"] = secrets.token_urlsafe(48)
 
 
 @click.group()

@@ -34,10 +34,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tether import tracing
 from tether.server.auth import Approver, Authority, CurrentUser
 from tether.server.problems import Problem, install
-from tether.server.runs import RunService, principal_for
+from tether.server.runs import RunService, open_run_store, principal_for
 from tether.server.settings import DEFAULT_APPROVALS_PAGE, Settings
 from tether.server.throttle import SignInThrottle, Throttled, hashing_executor
-from tether.store.sqlite import SQLiteStore
 from tether.tickets.db import TicketsDB, TicketsDBError, User, verify_password
 from tether.tickets.tools import KnowledgeSource, ticket_tools
 from tether.tools.context import Principal
@@ -129,18 +128,18 @@ def _resolver(tickets: TicketsDB) -> Callable[[Principal], Awaitable[Principal |
 
 
 def create_app(settings: Settings) -> FastAPI:
-    """The service, wired to its two SQLite files; nothing else needs to run."""
+    """The service, wired to its tickets file and its run store (a SQLite file, or PostgreSQL to share)."""
     authority = Authority.from_secret(settings.jwt_secret, settings.token_ttl)
     tickets = TicketsDB(settings.tickets_db)
     kb = _open_kb(settings)
-    store = SQLiteStore(settings.run_db, log_content=settings.log_content)
+    store = open_run_store(settings)
     hashing = hashing_executor(settings.sign_in.workers)
 
     runs = RunService(settings, store, ticket_tools(tickets, kb), resolve_principal=_resolver(tickets))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runs.recover()  # runs a crash or a hard stop cut off carry on from their last checkpoint
+        runs.start_keeping()  # runs a crash or a hard stop cut off carry on from their last checkpoint
         try:
             yield
         finally:

@@ -17,19 +17,30 @@ All runs in this process share one store, and so one lease owner: the
 store's lease cannot keep two of our own drivers apart. The live registry
 does: a run that is live is never resumed or decided on.
 
-A run is written to the store (status ``ready``) before ``POST /api/runs``
-answers 202, also when it must wait for a slot (``FairSlots``): a run
-accepted is a run recorded, and a restart drives it like any other run a
-stop cut off. Listing approvals reads a second connection to the store on
-a thread of its own, so that no number of paused runs holds up the loop.
+A run is written to the store (status ``ready``, with this process's lease)
+before ``POST /api/runs`` answers 202, also when it must wait for a slot
+(``FairSlots``): a run accepted is a run recorded. Leases decide who drives,
+never pids: a driver renews its run's lease, and ``keep`` renews those of
+runs waiting here for a slot. Several processes (``tether serve --workers
+N``, or hosts) may share one PostgreSQL store: every third of a lease term
+each of them takes the runs in flight that no live lease holds (their
+process died, or a stop cut them off) and drives them on from their last
+checkpoint, so a run is driven by one process at a time and none is lost.
+Slots and their limits are per process.
+
+A client may follow a run from any process: from the one driving it, its
+events come as the driver stores them (with the streamed text); from
+another, by polling the store for events after the last one sent.
+Listing approvals reads a second connection to the store on a thread of
+its own, so that no number of paused runs holds up the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +57,7 @@ from tether.runner import RUN_FINISHED, RUN_PAUSED, TEXT, Agent, Driver, RunEven
 from tether.server.problems import Problem
 from tether.server.schedule import FairSlots
 from tether.server.settings import DEFAULT_RUNS_RETRY_AFTER, Settings
+from tether.store import open_store
 from tether.store.redact import redact
 from tether.store.sqlite import LeaseHeld, RunNotFound, SQLiteStore, StoreError, TamperedRun
 from tether.tickets.db import User
@@ -54,9 +66,10 @@ from tether.tools.tool import Tool
 
 KEEPALIVE_SECONDS = 15.0
 ENDS_STREAM = frozenset({RUN_FINISHED, RUN_PAUSED})
-RECOVERY_SCAN_LIMIT = 10_000  # runs looked at on start-up for ones a crash cut off
+TAKEOVER_SCAN_LIMIT = 1_000  # runs taken over at most per scan; the next scan takes more
 INTERRUPTED = frozenset({Status.READY.value, Status.AWAITING_MODEL.value, Status.AWAITING_TOOLS.value})
-LEASE_MARGIN_SECONDS = 0.5  # after a lease's end, before taking the run
+SURFACE = "server"  # in each run's setup: the runs this service started, the only ones it takes over
+POLL_SECONDS = 0.25  # how often a client following a run driven elsewhere looks for its new events
 
 log = logging.getLogger("tether.server")
 
@@ -83,6 +96,7 @@ class LiveRun:
     owner: str
     next_seq: int = 0  # the store's seq of the last event this run has
     driver: Driver | None = None  # once the run has a slot
+    driving: bool = False  # has its slot: the driver renews the lease; before that ``keep`` does
     task: asyncio.Task[None] | None = None
     followers: set[asyncio.Queue[StreamEvent | None]] = field(default_factory=set)
 
@@ -100,6 +114,16 @@ class LiveRun:
     def end(self) -> None:
         for queue in self.followers:
             queue.put_nowait(None)
+
+
+def open_run_store(settings: Settings, *, reader: bool = False) -> SQLiteStore:
+    """The run store ``settings.run_db`` names: a SQLite file, or PostgreSQL (typed as the SQLite store, whose
+    contract both keep); ``reader``: a second one, for the listings read on a thread of their own."""
+    options: dict[str, Any] = {"log_content": settings.log_content, "lease_seconds": settings.lease_seconds}
+    if reader and settings.shared_store:
+        options["pool_size"] = 1
+    store: SQLiteStore = open_store(settings.run_db, **options)
+    return store
 
 
 def principal_for(user: User) -> Principal:
@@ -121,7 +145,7 @@ class RunService:
         self.store = store
         self.resolve_principal = resolve_principal
         # Read-only, on one thread of its own: listings that may be long never run on the loop.
-        self.reader = SQLiteStore(settings.run_db)
+        self.reader = open_run_store(settings, reader=True)
         self.reads = ThreadPoolExecutor(1, thread_name_prefix="tether-run-reads")
         # Built once: a tool's schema and validator cost milliseconds, and tools hold no per-user state
         # (who is asking comes from the run's principal, in each call's context).
@@ -131,6 +155,8 @@ class RunService:
             settings.max_concurrent_runs, settings.max_runs_per_user, settings.max_queued_runs_per_user
         )
         self.live: dict[str, LiveRun] = {}
+        self.refused: set[str] = set()  # runs not to resume (another surface's, tampered with): not tried again
+        self.keeper: asyncio.Task[None] | None = None
 
     def _agent(self, principal: Principal) -> Agent:
         if self.model is None:
@@ -142,7 +168,7 @@ class RunService:
             store=self.store,
             system=self.settings.system,
             budget=self.settings.budget,
-            setup={"surface": "server"},
+            setup={"surface": SURFACE},
             resolve_principal=self.resolve_principal,
         )
 
@@ -160,7 +186,7 @@ class RunService:
         agent = self._agent_or_503(principal_for(user))
         live.driver = agent.driver(prompt, run_id=live.run_id, on_event=live.on_event)
         try:
-            self.store.checkpoint(live.driver.state)  # durable before the 202: a restart drives it
+            self.store.checkpoint(live.driver.state, durable=True)  # on disk before the 202: a restart drives it
         except StoreError as exc:
             log.error("cannot record a new run: %s", exc)
             raise Problem(503, "the service cannot record runs now; the error is logged") from None
@@ -168,40 +194,85 @@ class RunService:
         self._launch(live, agent, lambda _: driver)
         return live
 
-    def resume(self, run_id: str, principal: Principal, *, when_lease_ends: bool = False) -> LiveRun:
-        """Drive a stored run on; ``when_lease_ends``: if another owner's lease holds it, wait for that to end."""
+    def resume(self, run_id: str, principal: Principal) -> LiveRun:
+        """Drive a stored run on (``LeaseHeld`` in its task if another process drives it)."""
         live = LiveRun(run_id, principal.id)
 
         def make(agent: Agent) -> Driver:
             live.next_seq = len(self.store.events(run_id))  # the driver's events follow these
             return agent.resume(run_id, on_event=live.on_event)
 
-        self._launch(live, self._agent_or_503(principal), make, when_lease_ends=when_lease_ends)
+        self._launch(live, self._agent_or_503(principal), make)
         return live
 
-    def recover(self) -> list[str]:
-        """Resume the runs a crash cut off mid-flight; runs waiting for a person stay waiting.
+    def take_over(self) -> list[str]:
+        """Drive on the runs in flight that no live lease holds; runs waiting for a person stay waiting.
 
-        The process that was driving a run before the stop still holds its
-        lease until it expires (whatever pid this process now has); such a
-        run is resumed then, unless its driver turns out to be alive and
-        finishes it first.
+        Those are runs a stop cut off (this process's own, before a
+        restart) and runs of a process that died, once its lease has
+        expired; whichever process takes the lease first drives the run.
+        Called at start and then every third of a lease term (``keep``).
         """
-        resumed = []
-        found = self.store.list_runs(limit=RECOVERY_SCAN_LIMIT, statuses=INTERRUPTED)
-        for summary in reversed(found):  # oldest first: each user's runs keep their order in line
-            if summary.run_id in self.live:
+        try:
+            found = self.store.list_runs(
+                limit=TAKEOVER_SCAN_LIMIT, statuses=INTERRUPTED, unleased=True, oldest_update_first=True
+            )
+        except StoreError as exc:
+            log.warning("cannot look for runs to take over: %s", exc)
+            return []
+        taken = []
+        for summary in found:  # oldest first: each user's runs keep their order in line
+            run_id = summary.run_id
+            if run_id in self.live or run_id in self.refused:
                 continue
             try:
-                principal = self.store.load(summary.run_id).principal
-                self.resume(summary.run_id, principal, when_lease_ends=True)
-            except (StoreError, Problem) as exc:
-                log.warning("cannot resume run %s: %s", summary.run_id, exc)
+                self.store.acquire(run_id)  # held from now on, by the driver or by ``keep``
+            except LeaseHeld:
+                continue  # another process took it first
+            except StoreError as exc:
+                log.warning("cannot take over run %s: %s", run_id, exc)
                 continue
-            resumed.append(summary.run_id)
-        if resumed:
-            log.info("resumed %d run(s) cut off by a previous stop", len(resumed))
-        return resumed
+            try:
+                stored = self.store.load(run_id)
+                if stored.setup.get("surface") != SURFACE:
+                    self.refused.add(run_id)  # a run of `tether run` on a shared store: not ours to drive
+                    self.store.release(run_id)
+                    continue
+                if stored.state.status.value not in INTERRUPTED:
+                    self.store.release(run_id)  # finished or paused since the scan
+                    continue
+                self.resume(run_id, stored.principal)
+            except (StoreError, Problem) as exc:
+                log.warning("cannot resume run %s: %s", run_id, exc)
+                if isinstance(exc, TamperedRun):
+                    self.refused.add(run_id)  # until a person looks at it: tether runs verify
+                with contextlib.suppress(StoreError):
+                    self.store.release(run_id)
+                continue
+            taken.append(run_id)
+        if taken:
+            log.info("took over %d run(s) in flight that no process drives", len(taken))
+        return taken
+
+    def start_keeping(self) -> None:
+        """Take over the runs a stop cut off, then keep doing so (``keep``) for as long as the service runs."""
+        self.take_over()
+        self.keeper = asyncio.create_task(self.keep(), name="tether lease keeper")
+
+    async def keep(self) -> None:
+        """Every third of a lease term: renew the leases of runs waiting here for a slot, then ``take_over``."""
+        while True:
+            await asyncio.sleep(self.settings.lease_seconds / 3)
+            try:
+                for live in list(self.live.values()):
+                    if not live.driving:
+                        with contextlib.suppress(LeaseHeld):  # not ours (yet): its driver will find out
+                            self.store.renew(live.run_id)
+                self.take_over()
+            except StoreError as exc:
+                log.warning("cannot renew or take over runs now: %s", exc)
+            except Exception:  # never the end of the keeping: the next round tries again
+                log.exception("renewing leases or taking over runs failed")
 
     def _agent_or_503(self, principal: Principal) -> Agent:
         try:
@@ -210,30 +281,16 @@ class RunService:
             log.error("cannot start a run: %s", exc)
             raise Problem(503, "the service cannot reach a model now; the error is logged") from None
 
-    def _launch(
-        self, live: LiveRun, agent: Agent, make: Callable[[Agent], Driver], *, when_lease_ends: bool = False
-    ) -> None:
+    def _launch(self, live: LiveRun, agent: Agent, make: Callable[[Agent], Driver]) -> None:
         self.live[live.run_id] = live
-        drive = self._drive(live, agent, make, when_lease_ends=when_lease_ends)
-        live.task = asyncio.create_task(drive, name=f"run {live.run_id}")
+        live.task = asyncio.create_task(self._drive(live, agent, make), name=f"run {live.run_id}")
 
-    async def _drive(
-        self, live: LiveRun, agent: Agent, make: Callable[[Agent], Driver], *, when_lease_ends: bool = False
-    ) -> None:
+    async def _drive(self, live: LiveRun, agent: Agent, make: Callable[[Agent], Driver]) -> None:
         try:
-            while True:
-                try:
-                    async with self.slots.slot(live.owner):
-                        live.driver = make(agent)
-                        await live.driver.run()
-                    break
-                except LeaseHeld as exc:
-                    if not when_lease_ends or exc.until is None:
-                        raise
-                    log.info("run %s: %s; resuming it when that lease ends", live.run_id, exc)
-                    await asyncio.sleep(max(0.0, exc.until - time.time()) + LEASE_MARGIN_SECONDS)
-                    if self.store.load(live.run_id, check=False).state.status.value not in INTERRUPTED:
-                        break  # its driver was alive after all, and carried it on
+            async with self.slots.slot(live.owner):
+                live.driving = True
+                live.driver = make(agent)
+                await live.driver.run()
         except asyncio.CancelledError:
             raise
         except LeaseHeld as exc:
@@ -247,7 +304,16 @@ class RunService:
             live.end()
 
     async def aclose(self) -> None:
-        """Cancel the runs in progress (each records ``cancelled``), wait for them, close the model client."""
+        """Cancel the runs in progress (each records ``cancelled``), wait for them, close the model client.
+
+        Runs still waiting for a slot stay ``ready``, their leases released: the next process takes them at once.
+        """
+        if self.keeper is not None:
+            self.keeper.cancel()
+        for live in self.live.values():
+            if not live.driving:  # cancelled below before it can have a slot: no await in between
+                with contextlib.suppress(StoreError):
+                    self.store.release(live.run_id)
         tasks = [live.task for live in self.live.values() if live.task is not None]
         for task in tasks:
             task.cancel()
@@ -300,8 +366,11 @@ class RunService:
         ]
 
     def follow(self, run_id: str, user: User) -> AsyncIterator[str]:
-        """The run's events as SSE text: the stored ones, then live ones until it finishes or pauses."""
-        self.owned_state(run_id, user)
+        """The run's events as SSE text: the stored ones, then live ones until it finishes or pauses.
+
+        A run in flight that another process drives is followed by polling the store.
+        """
+        state, _, _ = self.owned_state(run_id, user)
         live = self.live.get(run_id)
         queue: asyncio.Queue[StreamEvent | None] | None = None
         if live is not None:
@@ -309,7 +378,33 @@ class RunService:
             live.followers.add(queue)
         # No await between subscribing and reading the store: no event can fall between the two.
         stored = [StreamEvent(e.kind, e.seq, e.step, e.data) for e in self.store.events(run_id)]
+        if live is None and state.status.value in INTERRUPTED and not any(e.kind in ENDS_STREAM for e in stored[-1:]):
+            return self._poll(run_id, stored)
         return self._stream(run_id, stored, live, queue)
+
+    async def _poll(self, run_id: str, stored: list[StreamEvent]) -> AsyncIterator[str]:
+        """The stored events, then those stored later (by whichever process drives the run) until it ends or pauses."""
+        last = 0
+        for event in stored:
+            last = event.seq or last
+            yield event.sse(run_id)
+        quiet = 0.0
+        while True:
+            await asyncio.sleep(POLL_SECONDS)
+            try:
+                found = self.store.events(run_id, after=last)
+            except StoreError as exc:
+                log.warning("cannot read the events of run %s: %s", run_id, exc)
+                return
+            for e in found:
+                last = e.seq
+                yield StreamEvent(e.kind, e.seq, e.step, e.data).sse(run_id)
+                if e.kind in ENDS_STREAM:
+                    return
+            quiet = 0.0 if found else quiet + POLL_SECONDS
+            if quiet >= KEEPALIVE_SECONDS:
+                quiet = 0.0
+                yield ": keep-alive\n\n"
 
     async def _stream(
         self,
@@ -400,7 +495,12 @@ class RunService:
         state = self.store.load(run_id).state
         resumed = state.status is not Status.AWAITING_APPROVAL
         if resumed:
-            self.resume(run_id, stored.principal)
+            try:
+                self.store.acquire(run_id)  # before another process's scan can: this one drives it
+            except LeaseHeld:
+                pass  # another process took it first, and drives it
+            else:
+                self.resume(run_id, stored.principal)
         return {
             "run_id": run_id,
             "call_id": call_id,

@@ -18,6 +18,7 @@ from pathlib import Path
 from tether.core.budget import Budget
 from tether.core.errors import ConfigurationError
 from tether.models.base import Model
+from tether.store.records import DEFAULT_LEASE_SECONDS
 
 DEFAULT_TOKEN_TTL = 3600.0  # seconds an access token is valid
 DEFAULT_MAX_CONCURRENT_RUNS = 256  # runs driven at once; later ones wait their turn
@@ -29,6 +30,7 @@ DEFAULT_MAX_BODY_BYTES = 1_000_000
 MIN_SECRET_LENGTH = 32  # HS256 wants a key at least as long as its 256-bit output
 DEFAULT_TICKETS_DB = Path("tickets.db")
 DEFAULT_RUN_DB = Path("tether-runs.db")
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 DEFAULT_SYSTEM = (
@@ -88,7 +90,8 @@ class Settings:
     """
 
     tickets_db: Path = DEFAULT_TICKETS_DB
-    run_db: Path = DEFAULT_RUN_DB
+    # A SQLite file (one process) or a postgresql:// url (any number of processes and hosts).
+    run_db: Path | str = DEFAULT_RUN_DB
     kb_index: Path | None = None
     # None: a random secret per process (tokens stop working at a restart; the log says so).
     jwt_secret: str | None = None
@@ -104,20 +107,28 @@ class Settings:
     # Keep user and model text in the stored audit events (DESIGN.md §7: off unless asked).
     log_content: bool = False
     static_dir: Path = STATIC_DIR
+    # How long a run stays with a process that stops renewing its lease (it died) before another takes it.
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+
+    @property
+    def shared_store(self) -> bool:
+        """Whether the run store is PostgreSQL, which several processes may share."""
+        return isinstance(self.run_db, str) and self.run_db.startswith(POSTGRES_SCHEMES)
 
     @classmethod
     def from_env(cls, *, base_url: str | None = None, model: str | None = None) -> Settings:
-        """``TETHER_TICKETS_DB``, ``TETHER_RUN_DB``, ``TETHER_KB_INDEX``, ``TETHER_JWT_SECRET``,
-        ``TETHER_TOKEN_TTL``, ``TETHER_LOG_CONTENT``, ``TETHER_MAX_CONCURRENT_RUNS``,
-        ``TETHER_MAX_RUNS_PER_USER``, ``TETHER_MAX_QUEUED_RUNS_PER_USER``; the model from ``OPENAI_*``.
+        """``TETHER_TICKETS_DB``, ``TETHER_RUN_DB`` (else ``TETHER_DB``: a SQLite file or a
+        ``postgresql://`` url), ``TETHER_KB_INDEX``, ``TETHER_JWT_SECRET``, ``TETHER_TOKEN_TTL``,
+        ``TETHER_LOG_CONTENT``, ``TETHER_MAX_CONCURRENT_RUNS``, ``TETHER_MAX_RUNS_PER_USER``,
+        ``TETHER_MAX_QUEUED_RUNS_PER_USER``, ``TETHER_LEASE_SECONDS``; the model from ``OPENAI_*``.
 
-        A limit that is not a positive whole number is a ``ConfigurationError`` naming the variable.
+        A limit that is not a positive number is a ``ConfigurationError`` naming the variable.
         """
         env = os.environ
         kb = env.get("TETHER_KB_INDEX")
         return cls(
             tickets_db=Path(env.get("TETHER_TICKETS_DB") or DEFAULT_TICKETS_DB),
-            run_db=Path(env.get("TETHER_RUN_DB") or DEFAULT_RUN_DB),
+            run_db=run_store(env.get("TETHER_RUN_DB") or env.get("TETHER_DB") or None),
             kb_index=Path(kb) if kb else None,
             jwt_secret=env.get("TETHER_JWT_SECRET") or None,
             model_factory=openai_model_factory(base_url, model),
@@ -126,7 +137,17 @@ class Settings:
             max_concurrent_runs=_count(env, "TETHER_MAX_CONCURRENT_RUNS", DEFAULT_MAX_CONCURRENT_RUNS),
             max_runs_per_user=_count(env, "TETHER_MAX_RUNS_PER_USER", DEFAULT_MAX_RUNS_PER_USER),
             max_queued_runs_per_user=_count(env, "TETHER_MAX_QUEUED_RUNS_PER_USER", DEFAULT_MAX_QUEUED_RUNS_PER_USER),
+            lease_seconds=_seconds(env, "TETHER_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
         )
+
+
+def run_store(target: str | Path | None) -> Path | str:
+    """The run store a setting names: a ``postgresql://`` url as it is, anything else a SQLite file."""
+    if target is None:
+        return DEFAULT_RUN_DB
+    if isinstance(target, str) and target.startswith(POSTGRES_SCHEMES):
+        return target
+    return Path(target)
 
 
 def _count(env: Mapping[str, str], name: str, default: int) -> int:
@@ -136,3 +157,16 @@ def _count(env: Mapping[str, str], name: str, default: int) -> int:
     if not text.strip().isdigit() or int(text) < 1:
         raise ConfigurationError(f"{name} must be a whole number of at least 1, got {text!r}")
     return int(text)
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise ConfigurationError(f"{name} must be a number of seconds above 0, got {text!r}")
+    return value

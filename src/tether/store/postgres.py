@@ -309,14 +309,15 @@ class PostgresStore:
         intents: Sequence[PendingCall] = (),
         cleared: Sequence[str] = (),
         release: bool = False,
+        durable: bool = False,
     ) -> None:
         """Save the state with its audit events and ledger writes, in one transaction (``SQLiteStore.checkpoint``).
 
-        A checkpoint with ``intents`` returns only once the server has made it durable.
+        A checkpoint with ``intents``, or ``durable``, returns only once the server has made it durable.
         """
         now = self.clock()
         run_id = state.run_id
-        with self._transaction(durable=bool(intents) and self.durable_intents) as db:
+        with self._transaction(durable=durable or (bool(intents) and self.durable_intents)) as db:
             if run_id in self._new:
                 row = first_row(state, self._new[run_id], now, self._turns.get(run_id))
                 db.execute(
@@ -507,9 +508,11 @@ class PostgresStore:
         *,
         statuses: Collection[str] | None = None,
         oldest_update_first: bool = False,
+        unleased: bool = False,
     ) -> list[RunSummary]:
         """Runs, newest first (or the least recently updated first); only a principal's, or only
-        those in ``statuses``, when given."""
+        those in ``statuses``, when given; with ``unleased`` only those whose lease is released or
+        expired by this store's clock (a run another driver may take)."""
         query = (
             "SELECT id, status, (principal::jsonb) ->> 'id', created_at, updated_at, meta, conversation_id, turn,"
             " (setup::jsonb) ->> 'engine' FROM runs"
@@ -522,6 +525,9 @@ class PostgresStore:
         if statuses is not None:
             where.append("status = ANY(%s)")
             params += (list(statuses),)
+        if unleased:
+            where.append("(lease_owner IS NULL OR lease_until <= %s)")
+            params += (self.clock(),)
         if where:
             query += " WHERE " + " AND ".join(where)
         query += " ORDER BY " + ("updated_at ASC" if oldest_update_first else "created_at DESC") + " LIMIT %s"
@@ -529,10 +535,12 @@ class PostgresStore:
             rows = db.execute(query.encode(), (*params, limit)).fetchall()
         return [summary(r) for r in rows]
 
-    def events(self, run_id: str) -> list[StoredEvent]:
+    def events(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
+        """The run's audit events in order; only those numbered above ``after``, when given."""
         with self._transaction() as db:
             rows = db.execute(
-                "SELECT seq, at, kind, step, data FROM events WHERE run_id = %s ORDER BY seq", (run_id,)
+                "SELECT seq, at, kind, step, data FROM events WHERE run_id = %s AND seq > %s ORDER BY seq",
+                (run_id, after),
             ).fetchall()
         return [
             StoredEvent(seq, at, kind, step, decode(data, run_id, f"event {seq}")) for seq, at, kind, step, data in rows

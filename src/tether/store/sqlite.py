@@ -428,6 +428,7 @@ class SQLiteStore:
         intents: Sequence[PendingCall] = (),
         cleared: Sequence[str] = (),
         release: bool = False,
+        durable: bool = False,
     ) -> None:
         """Save the state with its audit events and ledger writes, in one transaction.
 
@@ -437,13 +438,14 @@ class SQLiteStore:
         calls about to run: that transaction is fsynced (``synchronous=FULL``)
         before this returns. ``outcomes`` are executed calls' results;
         ``cleared`` are call ids found never to have run. ``release`` lets go
-        of the lease in the same transaction. Raises ``LeaseHeld`` if another
+        of the lease in the same transaction. ``durable`` fsyncs whatever the
+        checkpoint holds (a service answering 202 for a new run). Raises ``LeaseHeld`` if another
         owner took the run, ``TamperedRun`` if its row was changed outside
         tether since the last checkpoint.
         """
         now = self.clock()
         run_id = state.run_id
-        with self._transaction(durable=bool(intents) and self.durable_intents) as db:
+        with self._transaction(durable=durable or (bool(intents) and self.durable_intents)) as db:
             if run_id in self._new:
                 self._insert_run(db, state, now)
             head = db.execute(
@@ -627,9 +629,11 @@ class SQLiteStore:
         *,
         statuses: Collection[str] | None = None,
         oldest_update_first: bool = False,
+        unleased: bool = False,
     ) -> list[RunSummary]:
         """Runs, newest first (or the least recently updated first); only a principal's, or only
-        those in ``statuses``, when given."""
+        those in ``statuses``, when given; with ``unleased`` only those whose lease is released or
+        expired by this store's clock (a run another driver may take)."""
         query = (
             "SELECT id, status, json_extract(principal, '$.id'), created_at, updated_at, meta, conversation_id, turn,"
             " json_extract(setup, '$.engine') FROM runs"
@@ -642,17 +646,22 @@ class SQLiteStore:
         if statuses is not None:
             where.append(f"status IN ({', '.join('?' * len(statuses))})")
             params += tuple(statuses)
+        if unleased:
+            where.append("(lease_owner IS NULL OR lease_until <= ?)")
+            params += (self.clock(),)
         if where:
             query += " WHERE " + " AND ".join(where)
         query += " ORDER BY " + ("updated_at ASC" if oldest_update_first else "created_at DESC") + " LIMIT ?"
         rows = self._db.execute(query, (*params, limit)).fetchall()
         return [summary(r) for r in rows]
 
-    def events(self, run_id: str) -> list[StoredEvent]:
+    def events(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
+        """The run's audit events in order; only those numbered above ``after``, when given."""
         return [
             StoredEvent(seq, at, kind, step, decode(data, run_id, f"event {seq}"))
             for seq, at, kind, step, data in self._db.execute(
-                "SELECT seq, at, kind, step, data FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+                "SELECT seq, at, kind, step, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq",
+                (run_id, after),
             )
         ]
 
