@@ -384,14 +384,28 @@ def make_case(entry: Mapping[str, Any], truth: Any, category: str, data: Path, w
 
 
 class StepRecorder:
-    """The model, with every reply of a case kept: one reply is one step."""
+    """The model, with every reply of a case kept: one reply is one step.
+
+    BFCL's step limit: after ``MAX_STEPS_PER_TURN + 1`` steps of calls in a
+    turn (all executed), the model is not asked again; the turn ends with an
+    empty answer that is never sent to the model, and ``forced`` says so.
+    """
 
     def __init__(self, model: Model) -> None:
         self.model = model
         self.name = model.name
         self.replies: list[ModelReply] = []
+        self.turn_steps = 0  # requests of the current turn (``new_turn`` resets it)
+        self.forced = False
+
+    def new_turn(self) -> None:
+        self.turn_steps = 0
 
     async def complete(self, request: ModelRequest) -> ModelReply:
+        if self.turn_steps > MAX_STEPS_PER_TURN:
+            self.forced = True
+            return ModelReply(choices=1, finish_reason="stop", content="")
+        self.turn_steps += 1
         reply = await self.model.complete(request)
         self.replies.append(reply)
         return reply
@@ -401,8 +415,9 @@ class StepRecorder:
 
 
 def turn_budget() -> Budget:
-    """BFCL's per-turn limit: 20 steps of calls, then an answer (a 22nd request is never sent)."""
-    return Budget(max_steps=MAX_STEPS_PER_TURN + 1, max_tool_calls=None)
+    """Room for BFCL's per-turn limit, which ``StepRecorder`` enforces: 21 steps of calls, all executed,
+    and the step that would ask the model a 22nd time (never sent)."""
+    return Budget(max_steps=MAX_STEPS_PER_TURN + 2, max_tool_calls=None)
 
 
 async def run_conversation(case: MultiTurnCase, model: Model, *, compat: Compat | None = None) -> CaseResult:
@@ -471,9 +486,10 @@ async def run_conversation(case: MultiTurnCase, model: Model, *, compat: Compat 
                     history=conversation.messages,
                     turns=conversation.turns,
                 )
+            recorder.new_turn()
             result = await conversation.send(str(messages[-1].content), on_event=note)
             take_replies()
-            status = result.status
+            status = Status.MAX_STEPS if recorder.forced else result.status
             for record in calls:
                 if record["turn"] == turn and not record["gate"]:
                     record["gate"], record["message"] = status.value, "the reply was refused whole"
