@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from bfcl_multi_turn_oracle import PERTURBATIONS, Trajectory, TrajectoryModel, dropped_call, official, trajectory
 
+from tether.core.messages import Message
 from tether.eval import MISTAKE, PASSED, CaseResult, MultiTurnCase, load, read_results, run_eval
-from tether.eval.multi_turn import MAX_STEPS_PER_TURN, MULTI_TURN, executed_turns
+from tether.eval.multi_turn import MAX_STEPS_PER_TURN, MULTI_TURN, executed_turns, instantiate, parse_call
 from tether.models.openai_chat import OpenAIChatModel
 from tether.testing.fake_server import FakeServer, text, tool_calls
 
@@ -223,3 +226,78 @@ def test_without_bfcl_eval_a_multi_turn_case_says_what_to_install() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env(), timeout=60)
     assert done.returncode == 0, done.stderr
     assert "pip install --no-deps bfcl-eval==2026.3.23 mpmath" in done.stdout
+
+
+def _play(cases: list[MultiTurnCase], steps: list[list[tuple[str, dict[str, Any]]]], **options: Any) -> Any:
+    """Each case's single turn played as ``steps`` (one list of calls per step), then "Done."; the results
+    and, per case, the tool results the model was shown (found by the first user message)."""
+    by_prompt = {str(c.turns[0][0].content): c.id for c in cases}
+    shown: dict[str, list[str]] = {c.id: [] for c in cases}
+
+    def respond(request: dict[str, Any]) -> Any:
+        messages = request["messages"]
+        case = by_prompt[next(m["content"] for m in messages if m["role"] == "user")]
+        step = sum(1 for m in messages if m["role"] == "assistant")
+        shown[case] = [m["content"] for m in messages if m["role"] == "tool"]
+        if step >= len(steps):
+            return text("Done.")
+        return tool_calls([(f"c{step}_{i}", n, json.dumps(a)) for i, (n, a) in enumerate(steps[step])])
+
+    async def go() -> list[CaseResult]:
+        async with FakeServer(respond) as server:
+            model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x")
+            try:
+                return await run_eval(model, cases, **options)
+            finally:
+                await model.aclose()
+
+    return asyncio.run(go()), shown
+
+
+def _balance(case: MultiTurnCase) -> Any:
+    travel = instantiate(case.involved_classes, case.initial_config, case.long_context)["TravelAPI"]
+    return travel.get_credit_card_balance(access_token="abc123xyz", card_id=EXTENSION_CARD)["card_balance"]
+
+
+EXTENSION_CARD = "1234567812345678"  # a card long_context adds to every TravelAPI (BFCL's module-level dict)
+
+
+def test_concurrent_cases_of_one_class_share_no_state() -> None:
+    (base,) = [c for c in load("multi_turn_long_context") if c.id == "multi_turn_long_context_153"]
+    book = "book_flight(access_token='abc123xyz', card_id='1234567812345678', travel_date='2026-11-15', "
+    book += "travel_from='LAX', travel_to='JFK', travel_class='economy')"
+    check = "get_credit_card_balance(access_token='abc123xyz', card_id='1234567812345678')"
+    cases = [
+        replace(base, id=f"twin_{i}", turns=((Message("user", f"Twin {i}: book LAX-JFK and tell me the balance."),),))
+        for i in (1, 2)
+    ]
+    cases = [replace(c, ground_truth=((book, check),)) for c in cases]
+    assert _balance(cases[0]) == 5000.0
+    steps = [[parse_keywords(book)], [parse_keywords(check)]]
+    results, shown = _play(cases, steps, concurrency=2)
+    # each twin booked 1200 on its own card: neither saw the other's booking (which, shared, left
+    # too little for a second one), and both pass
+    assert shown["twin_1"] == shown["twin_2"] and '"booking_status": true' in shown["twin_1"][0]
+    assert [re.findall(r'"card_balance": ?([0-9.]+)', shown[c.id][-1]) for c in cases] == [["3800.0"]] * 2
+    assert [r.outcome for r in results] == [PASSED, PASSED]
+    assert _balance(cases[0]) == 5000.0  # nor did a later case
+
+
+def parse_keywords(source: str) -> tuple[str, dict[str, Any]]:
+    name, args, kwargs = parse_call(source)
+    assert not args
+    return name, kwargs
+
+
+def test_a_value_a_bfcl_method_returns_is_the_callers_own() -> None:
+    """VehicleControlAPI's long-context weather writes a module-level dict and returns it."""
+    (case,) = [c for c in load("multi_turn_long_context") if "VehicleControlAPI" in c.involved_classes][:1]
+    docs = [d for d in case.functions if d["name"] == "get_outside_temperature_from_google"]
+    first, second = (
+        case.bound_tools(docs, instantiate(case.involved_classes, case.initial_config, True))[0].function
+        for _ in range(2)
+    )
+    seen = first()
+    before = json.dumps(seen)
+    second(), second()  # the second instance's next readings differ from its first
+    assert json.dumps(seen) == before

@@ -42,6 +42,7 @@ import copy
 import importlib
 import inspect
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -91,6 +92,10 @@ STATE_MISMATCH = "multi_turn:instance_state_mismatch"
 RESPONSE_MISMATCH = "multi_turn:execution_response_mismatch"
 FORCE_TERMINATED = "multi_turn:force_terminated"
 
+# One BFCL call at a time, in the tools' threads and the checker alike: some methods write a
+# module-level object and return it (VehicleControlAPI's long-context weather).
+_RUNNING = threading.Lock()
+
 Call = tuple[str, Mapping[str, Any]]  # (BFCL function name, arguments)
 Turns = Sequence[Sequence[Sequence[Call]]]  # per turn, per step, the calls executed
 
@@ -111,12 +116,18 @@ def bfcl_class(name: str) -> type:
 
 
 def instantiate(classes: Sequence[str], config: Mapping[str, Any], long_context: bool) -> dict[str, Any]:
-    """Fresh instances of the case's classes, each loaded with its part of the initial configuration."""
+    """Fresh instances of the case's classes, each loaded with its part of the initial configuration.
+
+    Each instance is deep-copied once loaded: the long-context scenarios put BFCL's module-level
+    objects into the state (``TravelAPI``'s extra credit cards), which calls then change; a copy
+    keeps every case's state its own (and BFCL's module as it was).
+    """
     made = {}
     for name in classes:
         instance = bfcl_class(name)()
         if name not in _STATELESS:
             instance._load_scenario(copy.deepcopy(config.get(name, {})), long_context=long_context)
+            instance = copy.deepcopy(instance)
         made[name] = instance
     return made
 
@@ -151,7 +162,8 @@ def execute(found: Mapping[str, Callable[..., Any]], name: str, args: Sequence[A
     if method is None:
         return f"Error during execution: name '{name}' is not defined"
     try:
-        return result_text(method(*args, **kwargs))
+        with _RUNNING:
+            return result_text(method(*args, **kwargs))
     except Exception as exc:  # the classes report misuse by raising; BFCL records the message
         return f"Error during execution: {exc}"
 
@@ -305,14 +317,14 @@ def _bound(found: Mapping[str, Callable[..., Any]], name: str) -> Callable[..., 
     def call(**arguments: Any) -> Any:
         if method is None:
             raise RuntimeError(f"no BFCL method {name!r} on this case's instances")
-        value = method(**arguments)
-        if type(value) is dict:
-            try:
-                json.dumps(value)
-                return value  # the model reads it as JSON
-            except (TypeError, ValueError):
-                pass
-        return result_text(value)
+        with _RUNNING:  # the value is read before another case's call can change it
+            value = method(**arguments)
+            if type(value) is dict:
+                try:
+                    return json.loads(json.dumps(value))  # the model reads it as JSON: a copy of its own
+                except (TypeError, ValueError):
+                    pass
+            return result_text(value)
 
     return call
 
