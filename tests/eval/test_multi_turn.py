@@ -301,3 +301,18 @@ def test_a_value_a_bfcl_method_returns_is_the_callers_own() -> None:
     before = json.dumps(seen)
     second(), second()  # the second instance's next readings differ from its first
     assert json.dumps(seen) == before
+
+
+def test_an_exception_in_a_bfcl_method_is_the_calls_error_result_with_bfcls_message() -> None:
+    (base,) = [c for c in load("multi_turn_base") if "TravelAPI" in c.involved_classes][:1]
+    raises = "compute_exchange_rate(base_currency='USD', target_currency='XYZ', value=1.0)"  # a ValueError
+    case = replace(base, turns=base.turns[:1], ground_truth=((raises,),))
+    results, shown = _play([case], [[parse_keywords(raises)]])
+    (result,) = results
+    (call,) = result.calls
+    assert (call["gate"], call["executed"]) == ("accepted", True)
+    (error,) = shown[case.id]
+    # what BFCL's own run shows the model, and the result its checker compares
+    assert "Error during execution: No available exchange rate for the given currencies." in error
+    assert result.outcome == PASSED
+    assert official(case, executed_turns(result.calls, 1)) == (True, "")

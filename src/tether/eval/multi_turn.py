@@ -57,7 +57,7 @@ from tether.eval.bfcl import MULTI_TURN, DatasetError, _data_dir, bfcl_name, too
 from tether.eval.checker import Output, Verdict
 from tether.eval.harness import ERROR, MISTAKE, PASSED, REFUSED, REPLY_REFUSED, CaseResult
 from tether.models.base import Model, ModelRequest
-from tether.tools import Tool
+from tether.tools import Tool, ToolError
 
 MAX_STEPS_PER_TURN = 20  # BFCL's MAXIMUM_STEP_LIMIT
 ADDED_FUNCTIONS_PROMPT = "I have updated some more functions you can choose from. What about now?"
@@ -318,7 +318,10 @@ def _bound(found: Mapping[str, Callable[..., Any]], name: str) -> Callable[..., 
         if method is None:
             raise RuntimeError(f"no BFCL method {name!r} on this case's instances")
         with _RUNNING:  # the value is read before another case's call can change it
-            value = method(**arguments)
+            try:
+                value = method(**arguments)
+            except Exception as exc:  # the classes report misuse by raising: the model reads what BFCL shows
+                raise ToolError(f"Error during execution: {exc}") from exc
             if type(value) is dict:
                 try:
                     return json.loads(json.dumps(value))  # the model reads it as JSON: a copy of its own
