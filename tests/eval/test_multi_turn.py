@@ -316,3 +316,20 @@ def test_an_exception_in_a_bfcl_method_is_the_calls_error_result_with_bfcls_mess
     assert "Error during execution: No available exchange rate for the given currencies." in error
     assert result.outcome == PASSED
     assert official(case, executed_turns(result.calls, 1)) == (True, "")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "f(x={[1]: 2})",  # a literal Python cannot build (an unhashable key)
+        "f(**extra)",  # arguments that are not written out
+        "f(x=1, x=2)",  # a repeated keyword
+        "f(x=" + "-" * 100_000 + "1)",  # too deep for Python's parser
+        "f(x=__import__('os').system('true'))",  # code, never run
+    ],
+)
+def test_a_ground_truth_call_is_parsed_as_literals_and_anything_else_is_a_precise_error(source: str) -> None:
+    from tether.eval import DatasetError
+
+    with pytest.raises(DatasetError, match=r"^ground-truth call "):
+        parse_call(source)

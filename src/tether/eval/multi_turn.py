@@ -174,10 +174,17 @@ def parse_call(source: str) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
         node = ast.parse(source, mode="eval").body
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
             raise ValueError("not a call of a plain name")
+        names = [k.arg for k in node.keywords]
+        if None in names:
+            raise ValueError("arguments passed with ** are not written out")
+        if len(set(names)) != len(names):
+            raise ValueError("a keyword argument is repeated")
         args = tuple(ast.literal_eval(a) for a in node.args)
-        kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
-    except (SyntaxError, ValueError) as exc:
+        kwargs = {str(k.arg): ast.literal_eval(k.value) for k in node.keywords}
+    except (SyntaxError, ValueError, TypeError) as exc:  # TypeError: a literal Python cannot build ({[1]: 2})
         raise DatasetError(f"ground-truth call {source!r}: {exc}") from None
+    except (RecursionError, MemoryError):
+        raise DatasetError(f"ground-truth call {source[:80]!r}...: nested too deeply to parse") from None
     return node.func.id, args, kwargs
 
 
