@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from dataclasses import replace
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,16 @@ from tether.core.messages import Message
 from tether.eval import MISTAKE, PASSED, CaseResult, MultiTurnCase, load, read_results, run_eval
 from tether.eval.multi_turn import MAX_STEPS_PER_TURN, MULTI_TURN, executed_turns, instantiate, parse_call
 from tether.models.openai_chat import OpenAIChatModel
-from tether.testing.fake_server import FakeServer, text, tool_calls
+from tether.testing.fake_server import FakeServer, Reply, ReplySpec, text, tool_calls
 
 
 def evaluate(
-    cases: list[MultiTurnCase], plans: dict[str, Trajectory], **options: Any
+    cases: list[MultiTurnCase],
+    plans: dict[str, Trajectory],
+    model: type[TrajectoryModel] = TrajectoryModel,
+    **options: Any,
 ) -> tuple[list[CaseResult], TrajectoryModel]:
-    responder = TrajectoryModel(cases, plans)
+    responder = model(cases, plans)
 
     async def go() -> list[CaseResult]:
         async with FakeServer(responder) as server:
@@ -333,3 +337,48 @@ def test_a_ground_truth_call_is_parsed_as_literals_and_anything_else_is_a_precis
 
     with pytest.raises(DatasetError, match=r"^ground-truth call "):
         parse_call(source)
+
+
+def test_the_report_and_eval_compare_read_multi_turn_results(tmp_path: Path) -> None:
+    from test_eval_cli import _env
+    from test_eval_report import HOSTILE, _open_in_browser
+
+    from tether.eval.report import write_report
+
+    cases = unambiguous(load("multi_turn_base"))[:4]
+    good = {c.id: trajectory(c) for c in cases}
+    fixed, broken = cases[2], cases[1]
+    runs = {"a": {**good, fixed.id: dropped_call(good[fixed.id]) or []}, "b": {**good, broken.id: []}}
+
+    class Hostile(TrajectoryModel):  # `broken` answers with markup
+        def __call__(self, request: dict[str, Any]) -> ReplySpec:
+            spec = super().__call__(request)
+            first = next(m["content"] for m in request["messages"] if m["role"] == "user")
+            answers = isinstance(spec, Reply) and not spec.tool_calls
+            return text(f"No. {HOSTILE}") if answers and first == broken.turns[0][0].content else spec
+
+    for name, plans in runs.items():  # in B, `broken` makes no call in any turn
+        results, _ = evaluate(cases, plans, Hostile, out=tmp_path / name)
+        write_report(tmp_path / name, results)
+
+    compare = [sys.executable, "-m", "tether", "eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
+    document = json.loads(subprocess.run([*compare, "--json"], capture_output=True, text=True, env=_env()).stdout)
+    assert {(c["id"], c["change"], c["before"], c["after"]) for c in document["changes"]} == {
+        (fixed.id, "fixed", MISTAKE, PASSED),
+        (broken.id, "broken", PASSED, MISTAKE),
+    }
+    (change,) = [c for c in document["changes"] if c["id"] == broken.id]
+    assert change["reason_after"].startswith("multi_turn:empty_turn_model_response: ")
+    assert document["accuracy"] == {"multi_turn_base": {"a": 0.75, "b": 0.75}}
+    shown = subprocess.run(compare, capture_output=True, text=True, env=_env())
+    assert shown.returncode == 0 and "2 case(s) changed: 1 fixed, 1 broken" in shown.stdout
+    assert "multi_turn_base: accuracy 75.0% -> 75.0%" in shown.stdout
+
+    page = (tmp_path / "b" / "report.html").read_text()
+    (failing,) = page.split('<details data-testid="failing-case"')[1:]
+    assert f'data-case="{broken.id}"' in failing
+    # every turn is shown, each with no call, and the expected calls turn by turn
+    assert failing.count('data-testid="turn"') == len(broken.turns)
+    assert failing.count("no call") == len(broken.turns)
+    assert escape(broken.ground_truth[0][0], quote=False) in failing
+    _open_in_browser(tmp_path / "b" / "report.html", broken.id, "multi_turn_base=75.0%", tmp_path)
