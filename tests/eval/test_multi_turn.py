@@ -382,3 +382,12 @@ def test_the_report_and_eval_compare_read_multi_turn_results(tmp_path: Path) -> 
     assert failing.count("no call") == len(broken.turns)
     assert escape(broken.ground_truth[0][0], quote=False) in failing
     _open_in_browser(tmp_path / "b" / "report.html", broken.id, "multi_turn_base=75.0%", tmp_path)
+
+
+def test_a_scenario_a_bfcl_class_cannot_load_is_that_cases_error_and_the_others_run() -> None:
+    cases = load("multi_turn_base")[:2]
+    broken = replace(cases[0], initial_config={"GorillaFileSystem": {"root": 5}})  # not a directory tree
+    results, _ = evaluate([broken, cases[1]], {c.id: trajectory(c) for c in cases}, concurrency=2)
+    assert results[0].outcome == "error" and results[0].valid is None
+    assert results[0].reason.startswith("DatasetError: GorillaFileSystem: the initial_config cannot be loaded (")
+    assert results[1].outcome == PASSED

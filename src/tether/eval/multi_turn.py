@@ -126,7 +126,12 @@ def instantiate(classes: Sequence[str], config: Mapping[str, Any], long_context:
     for name in classes:
         instance = bfcl_class(name)()
         if name not in _STATELESS:
-            instance._load_scenario(copy.deepcopy(config.get(name, {})), long_context=long_context)
+            try:
+                instance._load_scenario(copy.deepcopy(config.get(name, {})), long_context=long_context)
+            except Exception as exc:  # a scenario the class cannot read: the case's error, not the eval's
+                raise DatasetError(
+                    f"{name}: the initial_config cannot be loaded ({type(exc).__name__}: {exc})"
+                ) from None
             instance = copy.deepcopy(instance)
         made[name] = instance
     return made
