@@ -18,6 +18,7 @@ from bfcl_multi_turn_oracle import PERTURBATIONS, Trajectory, TrajectoryModel, d
 
 from tether.core.messages import Message
 from tether.eval import MISTAKE, PASSED, CaseResult, MultiTurnCase, load, read_results, run_eval
+from tether.eval.bfcl import _data_dir
 from tether.eval.multi_turn import MAX_STEPS_PER_TURN, MULTI_TURN, executed_turns, instantiate, parse_call
 from tether.models.openai_chat import OpenAIChatModel
 from tether.testing.fake_server import FakeServer, Reply, ReplySpec, text, tool_calls
@@ -391,3 +392,18 @@ def test_a_scenario_a_bfcl_class_cannot_load_is_that_cases_error_and_the_others_
     assert results[0].outcome == "error" and results[0].valid is None
     assert results[0].reason.startswith("DatasetError: GorillaFileSystem: the initial_config cannot be loaded (")
     assert results[1].outcome == PASSED
+
+
+def test_a_turn_that_is_not_one_user_message_is_a_precise_error(tmp_path: Path) -> None:
+    from tether.eval import DatasetError
+
+    data = _data_dir()
+    assert data is not None
+    name = "BFCL_v4_multi_turn_base.json"
+    entry, truth = (json.loads((data / d / name).read_text().splitlines()[0]) for d in (".", "possible_answer"))
+    entry["question"][1] = [{"role": "system", "content": "Be terse."}, *entry["question"][1]]
+    (tmp_path / "possible_answer").mkdir()
+    (tmp_path / "possible_answer" / name).write_text(json.dumps(truth) + "\n")
+    (tmp_path / name).write_text(json.dumps(entry) + "\n")
+    with pytest.raises(DatasetError, match=r"BFCL_v4_multi_turn_base.json:1: turn 1 must be one user message"):
+        load(tmp_path / name)

@@ -391,6 +391,10 @@ def make_case(entry: Mapping[str, Any], truth: Any, category: str, data: Path, w
         raise DatasetError(f"{where}: not a BFCL multi-turn case ({type(exc).__name__}: {exc})") from None
     if len(ground_truth) != len(turns):
         raise DatasetError(f"{where}: {len(turns)} turn(s) but {len(ground_truth)} in the ground truth")
+    for index, turn_messages in enumerate(turns):  # a turn is what the user says next, or nothing
+        if turn_messages and (len(turn_messages) != 1 or turn_messages[0].role != "user"):
+            roles = ", ".join(m.role for m in turn_messages)
+            raise DatasetError(f"{where}: turn {index} must be one user message or none (it has: {roles})")
     for turn in ground_truth:
         for source in turn:
             parse_call(source)
