@@ -19,7 +19,15 @@ from bfcl_multi_turn_oracle import PERTURBATIONS, Trajectory, TrajectoryModel, d
 from tether.core.messages import Message
 from tether.eval import MISTAKE, PASSED, CaseResult, MultiTurnCase, load, read_results, run_eval
 from tether.eval.bfcl import _data_dir
-from tether.eval.multi_turn import MAX_STEPS_PER_TURN, MULTI_TURN, executed_turns, instantiate, parse_call
+from tether.eval.multi_turn import (
+    MAX_STEPS_PER_TURN,
+    MULTI_TURN,
+    execute,
+    executed_turns,
+    instantiate,
+    methods,
+    parse_call,
+)
 from tether.models.openai_chat import OpenAIChatModel
 from tether.testing.fake_server import FakeServer, Reply, ReplySpec, text, tool_calls
 
@@ -407,3 +415,15 @@ def test_a_turn_that_is_not_one_user_message_is_a_precise_error(tmp_path: Path) 
     (tmp_path / name).write_text(json.dumps(entry) + "\n")
     with pytest.raises(DatasetError, match=r"BFCL_v4_multi_turn_base.json:1: turn 1 must be one user message"):
         load(tmp_path / name)
+
+
+def test_the_model_reads_a_long_context_result_whole_as_bfcl_shows_it() -> None:
+    (base,) = [c for c in load("multi_turn_long_context") if c.id == "multi_turn_long_context_100"]
+    call = "get_stock_info(symbol='NVDA')"  # 31,7xx characters with long_context's moving averages
+    case = replace(base, turns=base.turns[:1], ground_truth=((call,),))
+    results, shown = _play([case], [[parse_keywords(call)]])
+    (result,) = shown[case.id]
+    expected = execute(methods(instantiate(case.involved_classes, case.initial_config, True)), *parse_call(call))
+    assert len(expected) > 20_000  # above tether's default limit for a tool's result
+    assert json.loads(result)["result"] == json.loads(expected)
+    assert results[0].outcome == PASSED

@@ -60,6 +60,7 @@ from tether.models.base import Model, ModelRequest
 from tether.tools import Tool, ToolError
 
 MAX_STEPS_PER_TURN = 20  # BFCL's MAXIMUM_STEP_LIMIT
+RESULT_CHARS = 1_000_000  # BFCL shows a result whole (long_context's reach ~32k characters, tether's default 20k)
 ADDED_FUNCTIONS_PROMPT = "I have updated some more functions you can choose from. What about now?"
 INSTALL_HINT = "pip install --no-deps bfcl-eval==2026.3.23 mpmath"
 
@@ -319,7 +320,7 @@ class MultiTurnCase:
         tools = []
         for doc in functions:
             tool = tool_from_document(doc)
-            tools.append(replace(tool, function=_bound(found, str(doc["name"]))))
+            tools.append(replace(tool, function=_bound(found, str(doc["name"])), max_result_chars=RESULT_CHARS))
         return tools
 
 
