@@ -184,6 +184,8 @@ def test_a_call_the_gates_refuse_is_not_executed_and_the_case_is_refused() -> No
     plan = trajectory(case)
     replies = iter(
         [tool_calls([("call_x", "cd", json.dumps({"folder": 7}))])]  # an integer where a string is required
+        + [tool_calls([("call_y", "cd", json.dumps({"folder": "document", "force": True}))])]  # not in the document
+        + [tool_calls([("call_z", "mkdir", "{}")])]  # the required dir_name missing
         + [tool_calls([(f"c{i}", n, json.dumps(a))]) for i, ((n, a),) in enumerate(plan[0])]
     )
 
@@ -199,9 +201,9 @@ def test_a_call_the_gates_refuse_is_not_executed_and_the_case_is_refused() -> No
                 await model.aclose()
 
     result = asyncio.run(go())
-    refused = result.calls[0]
-    assert refused["gate"] == "invalid_arguments" and refused["executed"] is False
-    assert all(c["executed"] for c in result.calls[1:])
+    for refused in result.calls[:3]:
+        assert refused["gate"] == "invalid_arguments" and refused["executed"] is False
+    assert all(c["executed"] for c in result.calls[3:])
     assert result.outcome == "refused" and "invalid_arguments" in result.reason
 
 

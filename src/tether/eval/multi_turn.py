@@ -12,10 +12,12 @@ from the installed ``bfcl-eval`` package (imported only here, only when a
 multi-turn case runs), their methods offered as tether tools built from
 BFCL's function documents by the same conversion as single-turn cases
 (``tool_from_document``), and each user turn is a turn of one tether
-``Conversation``: every gate on, the calls executed on the case's instances,
-as many steps as the model wants until it answers in text, at most
-``MAX_STEPS_PER_TURN + 1`` (BFCL's limit: a model still calling after 20
-steps is forced to quit, and the case fails ``multi_turn:force_terminated``).
+``Conversation``: every gate on, the calls executed on the case's instances
+(each case has its own, see ``instantiate``), as many steps as the model
+wants until it answers in text. BFCL's step limit: after
+``MAX_STEPS_PER_TURN + 1`` steps of calls, all executed, the model is not
+asked again and is forced to quit (``multi_turn:force_terminated`` when turns
+are left).
 In ``multi_turn_miss_func`` a function is held out until a later turn, whose
 user message is BFCL's "I have updated some more functions...".
 
