@@ -121,6 +121,8 @@ class TrajectoryModel:
             self.by_prompt.setdefault(str(case.turns[0][0].content), []).append(case.id)
         self.plans = plans
         self.requests = 0
+        self.turns: dict[str, int] = {}  # case id -> how many of its turns the model was asked about
+        self.last: dict[str, list[dict[str, Any]]] = {}  # case id -> the messages of its last request
 
     def ambiguous(self) -> set[str]:
         return {i for ids in self.by_prompt.values() if len(ids) > 1 for i in ids}
@@ -133,6 +135,8 @@ class TrajectoryModel:
         if not ids:
             return raw({"error": {"message": "unknown case"}}, status=400)
         turn = len(users) - 1
+        self.turns[ids[0]] = max(self.turns.get(ids[0], 0), turn + 1)
+        self.last[ids[0]] = messages
         step = sum(1 for m in messages[users[-1] :] if m["role"] == "assistant")
         steps = self.plans[ids[0]][turn] if turn < len(self.plans[ids[0]]) else []
         if step >= len(steps):

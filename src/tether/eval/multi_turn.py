@@ -12,10 +12,12 @@ from the installed ``bfcl-eval`` package (imported only here, only when a
 multi-turn case runs), their methods offered as tether tools built from
 BFCL's function documents by the same conversion as single-turn cases
 (``tool_from_document``), and each user turn is a turn of one tether
-``Conversation``: every gate on, the calls executed on the case's instances,
-as many steps as the model wants until it answers in text, at most
-``MAX_STEPS_PER_TURN + 1`` (BFCL's limit: a model still calling after 20
-steps is forced to quit, and the case fails ``multi_turn:force_terminated``).
+``Conversation``: every gate on, the calls executed on the case's instances
+(each case has its own, see ``instantiate``), as many steps as the model
+wants until it answers in text. BFCL's step limit: after
+``MAX_STEPS_PER_TURN + 1`` steps of calls, all executed, the model is not
+asked again and is forced to quit (``multi_turn:force_terminated`` when turns
+are left).
 In ``multi_turn_miss_func`` a function is held out until a later turn, whose
 user message is BFCL's "I have updated some more functions...".
 
@@ -42,6 +44,7 @@ import copy
 import importlib
 import inspect
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -56,9 +59,10 @@ from tether.eval.bfcl import MULTI_TURN, DatasetError, _data_dir, bfcl_name, too
 from tether.eval.checker import Output, Verdict
 from tether.eval.harness import ERROR, MISTAKE, PASSED, REFUSED, REPLY_REFUSED, CaseResult
 from tether.models.base import Model, ModelRequest
-from tether.tools import Tool
+from tether.tools import Tool, ToolError
 
 MAX_STEPS_PER_TURN = 20  # BFCL's MAXIMUM_STEP_LIMIT
+RESULT_CHARS = 1_000_000  # BFCL shows a result whole (long_context's reach ~32k characters, tether's default 20k)
 ADDED_FUNCTIONS_PROMPT = "I have updated some more functions you can choose from. What about now?"
 INSTALL_HINT = "pip install --no-deps bfcl-eval==2026.3.23 mpmath"
 
@@ -91,6 +95,10 @@ STATE_MISMATCH = "multi_turn:instance_state_mismatch"
 RESPONSE_MISMATCH = "multi_turn:execution_response_mismatch"
 FORCE_TERMINATED = "multi_turn:force_terminated"
 
+# One BFCL call at a time, in the tools' threads and the checker alike: some methods write a
+# module-level object and return it (VehicleControlAPI's long-context weather).
+_RUNNING = threading.Lock()
+
 Call = tuple[str, Mapping[str, Any]]  # (BFCL function name, arguments)
 Turns = Sequence[Sequence[Sequence[Call]]]  # per turn, per step, the calls executed
 
@@ -111,12 +119,23 @@ def bfcl_class(name: str) -> type:
 
 
 def instantiate(classes: Sequence[str], config: Mapping[str, Any], long_context: bool) -> dict[str, Any]:
-    """Fresh instances of the case's classes, each loaded with its part of the initial configuration."""
+    """Fresh instances of the case's classes, each loaded with its part of the initial configuration.
+
+    Each instance is deep-copied once loaded: the long-context scenarios put BFCL's module-level
+    objects into the state (``TravelAPI``'s extra credit cards), which calls then change; a copy
+    keeps every case's state its own (and BFCL's module as it was).
+    """
     made = {}
     for name in classes:
         instance = bfcl_class(name)()
         if name not in _STATELESS:
-            instance._load_scenario(copy.deepcopy(config.get(name, {})), long_context=long_context)
+            try:
+                instance._load_scenario(copy.deepcopy(config.get(name, {})), long_context=long_context)
+            except Exception as exc:  # a scenario the class cannot read: the case's error, not the eval's
+                raise DatasetError(
+                    f"{name}: the initial_config cannot be loaded ({type(exc).__name__}: {exc})"
+                ) from None
+            instance = copy.deepcopy(instance)
         made[name] = instance
     return made
 
@@ -151,7 +170,8 @@ def execute(found: Mapping[str, Callable[..., Any]], name: str, args: Sequence[A
     if method is None:
         return f"Error during execution: name '{name}' is not defined"
     try:
-        return result_text(method(*args, **kwargs))
+        with _RUNNING:
+            return result_text(method(*args, **kwargs))
     except Exception as exc:  # the classes report misuse by raising; BFCL records the message
         return f"Error during execution: {exc}"
 
@@ -162,10 +182,17 @@ def parse_call(source: str) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
         node = ast.parse(source, mode="eval").body
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
             raise ValueError("not a call of a plain name")
+        names = [k.arg for k in node.keywords]
+        if None in names:
+            raise ValueError("arguments passed with ** are not written out")
+        if len(set(names)) != len(names):
+            raise ValueError("a keyword argument is repeated")
         args = tuple(ast.literal_eval(a) for a in node.args)
-        kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
-    except (SyntaxError, ValueError) as exc:
+        kwargs = {str(k.arg): ast.literal_eval(k.value) for k in node.keywords}
+    except (SyntaxError, ValueError, TypeError) as exc:  # TypeError: a literal Python cannot build ({[1]: 2})
         raise DatasetError(f"ground-truth call {source!r}: {exc}") from None
+    except (RecursionError, MemoryError):
+        raise DatasetError(f"ground-truth call {source[:80]!r}...: nested too deeply to parse") from None
     return node.func.id, args, kwargs
 
 
@@ -295,7 +322,7 @@ class MultiTurnCase:
         tools = []
         for doc in functions:
             tool = tool_from_document(doc)
-            tools.append(replace(tool, function=_bound(found, str(doc["name"]))))
+            tools.append(replace(tool, function=_bound(found, str(doc["name"])), max_result_chars=RESULT_CHARS))
         return tools
 
 
@@ -305,14 +332,17 @@ def _bound(found: Mapping[str, Callable[..., Any]], name: str) -> Callable[..., 
     def call(**arguments: Any) -> Any:
         if method is None:
             raise RuntimeError(f"no BFCL method {name!r} on this case's instances")
-        value = method(**arguments)
-        if type(value) is dict:
+        with _RUNNING:  # the value is read before another case's call can change it
             try:
-                json.dumps(value)
-                return value  # the model reads it as JSON
-            except (TypeError, ValueError):
-                pass
-        return result_text(value)
+                value = method(**arguments)
+            except Exception as exc:  # the classes report misuse by raising: the model reads what BFCL shows
+                raise ToolError(f"Error during execution: {exc}") from exc
+            if type(value) is dict:
+                try:
+                    return json.loads(json.dumps(value))  # the model reads it as JSON: a copy of its own
+                except (TypeError, ValueError):
+                    pass
+            return result_text(value)
 
     return call
 
@@ -364,6 +394,10 @@ def make_case(entry: Mapping[str, Any], truth: Any, category: str, data: Path, w
         raise DatasetError(f"{where}: not a BFCL multi-turn case ({type(exc).__name__}: {exc})") from None
     if len(ground_truth) != len(turns):
         raise DatasetError(f"{where}: {len(turns)} turn(s) but {len(ground_truth)} in the ground truth")
+    for index, turn_messages in enumerate(turns):  # a turn is what the user says next, or nothing
+        if turn_messages and (len(turn_messages) != 1 or turn_messages[0].role != "user"):
+            roles = ", ".join(m.role for m in turn_messages)
+            raise DatasetError(f"{where}: turn {index} must be one user message or none (it has: {roles})")
     for turn in ground_truth:
         for source in turn:
             parse_call(source)
@@ -384,14 +418,28 @@ def make_case(entry: Mapping[str, Any], truth: Any, category: str, data: Path, w
 
 
 class StepRecorder:
-    """The model, with every reply of a case kept: one reply is one step."""
+    """The model, with every reply of a case kept: one reply is one step.
+
+    BFCL's step limit: after ``MAX_STEPS_PER_TURN + 1`` steps of calls in a
+    turn (all executed), the model is not asked again; the turn ends with an
+    empty answer that is never sent to the model, and ``forced`` says so.
+    """
 
     def __init__(self, model: Model) -> None:
         self.model = model
         self.name = model.name
         self.replies: list[ModelReply] = []
+        self.turn_steps = 0  # requests of the current turn (``new_turn`` resets it)
+        self.forced = False
+
+    def new_turn(self) -> None:
+        self.turn_steps = 0
 
     async def complete(self, request: ModelRequest) -> ModelReply:
+        if self.turn_steps > MAX_STEPS_PER_TURN:
+            self.forced = True
+            return ModelReply(choices=1, finish_reason="stop", content="")
+        self.turn_steps += 1
         reply = await self.model.complete(request)
         self.replies.append(reply)
         return reply
@@ -401,8 +449,9 @@ class StepRecorder:
 
 
 def turn_budget() -> Budget:
-    """BFCL's per-turn limit: 20 steps of calls, then an answer (a 22nd request is never sent)."""
-    return Budget(max_steps=MAX_STEPS_PER_TURN + 1, max_tool_calls=None)
+    """Room for BFCL's per-turn limit, which ``StepRecorder`` enforces: 21 steps of calls, all executed,
+    and the step that would ask the model a 22nd time (never sent)."""
+    return Budget(max_steps=MAX_STEPS_PER_TURN + 2, max_tool_calls=None)
 
 
 async def run_conversation(case: MultiTurnCase, model: Model, *, compat: Compat | None = None) -> CaseResult:
@@ -471,9 +520,10 @@ async def run_conversation(case: MultiTurnCase, model: Model, *, compat: Compat 
                     history=conversation.messages,
                     turns=conversation.turns,
                 )
+            recorder.new_turn()
             result = await conversation.send(str(messages[-1].content), on_event=note)
             take_replies()
-            status = result.status
+            status = Status.MAX_STEPS if recorder.forced else result.status
             for record in calls:
                 if record["turn"] == turn and not record["gate"]:
                     record["gate"], record["message"] = status.value, "the reply was refused whole"

@@ -98,7 +98,7 @@ def _turns(result: CaseResult) -> str:
 
 
 def _calls(result: CaseResult) -> str:
-    if result.calls and "turn" in result.calls[0]:
+    if any("turn" in item for item in (*result.calls, *result.prompt)):  # a multi-turn case, calls or not
         return _turns(result)
     if not result.calls:
         said = f"no call; the model answered: {result.content}" if result.content else "no call"
