@@ -134,6 +134,7 @@ class OpenAIChatModel(HTTPModel):
     """
 
     key_variable = "OPENAI_API_KEY"
+    output_modes: tuple[OutputMode, ...] = ("native", "tool", "prompted")
 
     def __init__(
         self,
@@ -151,7 +152,7 @@ class OpenAIChatModel(HTTPModel):
     ) -> None:
         self.name = model or os.environ.get("OPENAI_MODEL") or ""
         # How a run with an output_type asks for its answer; the CLI takes it from the provider profile.
-        self.output_mode = checked_output_mode(output_mode, ("native", "tool", "prompted"), "OpenAIChatModel")
+        self.output_mode = checked_output_mode(output_mode, self.output_modes, "OpenAIChatModel")
         if not self.name:
             raise ConfigurationError("no model named: pass OpenAIChatModel(model=...) or set OPENAI_MODEL")
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
