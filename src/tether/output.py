@@ -32,6 +32,7 @@ from typing import Any, Literal
 import jsonschema
 import pydantic
 from jsonschema.exceptions import SchemaError
+from pydantic_core import SchemaValidator
 
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ToolDefinitionError
@@ -76,6 +77,12 @@ class OutputSpec:
             except (pydantic.PydanticUserError, pydantic.errors.PydanticSchemaGenerationError, TypeError) as exc:
                 raise ToolDefinitionError(_cannot(output_type, exc)) from None
             self.name = _NAME.sub("_", getattr(output_type, "__name__", "answer"))[:64] or "answer"
+            # The core validator itself: TypeAdapter.validate_python checks its keyword options on every
+            # call, which costs as much as validating a small model.
+            core = self._adapter.validator
+            self._validate = (
+                core.validate_python if isinstance(core, SchemaValidator) else self._adapter.validate_python
+            )
         try:
             jsonschema.Draft202012Validator.check_schema(schema)
         except SchemaError as exc:
@@ -139,7 +146,7 @@ class OutputSpec:
         if self._adapter is None:
             return value
         try:
-            return self._adapter.validate_python(value)
+            return self._validate(value)
         except pydantic.ValidationError as exc:  # e.g. a validator of the model refused it
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "answer"
