@@ -103,6 +103,7 @@ class OutputSpec:
         self._nulls: frozenset[str] = made_strict[1] if made_strict is not None else frozenset()
         self._last: tuple[str, Any] | None = None  # the last answer checked and its value
         self._response_format: dict[str, Any] | None = None
+        self._instructions: str | None = None
 
     @property
     def tool(self) -> str | None:
@@ -173,9 +174,13 @@ class OutputSpec:
         return {"type": "function", "function": function}
 
     def instructions(self) -> str:
-        """The system message of ``prompted`` mode."""
-        schema = json.dumps(self.schema, separators=(",", ":"))
-        return f"Give your final answer as one JSON object matching this JSON Schema, and nothing else: {schema}"
+        """The system message of ``prompted`` mode (written once)."""
+        if self._instructions is None:
+            schema = json.dumps(self.schema, separators=(",", ":"))
+            self._instructions = (
+                f"Give your final answer as one JSON object matching this JSON Schema, and nothing else: {schema}"
+            )
+        return self._instructions
 
 
 class _Invalid(Exception):
