@@ -132,3 +132,11 @@ def test_the_provider_profile_builds_the_model_as_tether_run_does(tmp_path: Path
     assert json.loads(done.stdout.splitlines()[0])["passed"] == 3
     assert len(server.requests) == 3
     assert all("max_tokens" in r and "messages" in r for r in server.requests)  # Messages API requests
+
+
+def test_without_an_endpoint_eval_names_the_options_and_runs_no_embedded_model(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "tether", "eval", str(FIXTURE), "--out", str(tmp_path)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert "--local-model FILE.gguf" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "results.jsonl").exists()

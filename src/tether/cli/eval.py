@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from tether.cli.common import EXIT_INTERNAL, api_key_option, fail
-from tether.core.errors import TetherError
+from tether.core.errors import ConfigurationError, TetherError
 
 DEFAULT_OUT = "eval-results"
 
@@ -30,7 +30,14 @@ def _model(
 
     setup: dict[str, Any] = {"model": model, "base_url": base_url, "local_model": local_model}
     setup["provider"] = provider or os.environ.get("TETHER_PROVIDER")
-    _provider(setup)  # first: an unknown provider is reported before anything is built
+    profile = _provider(setup)  # first: an unknown provider is reported before anything is built
+    endpoint = base_url or api_key or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY")
+    if profile.protocol == "openai" and not local_model and not endpoint:
+        # Unlike tether run, no silent fallback to the embedded model: an eval of it must be asked for.
+        raise ConfigurationError(
+            "no model endpoint configured: set OPENAI_BASE_URL and OPENAI_MODEL (or OPENAI_API_KEY), "
+            "pass --base-url/--model, or --local-model FILE.gguf"
+        )
     chosen = model_of(setup, api_key)
     return chosen, _provider(setup)
 
