@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import json
 import re
+import types
+import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import jsonschema
 import pydantic
 from jsonschema.exceptions import SchemaError
+from pydantic_core import SchemaValidator
 
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ToolDefinitionError
@@ -65,6 +68,8 @@ class OutputSpec:
         self.mode: OutputMode = mode
         self.tool_name = tool_name
         self._adapter: pydantic.TypeAdapter[Any] | None = None
+        self._core: SchemaValidator | None = None
+        self._plain: frozenset[str] | None = None  # a plain model's field names: see _plain_fields
         if isinstance(output_type, Mapping):
             schema = _close(dict(output_type))
             title = output_type.get("title")
@@ -76,6 +81,14 @@ class OutputSpec:
             except (pydantic.PydanticUserError, pydantic.errors.PydanticSchemaGenerationError, TypeError) as exc:
                 raise ToolDefinitionError(_cannot(output_type, exc)) from None
             self.name = _NAME.sub("_", getattr(output_type, "__name__", "answer"))[:64] or "answer"
+            # The core validator itself: TypeAdapter.validate_python checks its keyword options on every
+            # call, which costs as much as validating a small model.
+            core = self._adapter.validator
+            self._validate = (
+                core.validate_python if isinstance(core, SchemaValidator) else self._adapter.validate_python
+            )
+            self._core = core if isinstance(core, SchemaValidator) else None
+            self._plain = _plain_fields(output_type) if self._core is not None else None
         try:
             jsonschema.Draft202012Validator.check_schema(schema)
         except SchemaError as exc:
@@ -96,6 +109,7 @@ class OutputSpec:
         self._nulls: frozenset[str] = made_strict[1] if made_strict is not None else frozenset()
         self._last: tuple[str, Any] | None = None  # the last answer checked and its value
         self._response_format: dict[str, Any] | None = None
+        self._instructions: str | None = None
 
     @property
     def tool(self) -> str | None:
@@ -127,6 +141,11 @@ class OutputSpec:
             data = drop_nulls(strict_loads(text), self._nulls)
         except InvalidJson as exc:
             raise _Invalid(Rejected(ErrorCode.INVALID_JSON, str(exc).replace("arguments", "the answer"))) from None
+        if self._plain is not None and self._core is not None and data.keys() <= self._plain:
+            try:  # pydantic's strict mode checks such a model as its schema would, and builds it in one call
+                return self._core.validate_python(data, strict=True)
+            except pydantic.ValidationError:
+                pass  # the schema check decides, and says why
         errors = (
             []
             if self._fast is not None and self._fast(data)
@@ -139,7 +158,7 @@ class OutputSpec:
         if self._adapter is None:
             return value
         try:
-            return self._adapter.validate_python(value)
+            return self._validate(value)
         except pydantic.ValidationError as exc:  # e.g. a validator of the model refused it
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "answer"
@@ -166,14 +185,49 @@ class OutputSpec:
         return {"type": "function", "function": function}
 
     def instructions(self) -> str:
-        """The system message of ``prompted`` mode."""
-        schema = json.dumps(self.schema, separators=(",", ":"))
-        return f"Give your final answer as one JSON object matching this JSON Schema, and nothing else: {schema}"
+        """The system message of ``prompted`` mode (written once)."""
+        if self._instructions is None:
+            schema = json.dumps(self.schema, separators=(",", ":"))
+            self._instructions = (
+                f"Give your final answer as one JSON object matching this JSON Schema, and nothing else: {schema}"
+            )
+        return self._instructions
 
 
 class _Invalid(Exception):
     def __init__(self, rejected: Rejected) -> None:
         self.rejected = rejected
+
+
+_PLAIN_TYPES = (str, int, float, bool, type(None))
+
+
+def _plain_fields(output_type: Any) -> frozenset[str] | None:
+    """A pydantic model's field names if strict validation accepts only what its schema accepts; else None.
+
+    So it is for a model whose fields are ``str``, ``int``, ``float`` or ``bool`` (or one of them or
+    ``None``) without constraints, aliases, validators or a core schema of its own: strict mode takes
+    no ``"248"``, ``true`` or ``3.0`` for an integer and no ``null`` where the type has none, as the
+    schema check. Extra fields, which pydantic would ignore, are checked by name before.
+    """
+    if not (isinstance(output_type, type) and issubclass(output_type, pydantic.BaseModel)):
+        return None
+    decorators = output_type.__pydantic_decorators__
+    if decorators.validators or decorators.field_validators or decorators.root_validators:
+        return None
+    if decorators.model_validators:
+        return None
+    own_schema = "__get_pydantic_core_schema__"
+    if any(own_schema in vars(c) for c in output_type.__mro__ if c not in (pydantic.BaseModel, object)):
+        return None
+    for name, field in output_type.model_fields.items():
+        if field.alias not in (None, name) or field.validation_alias is not None or field.metadata:
+            return None
+        kind = field.annotation
+        options = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else (kind,)
+        if not all(any(o is t for t in _PLAIN_TYPES) for o in options):
+            return None
+    return frozenset(output_type.model_fields)
 
 
 def _adapter(output_type: Any) -> pydantic.TypeAdapter[Any]:

@@ -76,6 +76,7 @@ from tether.events import (
     reconciled_event,
 )
 from tether.models.base import Model, ModelRequest
+from tether.models.base import output_mode as checked_output_mode
 from tether.output import OutputMode, OutputSpec
 from tether.report import CallReport, RunResult, StepReport, usage_dict
 from tether.stream import RunFinished, StreamEvent, Translator
@@ -880,6 +881,9 @@ def _output_spec(model: Model, tools: Sequence[Tool], output_type: Any, mode: Ou
         if mode is not None:
             raise ConfigurationError("output_mode needs an output_type")
         return None
+    supported = getattr(model, "output_modes", None)  # adapters say which modes they can send
+    if mode is not None and supported is not None:
+        mode = checked_output_mode(mode, supported, type(model).__name__)
     spec = OutputSpec(output_type, mode=mode or getattr(model, "output_mode", None) or "native")
     if spec.mode == "tool" and any(t.name == spec.tool_name for t in tools):
         raise ConfigurationError(

@@ -118,3 +118,25 @@ def test_an_unknown_provider_is_a_configuration_error(tmp_path: Path) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=60)
     assert done.returncode == 3
     assert "unknown provider 'nope'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_provider_profile_builds_the_model_as_tether_run_does(tmp_path: Path) -> None:
+    """``--provider anthropic`` speaks the Messages API (the profile's protocol), as ``tether run`` does."""
+    cases = load(FIXTURE)[:3]
+    env = {k: v for k, v in _env().items() if not k.startswith("ANTHROPIC_")}
+    with FakeServer(Oracle(cases, {c.id: oracle_output(c) for c in cases})) as server:
+        argv = [sys.executable, "-m", "tether", "eval", str(FIXTURE), "--limit", "3", "--out", str(tmp_path)]
+        argv += ["--provider", "anthropic", "--base-url", server.origin, "--model", "fake", "--api-key", "x", "--json"]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["passed"] == 3
+    assert len(server.requests) == 3
+    assert all("max_tokens" in r and "messages" in r for r in server.requests)  # Messages API requests
+
+
+def test_without_an_endpoint_eval_names_the_options_and_runs_no_embedded_model(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "tether", "eval", str(FIXTURE), "--out", str(tmp_path)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert "--local-model FILE.gguf" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "results.jsonl").exists()

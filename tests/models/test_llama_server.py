@@ -276,6 +276,22 @@ def test_quirk_max_tokens_ignored_with_automatic_tools(server: str) -> None:
     assert reply["choices"][0]["finish_reason"] != "length"
 
 
+def test_quirk_json_schema_response_format_is_refused(server: str) -> None:
+    """Only {"type": "text" | "json_object"} is accepted (WireCompat.no_json_schema: no native output mode)."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    body = {
+        "messages": [{"role": "user", "content": "Give n."}],
+        "max_tokens": 8,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}},
+    }
+    status, text = raw_post(server, body)
+    assert status == 500, text  # a validation error of the request, answered as a server error
+    assert "Input should be 'text' or 'json_object'" in text
+    assert raw_post(server, {**body, "response_format": {"type": "json_object", "schema": schema}})[0] == 200
+    assert LLAMA_CPP_PYTHON.wire.no_json_schema
+    assert chat(server).output_modes == ("tool", "prompted")
+
+
 def test_http_errors_from_the_real_server_are_precise(server: str) -> None:
     status, text = raw_post(server, {"messages": "not a list"})
     assert status in (400, 422, 500) and text

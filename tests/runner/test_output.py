@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, Optional
 
 import pydantic
 import pytest
@@ -250,3 +250,72 @@ def test_an_optional_nested_field_keeps_the_schema_non_strict() -> None:
 
     assert OutputSpec(Outer).strict is False
     assert OutputSpec(Invoice).strict is True
+
+
+# ------------------------------------------------------------ short route
+
+
+class Plain(pydantic.BaseModel):
+    name: str
+    count: int
+    ratio: float = 1.0
+    done: bool | None = None
+    note: Optional[str] = None  # noqa: UP045 -- the typing.Union spelling is recognised too
+
+
+class Checked(pydantic.BaseModel):
+    count: int
+
+    @pydantic.field_validator("count", mode="before")
+    @classmethod
+    def digits(cls, value: Any) -> Any:
+        return int(value) if isinstance(value, str) else value  # would let "248" through a strict check
+
+
+class Bounded(pydantic.BaseModel):
+    count: int = pydantic.Field(ge=0)
+
+
+class Nested(pydantic.BaseModel):
+    plain: Plain
+
+
+class Aliased(pydantic.BaseModel):
+    count: int = pydantic.Field(alias="n")
+
+
+PLAIN_ANSWERS = [
+    '{"name": "a", "count": 1}',
+    '{"name": "a", "count": 1, "ratio": 2, "done": true, "note": "x"}',
+    '{"name": "a", "count": 1, "note": null}',
+    '{"name": "a", "count": "1"}',
+    '{"name": "a", "count": true}',
+    '{"name": "a", "count": 1.0}',
+    '{"name": "a", "count": 10000000000000000000000}',
+    '{"name": null, "count": 1}',
+    '{"name": "a"}',
+    '{"name": "a", "count": 1, "extra": 1}',
+    '{"name": "a", "count": 1, "ratio": true}',
+    '{"name": "a", "count": 1, "done": 1}',
+    '{"name": 5, "count": 1}',
+]
+
+
+@pytest.mark.parametrize("answer", PLAIN_ANSWERS)
+def test_the_short_route_for_a_plain_model_accepts_exactly_what_the_schema_check_accepts(answer: str) -> None:
+    short, long = OutputSpec(Plain), OutputSpec(Plain)
+    long._plain = None
+    assert short._plain == {"name", "count", "ratio", "done", "note"}
+
+    refused_short, refused_long = short.check_answer(answer), long.check_answer(answer)
+    assert refused_short == refused_long
+    if refused_short is None:
+        value = short.decode(answer)
+        assert value == long.decode(answer)
+        assert type(value.ratio) is float
+
+
+@pytest.mark.parametrize("output_type", [Checked, Bounded, Nested, Aliased, Pair, Point, int])
+def test_a_model_with_validators_constraints_nesting_or_aliases_takes_the_long_route(output_type: Any) -> None:
+    assert OutputSpec(output_type)._plain is None
+    assert OutputSpec(Checked).check_answer('{"count": "248"}') is not None  # the schema check refuses it

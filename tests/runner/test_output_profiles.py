@@ -84,3 +84,23 @@ def test_a_model_without_response_format_refuses_the_native_mode() -> None:
         AnthropicModel("fake", base_url="http://127.0.0.1:9", output_mode="native")
     with pytest.raises(ConfigurationError, match="output_mode must be one of"):
         OpenAIChatModel("fake", base_url="http://127.0.0.1:9", output_mode="json")  # type: ignore[arg-type]
+
+
+def test_an_agent_asking_a_model_for_a_mode_it_cannot_send_is_refused_at_construction() -> None:
+    from tether.models.anthropic import AnthropicModel
+    from tether.models.openai_chat import OpenAIChatModel
+
+    anthropic = AnthropicModel("fake", base_url="http://127.0.0.1:9")
+    with pytest.raises(ConfigurationError, match=r"AnthropicModel .*native.*output_mode='tool' or 'prompted'"):
+        Agent(anthropic, [], output_type=Invoice, output_mode="native")
+    for mode in ("tool", "prompted"):  # what the message offers is accepted
+        assert Agent(anthropic, [], output_type=Invoice, output_mode=mode).output is not None
+    openai = OpenAIChatModel("fake", base_url="http://127.0.0.1:9")
+    assert Agent(openai, [], output_type=Invoice, output_mode="native").output is not None
+    # A profile whose server refuses json_schema (llama-cpp-python): its wire switch takes native away.
+    llama = OpenAIChatModel("fake", base_url="http://127.0.0.1:9", compat=PROVIDERS["llama-cpp-python"].wire)
+    assert llama.output_mode == "tool"
+    with pytest.raises(ConfigurationError, match=r"OpenAIChatModel .*native.*output_mode='tool' or 'prompted'"):
+        Agent(llama, [], output_type=Invoice, output_mode="native")
+    with pytest.raises(ConfigurationError, match="output_mode='tool' or 'prompted'"):
+        OpenAIChatModel("fake", base_url="http://127.0.0.1:9", compat=llama.compat, output_mode="native")

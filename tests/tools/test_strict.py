@@ -109,6 +109,13 @@ def test_the_fast_check_agrees_with_the_gate_validator() -> None:
         "additionalProperties": False,
         "$defs": {"Item": {"type": "object", "properties": {"k": {"const": True}}, "additionalProperties": False}},
     }
+    # Checks merged into one: a pure-type anyOf (str | None), a type list, an object typed and with properties.
+    schema["properties"] |= {
+        "maybe": {"anyOf": [{"type": "string", "title": "M"}, {"type": "null"}]},
+        "flag": {"type": ["boolean", "integer"]},
+        "bag": {"type": ["array", "object"]},
+        "inner": {"type": "object", "properties": {"z": {"type": "integer"}}, "required": ["z"]},
+    }
     values: list[Any] = [
         {"n": 1},
         {"n": True},
@@ -126,6 +133,17 @@ def test_the_fast_check_agrees_with_the_gate_validator() -> None:
         {"n": 1, "note": "nope"},
         {"n": 1, "note": None},
         {"n": 1, "extra": 0},
+        {"n": 1, "maybe": None, "flag": True, "bag": [], "inner": {"z": 1}},
+        {"n": 1, "maybe": "m", "flag": 2, "bag": {}},
+        {"n": 1, "maybe": 1},
+        {"n": 1, "maybe": []},
+        {"n": 1, "flag": 1.5},
+        {"n": 1, "flag": None},
+        {"n": 1, "bag": "x"},
+        {"n": 1, "inner": []},
+        {"n": 1, "inner": None},
+        {"n": 1, "inner": {}},
+        {"n": 1, "inner": {"z": True}},
         {},
         [],
     ]

@@ -194,6 +194,26 @@ def test_strict_loads_rejects_lenient_json() -> None:
             strict_loads(bad)
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"a": 1} x', "Extra data"),
+        ('{"a": 1}{"b": 2}', "Extra data"),
+        ('{"a": 1}\x0b', "Extra data"),  # vertical tab: whitespace to Python, not to JSON
+        ('{"a": {"b": 1, "b": 2}}', "duplicate key 'b'"),
+        ("[1, 2]", "got array"),
+        ('{"a": 1', "Expecting"),
+        ("{a: 1}", "Expecting property name"),
+        ("\ufeff{}", "BOM"),
+    ],
+)
+def test_strict_loads_reads_the_value_and_nothing_after_it(text: str, message: str) -> None:
+    """The decoder's scanner is called directly for text starting with its value; what follows is still checked."""
+    with pytest.raises(InvalidJson, match=message):
+        strict_loads(text)
+    assert strict_loads('{"a": 1} \n\t\r') == {"a": 1} == strict_loads(' \n{"a": 1}')
+
+
 def test_raw_schema_tool() -> None:
     schema = {
         "type": "object",

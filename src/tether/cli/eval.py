@@ -17,24 +17,29 @@ from tether.core.errors import ConfigurationError, TetherError
 DEFAULT_OUT = "eval-results"
 
 
-def _model(model: str | None, base_url: str | None, api_key: str | None, local_model: str | None, wire: Any) -> Any:
-    if local_model:
-        from tether.models.local import LocalModel
+def _model(
+    model: str | None, base_url: str | None, api_key: str | None, local_model: str | None, provider: str | None
+) -> tuple[Any, Any]:
+    """The model and its provider profile, built as ``tether run`` builds them.
 
-        return LocalModel(local_model)
-    from tether.models.openai_chat import OpenAIChatModel
+    The profile chooses the protocol (``anthropic``: the Messages API), the wire quirks and the output
+    mode; the embedded model brings the ``local`` profile with it.
+    """
+    from tether.cli.main import _model as model_of
+    from tether.cli.main import _provider
 
-    base_url = base_url or os.environ.get("OPENAI_BASE_URL")
-    api_key = api_key or os.environ.get("OPENAI_API_KEY")
-    model = model or os.environ.get("OPENAI_MODEL")
-    if not base_url and not api_key:
+    setup: dict[str, Any] = {"model": model, "base_url": base_url, "local_model": local_model}
+    setup["provider"] = provider or os.environ.get("TETHER_PROVIDER")
+    profile = _provider(setup)  # first: an unknown provider is reported before anything is built
+    endpoint = base_url or api_key or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY")
+    if profile.protocol == "openai" and not local_model and not endpoint:
+        # Unlike tether run, no silent fallback to the embedded model: an eval of it must be asked for.
         raise ConfigurationError(
             "no model endpoint configured: set OPENAI_BASE_URL and OPENAI_MODEL (or OPENAI_API_KEY), "
             "pass --base-url/--model, or --local-model FILE.gguf"
         )
-    if not model:
-        raise ConfigurationError("no model named: set OPENAI_MODEL or pass --model")
-    return OpenAIChatModel(model, base_url=base_url, api_key=api_key, compat=wire)
+    chosen = model_of(setup, api_key)
+    return chosen, _provider(setup)
 
 
 class _EvalGroup(click.Group):
@@ -65,7 +70,12 @@ def eval_command() -> None:
 @click.option("--model", help="Model name [env: OPENAI_MODEL].")
 @click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env: OPENAI_BASE_URL].")
 @api_key_option
-@click.option("--provider", help="A compatibility profile: openai, llama-cpp-python [env: TETHER_PROVIDER].")
+@click.option(
+    "--provider",
+    metavar="NAME",
+    help="A provider profile, as for tether run: openai, llama-cpp-python, snowflake, or anthropic "
+    "[env: TETHER_PROVIDER].",
+)
 @click.option(
     "--local-model",
     type=click.Path(dir_okay=False, exists=True),
@@ -140,14 +150,12 @@ def run_command(
     from tether.eval.harness import ERROR
     from tether.eval.progress import Progress
     from tether.eval.report import write_report
-    from tether.models.providers import provider as find_provider
 
     try:
-        profile = find_provider(provider or os.environ.get("TETHER_PROVIDER") or "openai")
         cases = []
         for dataset in datasets:
             cases.extend(load_dataset(dataset, toolsets)[:limit])
-        chosen = _model(model, base_url, api_key, local_model, profile.wire)
+        chosen, profile = _model(model, base_url, api_key, local_model, provider)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
 

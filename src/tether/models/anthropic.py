@@ -390,6 +390,8 @@ class AnthropicModel(HTTPModel):
     """
 
     key_variable = "ANTHROPIC_API_KEY"
+    # The Messages API has no response_format: a structured answer is a final-answer tool or prompted.
+    output_modes: tuple[OutputMode, ...] = ("tool", "prompted")
 
     def __init__(
         self,
@@ -406,8 +408,7 @@ class AnthropicModel(HTTPModel):
         extra_body: dict[str, Any] | None = None,
         output_mode: OutputMode = "tool",
     ) -> None:
-        # The Messages API has no response_format: a structured answer is a final-answer tool or prompted.
-        self.output_mode = checked_output_mode(output_mode, ("tool", "prompted"), "AnthropicModel")
+        self.output_mode = checked_output_mode(output_mode, self.output_modes, "AnthropicModel")
         self.name = model or os.environ.get("ANTHROPIC_MODEL") or ""
         if not self.name:
             raise ConfigurationError("no model named: set ANTHROPIC_MODEL or pass --model")

@@ -43,17 +43,22 @@ class Model(Protocol):
     async def aclose(self) -> None: ...
 
 
-def output_mode(mode: str, supported: Sequence[str], adapter: str) -> OutputMode:
+def output_mode(mode: str, supported: Sequence[OutputMode], adapter: str) -> OutputMode:
     """``mode`` if ``adapter`` can ask for a structured answer that way, else a ``ConfigurationError``.
 
     An adapter's ``output_mode`` is how a run with an ``output_type`` asks for its answer unless the
     ``Agent`` says otherwise (``native``: ``response_format``; ``tool``: a final-answer tool;
-    ``prompted``: the schema in a system message). The CLI sets it from the provider profile.
+    ``prompted``: the schema in a system message); its ``output_modes`` are the ones it can send.
+    The CLI sets ``output_mode`` from the provider profile; ``Agent(output_mode=...)`` is checked
+    against ``output_modes`` here too.
     """
     if mode not in ("native", "tool", "prompted"):
         raise ConfigurationError(f"output_mode must be one of native, tool, prompted, not {mode!r}")
     if mode not in supported:
+        offered = " or ".join(repr(m) for m in supported)
+        why = " (it sends no response_format)" if mode == "native" else ""
         raise ConfigurationError(
-            f"{adapter} sends no response_format: output_mode must be one of {', '.join(supported)}, not {mode!r}"
+            f"{adapter} cannot ask for a structured answer with output_mode={mode!r}{why}: "
+            f"pass output_mode={offered}, or leave output_mode out for the model's own"
         )
     return mode  # type: ignore[return-value]

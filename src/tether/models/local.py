@@ -118,6 +118,10 @@ def _load(path: Path, n_ctx: int, n_threads: int) -> tuple[Any, threading.Lock]:
 class LocalModel:
     """A GGUF model in this process. Calls are serialized: one context, one user at a time."""
 
+    # response_format is not read: a structured answer is the final-answer tool (its arguments constrained
+    # by the call grammar) or prompted.
+    output_modes: tuple[OutputMode, ...] = ("tool", "prompted")
+
     def __init__(
         self,
         model_path: str | Path | None = None,
@@ -130,9 +134,7 @@ class LocalModel:
         call_margin: float = DEFAULT_CALL_MARGIN,
         output_mode: OutputMode = "tool",
     ) -> None:
-        # response_format is not read here: a structured answer is the final-answer tool (its arguments
-        # are constrained by the call grammar) or prompted.
-        self.output_mode = checked_output_mode(output_mode, ("tool", "prompted"), "LocalModel")
+        self.output_mode = checked_output_mode(output_mode, self.output_modes, "LocalModel")
         path = Path(model_path) if model_path is not None else default_model_path()
         if path is None:
             raise ConfigurationError(

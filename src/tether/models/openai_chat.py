@@ -56,6 +56,10 @@ class WireCompat:
     truncated whatever its ``finish_reason`` says (llama-cpp-python reports a
     forced call cut off mid-arguments as ``tool_calls``). This only ever
     refuses more.
+    ``no_json_schema``: the server refuses ``response_format`` of type
+    ``json_schema`` (llama-cpp-python takes ``text`` and ``json_object``
+    only), so structured output cannot use the ``native`` mode: the model's
+    ``output_modes`` leave it out and its default is ``tool``.
     """
 
     null_content_as_empty: bool = False
@@ -63,6 +67,7 @@ class WireCompat:
     explicit_tool_choice: bool = False
     no_stream_with_auto_tools: bool = False
     max_tokens_means_length: bool = False
+    no_json_schema: bool = False
 
 
 def message_to_wire(message: Message, compat: WireCompat = WireCompat()) -> dict[str, Any]:
@@ -134,6 +139,7 @@ class OpenAIChatModel(HTTPModel):
     """
 
     key_variable = "OPENAI_API_KEY"
+    output_modes: tuple[OutputMode, ...] = ("native", "tool", "prompted")
 
     def __init__(
         self,
@@ -147,11 +153,16 @@ class OpenAIChatModel(HTTPModel):
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         compat: WireCompat = WireCompat(),
         extra_body: dict[str, Any] | None = None,
-        output_mode: OutputMode = "native",
+        output_mode: OutputMode | None = None,
     ) -> None:
         self.name = model or os.environ.get("OPENAI_MODEL") or ""
-        # How a run with an output_type asks for its answer; the CLI takes it from the provider profile.
-        self.output_mode = checked_output_mode(output_mode, ("native", "tool", "prompted"), "OpenAIChatModel")
+        if compat.no_json_schema:
+            self.output_modes = ("tool", "prompted")
+        # How a run with an output_type asks for its answer (default: native when the server takes a
+        # json_schema, else tool); the CLI takes it from the provider profile.
+        self.output_mode = checked_output_mode(
+            output_mode or self.output_modes[0], self.output_modes, "OpenAIChatModel"
+        )
         if not self.name:
             raise ConfigurationError("no model named: pass OpenAIChatModel(model=...) or set OPENAI_MODEL")
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")

@@ -44,6 +44,7 @@ LLAMA_CPP_PYTHON = Provider(
         explicit_tool_choice=True,
         no_stream_with_auto_tools=True,
         max_tokens_means_length=True,
+        no_json_schema=True,
     ),
     output_mode="tool",
     notes=(
@@ -67,7 +68,8 @@ LLAMA_CPP_PYTHON = Provider(
         "ignores minimum and maximum in the argument grammar: a bounded integer can be written as 1000000000000000",
         "numbers tool calls from the random completion id, so the same prompt gives a different conversation every run",
         'types response_format as {"type": "text" | "json_object", "schema": ...} only (llama_cpp.llama_types, '
-        '0.3.x): OpenAI\'s "json_schema" form is not accepted, so structured output uses the final-answer tool',
+        '0.3.x): OpenAI\'s "json_schema" form is answered with HTTP 500, so structured output uses the final-answer '
+        "tool (no_json_schema: the native mode is refused when the Agent is built)",
     ),
 )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from json.scanner import make_scanner
 from typing import Any
 
 
@@ -17,11 +18,13 @@ class InvalidJson(ValueError):
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise InvalidJson(f"duplicate key {key!r}")
-        result[key] = value
+    result = dict(pairs)  # built in C; a shorter dict means a key came twice
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise InvalidJson(f"duplicate key {key!r}")
+            seen.add(key)
     return result
 
 
@@ -38,12 +41,23 @@ def _finite(text: str) -> float:
 
 # Built once: ``json.loads`` with hooks builds a new decoder (and its scanner) on every call.
 _DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=_finite)
+# The decoder's own scanner, called directly for text that starts with its value: ``decode`` would match
+# whitespace with a regex on both sides first. Anything else goes through ``decode`` (and its messages).
+_SCAN = make_scanner(_DECODER)  # type: ignore[arg-type]  # typeshed types the argument as make_scanner itself
+_JSON_WHITESPACE = " \t\n\r"
 
 
 def strict_loads(text: str) -> dict[str, Any]:
     """Decode ``text`` as one JSON object, refusing anything lenient."""
     try:
-        if isinstance(text, str) and not text.startswith("\ufeff"):
+        if isinstance(text, str) and text[:1] in ("{", "["):
+            try:
+                value, end = _SCAN(text, 0)
+            except StopIteration:  # cannot be read from here: decode says why
+                value, end = _DECODER.decode(text), len(text)
+            if end != len(text) and text[end:].strip(_JSON_WHITESPACE):
+                value = _DECODER.decode(text)  # raises: extra data after the value
+        elif isinstance(text, str) and not text.startswith("\ufeff"):
             value = _DECODER.decode(text)
         else:  # bytes, or a byte order mark: ``json.loads`` has the checks and the messages for those
             value = json.loads(

@@ -93,12 +93,11 @@ def _compile(node: Any, root: dict[str, Any], refs: dict[str, Check | None]) -> 
         return _compile_ref(node, root, refs)
     checks: list[Check] = []
     kind = node.get("type")
-    if kind is not None:
-        kinds = [_TYPES.get(k) for k in (kind if isinstance(kind, list) else [kind])]
-        if None in kinds:
-            raise _Unsupported
-        known = [k for k in kinds if k is not None]
-        checks.append(known[0] if len(known) == 1 else _any_of(known))
+    names = _type_names(kind) if kind is not None else None
+    # An object with properties: its object check tests the type too (one call per value, not three).
+    typed_object = names == ["object"] and _OBJECT_KEYS & node.keys()
+    if names is not None and not typed_object:
+        checks.append(_of_types(names))
     if "enum" in node:
         options = list(node["enum"])
         if not all(_scalar(o) for o in options):
@@ -110,8 +109,12 @@ def _compile(node: Any, root: dict[str, Any], refs: dict[str, Check | None]) -> 
             raise _Unsupported
         checks.append(lambda v: _same(v, const))
     if "anyOf" in node:
-        checks.append(_any_of([_compile(b, root, refs) for b in node["anyOf"]]))
-    checks.extend(_by_kind(node, root, refs))
+        branches = node["anyOf"]
+        if isinstance(branches, list) and branches and all(_only_a_type(b) for b in branches):
+            checks.append(_of_types([n for b in branches for n in _type_names(b["type"])]))  # e.g. str | None
+        else:
+            checks.append(_any_of([_compile(b, root, refs) for b in branches]))
+    checks.extend(_by_kind(node, root, refs, bool(typed_object)))
 
     if len(checks) == 1:
         return checks[0]
@@ -126,6 +129,34 @@ def _compile(node: Any, root: dict[str, Any], refs: dict[str, Check | None]) -> 
         return True
 
     return check
+
+
+_OBJECT_KEYS = frozenset({"properties", "required", "additionalProperties"})
+# Types that one isinstance test decides (a boolean is an int to Python: integer and number are not here).
+_PLAIN: dict[str, type] = {"string": str, "object": dict, "array": list, "boolean": bool}
+
+
+def _type_names(kind: Any) -> list[str]:
+    names = kind if isinstance(kind, list) else [kind]
+    if not names or not all(isinstance(n, str) and n in _TYPES for n in names):
+        raise _Unsupported
+    return names
+
+
+def _only_a_type(node: Any) -> bool:
+    return isinstance(node, dict) and "type" in node and node.keys() <= _IGNORED | {"type"}
+
+
+def _of_types(names: list[str]) -> Check:
+    """One check for a value of any of the JSON types ``names``."""
+    if len(set(names)) == 1:
+        return _TYPES[names[0]]
+    if not all(n in _PLAIN or n == "null" for n in names):
+        return _any_of([_TYPES[n] for n in dict.fromkeys(names)])
+    types = tuple(_PLAIN[n] for n in dict.fromkeys(names) if n != "null")
+    if "null" in names:
+        return lambda v: v is None or isinstance(v, types)
+    return lambda v: isinstance(v, types)
 
 
 def _any_of(branches: list[Check]) -> Check:
@@ -159,8 +190,13 @@ def _compile_ref(node: dict[str, Any], root: dict[str, Any], refs: dict[str, Che
     return late
 
 
-def _by_kind(node: dict[str, Any], root: dict[str, Any], refs: dict[str, Check | None]) -> list[Check]:
-    """The checks that apply to one kind of value (objects, arrays, strings, numbers)."""
+def _by_kind(
+    node: dict[str, Any], root: dict[str, Any], refs: dict[str, Check | None], typed_object: bool = False
+) -> list[Check]:
+    """The checks that apply to one kind of value (objects, arrays, strings, numbers).
+
+    ``typed_object``: the node's type is ``object``, so the object check refuses anything but a dict.
+    """
     checks: list[Check] = []
     if "properties" in node or "required" in node or "additionalProperties" in node:
         properties = {n: _compile(s, root, refs) for n, s in node.get("properties", {}).items()}
@@ -173,7 +209,7 @@ def _by_kind(node: dict[str, Any], root: dict[str, Any], refs: dict[str, Check |
 
         def object_ok(value: Any) -> bool:
             if not isinstance(value, dict):
-                return True
+                return not typed_object
             if not value.keys() >= required:
                 return False
             for name, item in value.items():
