@@ -26,6 +26,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from tether.core.errors import ToolDefinitionError
 from tether.tools.context import ToolContext
 from tether.tools.decoding import json_type
+from tether.tools.metacheck import plainly_valid
 from tether.tools.strict import strict_schema
 
 DEFAULT_TIMEOUT = 30.0
@@ -316,7 +317,8 @@ def _is_object(node: dict[str, Any]) -> bool:
 
 def _compile(name: str, parameters: dict[str, Any]) -> Any:
     try:
-        jsonschema.Draft202012Validator.check_schema(parameters)
+        if not plainly_valid(parameters):  # the meta-schema check costs milliseconds: only when not sure
+            jsonschema.Draft202012Validator.check_schema(parameters)
     except SchemaError as exc:
         raise ToolDefinitionError(f"tool {name}: invalid JSON Schema: {exc.message}") from None
     if parameters.get("type") != "object":
