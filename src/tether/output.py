@@ -27,10 +27,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import jsonschema
-import pydantic
 from jsonschema.exceptions import SchemaError
 
 from tether.core.envelope import ErrorCode
@@ -40,6 +39,9 @@ from tether.tools.decoding import InvalidJson, strict_loads
 from tether.tools.fastcheck import compile_check
 from tether.tools.strict import drop_nulls, strict_schema
 from tether.tools.tool import _close, _describe, _StrictValidator, _strip_titles
+
+if TYPE_CHECKING:  # imported only for an output type that is not a JSON Schema dict
+    import pydantic
 
 OutputMode = Literal["native", "tool", "prompted"]
 OUTPUT_MODES: tuple[str, ...] = ("native", "tool", "prompted")
@@ -70,6 +72,8 @@ class OutputSpec:
             title = output_type.get("title")
             self.name = _NAME.sub("_", title)[:64] if isinstance(title, str) and title else "answer"
         else:
+            import pydantic
+
             self._adapter = _adapter(output_type)
             try:
                 schema = _strip_titles(self._adapter.json_schema())
@@ -138,6 +142,8 @@ class OutputSpec:
         value = data["result"] if self.wrapped else data
         if self._adapter is None:
             return value
+        import pydantic  # imported already: the adapter is pydantic's
+
         try:
             return self._adapter.validate_python(value)
         except pydantic.ValidationError as exc:  # e.g. a validator of the model refused it
@@ -177,6 +183,8 @@ class _Invalid(Exception):
 
 
 def _adapter(output_type: Any) -> pydantic.TypeAdapter[Any]:
+    import pydantic
+
     try:
         return pydantic.TypeAdapter(output_type)
     except (pydantic.PydanticUserError, pydantic.errors.PydanticSchemaGenerationError, TypeError) as exc:

@@ -15,19 +15,19 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, get_args, get_origin, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, get_args, get_origin, get_type_hints, overload
 
 import jsonschema
-import pydantic
 from jsonschema.exceptions import SchemaError
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from tether.core.errors import ToolDefinitionError
 from tether.tools.context import ToolContext
 from tether.tools.decoding import json_type
 from tether.tools.metacheck import plainly_valid
 from tether.tools.strict import strict_schema
+
+if TYPE_CHECKING:  # pydantic is imported where a typed function becomes a tool: raw schemas never need it
+    import pydantic
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_RESULT_CHARS = 20_000
@@ -377,6 +377,8 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
 
 def _check_default(tool_name: str, param: str, default: Any) -> None:
     """A default goes into the schema the model sees, so it must be JSON."""
+    from pydantic_core import PydanticSerializationError, to_jsonable_python
+
     try:
         json.dumps(to_jsonable_python(default))
     except (TypeError, ValueError, PydanticSerializationError):
@@ -394,6 +396,9 @@ def _is_context(hint: Any) -> bool:
 
 
 def _from_function(function: Callable[..., Any], name: str | None, description: str | None, **options: Any) -> Tool:
+    import pydantic
+    from pydantic.fields import FieldInfo
+
     # A functools.partial: hints and docstring come from the function it wraps; the arguments
     # it binds are the host's, not the model's, so they leave the schema.
     inner, bound = function, set()
