@@ -144,31 +144,46 @@ def _described(case: EvalCase, result: CaseResult) -> CaseResult:
 
 
 class _Recorder:
-    """The model, and the last reply it gave: what BFCL scores, whatever tether then did with it.
+    """The model, and the last reply it gave: what BFCL scores, whatever tether then did with it."""
 
-    With ``slots``, a request is sent only while it holds one: ``run_eval``
-    keeps exactly that many requests in flight, and everything else a case
-    does (building its tools and agent, judging and scoring the reply,
-    writing the result) happens while other requests are waited for.
-    """
-
-    def __init__(self, model: Model, slots: asyncio.Semaphore | None = None) -> None:
+    def __init__(self, model: Model) -> None:
         self.model = model
         self.name = model.name
-        self.slots = slots
         self.reply: ModelReply | None = None
 
     async def complete(self, request: ModelRequest) -> ModelReply:
-        if self.slots is None:
-            self.reply = await self.model.complete(request)
-            return self.reply
-        async with self.slots:
-            self.reply = await self.model.complete(request)
-        # The case waiting for this slot sends its request now, before this reply is judged and scored.
-        await asyncio.sleep(0)
+        self.reply = await self.model.complete(request)
         return self.reply
 
     async def aclose(self) -> None:  # the caller's model outlives the case
+        pass
+
+
+class _Slots:
+    """The caller's model, sending at most ``limit`` requests at a time, whoever asks.
+
+    ``run_eval`` keeps exactly that many requests in flight while cases
+    remain: everything else a case does (building its tools and agent,
+    judging and scoring the reply, writing the result) happens while other
+    requests are waited for.
+    """
+
+    def __init__(self, model: Model, limit: int) -> None:
+        self.model = model
+        self.name = model.name
+        self._slots = asyncio.Semaphore(limit)
+
+    def __getattr__(self, name: str) -> Any:  # what else the model offers (its output mode, say)
+        return getattr(self.model, name)
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        async with self._slots:
+            reply = await self.model.complete(request)
+        # The request waiting for this slot is sent now, before this reply is judged and scored.
+        await asyncio.sleep(0)
+        return reply
+
+    async def aclose(self) -> None:  # the caller's model outlives the eval
         pass
 
 
@@ -190,13 +205,8 @@ def _proposed(
     ]
 
 
-async def run_case(
-    model: Model, case: EvalCase, *, compat: Compat | None = None, slots: asyncio.Semaphore | None = None
-) -> CaseResult:
-    """Ask the model once with the case's tools and score the calls it proposes.
-
-    ``slots``: the request waits for one (``run_eval``'s limit on requests in flight).
-    """
+async def run_case(model: Model, case: EvalCase, *, compat: Compat | None = None) -> CaseResult:
+    """Ask the model once with the case's tools and score the calls it proposes."""
     started = time.perf_counter()
     gates: dict[str, tuple[str, str]] = {}
 
@@ -208,7 +218,7 @@ async def run_case(
             message = (envelope.get("error") or {}).get("message", "")
             gates[event.data["id"]] = (event.data["outcome"], message)
 
-    recorder = _Recorder(model, slots)
+    recorder = _Recorder(model)
     try:
         agent = Agent(recorder, case.tools(), compat=compat, propose_only=True)
         result = await agent.run(list(case.messages), on_event=note)
@@ -289,9 +299,9 @@ async def run_eval(
     """Run and score every case not already scored in ``out``; all results, earlier ones included.
 
     Exactly ``concurrency`` requests are in flight while cases remain: a
-    semaphore guards the request itself, and twice as many workers take
-    cases from one queue, so the next cases are ready to send the moment a
-    slot frees. ``on_start(to_run, already_scored)`` is called once before
+    semaphore guards the request itself (``_Slots``), and twice as many
+    workers take cases from one queue, so the next cases are ready to send
+    the moment a slot frees. ``on_start(to_run, already_scored)`` is called once before
     the first case is sent, ``on_result`` after each case is scored (a
     progress bar's hooks).
     """
@@ -304,13 +314,13 @@ async def run_eval(
     if on_start is not None:
         on_start(len(todo), len(cases) - len(todo))
     sink = ResultsFile(out) if out is not None else None
-    slots = asyncio.Semaphore(concurrency)
+    limited = _Slots(model, concurrency)
     fresh: dict[str, CaseResult] = {}
 
     async def worker() -> None:
         while todo:
             case = todo.popleft()
-            result = await run_case(model, case, compat=compat, slots=slots)
+            result = await run_case(limited, case, compat=compat)
             fresh[case.id] = result
             if sink is not None:
                 sink.write(result)
