@@ -29,16 +29,13 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-import jsonschema
-from jsonschema.exceptions import SchemaError
-
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ToolDefinitionError
 from tether.core.machine import Rejected
 from tether.tools.decoding import InvalidJson, strict_loads
 from tether.tools.fastcheck import compile_check
 from tether.tools.strict import drop_nulls, strict_schema
-from tether.tools.tool import _close, _describe, _StrictValidator, _strip_titles
+from tether.tools.tool import _close, _describe, _strip_titles, strict_validator
 
 if TYPE_CHECKING:  # imported only for an output type that is not a JSON Schema dict
     import pydantic
@@ -80,8 +77,10 @@ class OutputSpec:
             except (pydantic.PydanticUserError, pydantic.errors.PydanticSchemaGenerationError, TypeError) as exc:
                 raise ToolDefinitionError(_cannot(output_type, exc)) from None
             self.name = _NAME.sub("_", getattr(output_type, "__name__", "answer"))[:64] or "answer"
+        from jsonschema.exceptions import SchemaError
+
         try:
-            jsonschema.Draft202012Validator.check_schema(schema)
+            strict_validator().check_schema(schema)
         except SchemaError as exc:
             raise ToolDefinitionError(f"output_type is not a valid JSON Schema: {exc.message}") from None
         self.wrapped = schema.get("type") != "object"
@@ -92,7 +91,7 @@ class OutputSpec:
             if defs is not None:
                 schema["$defs"] = defs
         self.schema = schema
-        self._validator = _StrictValidator(schema)
+        self._validator = strict_validator()(schema)
         self._fast = compile_check(schema)  # answers the common, valid case; jsonschema explains the rest
         made_strict = strict_schema(schema) if strict else None
         self.strict = made_strict is not None

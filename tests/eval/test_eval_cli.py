@@ -120,13 +120,16 @@ def test_an_unknown_provider_is_a_configuration_error(tmp_path: Path) -> None:
     assert "unknown provider 'nope'" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_the_eval_command_imports_no_pydantic_and_no_web_framework() -> None:
-    """What ``tether eval`` loads before its first request is start-up time the whole eval waits for."""
+def test_the_eval_command_imports_no_pydantic_no_jsonschema_and_no_web_framework() -> None:
+    """What ``tether eval`` loads before its first request is start-up time the whole eval waits for.
+
+    jsonschema is loaded only to explain an invalid call (or vouch for an unusual schema)."""
     code = (
         "import sys, tether.cli.main, tether.eval, tether.eval.report, tether.models.openai_chat, tether.runner\n"
         "from tether.eval import load\n"
         f"tools = load({str(FIXTURE)!r})[0].tools()\n"
-        "heavy = ('pydantic', 'pydantic_core', 'fastapi', 'starlette', 'uvicorn', 'llama_cpp')\n"
+        "assert tools[0].validation_errors({'base': 10, 'height': 5}) == []\n"
+        "heavy = ('pydantic', 'pydantic_core', 'jsonschema', 'fastapi', 'starlette', 'uvicorn', 'llama_cpp')\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
