@@ -135,3 +135,20 @@ def test_the_eval_command_imports_no_pydantic_no_jsonschema_and_no_web_framework
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_with_no_endpoint_the_embedded_model_is_scored_as_tether_run_would_use_it(tmp_path: Path) -> None:
+    """No OPENAI_BASE_URL or OPENAI_API_KEY: ``tether eval`` scores the embedded model (SmolLM2-135M), as
+    ``tether run`` answers with it, and says so; TETHER_LOCAL=off makes that a configuration error again."""
+    tickets = Path(__file__).resolve().parents[2] / "examples" / "eval" / "tickets.jsonl"
+    argv = [sys.executable, "-m", "tether", "eval", str(tickets), "--limit", "1", "--out", str(tmp_path), "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "using the local model SmolLM2-135M-Instruct" in done.stderr
+    row = json.loads(done.stdout.splitlines()[0])
+    assert row["cases"] == 1 and row["errors"] == 0
+    assert [line["id"] for line in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())]
+
+    off = subprocess.run(argv, capture_output=True, text=True, env={**_env(), "TETHER_LOCAL": "off"}, timeout=60)
+    assert off.returncode == 3
+    assert "no model endpoint configured" in off.stderr and "Traceback" not in off.stderr

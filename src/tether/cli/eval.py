@@ -17,15 +17,24 @@ from tether.core.errors import ConfigurationError, TetherError
 DEFAULT_OUT = "eval-results"
 
 
-def _model(model: str | None, base_url: str | None, api_key: str | None, local_model: str | None, wire: Any) -> Any:
-    if local_model:
-        from tether.models.local import LocalModel
-
-        return LocalModel(local_model)
-    from tether.models.openai_chat import OpenAIChatModel
-
+def _model(
+    model: str | None, base_url: str | None, api_key: str | None, local_model: str | None, wire: Any
+) -> tuple[Any, bool]:
+    """The model to score, and whether it is the local one (run in-process)."""
     base_url = base_url or os.environ.get("OPENAI_BASE_URL")
     api_key = api_key or os.environ.get("OPENAI_API_KEY")
+    if local_model or (not base_url and not api_key and _local_available()):
+        from tether.models.local import LocalModel, default_model_path
+
+        path = local_model or str(default_model_path())
+        click.echo(
+            f"using the local model {Path(path).stem} (no OPENAI_BASE_URL or OPENAI_API_KEY set); "
+            "a model this small scores low: set OPENAI_BASE_URL and OPENAI_MODEL to score a real one",
+            err=True,
+        )
+        return LocalModel(path), True
+    from tether.models.openai_chat import OpenAIChatModel
+
     model = model or os.environ.get("OPENAI_MODEL")
     if not base_url and not api_key:
         raise ConfigurationError(
@@ -34,7 +43,13 @@ def _model(model: str | None, base_url: str | None, api_key: str | None, local_m
         )
     if not model:
         raise ConfigurationError("no model named: set OPENAI_MODEL or pass --model")
-    return OpenAIChatModel(model, base_url=base_url, api_key=api_key, compat=wire)
+    return OpenAIChatModel(model, base_url=base_url, api_key=api_key, compat=wire), False
+
+
+def _local_available() -> bool:
+    from tether.models.local import local_available  # finds the package without loading llama.cpp
+
+    return local_available()
 
 
 class _EvalGroup(click.Group):
@@ -69,7 +84,9 @@ def eval_command() -> None:
 @click.option(
     "--local-model",
     type=click.Path(dir_okay=False, exists=True),
-    help="Run this GGUF file in-process instead of an endpoint.",
+    envvar="TETHER_LOCAL_MODEL",
+    help="Run this GGUF file in-process instead of an endpoint; with no endpoint set, the embedded "
+    "SmolLM2-135M is used [env: TETHER_LOCAL_MODEL].",
 )
 @click.option(
     "--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Cases run at the same time."
@@ -123,6 +140,10 @@ def run_command(
     cases; run the same command again to resume an interrupted eval. On a
     terminal (and without CI set) a progress bar shows on stderr.
 
+    With no endpoint configured (no --base-url, OPENAI_BASE_URL or
+    OPENAI_API_KEY), the embedded local model is scored, as tether run
+    answers with it: SmolLM2-135M, or --local-model's GGUF file.
+
     \b
     Examples:
       tether eval simple_python multiple --model gpt-4o-mini --concurrency 16
@@ -144,7 +165,9 @@ def run_command(
         cases = []
         for dataset in datasets:
             cases.extend(load_dataset(dataset, toolsets)[:limit])
-        chosen = _model(model, base_url, api_key, local_model, profile.wire)
+        chosen, local = _model(model, base_url, api_key, local_model, profile.wire)
+        if local and not (provider or os.environ.get("TETHER_PROVIDER")):
+            profile = find_provider("local")  # as tether run: the small-model policy
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
 
