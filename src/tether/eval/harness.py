@@ -47,6 +47,7 @@ RESULTS_FILE = "results.jsonl"
 DEFAULT_CONCURRENCY = 8
 
 PASSED, MISTAKE, REFUSED, ERROR = "passed", "mistake", "refused", "error"
+_YIELDS = 3  # turns of the event loop a finished request gives the others (_Slots.complete)
 _REPLY_REFUSED = {Status.PROTOCOL_ERROR, Status.TRUNCATED, Status.CONTENT_FILTERED}
 
 
@@ -179,8 +180,12 @@ class _Slots:
     async def complete(self, request: ModelRequest) -> ModelReply:
         async with self._slots:
             reply = await self.model.complete(request)
-        # The request waiting for this slot is sent now, before this reply is judged and scored.
-        await asyncio.sleep(0)
+        # Step aside before this reply is judged and scored: the request waiting for the slot is sent,
+        # and replies that came in with this one are read and free their slots too (a reply takes two
+        # turns of the event loop: the socket's callback, then its task). Measured on 200 cases at
+        # --concurrency 16: 1.07x the ideal with three turns, 1.11x with one.
+        for _ in range(_YIELDS):
+            await asyncio.sleep(0)
         return reply
 
     async def aclose(self) -> None:  # the caller's model outlives the eval
