@@ -29,12 +29,7 @@ import re
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal
-
-import jsonschema
-import pydantic
-from jsonschema.exceptions import SchemaError
-from pydantic_core import SchemaValidator
+from typing import TYPE_CHECKING, Any, Literal
 
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ToolDefinitionError
@@ -42,7 +37,11 @@ from tether.core.machine import Rejected
 from tether.tools.decoding import InvalidJson, strict_loads
 from tether.tools.fastcheck import compile_check
 from tether.tools.strict import drop_nulls, strict_schema
-from tether.tools.tool import _close, _describe, _StrictValidator, _strip_titles
+from tether.tools.tool import _close, _describe, _strip_titles, strict_validator
+
+if TYPE_CHECKING:  # imported only for an output type that is not a JSON Schema dict
+    import pydantic
+    from pydantic_core import SchemaValidator
 
 OutputMode = Literal["native", "tool", "prompted"]
 OUTPUT_MODES: tuple[str, ...] = ("native", "tool", "prompted")
@@ -70,17 +69,23 @@ class OutputSpec:
         self._adapter: pydantic.TypeAdapter[Any] | None = None
         self._core: SchemaValidator | None = None
         self._plain: frozenset[str] | None = None  # a plain model's field names: see _plain_fields
+        self._error: Any = ValueError  # what the adapter raises: pydantic's ValidationError
         if isinstance(output_type, Mapping):
             schema = _close(dict(output_type))
             title = output_type.get("title")
             self.name = _NAME.sub("_", title)[:64] if isinstance(title, str) and title else "answer"
         else:
+            import pydantic
+
             self._adapter = _adapter(output_type)
+            self._error = pydantic.ValidationError
             try:
                 schema = _strip_titles(self._adapter.json_schema())
             except (pydantic.PydanticUserError, pydantic.errors.PydanticSchemaGenerationError, TypeError) as exc:
                 raise ToolDefinitionError(_cannot(output_type, exc)) from None
             self.name = _NAME.sub("_", getattr(output_type, "__name__", "answer"))[:64] or "answer"
+            from pydantic_core import SchemaValidator
+
             # The core validator itself: TypeAdapter.validate_python checks its keyword options on every
             # call, which costs as much as validating a small model.
             core = self._adapter.validator
@@ -89,8 +94,10 @@ class OutputSpec:
             )
             self._core = core if isinstance(core, SchemaValidator) else None
             self._plain = _plain_fields(output_type) if self._core is not None else None
+        from jsonschema.exceptions import SchemaError
+
         try:
-            jsonschema.Draft202012Validator.check_schema(schema)
+            strict_validator().check_schema(schema)
         except SchemaError as exc:
             raise ToolDefinitionError(f"output_type is not a valid JSON Schema: {exc.message}") from None
         self.wrapped = schema.get("type") != "object"
@@ -101,7 +108,7 @@ class OutputSpec:
             if defs is not None:
                 schema["$defs"] = defs
         self.schema = schema
-        self._validator = _StrictValidator(schema)
+        self._validator = strict_validator()(schema)
         self._fast = compile_check(schema)  # answers the common, valid case; jsonschema explains the rest
         made_strict = strict_schema(schema) if strict else None
         self.strict = made_strict is not None
@@ -144,7 +151,7 @@ class OutputSpec:
         if self._plain is not None and self._core is not None and data.keys() <= self._plain:
             try:  # pydantic's strict mode checks such a model as its schema would, and builds it in one call
                 return self._core.validate_python(data, strict=True)
-            except pydantic.ValidationError:
+            except self._error:
                 pass  # the schema check decides, and says why
         errors = (
             []
@@ -159,7 +166,7 @@ class OutputSpec:
             return value
         try:
             return self._validate(value)
-        except pydantic.ValidationError as exc:  # e.g. a validator of the model refused it
+        except self._error as exc:  # e.g. a validator of the model refused it
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "answer"
             raise _Invalid(Rejected(ErrorCode.INVALID_ARGUMENTS, f"{where}: {first['msg']}")) from None
@@ -210,6 +217,8 @@ def _plain_fields(output_type: Any) -> frozenset[str] | None:
     no ``"248"``, ``true`` or ``3.0`` for an integer and no ``null`` where the type has none, as the
     schema check. Extra fields, which pydantic would ignore, are checked by name before.
     """
+    import pydantic  # imported already: the output type is pydantic's
+
     if not (isinstance(output_type, type) and issubclass(output_type, pydantic.BaseModel)):
         return None
     decorators = output_type.__pydantic_decorators__
@@ -231,6 +240,8 @@ def _plain_fields(output_type: Any) -> frozenset[str] | None:
 
 
 def _adapter(output_type: Any) -> pydantic.TypeAdapter[Any]:
+    import pydantic
+
     try:
         return pydantic.TypeAdapter(output_type)
     except (pydantic.PydanticUserError, pydantic.errors.PydanticSchemaGenerationError, TypeError) as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -180,3 +181,33 @@ def test_a_reply_tether_refuses_whole_is_still_scored_as_bfcl_scores_it(finish_r
         assert result.outcome == (PASSED if valid else REFUSED)
         assert [(c["tool"], c["arguments"]) for c in result.calls] == output
         assert {c["gate"] for c in result.calls} == {result.status}
+
+
+def test_exactly_concurrency_requests_are_in_flight(tmp_path: Path) -> None:
+    """A slot frees when a reply arrives, and a case already prepared takes it: never more, no gaps between waves."""
+    cases = load(DATA / "BFCL_v4_simple_python.json")[:24]
+    oracle = Oracle(cases, {c.id: oracle_output(c) for c in cases})
+    latency = 0.3
+    arrivals: list[float] = []
+
+    def respond(request: dict[str, Any]) -> Any:
+        arrivals.append(time.monotonic())
+        return oracle(request)
+
+    async def go() -> list[CaseResult]:
+        async with FakeServer(respond, latency=latency) as server:
+            model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x")
+            try:
+                return await run_eval(model, cases, concurrency=4, out=tmp_path)
+            finally:
+                await model.aclose()
+
+    results = asyncio.run(go())
+    assert {r.outcome for r in results} == {PASSED}
+    assert len(arrivals) == 24
+    # A request holds its slot for at least the latency, so no window shorter than it sees more than 4 arrive.
+    in_window = [sum(1 for b in arrivals if a <= b < a + 0.9 * latency) for a in arrivals]
+    assert max(in_window) == 4
+    # Six waves of four: each case waiting for a slot is sent as soon as one frees, not a wave later.
+    waves = [arrivals[i + 4] - arrivals[i] for i in range(20)]
+    assert max(waves) < 2 * latency, waves

@@ -134,9 +134,35 @@ def test_the_provider_profile_builds_the_model_as_tether_run_does(tmp_path: Path
     assert all("max_tokens" in r and "messages" in r for r in server.requests)  # Messages API requests
 
 
-def test_without_an_endpoint_eval_names_the_options_and_runs_no_embedded_model(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "tether", "eval", str(FIXTURE), "--out", str(tmp_path)]
-    done = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=60)
-    assert done.returncode == 3, done.stderr
-    assert "--local-model FILE.gguf" in done.stderr and "Traceback" not in done.stderr
-    assert not (tmp_path / "results.jsonl").exists()
+def test_the_eval_command_imports_no_pydantic_no_jsonschema_and_no_web_framework() -> None:
+    """What ``tether eval`` loads before its first request is start-up time the whole eval waits for.
+
+    jsonschema is loaded only to explain an invalid call (or vouch for an unusual schema)."""
+    code = (
+        "import sys, tether.cli.main, tether.eval, tether.eval.report, tether.models.openai_chat, tether.runner\n"
+        "from tether.eval import load\n"
+        f"tools = load({str(FIXTURE)!r})[0].tools()\n"
+        "assert tools[0].validation_errors({'base': 10, 'height': 5}) == []\n"
+        "heavy = ('pydantic', 'pydantic_core', 'jsonschema', 'fastapi', 'starlette', 'uvicorn', 'llama_cpp')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_with_no_endpoint_the_embedded_model_is_scored_as_tether_run_would_use_it(tmp_path: Path) -> None:
+    """No OPENAI_BASE_URL or OPENAI_API_KEY: ``tether eval`` scores the embedded model (SmolLM2-135M), as
+    ``tether run`` answers with it, and says so; TETHER_LOCAL=off makes that a configuration error again."""
+    tickets = Path(__file__).resolve().parents[2] / "examples" / "eval" / "tickets.jsonl"
+    argv = [sys.executable, "-m", "tether", "eval", str(tickets), "--limit", "1", "--out", str(tmp_path), "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "using the local model SmolLM2-135M-Instruct" in done.stderr
+    row = json.loads(done.stdout.splitlines()[0])
+    assert row["cases"] == 1 and row["errors"] == 0
+    assert [line["id"] for line in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())]
+
+    off = subprocess.run(argv, capture_output=True, text=True, env={**_env(), "TETHER_LOCAL": "off"}, timeout=60)
+    assert off.returncode == 3
+    assert "no model endpoint configured" in off.stderr and "Traceback" not in off.stderr

@@ -257,3 +257,44 @@ def test_a_file_that_is_not_gguf_is_a_clear_error(tmp_path: Path) -> None:
     bogus.write_bytes(b"not a model")
     with pytest.raises(ConfigurationError, match="cannot load"):
         LocalModel(bogus)
+
+
+# --- long bounds: a grammar llama.cpp accepts -----------------------------------------------------
+
+
+def test_a_long_string_bound_still_gives_a_grammar_llama_cpp_accepts(model: LocalModel) -> None:
+    """The ticket tools bound a comment's body to 5000 characters. Written into the grammar as 5000 nested
+    optionals, llama.cpp refused it ("number of rules ... exceeds sane defaults") and the process then
+    died of SIGSEGV: ``tether eval examples/eval/tickets.jsonl`` with the local model scored no case."""
+    import llama_cpp
+
+    from tether.eval.dataset import EVAL_TOOLSETS
+
+    specs = [t.spec() for t in EVAL_TOOLSETS["tickets"]()]
+    assert any("5000" in json.dumps(s) for s in specs)
+    sampler = llama_cpp.llama_sampler_init_grammar(
+        model._llm._model.vocab, prefixed_grammar(specs, "functions.").encode(), b"root"
+    )
+    assert sampler, "llama.cpp refused the grammar"
+    llama_cpp.llama_sampler_free(sampler)
+
+    named = {"type": "function", "function": {"name": "add_comment"}}
+    prompt = [Message("user", "Add a comment to TICKET-123456: the fix is deployed.")]
+    reply = asyncio.run(model.complete(ModelRequest(prompt, specs, tool_choice=named, max_tokens=64)))
+    assert reply.finish_reason in ("tool_calls", "length")
+    if reply.tool_calls:
+        assert reply.tool_calls[0].name == "add_comment"
+
+
+def test_a_grammar_llama_cpp_refuses_is_an_error_not_a_crash(model: LocalModel) -> None:
+    """llama.cpp answers a grammar it cannot parse with a null sampler, and sampling with it crashes the
+    process: the grammar is tried first, and a refused one is a model error naming the cause."""
+    from tether.core.errors import ModelResponseError
+
+    pattern = {"type": "string", "pattern": "^(ab){1,3000}$"}  # still ~3,000 repetitions after the bounds rule
+    parameters = {"type": "object", "properties": {"b": pattern}}
+    spec = {"type": "function", "function": {"name": "t", "parameters": parameters}}
+    named = {"type": "function", "function": {"name": "t"}}
+    request = ModelRequest([Message("user", "Call t.")], [spec], tool_choice=named, max_tokens=16)
+    with pytest.raises(ModelResponseError, match=r"grammar llama\.cpp refuses"):
+        asyncio.run(model.complete(request))

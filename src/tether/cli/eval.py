@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from tether.cli.common import EXIT_INTERNAL, api_key_option, fail
-from tether.core.errors import ConfigurationError, TetherError
+from tether.core.errors import TetherError
 
 DEFAULT_OUT = "eval-results"
 
@@ -23,21 +23,16 @@ def _model(
     """The model and its provider profile, built as ``tether run`` builds them.
 
     The profile chooses the protocol (``anthropic``: the Messages API), the wire quirks and the output
-    mode; the embedded model brings the ``local`` profile with it.
+    mode. With no endpoint configured the embedded model is scored, as ``tether run`` answers with it
+    (saying so on stderr), and it brings the ``local`` profile with it.
     """
     from tether.cli.main import _model as model_of
     from tether.cli.main import _provider
 
-    setup: dict[str, Any] = {"model": model, "base_url": base_url, "local_model": local_model}
+    setup: dict[str, Any] = {"model": model, "base_url": base_url or os.environ.get("OPENAI_BASE_URL")}
+    setup["local_model"] = local_model
     setup["provider"] = provider or os.environ.get("TETHER_PROVIDER")
-    profile = _provider(setup)  # first: an unknown provider is reported before anything is built
-    endpoint = base_url or api_key or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY")
-    if profile.protocol == "openai" and not local_model and not endpoint:
-        # Unlike tether run, no silent fallback to the embedded model: an eval of it must be asked for.
-        raise ConfigurationError(
-            "no model endpoint configured: set OPENAI_BASE_URL and OPENAI_MODEL (or OPENAI_API_KEY), "
-            "pass --base-url/--model, or --local-model FILE.gguf"
-        )
+    _provider(setup)  # first: an unknown provider is reported before anything is built
     chosen = model_of(setup, api_key)
     return chosen, _provider(setup)
 
@@ -79,7 +74,9 @@ def eval_command() -> None:
 @click.option(
     "--local-model",
     type=click.Path(dir_okay=False, exists=True),
-    help="Run this GGUF file in-process instead of an endpoint.",
+    envvar="TETHER_LOCAL_MODEL",
+    help="Run this GGUF file in-process instead of an endpoint; with no endpoint set, the embedded "
+    "SmolLM2-135M is used [env: TETHER_LOCAL_MODEL].",
 )
 @click.option(
     "--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Cases run at the same time."
@@ -135,6 +132,10 @@ def run_command(
     reason, report.html a self-contained page of accuracy bars and failing
     cases; run the same command again to resume an interrupted eval. On a
     terminal (and without CI set) a progress bar shows on stderr.
+
+    With no endpoint configured (no --base-url, OPENAI_BASE_URL or
+    OPENAI_API_KEY), the embedded local model is scored, as tether run
+    answers with it: SmolLM2-135M, or --local-model's GGUF file.
 
     \b
     Examples:

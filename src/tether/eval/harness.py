@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -46,6 +47,7 @@ RESULTS_FILE = "results.jsonl"
 DEFAULT_CONCURRENCY = 8
 
 PASSED, MISTAKE, REFUSED, ERROR = "passed", "mistake", "refused", "error"
+_YIELDS = 3  # turns of the event loop a finished request gives the others (_Slots.complete)
 REPLY_REFUSED = {Status.PROTOCOL_ERROR, Status.TRUNCATED, Status.CONTENT_FILTERED}
 
 
@@ -158,6 +160,38 @@ class _Recorder:
         pass
 
 
+class _Slots:
+    """The caller's model, sending at most ``limit`` requests at a time, whoever asks.
+
+    ``run_eval`` keeps exactly that many requests in flight while cases
+    remain: everything else a case does (building its tools and agent,
+    judging and scoring the reply, writing the result) happens while other
+    requests are waited for.
+    """
+
+    def __init__(self, model: Model, limit: int) -> None:
+        self.model = model
+        self.name = model.name
+        self._slots = asyncio.Semaphore(limit)
+
+    def __getattr__(self, name: str) -> Any:  # what else the model offers (its output mode, say)
+        return getattr(self.model, name)
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        async with self._slots:
+            reply = await self.model.complete(request)
+        # Step aside before this reply is judged and scored: the request waiting for the slot is sent,
+        # and replies that came in with this one are read and free their slots too (a reply takes two
+        # turns of the event loop: the socket's callback, then its task). Measured on 200 cases at
+        # --concurrency 16: 1.07x the ideal with three turns, 1.11x with one.
+        for _ in range(_YIELDS):
+            await asyncio.sleep(0)
+        return reply
+
+    async def aclose(self) -> None:  # the caller's model outlives the eval
+        pass
+
+
 def _proposed(
     case: EvalCase, reply: ModelReply | None, gates: dict[str, tuple[str, str]], status: Status
 ) -> list[dict[str, Any]] | None:
@@ -176,13 +210,8 @@ def _proposed(
     ]
 
 
-async def run_case(
-    model: Model, case: EvalCase, *, compat: Compat | None = None, tools: Awaitable[list[Tool]] | None = None
-) -> CaseResult:
-    """Ask the model once with the case's tools and score the calls it proposes.
-
-    ``tools``: the case's tools being compiled elsewhere (``run_eval`` compiles ahead); else compiled here.
-    """
+async def run_case(model: Model, case: EvalCase, *, compat: Compat | None = None) -> CaseResult:
+    """Ask the model once with the case's tools and score the calls it proposes."""
     evaluate = getattr(case, "evaluate", None)
     if evaluate is not None:  # a case that runs itself: BFCL's multi-turn cases (tether.eval.multi_turn)
         ran: CaseResult = await evaluate(model, compat=compat)
@@ -200,9 +229,7 @@ async def run_case(
 
     recorder = _Recorder(model)
     try:
-        # Compiling the schemas is CPU work: off the event loop, so other cases' replies are read meanwhile.
-        offered = await (tools if tools is not None else asyncio.to_thread(case.tools))
-        agent = Agent(recorder, offered, compat=compat, propose_only=True)
+        agent = Agent(recorder, case.tools(), compat=compat, propose_only=True)
         result = await agent.run(list(case.messages), on_event=note)
     except TetherError as exc:
         failed = CaseResult(case.id, case.category, ERROR, f"{type(exc).__name__}: {exc}", seconds=_since(started))
@@ -242,21 +269,30 @@ def read_results(out: Path) -> dict[str, CaseResult]:
 
 
 class ResultsFile:
-    """Appends one line per scored case; each line is written whole, in one call."""
+    """Appends one line per scored case, each in one ``write`` on an ``O_APPEND`` file.
+
+    A line is in the file (the kernel's page cache) as soon as its case is
+    scored, so a process killed even with SIGKILL loses no scored case and a
+    later run sends none again; there is no buffer to flush. ``close`` syncs
+    the file to disk once, for a machine that goes down after the eval.
+    """
 
     def __init__(self, out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
         path = out / RESULTS_FILE
-        self._handle = path.open("a", encoding="utf-8")
-        if path.stat().st_size and not path.read_bytes().endswith(b"\n"):
-            self._handle.write("\n")  # end a line torn by a killed process before appending
+        self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        size = os.fstat(self._fd).st_size
+        if size and os.pread(self._fd, 1, size - 1) != b"\n":
+            os.write(self._fd, b"\n")  # end a line torn by a killed process before appending
 
     def write(self, result: CaseResult) -> None:
-        self._handle.write(json.dumps(result.to_dict(), ensure_ascii=False) + "\n")
-        self._handle.flush()
+        os.write(self._fd, (json.dumps(result.to_dict(), ensure_ascii=False) + "\n").encode())
 
     def close(self) -> None:
-        self._handle.close()
+        try:
+            os.fsync(self._fd)
+        finally:
+            os.close(self._fd)
 
 
 async def run_eval(
@@ -271,48 +307,38 @@ async def run_eval(
 ) -> list[CaseResult]:
     """Run and score every case not already scored in ``out``; all results, earlier ones included.
 
-    ``on_start(to_run, already_scored)`` is called once before the first case
-    is sent, ``on_result`` after each case is scored (a progress bar's hooks).
+    Exactly ``concurrency`` requests are in flight while cases remain: a
+    semaphore guards the request itself (``_Slots``), and twice as many
+    workers take cases from one queue, so the next cases are ready to send
+    the moment a slot frees. ``on_start(to_run, already_scored)`` is called once before
+    the first case is sent, ``on_result`` after each case is scored (a
+    progress bar's hooks).
     """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
     cases = list(cases)
     earlier = read_results(out) if out is not None else {}
     done = {i: r for i, r in earlier.items() if r.outcome != ERROR}
-    loop = asyncio.get_running_loop()
-    todo: asyncio.Queue[tuple[EvalCase, asyncio.Future[list[Tool]]]] = asyncio.Queue()
-    ahead = [(case, loop.create_future()) for case in cases if case.id not in done]
-    for item in ahead:
-        todo.put_nowait(item)
+    todo = deque(case for case in cases if case.id not in done)
     if on_start is not None:
-        on_start(todo.qsize(), len(cases) - todo.qsize())
+        on_start(len(todo), len(cases) - len(todo))
     sink = ResultsFile(out) if out is not None else None
+    limited = _Slots(model, concurrency)
     fresh: dict[str, CaseResult] = {}
 
-    async def compile_ahead() -> None:
-        # One case after another, in the order the workers take them: the schemas of the next
-        # cases are compiled while the model is being waited for, not when a reply has come in.
-        for case, compiled in ahead:
-            try:
-                compiled.set_result(await asyncio.to_thread(case.tools))
-            except Exception as exc:  # the worker taking the case meets it in run_case
-                compiled.set_exception(exc)
-
     async def worker() -> None:
-        while not todo.empty():
-            case, compiled = todo.get_nowait()
-            result = await run_case(model, case, compat=compat, tools=compiled)
+        while todo:
+            case = todo.popleft()
+            result = await run_case(limited, case, compat=compat)
             fresh[case.id] = result
             if sink is not None:
                 sink.write(result)
             if on_result is not None:
                 on_result(result)
 
-    compiling = asyncio.create_task(compile_ahead())
     try:
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, todo.qsize())))))
+        await asyncio.gather(*(worker() for _ in range(min(2 * concurrency, max(1, len(todo))))))
     finally:
-        compiling.cancel()
         if sink is not None:
             sink.close()
     return [fresh.get(c.id) or done[c.id] for c in cases]

@@ -27,6 +27,7 @@ conversation every run. The model is loaded once per process and shared.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
@@ -181,10 +182,32 @@ class LocalModel:
             fmt = self.format
             if fmt.native:
                 root = fmt.grammar_root(CALL_RULE, max_calls)
-                self._grammars[key] = call_grammar(tools, root, fmt.arguments_key)
+                text = call_grammar(tools, root, fmt.arguments_key)
             else:
-                self._grammars[key] = prefixed_grammar(tools, fmt.call_open)
+                text = prefixed_grammar(tools, fmt.call_open)
+            self._check_grammar(text)
+            self._grammars[key] = text
         return LlamaGrammar.from_string(self._grammars[key], verbose=False)
+
+    def _check_grammar(self, text: str) -> None:
+        """Parse ``text`` once as sampling will: llama.cpp gives a null sampler for a grammar it refuses,
+        and sampling with that crashes the process (SIGSEGV)."""
+        import llama_cpp
+
+        try:
+            from llama_cpp._utils import suppress_stdout_stderr  # its parser prints the whole grammar
+        except ImportError:  # pragma: no cover - an older or newer llama-cpp-python
+            quiet: Any = contextlib.nullcontext()
+        else:
+            quiet = suppress_stdout_stderr(disable=False)
+        with quiet:
+            sampler = llama_cpp.llama_sampler_init_grammar(self._llm._model.vocab, text.encode(), b"root")
+        if not sampler:
+            raise ModelResponseError(
+                "the offered tools' schemas give a grammar llama.cpp refuses (a pattern or bound repeating "
+                "something thousands of times?); the local model cannot call these tools"
+            )
+        llama_cpp.llama_sampler_free(sampler)
 
     def _sampling(self, max_tokens: int) -> dict[str, Any]:
         return {"max_tokens": max_tokens, "temperature": self.temperature, "seed": self.seed}

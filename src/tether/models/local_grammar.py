@@ -9,6 +9,10 @@ ranges; this module adds them for integers, so a model cannot write
 non-integer numbers are not expressed (the host's validation still refuses
 them).
 
+Length bounds above ``MAX_REPEAT`` (a ticket's body: 5,000 characters) are
+left out of the grammar: llama.cpp refuses a grammar that repeats a rule
+about 2,000 times, and no call within ``CALL_MAX_TOKENS`` gets that long.
+
 The grammar constrains the shape, not the meaning: the host validates every
 call as strictly as one from any remote model.
 """
@@ -21,6 +25,10 @@ from collections.abc import Sequence
 from typing import Any
 
 CALL_RULE = "call"
+# The longest string or list bound written into a grammar (as that many nested optionals); a longer one is
+# left to the host's validation. llama.cpp refuses ~2,000 (MAX_REPETITION_THRESHOLD in its grammar parser).
+MAX_REPEAT = 256
+_UPPER_BOUNDS = ("maxLength", "maxItems")
 
 
 def _digits(count: int) -> str:
@@ -84,6 +92,10 @@ def _bounds(schema: dict[str, Any]) -> tuple[int | None, int | None]:
     return (math.ceil(low) if low is not None else None, math.floor(high) if high is not None else None)
 
 
+def _too_long(bound: Any) -> bool:
+    return isinstance(bound, int) and bound > MAX_REPEAT
+
+
 def _converter() -> Any:
     from llama_cpp import llama_grammar
 
@@ -93,6 +105,8 @@ def _converter() -> Any:
         """llama-cpp-python's converter, plus integer ranges."""
 
         def visit(self, schema: dict[str, Any], name: str) -> str:
+            if isinstance(schema, dict) and any(_too_long(schema.get(k)) for k in _UPPER_BOUNDS):
+                schema = {k: v for k, v in schema.items() if not (k in _UPPER_BOUNDS and _too_long(v))}
             ranged = any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"))
             if schema.get("type") == "integer" and ranged and not ({"enum", "const"} & schema.keys()):
                 rule = f"({integer_range(*_bounds(schema))}) space"

@@ -1,10 +1,15 @@
 """Tool definitions: ``@tool`` on a typed function, or a raw JSON Schema.
 
 Either way a tool ends up with one JSON Schema (``additionalProperties:
-false`` on every object) and one compiled ``jsonschema`` validator. The
-validator is the gate: it is strict where pydantic's lax mode is not (no
-``true`` for an integer, no ``"248"`` for 248). Pydantic then only converts
-the already-valid JSON into the function's Python types (enums, models).
+false`` on every object) and one validator. The validator is the gate: it is
+strict where pydantic's lax mode is not (no ``true`` for an integer, no
+``"248"`` for 248). Pydantic then only converts the already-valid JSON into
+the function's Python types (enums, models).
+
+The gate answers a valid call with ``tether.tools.fastcheck`` (compiled
+once per tool, for the common keywords); ``jsonschema`` decides the rest and
+words the errors. It is imported only then, or for a schema the fast checks
+cannot vouch for: a run whose calls are all valid never loads it.
 """
 
 from __future__ import annotations
@@ -13,20 +18,20 @@ import functools
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, get_args, get_origin, get_type_hints, overload
-
-import jsonschema
-import pydantic
-from jsonschema.exceptions import SchemaError
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+from typing import TYPE_CHECKING, Any, get_args, get_origin, get_type_hints, overload
 
 from tether.core.errors import ToolDefinitionError
 from tether.tools.context import ToolContext
 from tether.tools.decoding import json_type
+from tether.tools.fastcheck import compile_check
+from tether.tools.metacheck import plainly_valid
 from tether.tools.strict import strict_schema
+
+if TYPE_CHECKING:  # pydantic is imported where a typed function becomes a tool: raw schemas never need it
+    import jsonschema
+    import pydantic
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_RESULT_CHARS = 20_000
@@ -314,23 +319,61 @@ def _is_object(node: dict[str, Any]) -> bool:
     return kind == "object" or (isinstance(kind, list) and "object" in kind)
 
 
-def _compile(name: str, parameters: dict[str, Any]) -> Any:
-    try:
-        jsonschema.Draft202012Validator.check_schema(parameters)
-    except SchemaError as exc:
-        raise ToolDefinitionError(f"tool {name}: invalid JSON Schema: {exc.message}") from None
+def _compile(name: str, parameters: dict[str, Any]) -> _Gate:
+    if not plainly_valid(parameters):  # the meta-schema check costs milliseconds: only when not sure
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            strict_validator().check_schema(parameters)
+        except SchemaError as exc:
+            raise ToolDefinitionError(f"tool {name}: invalid JSON Schema: {exc.message}") from None
     if parameters.get("type") != "object":
         raise ToolDefinitionError(f"tool {name}: parameters must be a JSON Schema of type object")
-    return _StrictValidator(parameters)
+    return _Gate(parameters)
 
 
-# JSON Schema counts 3.0 as an integer; a host that refuses "248" for 248 refuses 3.0 too.
-_StrictValidator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
-    ),
-)
+class _Gate:
+    """A tool's argument check: the fast check answers a valid call, jsonschema everything else."""
+
+    __slots__ = ("_fast", "_full", "schema")
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.schema = schema
+        self._fast = compile_check(schema)  # None: a keyword it does not know
+        self._full: Any = None
+
+    def iter_errors(self, instance: Any) -> Iterator[jsonschema.ValidationError]:
+        if self._fast is not None and self._fast(instance):
+            return iter(())
+        if self._full is None:
+            self._full = strict_validator()(self.schema)
+        errors: Iterator[jsonschema.ValidationError] = self._full.iter_errors(instance)
+        return errors
+
+    def is_valid(self, instance: Any) -> bool:
+        return next(self.iter_errors(instance), None) is None
+
+
+@functools.cache
+def strict_validator() -> Any:
+    """jsonschema's 2020-12 validator class, with 3.0 not an integer (jsonschema is imported here).
+
+    JSON Schema counts 3.0 as an integer; a host that refuses "248" for 248 refuses 3.0 too.
+    """
+    import jsonschema
+
+    return jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+        jsonschema.Draft202012Validator,
+        type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+            "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
+        ),
+    )
+
+
+def __getattr__(name: str) -> Any:  # the class under its former name, built on first use (PEP 562)
+    if name == "_StrictValidator":
+        return strict_validator()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
@@ -375,6 +418,8 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
 
 def _check_default(tool_name: str, param: str, default: Any) -> None:
     """A default goes into the schema the model sees, so it must be JSON."""
+    from pydantic_core import PydanticSerializationError, to_jsonable_python
+
     try:
         json.dumps(to_jsonable_python(default))
     except (TypeError, ValueError, PydanticSerializationError):
@@ -392,6 +437,9 @@ def _is_context(hint: Any) -> bool:
 
 
 def _from_function(function: Callable[..., Any], name: str | None, description: str | None, **options: Any) -> Tool:
+    import pydantic
+    from pydantic.fields import FieldInfo
+
     # A functools.partial: hints and docstring come from the function it wraps; the arguments
     # it binds are the host's, not the model's, so they leave the schema.
     inner, bound = function, set()

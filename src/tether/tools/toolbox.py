@@ -15,9 +15,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import pydantic
-from pydantic_core import PydanticSerializationError, to_jsonable_python
-
 from tether.core import envelope
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ToolDefinitionError
@@ -29,6 +26,12 @@ from tether.tools.strict import drop_nulls
 from tether.tools.tool import Tool, ToolError
 
 
+def _validation_error(exc: Exception) -> bool:
+    import pydantic  # imported already: the tool's argument model is a pydantic model
+
+    return isinstance(exc, pydantic.ValidationError)
+
+
 def truncate(text: str, limit: int) -> str:
     """Cut ``text`` to ``limit`` characters with a marker giving the original size."""
     if len(text) <= limit:
@@ -38,6 +41,8 @@ def truncate(text: str, limit: int) -> str:
 
 def result_envelope(result: Any, limit: int) -> str:
     """The ``ok`` envelope for a tool's return value, cut to ``limit``."""
+    from pydantic_core import PydanticSerializationError, to_jsonable_python
+
     try:
         value = to_jsonable_python(result)
         text = json.dumps(value, ensure_ascii=False)
@@ -134,8 +139,10 @@ class Toolbox:
         deadline_at = context.deadline_at
         try:
             kwargs = found.bind(arguments, context)
-        except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
+        except ValueError as exc:  # pydantic's ValidationError, from a typed function's argument model
+            if found.args_model is None or not _validation_error(exc):
+                raise
+            first = exc.errors()[0]  # type: ignore[attr-defined]
             where = ".".join(str(p) for p in first["loc"]) or "arguments"
             return envelope.error(ErrorCode.INVALID_ARGUMENTS, f"{where}: {first['msg']}")
         limit = found.timeout
