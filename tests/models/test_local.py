@@ -119,6 +119,22 @@ def test_the_model_chooses_a_call_by_its_own_scores_within_the_margin(model: Loc
         model.call_margin = margin
 
 
+def test_the_tool_is_chosen_by_the_models_score_of_the_request_under_each_tool(model: LocalModel) -> None:
+    request = ModelRequest([Message("user", "What is 900 minus 358?")], CALC, tool_choice="required")
+    model.score_tools = False  # the name decoded greedily under the grammar: the first tool listed wins
+    try:
+        assert [c.name for c in asyncio.run(model.complete(request)).tool_calls] == ["add"]
+    finally:
+        model.score_tools = True
+    cached = model._llm.n_tokens
+    reply = asyncio.run(model.complete(request))
+    assert [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == [("subtract", {"a": 900, "b": 358})]
+    assert model._llm.n_tokens >= cached  # scored in a second context: the main one kept its evaluated prompt
+    named = {"type": "function", "function": {"name": "add"}}  # a named tool is never second-guessed
+    forced = asyncio.run(model.complete(ModelRequest(request.messages, CALC, tool_choice=named)))
+    assert [c.name for c in forced.tool_calls] == ["add"]
+
+
 async def test_a_prompt_needing_no_tool_is_answered_without_a_call_under_the_local_profile(model: LocalModel) -> None:
     result = await Agent(model, load_toolset("calc"), compat=LOCAL.compat).run("What is the capital of France?")
     assert result.status is Status.COMPLETED and not result.steps[0].calls
