@@ -17,7 +17,8 @@ model's own chat template (``tether.models.local_format``); each step then
 2. decodes a tool call (a forced one, or one the model opened) under a
    grammar built from the offered tools' JSON Schemas
    (``tether.models.local_grammar``), so the shape matches what the host
-   validates.
+   validates; in the ``tether`` family the tool is first chosen by the
+   model's score of the request under each offered tool (``score_tools``).
 
 Calls get short ids numbered by turn (``call_2_0``), and sampling is greedy
 with a fixed seed unless asked otherwise, so the same prompt gives the same
