@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import shlex
@@ -133,6 +134,19 @@ def test_the_tool_is_chosen_by_the_models_score_of_the_request_under_each_tool(m
     named = {"type": "function", "function": {"name": "add"}}  # a named tool is never second-guessed
     forced = asyncio.run(model.complete(ModelRequest(request.messages, CALC, tool_choice=named)))
     assert [c.name for c in forced.tool_calls] == ["add"]
+
+
+def test_a_call_the_first_token_would_open_is_made_only_when_the_request_fits_a_tool(model: LocalModel) -> None:
+    needless = ModelRequest([Message("user", "Reply with the word yes.")], CALC, tool_choice="auto")
+    margin, model.tool_margin = model.tool_margin, math.inf  # the first-token score alone: a needless call
+    try:
+        assert asyncio.run(model.complete(needless)).tool_calls
+    finally:
+        model.tool_margin = margin
+    reply = asyncio.run(model.complete(needless))
+    assert not reply.tool_calls and "yes" in (reply.content or "").lower()
+    needed = asyncio.run(model.complete(ModelRequest([Message("user", QUESTION)], CALC, tool_choice="auto")))
+    assert [c.name for c in needed.tool_calls] == ["multiply"]
 
 
 async def test_a_prompt_needing_no_tool_is_answered_without_a_call_under_the_local_profile(model: LocalModel) -> None:

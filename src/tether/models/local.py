@@ -61,6 +61,11 @@ DEFAULT_CALL_MARGIN = 9.0
 SCORER_CONTEXT = 512  # tokens: a tool's one-line description and the request it is scored against
 # How a tool is introduced when the model scores a request against it (see LocalModel._choose_tool).
 TOOL_LINE = "The function {name}: {description}"
+PLAIN_LINE = "You are a helpful assistant."  # the same request scored with no tool in view
+# How much less likely the request may be under its best tool's line than under PLAIN_LINE (natural log
+# units) and still get a call: on bench/local_prompts.jsonl every prompt needing no tool scored 1.2-3.6 less
+# likely under its best tool, every arithmetic and time prompt at most 0.5 less likely (see README).
+DEFAULT_TOOL_MARGIN = 0.9
 
 _LOADED: dict[tuple[str, int, int], tuple[Any, threading.Lock]] = {}
 _LOADING = threading.Lock()
@@ -134,6 +139,7 @@ class LocalModel:
         chat_template: str | None = None,
         call_margin: float = DEFAULT_CALL_MARGIN,
         score_tools: bool = True,
+        tool_margin: float = DEFAULT_TOOL_MARGIN,
         output_mode: OutputMode = "tool",
     ) -> None:
         # response_format is not read here: a structured answer is the final-answer tool (its arguments
@@ -153,6 +159,7 @@ class LocalModel:
         self.seed = seed
         self.call_margin = call_margin
         self.score_tools = score_tools
+        self.tool_margin = tool_margin
         self._llm, self._lock = _load(path, n_ctx, n_threads or machine_threads())
         metadata: dict[str, str] = self._llm.metadata
         model = self._llm._model
@@ -213,7 +220,11 @@ class LocalModel:
         opener = (self.format.call_open or "{").strip()
         text, produced, finish = "", 0, None
         if tools and not self.format.native and self._opens_call(tokens, opener):
-            return self._call(request, tokens, tools, 0)
+            if not self.score_tools:
+                return self._call(request, tokens, tools, 0)
+            best, advantage = self._choose_tool(request, tools)
+            if advantage >= -self.tool_margin:
+                return self._call(request, tokens, [best], 0)
         deciding = bool(tools)
         sampling = self._sampling(request.max_tokens or DEFAULT_MAX_TOKENS)
         if request.tools and not tools:  # tools described but not to be called: a call cannot even begin
@@ -274,7 +285,7 @@ class LocalModel:
         """One reply of tool calls, decoded under the tools' grammar (``spent``: tokens already generated)."""
         limit = request.max_tokens or CALL_MAX_TOKENS
         if self.score_tools and not self.format.native and len(tools) > 1:
-            tools = [self._choose_tool(request, tools)]
+            tools = [self._choose_tool(request, tools)[0]]
         grammar = self._grammar(tools, max_calls)
         out = self._llm.create_completion(tokens, grammar=grammar, **self._sampling(limit))
         choice = out["choices"][0]
@@ -292,8 +303,13 @@ class LocalModel:
         )
         return ModelReply(choices=1, finish_reason="tool_calls", tool_calls=calls, usage=usage, model=self.name)
 
-    def _choose_tool(self, request: ModelRequest, tools: list[dict[str, Any]]) -> dict[str, Any]:
+    def _choose_tool(self, request: ModelRequest, tools: list[dict[str, Any]]) -> tuple[dict[str, Any], float]:
         """The offered tool under which the request is likeliest, as the model scores it (the ``tether`` family).
+
+        Also returned: how much likelier the request is under that tool's
+        line than under ``PLAIN_LINE`` (log units; negative: less likely),
+        which gates a call the first-token score would open
+        (``tool_margin``).
 
         Decoding the name greedily, SmolLM2-135M wrote ``add`` for 5 of 12
         one-step arithmetic prompts of ``bench/local_prompts.jsonl`` ("900
@@ -306,21 +322,22 @@ class LocalModel:
         """
         asked = next((m.content for m in reversed(request.messages) if m.role == "user" and m.content), None)
         if not asked:
-            return tools[0]
-        if self._scorer is None:
-            self._scorer = _Scorer(self._llm, SCORER_CONTEXT)
+            return tools[0], 0.0
         best, best_score = tools[0], -math.inf
         for spec in tools:
             function = spec["function"]
             description = " ".join((function.get("description") or "").split("\n\n")[0].split())
-            line = TOOL_LINE.format(name=function["name"], description=description)
-            prefix, text = self.renderer.frame(line, asked)
-            head = self._tokens(prefix)
-            whole = self._tokens(prefix + text)
-            score = self._scorer.logprob(whole, len(head))
+            score = self._score(TOOL_LINE.format(name=function["name"], description=description), asked)
             if score > best_score:
                 best, best_score = spec, score
-        return best
+        return best, best_score - self._score(PLAIN_LINE, asked)
+
+    def _score(self, line: str, asked: str) -> float:
+        """The log-probability of the user's request ``asked`` after a system turn ``line``."""
+        if self._scorer is None:
+            self._scorer = _Scorer(self._llm, SCORER_CONTEXT)
+        prefix, text = self.renderer.frame(line, asked)
+        return self._scorer.logprob(self._tokens(prefix + text), len(self._tokens(prefix)))
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         try:
