@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import shlex
@@ -117,6 +118,35 @@ def test_the_model_chooses_a_call_by_its_own_scores_within_the_margin(model: Loc
         assert not asyncio.run(model.complete(request)).tool_calls
     finally:
         model.call_margin = margin
+
+
+def test_the_tool_is_chosen_by_the_models_score_of_the_request_under_each_tool(model: LocalModel) -> None:
+    request = ModelRequest([Message("user", "What is 900 minus 358?")], CALC, tool_choice="required")
+    model.score_tools = False  # the name decoded greedily under the grammar: the first tool listed wins
+    try:
+        assert [c.name for c in asyncio.run(model.complete(request)).tool_calls] == ["add"]
+    finally:
+        model.score_tools = True
+    cached = model._llm.n_tokens
+    reply = asyncio.run(model.complete(request))
+    assert [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == [("subtract", {"a": 900, "b": 358})]
+    assert model._llm.n_tokens >= cached  # scored in a second context: the main one kept its evaluated prompt
+    named = {"type": "function", "function": {"name": "add"}}  # a named tool is never second-guessed
+    forced = asyncio.run(model.complete(ModelRequest(request.messages, CALC, tool_choice=named)))
+    assert [c.name for c in forced.tool_calls] == ["add"]
+
+
+def test_a_call_the_first_token_would_open_is_made_only_when_the_request_fits_a_tool(model: LocalModel) -> None:
+    needless = ModelRequest([Message("user", "Reply with the word yes.")], CALC, tool_choice="auto")
+    margin, model.tool_margin = model.tool_margin, math.inf  # the first-token score alone: a needless call
+    try:
+        assert asyncio.run(model.complete(needless)).tool_calls
+    finally:
+        model.tool_margin = margin
+    reply = asyncio.run(model.complete(needless))
+    assert not reply.tool_calls and "yes" in (reply.content or "").lower()
+    needed = asyncio.run(model.complete(ModelRequest([Message("user", QUESTION)], CALC, tool_choice="auto")))
+    assert [c.name for c in needed.tool_calls] == ["multiply"]
 
 
 async def test_a_prompt_needing_no_tool_is_answered_without_a_call_under_the_local_profile(model: LocalModel) -> None:

@@ -230,6 +230,16 @@ class Renderer:
             merged = [{"role": turns[1]["role"], "content": turns[0]["content"] + "\n\n" + turns[1]["content"]}]
             return self._render(merged + turns[2:], None)
 
+    def frame(self, system: str, user: str) -> tuple[str, str]:
+        """A conversation of ``system`` and one ``user`` turn, split where the user's text begins: (before, text)."""
+        marker = "\x00"
+        turns = [{"role": "system", "content": system}, {"role": "user", "content": marker}]
+        try:
+            rendered = self._render(turns, None)
+        except Exception:  # no system turn in this template (Gemma): the line opens the user turn
+            rendered = self._render([{"role": "user", "content": f"{system}\n\n{marker}"}], None)
+        return rendered[: rendered.index(marker)], user
+
     def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
         return str(
             self._template.render(

@@ -21,7 +21,7 @@ Operand = Annotated[int, Field(ge=-LIMIT, le=LIMIT)]
 
 @tool(read_only=True)
 async def add(a: Operand, b: Operand) -> int:
-    """Add two integers: a plus b.
+    """Add two integers: a plus b, the sum.
 
     Args:
         a: The first integer.
@@ -32,7 +32,7 @@ async def add(a: Operand, b: Operand) -> int:
 
 @tool(read_only=True)
 async def subtract(a: Operand, b: Operand) -> int:
-    """Subtract b from a: a minus b.
+    """Subtract b from a: a minus b, the difference.
 
     Args:
         a: The integer to subtract from.
@@ -43,7 +43,7 @@ async def subtract(a: Operand, b: Operand) -> int:
 
 @tool(read_only=True)
 async def multiply(a: Operand, b: Operand) -> int:
-    """Multiply two integers: a times b.
+    """Multiply two integers: a times b, the product.
 
     Args:
         a: The first integer.
@@ -54,7 +54,7 @@ async def multiply(a: Operand, b: Operand) -> int:
 
 @tool(read_only=True)
 async def divide(a: Operand, b: Operand) -> int:
-    """Divide a by b: a divided by b, rounded down (integer floor division).
+    """Divide a by b: a divided by b, the quotient, rounded down (integer floor division).
 
     Args:
         a: The dividend.
