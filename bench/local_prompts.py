@@ -4,8 +4,10 @@
 
 Each line of ``bench/local_prompts.jsonl`` is one prompt with the toolsets it
 is offered, its kind (``one-step`` and ``two-step`` arithmetic, ``time`` in a
-named zone, ``no-tool``) and a checker: ``expect``, a substring the answer
-must contain (case-insensitive), or ``expect_time_in``, a zone whose current
+named zone, ``no-tool``) and a checker: ``expect``, a number the answer
+must end on (its last number: "125 divided by 8 is 12" is no answer to
+1000 / 8, though it contains 125) or a word it must contain
+(case-insensitive), or ``expect_time_in``, a zone whose current
 ``HH:MM`` (or the minute before) the answer must contain. ``first_call`` is
 the call a correct first step makes (``null``: no call at all); arguments of
 ``add`` and ``multiply`` may come in either order.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -37,6 +40,7 @@ from zoneinfo import ZoneInfo
 HERE = Path(__file__).resolve().parent
 PROMPTS = HERE / "local_prompts.jsonl"
 COMMUTATIVE = {"add", "multiply"}
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 def load(only: str | None) -> list[dict[str, Any]]:
@@ -47,8 +51,12 @@ def load(only: str | None) -> list[dict[str, Any]]:
 def solved(case: dict[str, Any], output: str | None, started: datetime) -> bool:
     if not output:
         return False
-    if "expect" in case:
-        return str(case["expect"]).lower() in output.lower()
+    expect = str(case.get("expect", ""))
+    if NUMBER.fullmatch(expect):
+        numbers = NUMBER.findall(output.replace(",", ""))
+        return bool(numbers) and float(numbers[-1]) == float(expect)
+    if expect:
+        return expect.lower() in output.lower()
     zone = ZoneInfo(case["expect_time_in"])
     moments = {(started - timedelta(minutes=m)).astimezone(zone) for m in (-1, 0, 1)}
     return any(f"{t:%H:%M}" in output for t in moments)
