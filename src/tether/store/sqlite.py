@@ -121,19 +121,34 @@ def connect(path: Path) -> sqlite3.Connection:
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         # wal_autocheckpoint: fold the WAL back every ~16 MB rather than 4 MB, a quarter of the fsyncs.
-        pragmas = (
-            "journal_mode=WAL",
-            "synchronous=NORMAL",
-            "busy_timeout=5000",
-            "foreign_keys=ON",
-            "wal_autocheckpoint=4000",
-        )
-        for pragma in pragmas:
+        db.execute("PRAGMA busy_timeout=5000")
+        _into_wal(db)
+        for pragma in ("synchronous=NORMAL", "foreign_keys=ON", "wal_autocheckpoint=4000"):
             db.execute(f"PRAGMA {pragma}")
     except sqlite3.Error:
         db.close()
         raise
     return db
+
+
+def _into_wal(db: sqlite3.Connection, *, patience: float = 5.0) -> None:
+    """``PRAGMA journal_mode=WAL``, waiting out the openers of a new file that switch it at the same moment.
+
+    SQLite answers that pragma "database is locked" at once, without its busy
+    handler, while another connection holds the lock the switch needs: four
+    stores opening one new file together failed that way about once in fifty.
+    """
+    deadline = time.monotonic() + patience
+    pause = 0.001
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 @contextmanager
