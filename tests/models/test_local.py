@@ -157,12 +157,30 @@ async def test_a_prompt_needing_no_tool_is_answered_without_a_call_under_the_loc
 
 def test_a_successful_result_reaches_the_model_as_its_bare_value(model: LocalModel) -> None:
     prompt = model.prompt(ModelRequest(result_conversation(), CALC))
-    assert "multiply returned 3720.\nAnswer my question" in prompt and '"ok"' not in prompt
+    assert "returned 3720.\nAnswer my question" in prompt and '"ok"' not in prompt
     failed = [
         *result_conversation()[:2],
         Message("tool", '{"ok": false, "error": {"code": "tool_failed"}}', tool_call_id="call_1_0"),
     ]
     assert 'multiply returned: {"ok": false' in model.prompt(ModelRequest(failed, CALC))
+
+
+def test_a_successful_result_restates_the_call_and_the_answer_ends_on_it(model: LocalModel) -> None:
+    from tether.core.messages import ToolCall
+
+    call = ToolCall("call_1_0", "subtract", '{"a": 900, "b": 358}')
+    conversation = [
+        Message("user", "What is 900 minus 358?"),
+        Message("assistant", None, (call,)),
+        Message("tool", '{"ok": true, "result": 542}', tool_call_id="call_1_0"),
+    ]
+    request = ModelRequest(conversation, CALC, tool_choice="none")
+    wording = "subtract(a=900, b=358) returned 542.\nAnswer my question in one sentence that ends with this result."
+    assert wording in model.prompt(request)
+    # With the name alone ("subtract returned 542.") the model answered "The result of subtracting 542 from
+    # 900 is 100."; the bench's check: the answer's last number is the result.
+    answer = asyncio.run(model.complete(request)).content or ""
+    assert re.findall(r"-?\d+", answer)[-1:] == ["542"], answer
 
 
 def test_a_step_asked_for_text_cannot_begin_a_call(model: LocalModel) -> None:
@@ -180,7 +198,7 @@ def test_quirk_the_prompt_is_html_escaped(raw: Raw, model: LocalModel) -> None:
     assert "&lt;tool_result call_id=&#34;c1&#34;&gt;" in raw.prompts[-1] and "&#34;ok&#34;" in raw.prompts[-1]
 
     prompt = model.prompt(ModelRequest(result_conversation(), CALC))
-    assert "multiply returned 3720." in prompt and '{"a": 248, "b": 15}' in prompt
+    assert "multiply(a=248, b=15) returned 3720." in prompt and '{"a": 248, "b": 15}' in prompt
     assert "&#34;" not in prompt and "&lt;" not in prompt and "&quot;" not in prompt
 
 
