@@ -17,8 +17,8 @@ The ``tether`` family is tether's own handler for templates without tools:
 the tools (names, descriptions, parameters) and the turns to expect go
 into the system prompt, a call is written ``functions.<name>:`` and its
 arguments, and a result comes back as a user turn that restates the call
-and asks for an answer ending with the result (``subtract(a=900, b=358)
-returned 542.``). The model's own template still frames the
+and asks for an answer ending with the result (``Result of
+subtract(a=900, b=358): 542.``). The model's own template still frames the
 turns (ChatML when the file has none).
 
 Templates are rendered here with Jinja2's sandbox and no HTML escaping:
@@ -168,9 +168,9 @@ def _result_line(call: ToolCall | None, content: str) -> str:
     """A result as the ``tether`` family reports it: the bare value of a success, the whole envelope otherwise.
 
     SmolLM2 echoed ``{"ok": true, "result": 30}`` back as its answer; ``add returned 30.`` it puts in a
-    sentence. A success restates the call with its arguments (``subtract(a=900, b=358) returned 542.``):
+    sentence. A success restates the call with its arguments (``Result of subtract(a=900, b=358): 542.``):
     with the name alone it garbled the operands into its answer ("The result of subtracting 542 from 900
-    is 100.").
+    is 100."); ``subtract(a=900, b=358) returned 542.`` did better, but not as well (see README).
     """
     name = call.name if call else "tool"
     try:
@@ -180,7 +180,7 @@ def _result_line(call: ToolCall | None, content: str) -> str:
     if isinstance(envelope, dict) and envelope.get("ok") is True and "result" in envelope:
         value = envelope["result"]
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        return f"{_call_text(call) if call else name} returned {shown}."
+        return f"Result of {_call_text(call) if call else name}: {shown}."
     return f"{name} returned: {content}"
 
 
