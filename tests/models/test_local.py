@@ -157,12 +157,37 @@ async def test_a_prompt_needing_no_tool_is_answered_without_a_call_under_the_loc
 
 def test_a_successful_result_reaches_the_model_as_its_bare_value(model: LocalModel) -> None:
     prompt = model.prompt(ModelRequest(result_conversation(), CALC))
-    assert "multiply returned 3720.\nAnswer my question" in prompt and '"ok"' not in prompt
+    assert ": 3720.\nAnswer my question" in prompt and '"ok"' not in prompt
     failed = [
         *result_conversation()[:2],
         Message("tool", '{"ok": false, "error": {"code": "tool_failed"}}', tool_call_id="call_1_0"),
     ]
     assert 'multiply returned: {"ok": false' in model.prompt(ModelRequest(failed, CALC))
+
+
+@pytest.mark.parametrize(
+    ("question", "tool", "a", "b", "result"),
+    [("What is 900 minus 358?", "subtract", 900, 358, 542), ("Multiply 37 by 23.", "multiply", 37, 23, 851)],
+)
+def test_a_successful_result_restates_the_call_and_the_answer_ends_on_it(
+    model: LocalModel, question: str, tool: str, a: int, b: int, result: int
+) -> None:
+    from tether.core.messages import ToolCall
+
+    call = ToolCall("call_1_0", tool, json.dumps({"a": a, "b": b}))
+    conversation = [
+        Message("user", question),
+        Message("assistant", None, (call,)),
+        Message("tool", json.dumps({"ok": True, "result": result}), tool_call_id="call_1_0"),
+    ]
+    request = ModelRequest(conversation, CALC, tool_choice="none")
+    closing = "Answer my question in one sentence that ends with this result."
+    assert f"Result of {tool}(a={a}, b={b}): {result}.\n{closing}" in model.prompt(request)
+    # With the name alone ("subtract returned 542.") the model answered "The result of subtracting 542 from
+    # 900 is 100."; with "subtract(a=900, b=358) returned 542." it answered 37 x 23 "I'm sorry for your
+    # loss.". The bench's check: the answer's last number is the result.
+    answer = asyncio.run(model.complete(request)).content or ""
+    assert re.findall(r"-?\d+", answer)[-1:] == [str(result)], answer
 
 
 def test_a_step_asked_for_text_cannot_begin_a_call(model: LocalModel) -> None:
@@ -180,7 +205,7 @@ def test_quirk_the_prompt_is_html_escaped(raw: Raw, model: LocalModel) -> None:
     assert "&lt;tool_result call_id=&#34;c1&#34;&gt;" in raw.prompts[-1] and "&#34;ok&#34;" in raw.prompts[-1]
 
     prompt = model.prompt(ModelRequest(result_conversation(), CALC))
-    assert "multiply returned 3720." in prompt and '{"a": 248, "b": 15}' in prompt
+    assert "Result of multiply(a=248, b=15): 3720." in prompt and '{"a": 248, "b": 15}' in prompt
     assert "&#34;" not in prompt and "&lt;" not in prompt and "&quot;" not in prompt
 
 

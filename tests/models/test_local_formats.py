@@ -56,8 +56,8 @@ def test_each_template_renders_calls_results_and_descriptions_unescaped(name: st
     prompt = renderer.render(conversation(call_id), CALC)
     result = '{"ok": true, "result": 3720}'
     # Llama 3's template writes a string result through tojson; that is its format, not an escape.
-    # The tether family reports a success by its bare value.
-    bare = "multiply returned 3720." if renderer.format.family == "tether" else result
+    # The tether family reports a success by its bare value, restating the call.
+    bare = "Result of multiply(a=248, b=15): 3720." if renderer.format.family == "tether" else result
     assert (bare in prompt or json.dumps(result) in prompt) and "248" in prompt
     assert "Multiply two integers" in prompt
     assert "&#34;" not in prompt and "&quot;" not in prompt and "&lt;" not in prompt

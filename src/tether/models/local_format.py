@@ -16,8 +16,9 @@ tether    anything else (SmolLM2, Gemma 3)       ``functions.<name>:`` newline `
 The ``tether`` family is tether's own handler for templates without tools:
 the tools (names, descriptions, parameters) and the turns to expect go
 into the system prompt, a call is written ``functions.<name>:`` and its
-arguments, and a result comes back as a user turn ``<name> returned:
-{...}`` that asks for the answer. The model's own template still frames the
+arguments, and a result comes back as a user turn that restates the call
+and asks for an answer ending with the result (``Result of
+subtract(a=900, b=358): 542.``). The model's own template still frames the
 turns (ChatML when the file has none).
 
 Templates are rendered here with Jinja2's sandbox and no HTML escaping:
@@ -31,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tether.core.messages import Message
+from tether.core.messages import Message, ToolCall
 
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -51,7 +52,7 @@ functions.<function_name>:
 {{ "arg1": "value1", "arg2": "value2" }}
 
 Call a function only when the request needs one; otherwise answer in plain text."""
-RESULT_FOOTER = "\nAnswer my question in one sentence with this result."
+RESULT_FOOTER = "\nAnswer my question in one sentence that ends with this result."
 # In a step that must answer in text, no token may begin a call (the model tends to echo its last one).
 CALL_WORDS = ("functions", "Functions")
 
@@ -139,7 +140,7 @@ def tether_system(tools: Sequence[dict[str, Any]]) -> str:
 
 def tether_messages(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     """The conversation as plain text turns: calls written out, results as marked user turns."""
-    names = {c.id: c.name for m in messages for c in m.tool_calls}
+    made = {c.id: c for m in messages for c in m.tool_calls}
     out: list[dict[str, str]] = []
     if tools:
         system = tether_system(tools)
@@ -149,8 +150,7 @@ def tether_messages(messages: Sequence[Message], tools: Sequence[dict[str, Any]]
         out.append({"role": "system", "content": system})
     for m in messages:
         if m.role == "tool":
-            name = names.get(m.tool_call_id or "", "tool")
-            text = _result_line(name, m.content or "")
+            text = _result_line(made.get(m.tool_call_id or ""), m.content or "")
             if out and out[-1]["role"] == "user" and out[-1]["content"].endswith(RESULT_FOOTER):
                 head = out[-1]["content"].removesuffix(RESULT_FOOTER)
                 out[-1]["content"] = f"{head}\n{text}{RESULT_FOOTER}"
@@ -164,19 +164,37 @@ def tether_messages(messages: Sequence[Message], tools: Sequence[dict[str, Any]]
     return out
 
 
-def _result_line(name: str, content: str) -> str:
+def _result_line(call: ToolCall | None, content: str) -> str:
     """A result as the ``tether`` family reports it: the bare value of a success, the whole envelope otherwise.
 
-    SmolLM2 echoed ``{"ok": true, "result": 30}`` back as its answer; ``add returned 30.`` it puts in a sentence.
+    SmolLM2 echoed ``{"ok": true, "result": 30}`` back as its answer; ``add returned 30.`` it puts in a
+    sentence. A success restates the call with its arguments (``Result of subtract(a=900, b=358): 542.``):
+    with the name alone it garbled the operands into its answer ("The result of subtracting 542 from 900
+    is 100."); ``subtract(a=900, b=358) returned 542.`` did better, but not as well (see README).
     """
+    name = call.name if call else "tool"
     try:
         envelope = json.loads(content)
     except ValueError:
         envelope = None
     if isinstance(envelope, dict) and envelope.get("ok") is True and "result" in envelope:
         value = envelope["result"]
-        return f"{name} returned {value if isinstance(value, str) else json.dumps(value)}."
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        return f"Result of {_call_text(call) if call else name}: {shown}."
     return f"{name} returned: {content}"
+
+
+def _call_text(call: ToolCall) -> str:
+    """A call as a result line restates it: ``subtract(a=900, b=358)`` (the name alone when the arguments are
+    not a JSON object)."""
+    try:
+        arguments = json.loads(call.arguments)
+    except ValueError:
+        return call.name
+    if not isinstance(arguments, dict):
+        return call.name
+    listed = ", ".join(f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in arguments.items())
+    return f"{call.name}({listed})"
 
 
 def native_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
