@@ -33,7 +33,7 @@ from tether.cli.common import EXIT_CONFIGURATION
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-from postgres_server import REQUIRE_ENV, PostgresServer, Unavailable, start
+from postgres_server import PostgresServer, running
 
 LEASE_SECONDS = 2.0
 SOURCE = str(Path(__file__).resolve().parents[2] / "src")  # this checkout's tether, whatever is installed
@@ -41,16 +41,7 @@ SOURCE = str(Path(__file__).resolve().parents[2] / "src")  # this checkout's tet
 
 @pytest.fixture(scope="module")
 def postgres_server() -> Iterator[PostgresServer]:
-    try:
-        server = start()
-    except Unavailable as exc:
-        if os.environ.get(REQUIRE_ENV):
-            pytest.fail(f"{exc} ({REQUIRE_ENV} is set)")
-        pytest.skip(str(exc))
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from running()
 
 
 @pytest.fixture

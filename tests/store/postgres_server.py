@@ -14,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,3 +97,20 @@ def start() -> PostgresServer:
         detail = exc.stderr.decode(errors="replace") if isinstance(exc, subprocess.CalledProcessError) else ""
         raise RuntimeError(f"PostgreSQL did not start: {exc}\n{detail}\n{log}") from exc
     return server
+
+
+def running() -> Iterator[PostgresServer]:
+    """A started server for a fixture to yield, stopped after; without one the test skips, unless
+    ``TETHER_REQUIRE_POSTGRES`` is set (``make test`` sets it): then it fails."""
+    import pytest
+
+    try:
+        server = start()
+    except Unavailable as exc:
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(f"{exc} ({REQUIRE_ENV} is set)")
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -12,7 +12,7 @@ import pytest
 from tether.temporal.devserver import DevServer
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "store"))  # postgres_server, shared with the store's tests
-from postgres_server import REQUIRE_ENV, PostgresServer, Unavailable, start
+from postgres_server import PostgresServer, running
 
 try:
     import temporalio  # noqa: F401
@@ -39,16 +39,7 @@ def temporal_server(temporal_sdk: None) -> Iterator[DevServer]:
 def postgres_server() -> Iterator[PostgresServer]:
     """A running PostgreSQL 15 on a free loopback port (as tests/store/conftest.py): skipped without one,
     unless ``TETHER_REQUIRE_POSTGRES`` is set (``make test`` sets it): then it fails."""
-    try:
-        server = start()
-    except Unavailable as exc:
-        if os.environ.get(REQUIRE_ENV):
-            pytest.fail(f"{exc} ({REQUIRE_ENV} is set)")
-        pytest.skip(str(exc))
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from running()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
