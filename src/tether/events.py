@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
+from tether.core.envelope import outcome_code
+
 if TYPE_CHECKING:
     from tether.core.machine import PendingCall
 
@@ -48,3 +50,30 @@ def reconciled_event(call: PendingCall, executed: bool, result: str | None, by: 
     if result is not None:
         data["digest"] = digest(result)
     return data
+
+
+def validated_event(call: PendingCall) -> dict[str, Any]:
+    """The data of a ``call_validated`` event: a call the gates let through, with its arguments."""
+    return {
+        "id": call.call_id,
+        "tool": call.tool,
+        "read_only": call.read_only,
+        "fingerprint": call.fingerprint,
+        "arguments": call.arguments,
+    }
+
+
+def rejected_event(call_id: str, tool: str, content: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
+    """The data of a ``call_rejected`` event: the refusal the model got, and the arguments it wrote (if an object)."""
+    return {"id": call_id, "tool": tool, "outcome": outcome_code(content), "result": content, "arguments": arguments}
+
+
+def outcome_event(call: PendingCall, content: str) -> dict[str, Any]:
+    """The data of a ``call_executed`` or ``call_recovered`` event: the result, and its digest for the ledger."""
+    return {
+        "id": call.call_id,
+        "tool": call.tool,
+        "outcome": outcome_code(content),
+        "result": content,
+        "digest": digest(content),
+    }

@@ -73,7 +73,10 @@ from tether.events import (
     TOOL_CALL_DELTA,
     TRANSIENT,
     digest,
+    outcome_event,
     reconciled_event,
+    rejected_event,
+    validated_event,
 )
 from tether.models.base import Model, ModelRequest
 from tether.models.base import output_mode as checked_output_mode
@@ -661,14 +664,7 @@ class Driver:
         self.arguments.update((p.call_id, p.arguments) for p in command.calls)
         for p in command.calls:
             if p.execute:
-                self._emit(
-                    CALL_VALIDATED,
-                    id=p.call_id,
-                    tool=p.tool,
-                    read_only=p.read_only,
-                    fingerprint=p.fingerprint,
-                    arguments=p.arguments,
-                )
+                self._emit(CALL_VALIDATED, **validated_event(p))
             elif self.state.executed.get(p.call_id, [None, None])[1] == p.result:
                 self._done(p, p.result or "", CALL_RECOVERED)  # reconciled as executed, or a reused call id
             else:
@@ -705,9 +701,7 @@ class Driver:
         self._reported.add(call_id)
         arguments = self._arguments_sent(call_id)
         tracing.refused_call(call_id, tool, content, self.state.run_id, arguments)
-        self._emit(
-            CALL_REJECTED, id=call_id, tool=tool, outcome=outcome_code(content), result=content, arguments=arguments
-        )
+        self._emit(CALL_REJECTED, **rejected_event(call_id, tool, content, arguments))
 
     def _arguments_sent(self, call_id: str) -> dict[str, Any] | None:
         """A call's arguments as the model wrote them, when they are a JSON object (only then can keys be redacted)."""
@@ -781,9 +775,7 @@ class Driver:
     def _done(self, call: PendingCall, content: str, kind: str) -> str:
         self._reported.add(call.call_id)
         self._finished[call.call_id] = content
-        self._emit(
-            kind, id=call.call_id, tool=call.tool, outcome=outcome_code(content), result=content, digest=digest(content)
-        )
+        self._emit(kind, **outcome_event(call, content))
         return content
 
     async def _ask_approver(self, command: AwaitApproval) -> Command | None:
