@@ -51,7 +51,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from tether.core import envelope
     from tether.core.budget import RunConfig
-    from tether.core.envelope import ErrorCode, outcome_code
+    from tether.core.envelope import ErrorCode
     from tether.core.machine import (
         Accepted,
         ApprovalDecided,
@@ -91,7 +91,10 @@ with workflow.unsafe.imports_passed_through():
         RUN_STARTED,
         STEP_STARTED,
         digest,
+        outcome_event,
         reconciled_event,
+        rejected_event,
+        validated_event,
     )
 
 T = TypeVar("T")
@@ -506,26 +509,11 @@ class RunWorkflow:
                 continue
             self._announced.add(p.call_id)
             if p.execute:
-                self._emit(
-                    CALL_VALIDATED,
-                    id=p.call_id,
-                    tool=p.tool,
-                    read_only=p.read_only,
-                    fingerprint=p.fingerprint,
-                    arguments=p.arguments,
-                )
+                self._emit(CALL_VALIDATED, **validated_event(p))
             elif self._machine.state.executed.get(p.call_id, [None, None])[1] == p.result:
                 self._done(p, p.result or "", CALL_RECOVERED)  # reconciled as executed, or a reused call id
             else:
-                content = p.result or ""
-                self._emit(
-                    CALL_REJECTED,
-                    id=p.call_id,
-                    tool=p.tool,
-                    outcome=outcome_code(content),
-                    result=content,
-                    arguments=p.arguments,
-                )
+                self._emit(CALL_REJECTED, **rejected_event(p.call_id, p.tool, p.result or "", p.arguments))
 
     def _announce_cut_off(self) -> None:
         """A refusal event for each call of the last step that the run's end left unannounced (a budget cut it
@@ -540,20 +528,10 @@ class RunWorkflow:
             if call.id in self._announced or not content:
                 continue
             self._announced.add(call.id)
-            arguments = _json_object(call.arguments)
-            self._emit(
-                CALL_REJECTED,
-                id=call.id,
-                tool=call.name,
-                outcome=outcome_code(content),
-                result=content,
-                arguments=arguments,
-            )
+            self._emit(CALL_REJECTED, **rejected_event(call.id, call.name, content, _json_object(call.arguments)))
 
     def _done(self, call: PendingCall, content: str, kind: str) -> str:
-        self._emit(
-            kind, id=call.call_id, tool=call.tool, outcome=outcome_code(content), result=content, digest=digest(content)
-        )
+        self._emit(kind, **outcome_event(call, content))
         return content
 
     def _executed(self, call: PendingCall, content: str) -> str:
@@ -659,12 +637,17 @@ class RunWorkflow:
         )
         return self._machine.status.value
 
+    def _waiting_in(self, status: Status) -> Run:
+        """The run's machine when it is in ``status``; else an update validator's refusal (nothing enters history)."""
+        machine = self._machine
+        if machine is None or machine.status is not status:
+            now = "starting" if machine is None else machine.status.value
+            raise ApplicationError(f"the run is {now}, not {status.value}", type="NotWaiting")
+        return machine
+
     @decide.validator
     def _validate_decide(self, decision: Decision) -> None:
-        machine = self._machine
-        if machine is None or machine.status is not Status.AWAITING_APPROVAL:
-            status = "starting" if machine is None else machine.status.value
-            raise ApplicationError(f"the run is {status}, not awaiting_approval", type="NotWaiting")
+        machine = self._waiting_in(Status.AWAITING_APPROVAL)
         call = next((p for p in machine.state.undecided() if p.call_id == decision.call_id), None)
         if call is None:
             raise ApplicationError(f"call {decision.call_id} is not waiting for approval", type="NotWaiting")
@@ -685,10 +668,7 @@ class RunWorkflow:
 
     @reconcile.validator
     def _validate_reconcile(self, answer: Reconciliation) -> None:
-        machine = self._machine
-        if machine is None or machine.status is not Status.AWAITING_RECONCILIATION:
-            status = "starting" if machine is None else machine.status.value
-            raise ApplicationError(f"the run is {status}, not awaiting_reconciliation", type="NotWaiting")
+        machine = self._waiting_in(Status.AWAITING_RECONCILIATION)
         if answer.call_id not in machine.state.unknown:
             raise ApplicationError(f"call {answer.call_id} has no unknown outcome", type="NotWaiting")
         if answer.executed:
