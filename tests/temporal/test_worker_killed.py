@@ -48,14 +48,9 @@ async def test_a_worker_killed_after_the_effect_leaves_exactly_one_effect(
         second = None
         try:
             handle = await start_run(client, "Order 2 tea.", task_queue=queue, heartbeat_seconds=1.0)
-            deadline = time.monotonic() + 20
-            while (await status(client, handle.id))["status"] != "awaiting_approval":
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+            await until(client, handle.id, "awaiting_approval", seconds=20)
             await decide(client, handle.id, "c2", approved=True)
-            while not (orders.exists() and orders.read_text()):
-                assert time.monotonic() < deadline + 20, "the effect never happened"
-                await asyncio.sleep(0.02)
+            await effect_written(orders, seconds=20)
             first.send_signal(signal.SIGKILL)  # the effect happened; its result never reached Temporal
             first.wait()
             second = spawn_worker(temporal_server.address, queue, server.base_url, child_env(orders))
@@ -98,10 +93,7 @@ async def test_without_an_answer_from_the_hook_the_run_waits_for_a_person(
             handle = await start_run(client, "Order 2 tea.", task_queue=queue, heartbeat_seconds=1.0)
             await until(client, handle.id, "awaiting_approval")
             await decide(client, handle.id, "c2", approved=True)
-            deadline = time.monotonic() + 20
-            while not (orders.exists() and orders.read_text()):
-                assert time.monotonic() < deadline, "the effect never happened"
-                await asyncio.sleep(0.02)
+            await effect_written(orders, seconds=20)
             first.send_signal(signal.SIGKILL)
             first.wait()
             second = spawn_worker(temporal_server.address, queue, server.base_url, child_env(orders, SHOP_NO_HOOK="1"))
@@ -211,8 +203,16 @@ async def test_a_worker_killed_holding_the_run_leaves_it_to_another_worker(
                 if e.HasField("workflow_task_completed_event_attributes")}) == 2  # fmt: skip
 
 
-async def until(client: Client, run_id: str, wanted: str) -> None:
-    deadline = time.monotonic() + 30
+async def until(client: Client, run_id: str, wanted: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
     while (await status(client, run_id))["status"] != wanted:
         assert time.monotonic() < deadline, f"run {run_id} never reached {wanted}"
         await asyncio.sleep(0.05)
+
+
+async def effect_written(orders: Path, seconds: float) -> None:
+    """Wait until the shop's order file holds an effect."""
+    deadline = time.monotonic() + seconds
+    while not (orders.exists() and orders.read_text()):
+        assert time.monotonic() < deadline, "the effect never happened"
+        await asyncio.sleep(0.02)
