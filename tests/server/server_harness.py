@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -109,6 +110,25 @@ class Api:
                     out.append((fields["event"], fields.get("id"), json.loads(fields["data"])))
                     fields = {}
         return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_listening(process: subprocess.Popen[bytes], port: int, seconds: float = 60) -> bool:
+    """Wait until ``process`` (a ``tether serve``) accepts connections on ``port``; False if it exited or timed out."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
 
 
 def _free_socket() -> socket.socket:

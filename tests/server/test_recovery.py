@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -16,15 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from server_harness import SECRET
+from server_harness import SECRET, free_port, wait_listening
 
 from tether.testing.fake_server import FakeServer, ReplySpec, text
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -38,14 +31,7 @@ def service(
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                assert process.poll() is None and time.monotonic() < deadline, "the service did not start"
-                time.sleep(0.2)
+        assert wait_listening(process, port), "the service did not start"
         yield process, base
     finally:
         if process.poll() is None:

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from server_harness import SECRET
+from server_harness import SECRET, free_port, wait_listening
 
 from tether.cli.common import EXIT_CONFIGURATION
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
@@ -49,12 +48,6 @@ def db_url(postgres_server: PostgresServer) -> str:
     return postgres_server.schema_url()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def service(tickets: Path, db: str, model: FakeServer, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """``tether serve`` on a free port, in a process group of its own (its workers die with it)."""
@@ -66,16 +59,9 @@ def service(tickets: Path, db: str, model: FakeServer, *args: str) -> Iterator[t
     process = subprocess.Popen(command, env=env, start_new_session=True, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    stderr = process.stderr.read().decode() if process.stderr else ""
-                    pytest.fail(f"the service did not start: {stderr}")
-                time.sleep(0.2)
+        if not wait_listening(process, port):
+            stderr = process.stderr.read().decode() if process.stderr else ""
+            pytest.fail(f"the service did not start: {stderr}")
         yield process, base
     finally:
         with closing(process.stderr) if process.stderr else open(os.devnull):
