@@ -49,22 +49,28 @@ SCRIPT = textwrap.dedent(
 
 
 def test_the_intent_is_on_disk_before_the_side_effect_starts(tmp_path: Path) -> None:
-    strace = shutil.which("strace")
-    if strace is None:
-        pytest.skip("strace is missing (apt-get install strace): cannot watch the fsyncs")
     db, marker, trace = tmp_path / "runs.db", tmp_path / "effect-started", tmp_path / "trace.txt"
-    done = subprocess.run(
-        [strace, "-f", "-y", "-qq", "-o", str(trace), "-e", "trace=openat,pwrite64,write,fsync,fdatasync",
-         sys.executable, "-c", SCRIPT, str(db), str(marker)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    if done.returncode != 0 and "ptrace" in done.stderr:
-        pytest.skip(f"strace cannot trace here: {done.stderr.strip()}")
+    done = traced(SCRIPT, db, marker, trace)
     assert done.returncode == 0 and done.stdout.strip() == "completed", done
 
     wal_writes, unsynced = wal_before(trace, db, marker)
     assert wal_writes > 0, "no write to the WAL was seen"
     assert not unsynced, "the WAL held writes not yet synced when the side effect started"
+
+
+def traced(script: str, db: Path, marker: Path, trace: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` run with ``db`` and ``marker`` under strace, its opens, writes and syncs written to ``trace``."""
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is missing (apt-get install strace): cannot watch the fsyncs")
+    done = subprocess.run(
+        [strace, "-f", "-y", "-qq", "-o", str(trace), "-e", "trace=openat,pwrite64,write,fsync,fdatasync",
+         sys.executable, "-c", script, str(db), str(marker)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    if done.returncode != 0 and "ptrace" in done.stderr:
+        pytest.skip(f"strace cannot trace here: {done.stderr.strip()}")
+    return done
 
 
 def wal_before(trace: Path, db: Path, marker: Path) -> tuple[int, bool]:
@@ -109,17 +115,8 @@ ACCEPT = textwrap.dedent(
 
 
 def test_a_run_the_service_accepts_is_on_disk_before_the_202(tmp_path: Path) -> None:
-    strace = shutil.which("strace")
-    if strace is None:
-        pytest.skip("strace is missing (apt-get install strace): cannot watch the fsyncs")
     db, marker, trace = tmp_path / "runs.db", tmp_path / "answered", tmp_path / "trace.txt"
-    done = subprocess.run(
-        [strace, "-f", "-y", "-qq", "-o", str(trace), "-e", "trace=openat,pwrite64,write,fsync,fdatasync",
-         sys.executable, "-c", ACCEPT, str(db), str(marker)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    if done.returncode != 0 and "ptrace" in done.stderr:
-        pytest.skip(f"strace cannot trace here: {done.stderr.strip()}")
+    done = traced(ACCEPT, db, marker, trace)
     assert done.returncode == 0 and done.stdout.strip() == "accepted", done
     wal_writes, unsynced = wal_before(trace, db, marker)
     assert wal_writes > 0, "no write to the WAL was seen"
