@@ -9,7 +9,6 @@ value outside the allowed ones, an extra call.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -20,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eval_helpers import eval_over_http
 
-from tether.eval import MISTAKE, PASSED, REFUSED, CaseResult, run_eval
+from tether.eval import MISTAKE, PASSED, REFUSED, CaseResult
 from tether.eval.bfcl import DatasetError
 from tether.eval.dataset import TetherCase, load_cases
-from tether.models.openai_chat import OpenAIChatModel
 from tether.testing.fake_server import FakeServer, ReplySpec, raw, text, tool_calls
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,15 +74,7 @@ class Oracle:
 def evaluate(cases: list[TetherCase], answers: dict[str, Calls]) -> tuple[list[CaseResult], Oracle]:
     oracle = Oracle(cases, answers)
 
-    async def go() -> list[CaseResult]:
-        async with FakeServer(oracle) as server:
-            model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x")
-            try:
-                return await run_eval(model, cases, concurrency=8)
-            finally:
-                await model.aclose()
-
-    return asyncio.run(go()), oracle
+    return eval_over_http(oracle, cases, concurrency=8), oracle
 
 
 @pytest.fixture(scope="module")

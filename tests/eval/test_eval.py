@@ -7,7 +7,6 @@ each case must be the official checker's on exactly what the model sent.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 from bfcl_oracle import DATA, Oracle, Output, categories, official, oracle_output, perturbations
+from eval_helpers import eval_over_http
 
 from tether.eval import (
     ERROR,
@@ -26,27 +26,17 @@ from tether.eval import (
     CaseResult,
     load,
     read_results,
-    run_eval,
     summarize,
     table,
 )
 from tether.eval.bfcl import tool_name
-from tether.models.openai_chat import OpenAIChatModel
-from tether.testing.fake_server import FakeServer, raw, tool_calls
+from tether.testing.fake_server import raw, tool_calls
 
 
 def evaluate(cases: list[Case], outputs: dict[str, Output], **options: Any) -> tuple[list[CaseResult], Oracle]:
     oracle = Oracle(cases, outputs)
 
-    async def go() -> list[CaseResult]:
-        async with FakeServer(oracle) as server:
-            model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x")
-            try:
-                return await run_eval(model, cases, **options)
-            finally:
-                await model.aclose()
-
-    return asyncio.run(go()), oracle
+    return eval_over_http(oracle, cases, **options), oracle
 
 
 def assert_agrees(cases: list[Case], outputs: dict[str, Output], results: list[CaseResult]) -> None:
@@ -135,19 +125,14 @@ def test_an_infrastructure_error_is_no_verdict_and_is_retried(tmp_path: Path) ->
     cases = load(DATA / "BFCL_v4_simple_python.json")[:3]
     outputs: dict[str, Output] = {c.id: oracle_output(c) for c in cases}
 
-    async def go(script: Any) -> list[CaseResult]:
-        async with FakeServer(script) as server:
-            model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x", max_retries=0)
-            try:
-                return await run_eval(model, cases, concurrency=1, out=tmp_path)
-            finally:
-                await model.aclose()
+    def go(script: Any) -> list[CaseResult]:
+        return eval_over_http(script, cases, max_retries=0, concurrency=1, out=tmp_path)
 
-    broken = asyncio.run(go(lambda request: raw({"error": {"message": "unauthorized"}}, status=401)))
+    broken = go(lambda request: raw({"error": {"message": "unauthorized"}}, status=401))
     assert {r.outcome for r in broken} == {ERROR}
     assert all(r.valid is None and r.reason for r in broken)
     assert summarize(broken)[0].accuracy is None
-    fixed = asyncio.run(go(Oracle(cases, outputs)))
+    fixed = go(Oracle(cases, outputs))
     assert {r.outcome for r in fixed} == {PASSED}
     assert {r.outcome for r in read_results(tmp_path).values()} == {PASSED}
 
@@ -167,15 +152,7 @@ def test_a_reply_tether_refuses_whole_is_still_scored_as_bfcl_scores_it(finish_r
             calls = [(f"call_{i}", tool_name(n), a) for i, (n, a) in enumerate(output)]
             return tool_calls(calls, finish_reason=finish_reason)
 
-        async def go() -> CaseResult:
-            async with FakeServer(respond) as server:
-                model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x")
-                try:
-                    return (await run_eval(model, [case]))[0]
-                finally:
-                    await model.aclose()
-
-        result = asyncio.run(go())
+        result = eval_over_http(respond, [case])[0]
         assert result.status == ("protocol_error" if finish_reason == "stop" else "truncated")
         assert result.valid is valid
         assert result.outcome == (PASSED if valid else REFUSED)
@@ -194,15 +171,7 @@ def test_exactly_concurrency_requests_are_in_flight(tmp_path: Path) -> None:
         arrivals.append(time.monotonic())
         return oracle(request)
 
-    async def go() -> list[CaseResult]:
-        async with FakeServer(respond, latency=latency) as server:
-            model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x")
-            try:
-                return await run_eval(model, cases, concurrency=4, out=tmp_path)
-            finally:
-                await model.aclose()
-
-    results = asyncio.run(go())
+    results = eval_over_http(respond, cases, latency=latency, concurrency=4, out=tmp_path)
     assert {r.outcome for r in results} == {PASSED}
     assert len(arrivals) == 24
     # A request holds its slot for at least the latency, so no window shorter than it sees more than 4 arrive.

@@ -3,7 +3,6 @@ tether executes the calls on BFCL's stateful classes, and its verdict must be BF
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import subprocess
@@ -15,9 +14,10 @@ from typing import Any
 
 import pytest
 from bfcl_multi_turn_oracle import PERTURBATIONS, Trajectory, TrajectoryModel, dropped_call, official, trajectory
+from eval_helpers import eval_over_http
 
 from tether.core.messages import Message
-from tether.eval import MISTAKE, PASSED, CaseResult, MultiTurnCase, load, read_results, run_eval
+from tether.eval import MISTAKE, PASSED, CaseResult, MultiTurnCase, load, read_results
 from tether.eval.bfcl import _data_dir
 from tether.eval.multi_turn import (
     MAX_STEPS_PER_TURN,
@@ -28,7 +28,6 @@ from tether.eval.multi_turn import (
     methods,
     parse_call,
 )
-from tether.models.openai_chat import OpenAIChatModel
 from tether.testing.fake_server import FakeServer, Reply, ReplySpec, text, tool_calls
 
 
@@ -40,15 +39,7 @@ def evaluate(
 ) -> tuple[list[CaseResult], TrajectoryModel]:
     responder = model(cases, plans)
 
-    async def go() -> list[CaseResult]:
-        async with FakeServer(responder) as server:
-            model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x")
-            try:
-                return await run_eval(model, cases, **options)
-            finally:
-                await model.aclose()
-
-    return asyncio.run(go()), responder
+    return eval_over_http(responder, cases, **options), responder
 
 
 def unambiguous(cases: list[MultiTurnCase]) -> list[MultiTurnCase]:
@@ -161,15 +152,7 @@ def test_a_model_still_calling_after_bfcls_step_limit_is_forced_to_quit() -> Non
         calls += 1
         return tool_calls([(f"call_{calls}", "pwd" if calls % 2 else "ls", "{}")])  # never the same call twice in a row
 
-    async def go() -> CaseResult:
-        async with FakeServer(respond) as server:
-            model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x")
-            try:
-                return (await run_eval(model, [case]))[0]
-            finally:
-                await model.aclose()
-
-    result = asyncio.run(go())
+    result = eval_over_http(respond, [case])[0]
     assert calls == MAX_STEPS_PER_TURN + 1  # as BFCL: 21 steps of calls, then the case is given up
     assert [c["executed"] for c in result.calls] == [True] * calls  # BFCL executes the 21st step's calls too
     assert result.outcome == MISTAKE  # BFCL's limit, the model's failing: not a refusal by a gate
@@ -192,15 +175,7 @@ def test_a_call_the_gates_refuse_is_not_executed_and_the_case_is_refused() -> No
     def respond(request: dict[str, Any]) -> Any:
         return next(replies, None) or text("Done.")
 
-    async def go() -> CaseResult:
-        async with FakeServer(respond) as server:
-            model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x")
-            try:
-                return (await run_eval(model, [case]))[0]
-            finally:
-                await model.aclose()
-
-    result = asyncio.run(go())
+    result = eval_over_http(respond, [case])[0]
     for refused in result.calls[:3]:
         assert refused["gate"] == "invalid_arguments" and refused["executed"] is False
     assert all(c["executed"] for c in result.calls[3:])
@@ -258,15 +233,7 @@ def _play(cases: list[MultiTurnCase], steps: list[list[tuple[str, dict[str, Any]
             return text("Done.")
         return tool_calls([(f"c{step}_{i}", n, json.dumps(a)) for i, (n, a) in enumerate(steps[step])])
 
-    async def go() -> list[CaseResult]:
-        async with FakeServer(respond) as server:
-            model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x")
-            try:
-                return await run_eval(model, cases, **options)
-            finally:
-                await model.aclose()
-
-    return asyncio.run(go()), shown
+    return eval_over_http(respond, cases, **options), shown
 
 
 def _balance(case: MultiTurnCase) -> Any:
