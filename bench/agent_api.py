@@ -41,7 +41,7 @@ import pydantic
 from tether import Agent, OpenAIChatModel, ScriptedModel
 from tether.core.messages import ModelReply, Usage
 from tether.models.base import ModelRequest
-from tether.store.sqlite import SQLiteStore
+from tether.store import SQLiteStore
 
 
 class Invoice(pydantic.BaseModel):

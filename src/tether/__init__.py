@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from tether.models.local import LocalModel
     from tether.report import RunFailed, RunResult
     from tether.runner import Agent, Decision, RunEvent
-    from tether.store import SQLiteStore
+    from tether.store import RunStore, SQLiteStore, open_store
     from tether.tools import Principal, Tool, ToolContext, ToolError, tool, tool_from_schema
     from tether.toolsets import load_toolset
 
@@ -34,6 +34,8 @@ _WHERE = {
     "decide": "tether.durable",
     "LocalModel": "tether.models.local",
     "SQLiteStore": "tether.store",
+    "RunStore": "tether.store",
+    "open_store": "tether.store",
     "Budget": "tether.core",
     "Compat": "tether.core",
     "Message": "tether.core",
@@ -72,6 +74,7 @@ __all__ = [
     "RunEvent",
     "RunFailed",
     "RunResult",
+    "RunStore",
     "SQLiteStore",
     "ScriptedModel",
     "Status",
@@ -82,6 +85,7 @@ __all__ = [
     "__version__",
     "decide",
     "load_toolset",
+    "open_store",
     "tool",
     "tool_from_schema",
 ]

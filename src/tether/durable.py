@@ -17,11 +17,12 @@ from tether.core import envelope
 from tether.core.errors import ApprovalMismatch
 from tether.core.machine import ApprovalDecided, PendingCall, Reconciled, Run, Status
 from tether.events import APPROVAL_DECIDED, RECONCILED, reconciled_event
-from tether.store.sqlite import SQLiteStore, StoredRun
+from tether.store.base import RunStore
+from tether.store.records import StoredRun
 from tether.tools.toolbox import Toolbox
 
 
-def _open(store: SQLiteStore, run_id: str) -> tuple[StoredRun, Run]:
+def _open(store: RunStore, run_id: str) -> tuple[StoredRun, Run]:
     store.acquire(run_id)
     try:
         stored = store.load(run_id)
@@ -45,7 +46,7 @@ def _pending(run: Run, call_id: str, status: Status) -> PendingCall:
 
 
 def decide(
-    store: SQLiteStore,
+    store: RunStore,
     run_id: str,
     call_id: str,
     *,
@@ -73,7 +74,7 @@ def decide(
 
 
 def reconcile(
-    store: SQLiteStore,
+    store: RunStore,
     run_id: str,
     call_id: str,
     *,

@@ -10,7 +10,7 @@ from typing import Any
 import pexpect
 from cli_helpers import clean_env, tether
 
-from tether.store.sqlite import SQLiteStore
+from tether.store import SQLiteStore
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ from tether.core.machine import Status
 from tether.mcp import MCPServerError, MCPToolset
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.runner import Agent, RunResult
-from tether.store.sqlite import SQLiteStore
+from tether.store import SQLiteStore
 from tether.tools import Principal
 
 QUIET = open(os.devnull, "w")  # noqa: SIM115  (the server's own tracebacks for the failing tool)

@@ -14,7 +14,7 @@ import pytest
 
 from tether import Agent, OpenAIChatModel, Status, TetherError
 from tether.conversation import ConversationBudget
-from tether.store.sqlite import SQLiteStore
+from tether.store import SQLiteStore
 from tether.testing import FakeServer
 from tether.testing.fake_server import ReplySpec, text
 
@@ -30,7 +30,7 @@ def echo_turn(request: dict[str, Any]) -> ReplySpec:
 FIRST_PROCESS = """
 import asyncio, os, signal, sys
 from tether import Agent, OpenAIChatModel
-from tether.store.sqlite import SQLiteStore
+from tether.store import SQLiteStore
 
 async def main() -> None:
     model = OpenAIChatModel("m", base_url=sys.argv[1], api_key="k")

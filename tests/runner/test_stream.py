@@ -10,7 +10,7 @@ import pytest
 
 from tether import Agent, OpenAIChatModel, Status, tool
 from tether.runner import CALL_EXECUTED, RunEvent
-from tether.store.sqlite import SQLiteStore
+from tether.store import SQLiteStore
 from tether.stream import (
     ApprovalNeeded,
     CallFinished,

@@ -31,7 +31,7 @@ import jwt
 import pytest
 from server_harness import SECRET, Api, Response, run_uvicorn
 
-from tether.store.sqlite import SQLiteStore
+from tether.store import SQLiteStore
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
 from tether.tickets.db import TicketsDB
 from tether.tickets.seed_data import TICKETS

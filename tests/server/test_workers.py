@@ -136,7 +136,7 @@ def tickets_titled(tickets: Path) -> Counter[str]:
 
 def audit(db: str, run_id: str) -> tuple[Counter[str], list[Any], list[str]]:
     """A run's event kinds, its ledger and what ``verify`` finds, read by a store of the test's own."""
-    from tether.store.postgres import PostgresStore
+    from tether.store import PostgresStore
 
     store = PostgresStore(db, pool_size=1)
     try:

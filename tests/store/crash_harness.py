@@ -29,7 +29,7 @@ from typing import Any
 from tether.cli import main as cli_main
 from tether.cli import render
 from tether.cli.main import main
-from tether.store import SQLiteStore
+from tether.store import SQLiteStore, SQLStore
 
 CRASH_AT = os.environ.get("CRASH_AT", "")
 
@@ -46,18 +46,18 @@ render.Renderer = CrashingRenderer  # type: ignore[misc]
 
 if CRASH_AT == "record_outcome":
     # Right after the checkpoint carrying a side effect's outcome commits, before any checkpoint that follows it.
-    commit = SQLiteStore.checkpoint
+    commit = SQLStore.checkpoint
 
-    def checkpoint(self: SQLiteStore, state: Any, events: Any = (), outcomes: Any = (), **kwargs: Any) -> None:
+    def checkpoint(self: SQLStore, state: Any, events: Any = (), outcomes: Any = (), **kwargs: Any) -> None:
         commit(self, state, events, outcomes, **kwargs)
         if any(not call.read_only for call, _ in outcomes):
             os.kill(os.getpid(), signal.SIGKILL)
 
-    SQLiteStore.checkpoint = checkpoint  # type: ignore[method-assign]
+    SQLStore.checkpoint = checkpoint  # type: ignore[method-assign]
 
 if lease := os.environ.get("CRASH_LEASE_SECONDS"):
 
-    def open_store(db: str | None, log_content: bool = False) -> SQLiteStore:
+    def open_store(db: str | None, log_content: bool = False) -> SQLStore:
         return SQLiteStore(db, log_content=log_content, lease_seconds=float(lease))
 
     cli_main.open_store = open_store

@@ -1,12 +1,12 @@
 """One driver at a time: a second ``tether resume`` on a run being driven gets a clear error.
 
-The holder is a real ``tether run`` paused inside a slow side-effecting tool
-(it holds the run's lease). A lease is an owner id, unique per process
-start, and an expiry the holder renews; once the holder is SIGKILLed its
-lease runs out and ``tether resume`` takes over; the call's unknown outcome
-is reconciled by the tool's hook and the effect happens once. Whether the
-holder's pid answers (a zombie does; a restart may get the same pid) plays
-no part.
+The holder is a real ``tether run`` paused inside a slow side-effecting tool:
+it holds the run's lock (a kernel lock on the run store's ``.locks`` file)
+and its lease. Once the holder is SIGKILLed the kernel drops its lock and
+``tether resume`` takes over at once, without waiting for the lease (the
+default 30 s) to run out; the call's unknown outcome is reconciled by the
+tool's hook and the effect happens once. Whether the holder's pid answers (a
+zombie does; a restart may get the same pid) plays no part.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from process_helpers import (
     kinds,
     stop,
     wait_for,
-    wait_for_lease_to_expire,
 )
 
 from tether.testing.fake_server import text, tool_calls
@@ -67,8 +66,7 @@ def finish_once(b: Bench, run_id: str) -> None:
 
 def test_a_second_driver_is_refused_until_the_holder_dies(tmp_path: Path) -> None:
     with bench(tmp_path, script()) as b:
-        # A 2 s lease, renewed by the holder, so that its death frees the run soon.
-        holder = b.start(*b.run_argv(), harness=True, CRASH_LEASE_SECONDS="2", CRASH_SLOW="600")
+        holder = b.start(*b.run_argv(), harness=True, CRASH_SLOW="600")
         try:
             wait_for(Path(f"{b.effects}.started"), holder)
             run_id = b.run_id()
@@ -87,8 +85,9 @@ def test_a_second_driver_is_refused_until_the_holder_dies(tmp_path: Path) -> Non
         assert killed.code == SIGKILLED, killed
 
         assert b.effect_lines() == []  # killed before the effect
-        wait_for_lease_to_expire(b, run_id)
-        finish_once(b, run_id)
+        lease_until = lease_of(b, run_id)
+        finish_once(b, run_id)  # at once: the 30 s lease of the dead holder is not waited for
+        assert time.time() < lease_until
 
 
 def test_two_resumes_racing_after_a_crash_one_drives_the_other_is_refused(tmp_path: Path) -> None:
@@ -139,20 +138,29 @@ def test_a_driver_inside_a_tool_longer_than_the_lease_still_holds_the_run(tmp_pa
         assert_refused(second, run_id)
 
 
-def test_a_driver_killed_but_not_reaped_frees_its_run_when_its_lease_expires(tmp_path: Path) -> None:
+def test_a_driver_killed_but_not_reaped_frees_its_run_at_once(tmp_path: Path) -> None:
     with bench(tmp_path, script()) as b:
-        holder = b.start(*b.run_argv(), harness=True, CRASH_AT="intent_recorded", CRASH_LEASE_SECONDS="2")
+        holder = b.start(*b.run_argv(), harness=True, CRASH_AT="intent_recorded")
         try:
             # Dead, but nobody reaped it: a zombie, whose pid still answers kill(pid, 0).
             os.waitid(os.P_PID, holder.pid, os.WEXITED | os.WNOWAIT)
             os.kill(holder.pid, 0)
             run_id = b.run_id()
-            wait_for_lease_to_expire(b, run_id)
+            lease_until = lease_of(b, run_id)
             finish_once(b, run_id)
+            assert time.time() < lease_until  # taken over long before the dead holder's lease would end
             assert holder.returncode is None  # still unreaped while the run was taken over
         finally:
             killed = stop(holder)
         assert killed.code == SIGKILLED, killed
+
+
+def lease_of(b: Bench, run_id: str) -> float:
+    """When the lease on ``run_id`` runs out, as its (dead) holder last wrote it."""
+    with sqlite3.connect(b.db) as db:
+        (until,) = db.execute("SELECT lease_until FROM runs WHERE id = ?", (run_id,)).fetchone()
+    assert until is not None and until > time.time() + 10, until  # the default 30 s lease, far from over
+    return float(until)
 
 
 def in_new_pid_namespace(argv: list[str]) -> list[str]:
@@ -187,7 +195,7 @@ def test_a_restart_with_the_dead_owners_pid_takes_the_run_over(tmp_path: Path) -
         pytest.skip(why)
     with bench(tmp_path, script()) as b:
         harness = [sys.executable, str(HARNESS), *b.run_argv()]
-        env = b.env(CRASH_AT="intent_recorded", CRASH_LEASE_SECONDS="2")
+        env = b.env(CRASH_AT="intent_recorded")
         died = subprocess.run(in_new_pid_namespace(harness), env=env, capture_output=True, timeout=TIMEOUT, check=False)
         assert died.returncode in (128 + 9, SIGKILLED), died
         run_id = b.run_id()
@@ -195,12 +203,13 @@ def test_a_restart_with_the_dead_owners_pid_takes_the_run_over(tmp_path: Path) -
             (owner,) = db.execute("SELECT lease_owner FROM runs WHERE id = ?", (run_id,)).fetchone()
         assert owner is not None and owner.split(":")[1] == "2", owner  # the dead driver was pid 2
 
-        wait_for_lease_to_expire(b, run_id)
+        lease_until = lease_of(b, run_id)
         resume = [*b.command("resume", run_id, "--db", str(b.db), "--api-key", "x")]
         taken = subprocess.run(
             in_new_pid_namespace(resume), env=b.env(), capture_output=True, text=True, timeout=TIMEOUT, check=False
         )  # pid 2 again, on the same host: to a pid check, the owner is alive
         assert taken.returncode == 0, (taken.stdout, taken.stderr)
         assert f"run {run_id}: completed" in taken.stdout
+        assert time.time() < lease_until  # at once, not once the dead driver's lease ran out
         assert len(b.effects_of(run_id)) == 1 and len(b.effect_lines()) == 1
         assert b.tether("runs", "verify", run_id, "--db", str(b.db)).code == 0

@@ -29,7 +29,7 @@ from tether.durable import reconcile
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.runner import CALL_EXECUTED, INTENT_RECORDED, MODEL_REPLIED, OUTCOME_RECORDED, Agent, RunEvent
 from tether.store import REDACTED, LeaseHeld, RunNotFound, SQLiteStore, StoreError
-from tether.store.sqlite import MIGRATIONS
+from tether.store.sql import MIGRATIONS
 from tether.tools import Principal, ToolContext, tool
 
 # ------------------------------------------------------------------- helpers
@@ -771,12 +771,16 @@ def test_an_expired_lease_is_taken_over_even_if_its_pid_is_alive(
 def test_a_lease_of_another_host_is_respected_until_it_expires(
     db_path: Path, stores: Callable[..., SQLiteStore]
 ) -> None:
+    """A holder whose lock this machine cannot see (another host, or a tether from before run locks:
+    ``lease_locked = 0``) keeps the run until its lease expires."""
     now = [1_000_000.0]
     store = stores(clock=lambda: now[0], lease_seconds=30)
     start_run(store, new_state("remote"))
+    store.release("remote")
     with raw(db_path) as db:
         db.execute(
-            "UPDATE runs SET lease_owner = 'elsewhere:1:cafe', lease_until = ? WHERE id = 'remote'", (now[0] + 30,)
+            "UPDATE runs SET lease_owner = 'elsewhere:1:cafe', lease_until = ?, lease_locked = 0 WHERE id = 'remote'",
+            (now[0] + 30,),
         )
     with pytest.raises(LeaseHeld, match="remote"):
         store.acquire("remote")
@@ -914,7 +918,8 @@ async def test_a_store_made_before_the_config_column_is_migrated(tmp_path: Path)
 
 async def test_a_failing_store_is_reported_not_masked(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "runs.db")
-    store._db.execute("DROP TABLE events")  # the store breaks under the run
+    with raw(tmp_path / "runs.db") as db:
+        db.execute("DROP TABLE events")  # the store breaks under the run
     with pytest.raises(StoreError, match="no such table: events"):
         await Agent(ScriptedModel([reply_text("hello")]), [], store=store).run("hi")
 

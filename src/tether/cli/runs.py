@@ -17,8 +17,8 @@ from tether.cli.render import arguments_preview, short
 from tether.cli.temporal import temporal_run_option
 from tether.core.errors import TetherError
 from tether.runner import json_object
+from tether.store.records import omitted
 from tether.store.redact import redact
-from tether.store.sqlite import omitted
 
 EXIT_VERIFY_FAILED = 6
 PROMPT_SHOWN = 60  # characters of a prompt's first line in `runs list`

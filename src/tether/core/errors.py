@@ -9,6 +9,11 @@ below with ``raise ... from exc``, so callers catch only these::
     ├── TransitionError         an event the run state machine does not allow
     ├── RunPoisoned             the machine refused input after an earlier error
     ├── ApprovalMismatch        a decision names a call or arguments not pending (exit 7)
+    ├── StoreError              the run store cannot be opened, read or written (exit 3)
+    │   ├── RunNotFound             no such run or conversation (or not the caller's)
+    │   ├── AmbiguousRun            a run id prefix that several runs start with
+    │   ├── LeaseHeld               a live driver holds the run (exit 5)
+    │   └── TamperedRun             its rows fail the audit check; nothing of it is acted on (exit 6)
     └── ModelError              the model endpoint failed to give a usable reply
         ├── ModelConnectionError    could not connect
         ├── ModelTimeout            connect or read timed out
@@ -89,3 +94,29 @@ class RateLimited(ModelHTTPError):
 
 class ServerError(ModelHTTPError):
     retryable: ClassVar[bool] = True
+
+
+class StoreError(TetherError):
+    exit_code: ClassVar[int] = 3
+
+
+class RunNotFound(StoreError):
+    pass
+
+
+class AmbiguousRun(StoreError):
+    """A run id prefix that several runs start with."""
+
+
+class LeaseHeld(StoreError):
+    exit_code: ClassVar[int] = 5
+
+    def __init__(self, message: str, until: float | None = None) -> None:
+        super().__init__(message)
+        self.until = until  # when the holder's lease runs out, if known
+
+
+class TamperedRun(StoreError):
+    """The run's (or conversation's) rows fail the audit check; nothing of it is acted on."""
+
+    exit_code: ClassVar[int] = 6

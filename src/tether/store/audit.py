@@ -67,16 +67,25 @@ def audit_key_from_env() -> str | None:
     return os.environ.get(AUDIT_KEY_ENV) or None
 
 
-def seal_problem(key: str | None, run_id: str, row: Sequence[object], stored: str | None) -> str | None:
-    """What is wrong with a run row's seal under ``key``, or None. ``row`` holds the ``SEALED_COLUMNS`` values."""
+def seal_problem(
+    key: str | None,
+    run_id: str,
+    row: Sequence[object],
+    stored: str | None,
+    *,
+    what: str = "run",
+    covers: str = "saved state, setup, principal, configuration or chain heads",
+) -> str | None:
+    """What is wrong with a row's seal under ``key``, or None. ``row`` holds the sealed values (for a run,
+    ``SEALED_COLUMNS``); ``what`` names the row and ``covers`` what its seal vouches for, in the message."""
     if stored is None:
-        return "run: its row has no seal (recorded before tether sealed runs)"
+        return f"{what}: its row has no seal (recorded before tether sealed {what}s)"
     if stored.startswith(KEYED) and not key:
-        return f"run: sealed with an audit key; set {AUDIT_KEY_ENV} to verify it"
+        return f"{what}: sealed with an audit key; set {AUDIT_KEY_ENV} to verify it"
     if key and not stored.startswith(KEYED):
-        return f"run: not sealed with {AUDIT_KEY_ENV} (written without the key, or re-sealed by someone without it)"
+        return f"{what}: not sealed with {AUDIT_KEY_ENV} (written without the key, or re-sealed by someone without it)"
     if not hmac.compare_digest(stored, seal(key, run_id, row)):
-        return "run: its row (saved state, setup, principal, configuration or chain heads) does not match its seal"
+        return f"{what}: its row ({covers}) does not match its seal"
     return None
 
 

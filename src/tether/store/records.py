@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.core.budget import RunConfig
-from tether.core.errors import TetherError
+from tether.core.errors import AmbiguousRun, LeaseHeld, StoreError, TamperedRun
 from tether.core.machine import PendingCall, RunState
 from tether.events import CALL_EXECUTED, INTENT_RECORDED, OUTCOME_RECORDED, RECONCILED, digest
-from tether.store.audit import GENESIS, SEALED_COLUMNS, chain_hash, ledger_problems, seal_problem
+from tether.store.audit import GENESIS, SEALED_COLUMNS, chain_hash, ledger_problems, seal, seal_problem
 from tether.store.redact import REDACTED, SECRET_KEY, redact
 from tether.tools.context import Principal
 
@@ -39,32 +39,6 @@ EventRow = tuple[str, int, float, str, int, str, str, str]
 def omitted(value: object) -> str:
     """What stands in for user or model text that is not logged."""
     return f"<{len(value)} chars>" if isinstance(value, str) else "<omitted>"
-
-
-class StoreError(TetherError):
-    exit_code = 3
-
-
-class RunNotFound(StoreError):
-    pass
-
-
-class AmbiguousRun(StoreError):
-    """A run id prefix that several runs start with."""
-
-
-class LeaseHeld(StoreError):
-    exit_code = 5
-
-    def __init__(self, message: str, until: float | None = None) -> None:
-        super().__init__(message)
-        self.until = until  # when the holder's lease runs out, if known
-
-
-class TamperedRun(StoreError):
-    """The run's rows fail the audit check; nothing of it is acted on."""
-
-    exit_code = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +139,8 @@ def registration(
 
 # A conversation's turn: (conversation id, turn number, messages inherited from earlier turns).
 Turn = tuple[str, int, int]
+# The columns of a conversation's row that its seal covers: all but the id (sealed on its own).
+CONVERSATION_SEALED = ("created_at", "updated_at", "principal", "budget", "turn_count", "turn_hash")
 
 
 def first_row(
@@ -360,3 +336,91 @@ def inherited_messages(run_id: str, history: int, rows: Sequence[Sequence[Any]])
     if len(rows) < history:
         raise StoreError(f"run {run_id}: its conversation's earlier turns are missing (see tether runs verify)")
     return [decode(body, owner, f"message {seq}") for owner, seq, body in rows[:history]]
+
+
+# --- conversations: a sealed row, and a chain of its turns ----------------------------------
+
+
+def conversation_seal(key: str | None, conversation_id: str, row: Sequence[object]) -> str:
+    """The seal of a conversation's row; ``row`` holds the ``CONVERSATION_SEALED`` values."""
+    return seal(key, f"conversation:{conversation_id}", row)
+
+
+def conversation_seal_problem(
+    key: str | None, conversation_id: str, row: Sequence[object], stored: str | None
+) -> str | None:
+    """What is wrong with a conversation row's seal under ``key``, or None."""
+    return seal_problem(
+        key,
+        f"conversation:{conversation_id}",
+        row,
+        stored,
+        what="conversation",
+        covers="principal, budget or the chain of its turns",
+    )
+
+
+def turn_link(head: str, number: int, run_id: str, history: int) -> str:
+    """The next head of a conversation's chain of turns: turn ``number`` is run ``run_id``."""
+    return chain_hash(head, number, run_id, history)
+
+
+# One turn's row as ``conversation_problems`` reads it: id, then the run's ``SEALED_COLUMNS``, then its seal.
+TURN_COLUMNS = ("id", *SEALED_COLUMNS, "seal")
+
+
+def conversation_problems(
+    key: str | None,
+    conversation_id: str,
+    row: Sequence[Any],
+    turns: Sequence[Sequence[Any]],
+) -> list[str]:
+    """Every break in what vouches for a conversation; empty when intact.
+
+    ``row`` holds its ``CONVERSATION_SEALED`` values and its seal; ``turns``
+    its turns' runs (``TURN_COLUMNS``) in turn order. The row must match its
+    seal, and its turns must be what ``turn_problems`` asks, ending in the
+    chain head and count the row records.
+    """
+    sealed = dict(zip(CONVERSATION_SEALED, row[:-1], strict=True))
+    problems: list[str] = []
+    if problem := conversation_seal_problem(key, conversation_id, row[:-1], row[-1]):
+        problems.append(problem)
+    found, head = turn_problems(key, sealed["principal"], turns)
+    problems += found
+    if len(turns) != sealed["turn_count"] or head != sealed["turn_hash"]:
+        problems.append(f"conversation: it records {sealed['turn_count']} turns, the runs hold {len(turns)}")
+    return problems
+
+
+def turn_problems(key: str | None, principal: object, turns: Sequence[Sequence[Any]]) -> tuple[list[str], str]:
+    """What is wrong with a conversation's turns (``TURN_COLUMNS`` rows, in turn order), and the head of their chain.
+
+    The turns must be numbered 1, 2, … with none missing or added, each
+    must match its own seal, act for the conversation's ``principal`` (its
+    stored text) and inherit exactly the messages its predecessor ended with.
+    """
+    owner = _principal_id(principal)
+    problems: list[str] = []
+    head, messages = GENESIS, 0
+    for number, turn in enumerate(turns, start=1):
+        run = dict(zip(TURN_COLUMNS, turn, strict=True))
+        run_id, at = run["id"], run["turn"]
+        if at != number:
+            problems.append(f"conversation: turn {number} is missing or out of order (found turn {at})")
+        if seal_problem(key, run_id, [run[c] for c in SEALED_COLUMNS], run["seal"]):
+            problems.append(f"turn {at} (run {run_id}): its row does not match its seal")
+        if _principal_id(run["principal"]) != owner:
+            problems.append(f"turn {at} (run {run_id}): acts for another principal than the conversation")
+        if run["history"] != messages:
+            problems.append(f"turn {at} (run {run_id}): does not follow the messages of the turn before")
+        head, messages = turn_link(head, at, run_id, run["history"]), run["message_count"]
+    return problems, head
+
+
+def _principal_id(text: object) -> object:
+    try:
+        data = json.loads(str(text))
+    except ValueError:
+        return None
+    return data.get("id") if isinstance(data, dict) else None

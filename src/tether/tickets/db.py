@@ -38,7 +38,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from tether.core.errors import ConfigurationError, TetherError
-from tether.store.sqlite import connect, immediate
+from tether.store.dialects.sqlite import connect, immediate
 
 Role = Literal["customer", "agent", "admin"]
 Status = Literal["open", "pending", "closed"]

@@ -1,0 +1,103 @@
+"""What a database brings to the one SQL store: connections, transactions, run locks and its words for SQL.
+
+``tether.store.sql.SQLStore`` writes every query once, with ``?``
+placeholders and a few ``{tokens}`` in its schema; a dialect connects,
+runs transactions the way its database needs, translates the SQL, and
+holds the platform lock that says a run is being driven (released by the
+operating system or the database when the driver dies):
+
+- ``sqlite``: one file on one machine; WAL, ``BEGIN IMMEDIATE`` as the run
+  lock of a transaction, ``synchronous=FULL`` for a durable commit, and an
+  open-file-description lock on a byte of ``<file>.locks`` per run.
+- ``postgres``: several processes and hosts; a connection pool, ``SELECT
+  ... FOR UPDATE`` as the row lock, ``synchronous_commit`` for durability,
+  and a session advisory lock per run, on a connection of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = ["Cursor", "Dialect", "RunLocks", "Tx"]
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor the store uses."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Tx(Protocol):
+    """One transaction (or, for plain reads, one connection), with SQL in the store's ``?`` style."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+
+
+class RunLocks(Protocol):
+    """The platform's locks on runs, one per run, held by this store instance while it drives the run."""
+
+    def try_lock(self, run_id: str) -> bool:
+        """Take ``run_id``'s lock at once, or say that a live holder has it (this store's own: True)."""
+        ...
+
+    def unlock(self, run_id: str) -> None: ...
+
+    def held_elsewhere(self, run_ids: Collection[str]) -> set[str]:
+        """Those of ``run_ids`` whose lock a live holder other than this store has."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Dialect(Protocol):
+    name: str
+    remote: bool  # its calls wait on a network (a driver makes them off the event loop)
+    errors: tuple[type[BaseException], ...]  # what its driver raises, mapped to StoreError by the store
+    for_update: str  # what a SELECT needs to lock the rows it reads inside a write transaction
+
+    @property
+    def tokens(self) -> dict[str, str]:
+        """The schema's words: ``{id}``, ``{real}``, ``{without_rowid}``, ``{principal_id}``."""
+        ...
+
+    @property
+    def where(self) -> Path | str:
+        """The database, as shown to people (a file, or a url without its password)."""
+        ...
+
+    @property
+    def locks(self) -> RunLocks: ...
+
+    def write(self, *, durable: bool = False) -> AbstractContextManager[Tx]:
+        """A write transaction; with ``durable`` committed to disk (fsynced) before it returns."""
+        ...
+
+    def read(self, *, snapshot: bool = False) -> AbstractContextManager[Tx]:
+        """Reads; with ``snapshot`` all of them see one committed state."""
+        ...
+
+    def json_text(self, column: str, key: str) -> str:
+        """SQL for a JSON text column's string field ``key``."""
+        ...
+
+    def columns(self, tx: Tx, table: str) -> set[str]:
+        """The names of ``table``'s columns."""
+        ...
+
+    def lock_migrations(self, tx: Tx) -> None:
+        """Inside the migration transaction: keep stores that open together from migrating at once."""
+        ...
+
+    def close(self) -> None: ...
