@@ -15,6 +15,17 @@ carries on after a crash or in another process.
 A conversation's budget (``ConversationBudget``) counts over all turns: a
 turn runs with whatever is left of it, so it ends ``budget_exhausted`` like
 any run when the conversation has used its share.
+
+Every gate of a run holds across its turns:
+
+- A conversation belongs to its principal: ``agent.conversation(id)`` for
+  anyone else fails as for an id that does not exist.
+- Taint lasts as long as the text that caused it is in what the model sees:
+  a turn whose history holds a result someone else wrote (a web page, a
+  file, an MCP result) starts tainted, so its side effects need approval.
+- With a store, the conversation's row (principal, budget) is sealed and its
+  turns chained; the whole chain is checked before each turn runs, and an
+  edit anywhere in it stops the conversation (``TamperedRun``).
 """
 
 from __future__ import annotations
@@ -26,8 +37,8 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from tether.core.budget import RunConfig
-from tether.core.errors import ConfigurationError
-from tether.core.machine import Status
+from tether.core.errors import ConfigurationError, RunNotFound, TamperedRun
+from tether.core.machine import RunState, Status
 from tether.core.messages import Message, Usage
 from tether.report import RunResult
 from tether.tools.context import Principal
@@ -65,6 +76,7 @@ class Conversation:
         turns: int = 0,
         usage: Usage | None = None,
         stored: bool = False,
+        untrusted: dict[str, str] | None = None,
     ) -> None:
         self.agent = agent
         self.id = conversation_id
@@ -74,6 +86,7 @@ class Conversation:
         self.turns = turns
         self.usage = usage or Usage()
         self._stored = stored
+        self.untrusted = dict(untrusted or {})  # call id -> tool: results in ``messages`` others wrote
         self._lock = asyncio.Lock()  # turns of one conversation never overlap
         self._waiting: str | None = None  # the run of a turn that paused (for an approval)
 
@@ -97,6 +110,11 @@ class Conversation:
         if store is not None and not self._stored:
             store.create_conversation(self.id, self.principal, self.budget.to_dict())
             self._stored = True
+        elif store is not None and (problems := store.verify_conversation(self.id)):
+            raise TamperedRun(
+                f"conversation {self.id} fails its audit check ({problems[0]}); no turn of it runs"
+                f" (see tether runs verify)"
+            )
         driver = self.agent.driver(
             [*self.messages, Message("user", text)],
             run_id=run_id,
@@ -105,6 +123,7 @@ class Conversation:
             principal=self.principal,
             config=self._turn_config(),
             turn=(self.id, self.turns + 1, len(self.messages)),
+            untrusted=self.untrusted,
         )
         self.turns += 1
         driver.on_result = self._after_turn
@@ -113,6 +132,7 @@ class Conversation:
 
     def _after_turn(self, result: RunResult) -> None:
         self.messages = result.state.messages
+        self.untrusted = dict(result.state.untrusted)
         self._waiting = None if result.status.terminal else result.run_id
         self.usage = self.usage + result.usage
 
@@ -148,16 +168,28 @@ def open_conversation(
     principal: Principal | None,
     budget: ConversationBudget | None,
 ) -> Conversation:
-    """A new conversation, or a stored one to go on with (``Agent.conversation``)."""
+    """A new conversation, or a stored one to go on with (``Agent.conversation``).
+
+    A stored conversation is opened only for its own principal (``principal``,
+    else the agent's): for anyone else it does not exist. Its turns run as
+    the principal given, else as the one it was started for.
+    """
+    who = principal or agent.toolbox.principal
     if conversation_id is None:
-        return Conversation(
-            agent, uuid.uuid4().hex, principal or agent.toolbox.principal, budget or ConversationBudget()
-        )
+        return Conversation(agent, uuid.uuid4().hex, who, budget or ConversationBudget())
     store = agent.store
     if store is None:
         raise ConfigurationError("going on with a conversation by its id needs an Agent with a store")
     stored = store.load_conversation(conversation_id)
+    if stored.principal.id != who.id:
+        raise RunNotFound(f"no conversation {conversation_id} in {store.path}")
+    if problems := store.verify_conversation(conversation_id):
+        raise TamperedRun(
+            f"conversation {conversation_id} fails its audit check ({problems[0]}); nothing of it is acted on"
+            " (see tether runs verify)"
+        )
     history: list[Message] = []
+    untrusted: dict[str, str] = {}
     if stored.turns:
         last_run, status = stored.turns[-1]
         if not Status(status).terminal:
@@ -165,14 +197,28 @@ def open_conversation(
                 f"the last turn of conversation {conversation_id} (run {last_run}) is {status}: "
                 f"finish it first with agent.resume({last_run!r}).run()"
             )
-        history = store.load(last_run).state.messages
+        last = store.load(last_run).state  # checked: the turn, its conversation and every earlier turn
+        history, untrusted = last.messages, _untrusted(last)
     return Conversation(
         agent,
         conversation_id,
-        stored.principal,
+        principal or stored.principal,
         budget or ConversationBudget(**stored.budget),
         history=history,
         turns=len(stored.turns),
         usage=Usage(*stored.usage),
         stored=True,
+        untrusted=untrusted,
     )
+
+
+def _untrusted(state: RunState) -> dict[str, str]:
+    """The results in ``state``'s messages that someone other than the principal wrote.
+
+    A run saved before these were listed says only that it was tainted:
+    then every tool result in it counts.
+    """
+    if state.untrusted or not state.tainted:
+        return dict(state.untrusted)
+    tool = state.tainted_by or "a tool"
+    return {m.tool_call_id: tool for m in state.messages if m.role == "tool" and m.tool_call_id}

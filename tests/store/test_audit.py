@@ -37,8 +37,14 @@ from tether.store.audit import GENESIS, SEALED_COLUMNS, chain_hash, seal
 from tether.tools import Principal, ToolContext, tool
 
 KEY = "correct horse battery staple"
-LEASE_COLUMNS = frozenset({"lease_owner", "lease_until"})
-KEYS = {"runs": ("id",), "messages": ("run_id", "seq"), "events": ("run_id", "seq"), "ledger": ("run_id", "call_id")}
+LEASE_COLUMNS = frozenset({"lease_owner", "lease_until", "lease_locked"})
+KEYS = {
+    "runs": ("id",),
+    "messages": ("run_id", "seq"),
+    "events": ("run_id", "seq"),
+    "ledger": ("run_id", "call_id"),
+    "conversations": ("id",),
+}
 
 
 @tool(read_only=True)
@@ -122,7 +128,9 @@ def changed(value: object) -> object:
 
 
 def rows_of(db: sqlite3.Connection, table: str, run_id: str) -> list[dict[str, Any]]:
-    cursor = db.execute(f"SELECT * FROM {table} WHERE {'id' if table == 'runs' else 'run_id'} = ?", (run_id,))
+    """The rows of ``table`` that belong to ``run_id`` (for ``conversations``: the conversation of that id)."""
+    column = "id" if table in ("runs", "conversations") else "run_id"
+    cursor = db.execute(f"SELECT * FROM {table} WHERE {column} = ?", (run_id,))
     names = [d[0] for d in cursor.description]
     return [dict(zip(names, row, strict=True)) for row in cursor]
 
@@ -150,7 +158,7 @@ def mutations(db: sqlite3.Connection, table: str, kind: str, run_ids: list[str])
         if kind == "insert" and rows:
             row = dict(rows[-1])
             checked = run_id
-            if table == "runs":
+            if table in ("runs", "conversations"):
                 row["id"] = checked = f"{run_id}-copy"
             elif table == "ledger":
                 row["call_id"] = "forged"
@@ -198,6 +206,96 @@ def test_the_pristine_store_verifies(pristine: tuple[Path, list[str]], tmp_path:
         for run_id in pristine[1]:
             assert store.verify(run_id) == []
             store.load(run_id)
+    finally:
+        store.close()
+
+
+# ------------------------------------------------------------------ conversations
+
+
+OWNER = Principal("carol", frozenset({"user"}))
+
+
+async def record_conversation(path: Path, key: str | None = None) -> tuple[str, list[str]]:
+    """A conversation of three turns (a read, a side effect, an answer), and its turns' run ids."""
+    store = SQLiteStore(path, audit_key=key)
+    try:
+        model = ScriptedModel(
+            [
+                reply_calls(("k1", "lookup", '{"key": "a"}')),
+                reply_text("a is known"),
+                reply_calls(("k2", "transfer", '{"amount": 7}')),
+                reply_text("moved"),
+                reply_text("bye"),
+            ]
+        )
+        conv = Agent(model, [lookup, transfer], store=store).conversation(principal=OWNER)
+        for text in ("what is a?", "move 7", "thanks"):
+            assert (await conv.send(text)).status is Status.COMPLETED
+        return conv.id, [run_id for run_id, _ in store.load_conversation(conv.id).turns]
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def pristine_conversation(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[str]]:
+    path = tmp_path_factory.mktemp("audit") / "conversation.db"
+    conversation_id, turns = asyncio.run(record_conversation(path))
+    return path, conversation_id, turns
+
+
+def refuses_to_go_on(store: SQLiteStore, conversation_id: str) -> bool:
+    """Whether the next turn of the conversation is refused (as tampered with, or as not there)."""
+    agent = Agent(ScriptedModel([reply_text("never asked")]), [lookup, transfer], store=store)
+    try:
+        conv = agent.conversation(conversation_id, principal=Principal(OWNER.id))
+        conv.turn("one more")
+    except StoreError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("kind", ["insert", "update", "delete"])
+@pytest.mark.parametrize("table", ["conversations", "runs", "messages", "events", "ledger"])
+def test_a_conversation_catches_every_single_row_edit_of_it_and_its_turns(
+    pristine_conversation: tuple[Path, str, list[str]], tmp_path: Path, table: str, kind: str
+) -> None:
+    """Every single-row insert, update and delete of the conversation's row or of any of its turns' rows
+    stops its next turn, and ``runs verify`` of its last turn reports it."""
+    source, conversation_id, turns = pristine_conversation
+    target = tmp_path / "edited.db"
+    with raw(source) as db:
+        owners = [conversation_id] if table == "conversations" else turns
+        edits = list(mutations(db, table, kind, owners))
+    assert edits
+    unnoticed = []
+    for label, checked, sql, parameters in edits:
+        copy_of(source, target)
+        with raw(target) as db:
+            assert db.execute(sql, parameters).rowcount == 1, label
+        store = SQLiteStore(target)
+        try:
+            opened = checked if table == "conversations" else conversation_id
+            if not refuses_to_go_on(store, opened):
+                unnoticed.append(f"{label}: the next turn runs")
+            try:
+                if table != "conversations" and not store.verify(turns[-1]):
+                    unnoticed.append(f"{label}: runs verify of the last turn says intact")
+            except RunNotFound:
+                pass  # the last turn's row is gone: verify says so, and nothing is resumed
+        finally:
+            store.close()
+    assert unnoticed == [], f"{len(unnoticed)} of {len(edits)} edits went unnoticed: {unnoticed[:5]}"
+
+
+def test_the_pristine_conversation_goes_on(pristine_conversation: tuple[Path, str, list[str]], tmp_path: Path) -> None:
+    """Without it, the test above could pass by refusing everything."""
+    source, conversation_id, turns = pristine_conversation
+    store = SQLiteStore(copy_of(source, tmp_path / "copy.db"))
+    try:
+        assert store.verify_conversation(conversation_id) == []
+        assert [store.verify(run_id) for run_id in turns] == [[], [], []]
+        assert not refuses_to_go_on(store, conversation_id)
     finally:
         store.close()
 

@@ -347,6 +347,9 @@ class RunState:
     repeats: int = 0
     tainted: bool = False
     tainted_by: str | None = None  # the tool whose result first tainted the run
+    # call id -> tool, for each result in ``messages`` that someone other than the principal wrote; a
+    # conversation's next turn is tainted for as long as one of them is in what its model sees.
+    untrusted: dict[str, str] = field(default_factory=dict)
     executed: dict[str, list[str]] = field(default_factory=dict)  # call id -> [fingerprint, result]
     pending: list[PendingCall] = field(default_factory=list)
     approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -385,6 +388,7 @@ class RunState:
             "repeats": self.repeats,
             "tainted": self.tainted,
             "tainted_by": self.tainted_by,
+            "untrusted": dict(self.untrusted),
             "pending": [p.to_dict() for p in self.pending],
             "approvals": {k: dict(v) for k, v in self.approvals.items()},
             "unknown": list(self.unknown),
@@ -409,6 +413,7 @@ class RunState:
             repeats=data["repeats"],
             tainted=data["tainted"],
             tainted_by=data.get("tainted_by"),  # absent from checkpoints written before it existed
+            untrusted=dict(data.get("untrusted", {})),
             executed={k: list(v) for k, v in data["executed"].items()},
             pending=[PendingCall.from_dict(p) for p in data["pending"]],
             approvals={k: dict(v) for k, v in data["approvals"].items()},
@@ -438,8 +443,19 @@ class Run:
         catalog: Catalog,
         config: RunConfig | None = None,
         answer: AnswerCheck | None = None,
+        untrusted: Mapping[str, str] | None = None,
     ) -> Run:
+        """A run over ``messages``; ``untrusted`` (call id -> tool) marks results in them that taint it.
+
+        A conversation's turn passes the earlier turns' untrusted results:
+        those still among ``messages`` taint the new run from its start.
+        """
         state = RunState(run_id=run_id, config=config or RunConfig(), messages=list(messages))
+        if untrusted:
+            shown = {m.tool_call_id for m in state.messages if m.role == "tool"}
+            state.untrusted = {call_id: tool for call_id, tool in untrusted.items() if call_id in shown}
+            if state.untrusted:
+                state.tainted, state.tainted_by = True, next(iter(state.untrusted.values()))
         return cls(state, catalog, answer)
 
     @property
@@ -838,6 +854,8 @@ class Run:
         s = self.state
         s.executed[call.call_id] = [call.fingerprint or "", content]
         s.tool_calls += 1
-        if (untrusted or call.untrusted_output) and not s.tainted:
-            s.tainted, s.tainted_by = True, call.tool
+        if untrusted or call.untrusted_output:
+            s.untrusted[call.call_id] = call.tool
+            if not s.tainted:
+                s.tainted, s.tainted_by = True, call.tool
         return content
