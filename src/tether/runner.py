@@ -19,9 +19,9 @@ import json
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether import tracing
 from tether.conversation import Conversation, ConversationBudget, open_conversation
@@ -88,7 +88,9 @@ from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, result_envelope
 
 if TYPE_CHECKING:
-    from tether.store.sqlite import SQLiteStore
+    from tether.store.base import RunStore
+
+T = TypeVar("T")
 
 __all__ = [
     "APPROVAL_DECIDED",
@@ -108,6 +110,7 @@ __all__ = [
     "RUN_RESUMED",
     "RUN_STARTED",
     "STEP_STARTED",
+    "SUSPENDED_REASON",
     "TEXT",
     "Agent",
     "CallReport",
@@ -138,6 +141,7 @@ class Decision:
 
 EventHandler = Callable[[RunEvent], None]
 PROPOSE_ONLY_REASON = "propose_only: the calls of the first step were judged and recorded, not executed"
+SUSPENDED_REASON = "suspended: the process driving it is stopping; a resume carries it on"
 # Deps for a stored run that is resumed: given the run id and its principal (deps are never stored).
 DepsFactory = Callable[[str, Principal], Any]
 # "auto", "none", "required" or {"type": "function", "function": {"name": ...}}; None leaves it to the provider.
@@ -163,7 +167,7 @@ class Agent:
         approver: Approver | None = None,
         max_tokens: int | None = None,
         tool_choice: ToolChoice | Callable[[int], ToolChoice] = None,
-        store: SQLiteStore | None = None,
+        store: RunStore | None = None,
         setup: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
         propose_only: bool = False,
@@ -216,8 +220,10 @@ class Agent:
         principal: Principal | None = None,
         config: RunConfig | None = None,
         turn: tuple[str, int, int] | None = None,
+        untrusted: Mapping[str, str] | None = None,
     ) -> Driver:
-        """A driver for a new run. ``config`` overrides the Agent's; ``turn`` marks a conversation's turn."""
+        """A driver for a new run. ``config`` overrides the Agent's; ``turn`` marks a conversation's turn,
+        ``untrusted`` the results among earlier turns' messages that taint it (``Run.new``)."""
         toolbox = self.toolbox_for(principal or self.toolbox.principal)
         messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
         if self.system is not None and not (messages and messages[0].role == "system"):
@@ -227,7 +233,7 @@ class Agent:
             instructions = Message("system", self.output.instructions())
             if instructions not in messages[: at + 1]:  # a conversation's later turn has it already
                 messages.insert(at, instructions)
-        run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, config or self.config, self.output)
+        run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, config or self.config, self.output, untrusted)
         if self.store is not None:
             self.store.create_run(run.state, toolbox.principal, self.setup, turn=turn)
         return Driver(self, run, toolbox, on_event, deps)
@@ -372,6 +378,11 @@ class Driver:
         self._outcomes: list[tuple[PendingCall, str]] = []  # ledger outcomes for the next checkpoint
         self._cleared: list[str] = []  # call ids found never to have run, for the next checkpoint
         self._lease_timer: asyncio.TimerHandle | None = None
+        self._renewal: asyncio.Future[None] | None = None  # a renewal on a thread (a remote store)
+        self._suspending = False  # stop at the next safe point and hand the run on (``suspend``)
+        self._task: asyncio.Task[Any] | None = None  # the task driving, while it does
+        self._asking_model = False
+        self._cancelled_to_suspend = False
         self.stream_model = False  # ask the model to stream (Agent.stream)
         self.on_result: Callable[[RunResult], None] | None = None  # a conversation notes its turn's result
         self.prompt_from = 0  # a conversation's turn: where its own messages start (the prompt event's text)
@@ -381,6 +392,22 @@ class Driver:
     @property
     def state(self) -> RunState:
         return self.run_machine.state
+
+    def suspend(self) -> None:
+        """Stop driving at the next safe point and leave the run, as it is, to another driver.
+
+        For a process that is stopping (``tether serve`` on SIGTERM): a model
+        request in flight is abandoned (it is asked again on resume); a tool
+        call in flight finishes, and no other starts. The state is then
+        checkpointed and the run released, not ended: ``run()`` returns its
+        live status with the reason ``SUSPENDED_REASON``, and a resume, here
+        or in another process, carries it on (an effect that had happened is
+        recorded, one that had not is run once).
+        """
+        self._suspending = True
+        if self._asking_model and self._task is not None and not self._cancelled_to_suspend:
+            self._cancelled_to_suspend = True
+            self._task.cancel()
 
     def __await__(self) -> Generator[Any, None, RunResult]:
         """``await agent.resume(run_id)`` drives the run, like ``.run()``."""
@@ -409,7 +436,7 @@ class Driver:
                     stacklevel=2,
                 )
 
-    def _flush(self, *, release: bool = False, intent: PendingCall | None = None) -> None:
+    async def _flush(self, *, release: bool = False, intent: PendingCall | None = None) -> None:
         """Checkpoint the state with the events and ledger writes since the last one, then let listeners hear of them.
 
         Called before anything the events could lead to (a model request, a
@@ -425,7 +452,8 @@ class Driver:
         events, self._unsaved = self._unsaved, []
         outcomes, self._outcomes = self._outcomes, []
         cleared, self._cleared = self._cleared, []
-        self.store.checkpoint(
+        await self._stored(
+            self.store.checkpoint,
             self.state,
             [(e.kind, e.data, e.step, e.at) for e in events if e.kind not in TRANSIENT],
             outcomes,
@@ -436,6 +464,13 @@ class Driver:
         for event in events:
             self._deliver(event)
 
+    async def _stored(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A store call: in place for a local file, on a thread for a store across a network (``remote``),
+        so that one slow query holds up only its own run, never the event loop."""
+        if self.store is not None and self.store.remote:
+            return await asyncio.to_thread(call, *args, **kwargs)
+        return call(*args, **kwargs)
+
     def _send(self, event: Any) -> Command:
         return self.run_machine.send(event)
 
@@ -444,28 +479,30 @@ class Driver:
         return await tracing.traced_run(self.state.run_id, self.agent.model, resumed, self._run)
 
     async def _run(self) -> RunResult:
+        self._task = asyncio.current_task()
         if self.store is not None:
             self._renew_lease_later()
         try:
             result = await self._drive()
         except asyncio.CancelledError:
-            if not self.state.status.terminal:
+            # Cancelled while suspending (its grace period over): the run is handed on as it is, not ended.
+            if not self.state.status.terminal and not self._suspending:
                 self._send(Cancel(self.agent.clock(), finished=dict(self._finished)))
                 self._sync_last_step()
                 self._emit(RUN_FINISHED, status=Status.CANCELLED.value, output=None, reason="cancelled")
             with contextlib.suppress(TetherError):  # the cancellation is the news; a failed save must not hide it
-                self._flush(release=True)
+                await self._flush(release=True)
             raise
         except BaseException:
             # Already failing (the store itself, perhaps): save what can be saved, keep the first error.
             with contextlib.suppress(TetherError):
-                self._flush(release=True)
+                await self._flush(release=True)
             raise
         finally:
             if self._lease_timer is not None:
                 self._lease_timer.cancel()
                 self._lease_timer = None
-        self._flush(release=True)
+        await self._flush(release=True)
         if self.on_result is not None:
             self.on_result(result)
         return result
@@ -477,8 +514,11 @@ class Driver:
             self._emit(RUN_STARTED, principal=self.toolbox.principal.id, prompt=prompt)
             command = self._send(Begin(clock()))
         else:
-            command = self._resume_command()
+            command = await self._resume_command()
         while True:
+            if self._suspending and not self.state.status.terminal:
+                self._emit(RUN_PAUSED, status=self.state.status.value, reason=SUSPENDED_REASON)
+                return self._result(self.state.status, None, SUSPENDED_REASON)
             match command:
                 case RunTools() | AwaitApproval() if self.agent.propose_only:
                     command = self._stop_proposed()
@@ -538,13 +578,17 @@ class Driver:
             reports.append(report)
         self.steps[-1].calls = reports
 
-    def _resume_command(self) -> Command:
+    async def _resume_command(self) -> Command:
         """Where a stored run goes on; intents without outcomes become unknown outcomes."""
         self._emit(RUN_RESUMED, status=self.state.status.value)
         if self.state.status is Status.AWAITING_TOOLS and self.store is not None:
             unknown = []
             for call in self.state.pending:
-                entry = self.store.ledger_entry(self.state.run_id, call.call_id) if call.execute else None
+                entry = (
+                    await self._stored(self.store.ledger_entry, self.state.run_id, call.call_id)
+                    if call.execute
+                    else None
+                )
                 if entry is not None and entry.outcome is None:
                     unknown.append(call.call_id)
             if unknown:
@@ -630,12 +674,22 @@ class Driver:
             stream=True if self.stream_model else None,
             on_tool_delta=on_tool_delta,
         )
-        self._flush()
+        await self._flush()
+        self._asking_model = True
         try:
             reply = await tracing.traced_chat(self.agent.model, request, self.state.run_id)
+        except asyncio.CancelledError:
+            if self._cancelled_to_suspend:
+                self._cancelled_to_suspend = False
+                task = asyncio.current_task()
+                if task is not None and task.uncancel() == 0:  # ``suspend`` alone cancelled it
+                    return command  # the request is abandoned; the run still awaits the model
+            raise
         except ModelError as exc:
             self._emit(MODEL_REPLIED, error=str(exc))
             return self._send(ModelFailed(f"{type(exc).__name__}: {exc}", clock()))
+        finally:
+            self._asking_model = False
         # A real request costs at least one input token: all zeros means the provider reported no usage.
         estimated = reply.usage == Usage() and self.state.config.budget.counts_tokens
         if estimated:
@@ -671,6 +725,8 @@ class Driver:
                 self._reject(p.call_id, p.tool, p.result or "")
         self._finished, self._untrusted = {}, set()
         for batch in _batches(command.to_execute):
+            if self._suspending:
+                return command  # the calls that ran are recorded; the others run when the run is resumed
             if len(batch) == 1:
                 await self._invoke(batch[0])
             else:
@@ -691,8 +747,10 @@ class Driver:
         store = self.store
 
         def renew() -> None:
-            with contextlib.suppress(TetherError):  # not written yet, or taken: the next checkpoint tells
-                store.renew(self.state.run_id)
+            if store.remote:
+                self._renewal = asyncio.ensure_future(asyncio.to_thread(_renewed, store, self.state.run_id))
+            else:
+                _renewed(store, self.state.run_id)
             self._renew_lease_later()
 
         self._lease_timer = asyncio.get_running_loop().call_later(store.lease_seconds / 3, renew)
@@ -737,12 +795,12 @@ class Driver:
             self._reject(call.call_id, call.tool, content)
             return content
         if store is not None and not call.read_only:
-            self._flush()  # a read has no effect to protect: its events ride on the next checkpoint
-            entry = store.ledger_entry(run_id, call.call_id)
+            await self._flush()  # a read has no effect to protect: its events ride on the next checkpoint
+            entry = await self._stored(store.ledger_entry, run_id, call.call_id)
             if entry is not None and entry.outcome is not None:
                 return self._done(call, entry.outcome, CALL_RECOVERED)
             self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
-            self._flush(intent=call)  # on disk, fsynced, before the effect can happen
+            await self._flush(intent=call)  # on disk, fsynced, before the effect can happen
         self._emit(CALL_STARTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
         started = time.perf_counter()
         outcome = await tracing.traced_call(
@@ -764,10 +822,10 @@ class Driver:
         )
         self._done(call, content, CALL_EXECUTED)
         if store is not None and not call.read_only:
-            self._flush()
+            await self._flush()
             self._outcomes.append((call, content))
             self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool, digest=digest(content))
-            self._flush()  # its own commit: the effect has happened
+            await self._flush()  # its own commit: the effect has happened
         elif store is not None:
             self._outcomes.append((call, content))  # a read-only result rides on the next checkpoint
         return content
@@ -789,7 +847,7 @@ class Driver:
             )
         if self.agent.approver is None:
             return None
-        self._flush()  # a person may take a while, and should see what is asked before being asked
+        await self._flush()  # a person may take a while, and should see what is asked before being asked
         next_command: Command = command
         for call in command.calls:
             decision = await self.agent.approver(call)
@@ -832,6 +890,11 @@ class Driver:
             if report.id in replies:
                 report.result = replies[report.id]
                 report.outcome = outcome_code(report.result)
+
+
+def _renewed(store: RunStore, run_id: str) -> None:
+    with contextlib.suppress(TetherError):  # not written yet, or taken: the next checkpoint tells
+        store.renew(run_id)
 
 
 def json_object(text: str) -> dict[str, Any] | None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -15,19 +17,29 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from server_harness import SECRET, free_port, wait_listening
 
-from tether.testing.fake_server import FakeServer, ReplySpec, text
+from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
 
 
 @contextmanager
 def service(
-    tickets: Path, runs: Path, model: FakeServer, extra_env: dict[str, str] | None = None
+    tickets: Path,
+    runs: Path,
+    model: FakeServer,
+    extra_env: dict[str, str] | None = None,
+    *,
+    as_pid_1: bool = False,
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``tether serve`` in a process of its own (with ``as_pid_1``, as pid 1 of a new PID namespace, as in a
+    container); its lease is the default 30 s unless ``extra_env`` says otherwise."""
     port = free_port()
     env = {**os.environ, "TETHER_JWT_SECRET": SECRET, "TETHER_LOG_LEVEL": "warning", **(extra_env or {})}
     command = [sys.executable, "-m", "tether", "serve", "--port", str(port), "--tickets-db", str(tickets),
                "--run-db", str(runs), "--base-url", model.base_url, "--model", "fake"]  # fmt: skip
+    if as_pid_1:
+        command = ["unshare", "--pid", "--fork", "--kill-child", *command]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -35,7 +47,8 @@ def service(
         yield process, base
     finally:
         if process.poll() is None:
-            process.terminate()
+            # unshare --fork ignores SIGTERM (and passes on nothing); with --kill-child its death ends the service.
+            process.kill() if as_pid_1 else process.terminate()
             process.wait(timeout=30)
 
 
@@ -46,13 +59,40 @@ async def sign_in(session: aiohttp.ClientSession, base: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {(await response.json())['access_token']}"}
 
 
-async def test_a_run_cut_off_by_a_crash_finishes_after_a_restart(tmp_path: Path, tickets_path: Path) -> None:
+def lease_until(runs: Path, run_id: str) -> float:
+    with closing(sqlite3.connect(runs)) as db:
+        (until,) = db.execute("SELECT lease_until FROM runs WHERE id = ?", (run_id,)).fetchone()
+    return float(until)
+
+
+def pid_namespace_problem() -> str | None:
+    """Why ``tether serve`` cannot be pid 1 of a new PID namespace here, or None."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        return "a new PID namespace needs root and unshare (util-linux)"
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return None if probe.stdout.strip() == "1" else f"unshare --pid --fork does not work here: {probe.stderr}"
+
+
+@pytest.mark.parametrize("as_pid_1", [False, True], ids=["process", "pid-1-of-a-namespace"])
+async def test_a_run_cut_off_by_a_crash_finishes_after_a_restart(
+    tmp_path: Path, tickets_path: Path, as_pid_1: bool
+) -> None:
+    """The killed process's lock goes with it: the restart drives the run at once, long before the dead
+    process's 30 s lease would have run out; also when both are pid 1 of a container's PID namespace."""
+    if as_pid_1 and (why := pid_namespace_problem()):
+        pytest.skip(why)
     runs = tmp_path / "runs.db"
-    env = {"TETHER_LEASE_SECONDS": "3"}  # the killed process's lease holds the run this long
+    env: dict[str, str] = {}
     # The first model request never answers in time; the restarted service asks again.
     with FakeServer([text("too late", latency=60), text("Your ticket is open.")]) as model:
         async with aiohttp.ClientSession() as session:
-            with service(tickets_path, runs, model, env) as (first, base):
+            with service(tickets_path, runs, model, env, as_pid_1=as_pid_1) as (first, base):
                 auth = await sign_in(session, base)
                 async with session.post(f"{base}/api/runs", json={"prompt": "Is my ticket open?"}, headers=auth) as r:
                     assert r.status == 202
@@ -63,8 +103,9 @@ async def test_a_run_cut_off_by_a_crash_finishes_after_a_restart(tmp_path: Path,
                     await asyncio.sleep(0.1)
                 first.send_signal(signal.SIGKILL)
                 first.wait(timeout=30)
+            dead_lease = lease_until(runs, run_id)
 
-            with service(tickets_path, runs, model, env) as (_, base):
+            with service(tickets_path, runs, model, env, as_pid_1=as_pid_1) as (_, base):
                 auth = await sign_in(session, base)  # the same secret: the old token would do too
                 deadline = time.monotonic() + 60
                 while True:
@@ -73,9 +114,11 @@ async def test_a_run_cut_off_by_a_crash_finishes_after_a_restart(tmp_path: Path,
                     if run["status"] == "completed" or time.monotonic() > deadline:
                         break
                     await asyncio.sleep(0.2)
+            finished = time.time()
     assert run["status"] == "completed", run
     assert run["output"] == "Your ticket is open."
     assert len(model.requests) == 2  # asked once before the crash, once after; never more
+    assert finished < dead_lease, "the restart waited for the dead process's lease"
 
 
 def prompt_of(request: dict[str, Any]) -> str:
@@ -93,7 +136,7 @@ async def test_runs_accepted_behind_the_concurrency_limit_survive_a_kill(tmp_pat
             return text("too late", latency=60)  # holds the only slot until the kill
         return text(f"answered: {prompt_of(request)}")
 
-    env = {"TETHER_MAX_CONCURRENT_RUNS": "1", "TETHER_LEASE_SECONDS": "3"}
+    env = {"TETHER_MAX_CONCURRENT_RUNS": "1"}
     prompts = ["first question", "second question", "third question"]
     with FakeServer(respond) as model:
         async with aiohttp.ClientSession() as session:
@@ -133,12 +176,14 @@ async def test_runs_accepted_behind_the_concurrency_limit_survive_a_kill(tmp_pat
 
 
 async def test_a_stop_hands_the_runs_waiting_for_a_slot_on_at_once(tmp_path: Path, tickets_path: Path) -> None:
-    """SIGTERM: the run driven is cancelled; one waiting for a slot is left ready, its lease released,
-    so the next process takes it at start instead of a lease term later."""
+    """SIGTERM: the run driven is saved as it was (awaiting the model) and let go, not cancelled; one
+    waiting for a slot is left ready, released too; the next process takes both at start."""
     runs = tmp_path / "runs.db"
+    asked: list[str] = []
 
     def respond(request: dict[str, Any]) -> ReplySpec:
-        if prompt_of(request) == "first question" and not any(m["role"] == "assistant" for m in request["messages"]):
+        asked.append(prompt_of(request))
+        if asked == ["first question"]:
             return text("too late", latency=60)  # holds the only slot until the stop
         return text(f"answered: {prompt_of(request)}")
 
@@ -160,18 +205,21 @@ async def test_a_stop_hands_the_runs_waiting_for_a_slot_on_at_once(tmp_path: Pat
                 first.wait(timeout=30)
             with closing(sqlite3.connect(runs)) as db:
                 leases = dict(db.execute("SELECT id, status || ' ' || coalesce(lease_owner, 'free') FROM runs"))
-            assert leases == {run_ids[0]: "cancelled free", run_ids[1]: "ready free"}
+            assert leases == {run_ids[0]: "awaiting_model free", run_ids[1]: "ready free"}
 
             with service(tickets_path, runs, model, env) as (_, base):
-                deadline = time.monotonic() + 10  # well within the 30 s a held lease would last
-                while True:
-                    async with session.get(f"{base}/api/runs/{run_ids[1]}", headers=auth) as r:
-                        view = await r.json()
-                    if view["status"] == "completed":
-                        break
-                    assert time.monotonic() < deadline, view
-                    await asyncio.sleep(0.2)
-    assert view["output"] == "answered: second question"
+                deadline = time.monotonic() + 20  # well within the 30 s a held lease would last
+                views = {}
+                for run_id in run_ids:
+                    while True:
+                        async with session.get(f"{base}/api/runs/{run_id}", headers=auth) as r:
+                            views[run_id] = await r.json()
+                        if views[run_id]["status"] == "completed":
+                            break
+                        assert time.monotonic() < deadline, views[run_id]
+                        await asyncio.sleep(0.2)
+    assert [views[r]["output"] for r in run_ids] == ["answered: first question", "answered: second question"]
+    assert sorted(asked) == ["first question", "first question", "second question"]
 
 
 async def test_the_service_takes_over_only_its_own_runs(tmp_path: Path) -> None:
@@ -193,9 +241,52 @@ async def test_the_service_takes_over_only_its_own_runs(tmp_path: Path) -> None:
         store.checkpoint(state, [("run_started", {})], release=True)  # cut off: in flight, no lease
     service = RunService(settings, store, [])
     try:
-        assert service.take_over() == ["from-the-service"]
-        assert service.take_over() == []  # the CLI's run is not looked at again
+        assert await service.take_over() == ["from-the-service"]
+        assert await service.take_over() == []  # the CLI's run is not looked at again
     finally:
         await service.aclose()
     assert store.load("from-the-cli").state.status.value == "ready"
     store.close()
+
+
+async def test_a_sigterm_hands_a_run_on_and_the_restart_finishes_it_with_each_effect_once(
+    tmp_path: Path, tickets_path: Path
+) -> None:
+    """SIGTERM while the run waits on the model, after a side effect: the run is saved and let go, not
+    ``cancelled``; the restart asks the model again and finishes it, and the ticket exists once."""
+    runs = tmp_path / "runs.db"
+    create = json.dumps({"title": "Printer on fire", "body": "It is on fire."})
+    script = [tool_calls([("c1", "create_ticket", create)]), text("too late", latency=60), text("Ticket opened.")]
+    with FakeServer(script) as model:
+        async with aiohttp.ClientSession() as session:
+            with service(tickets_path, runs, model) as (first, base):
+                auth = await sign_in(session, base)
+                async with session.post(f"{base}/api/runs", json={"prompt": "Open a ticket"}, headers=auth) as r:
+                    assert r.status == 202
+                    run_id = (await r.json())["run_id"]
+                deadline = time.monotonic() + 30
+                while len(model.requests) < 2:  # the ticket is created; the second request is in flight
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.1)
+                first.send_signal(signal.SIGTERM)
+                # Well within the grace period; uvicorn re-raises the signal once it has shut down.
+                assert first.wait(timeout=30) in (0, -signal.SIGTERM)
+            with closing(sqlite3.connect(runs)) as db:
+                status, owner = db.execute("SELECT status, lease_owner FROM runs WHERE id = ?", (run_id,)).fetchone()
+                kinds = [k for (k,) in db.execute("SELECT kind FROM events WHERE run_id = ? ORDER BY seq", (run_id,))]
+            assert (status, owner) == ("awaiting_model", None)  # saved as it was, let go, not ended
+            assert "run_finished" not in kinds
+
+            with service(tickets_path, runs, model) as (_, base):
+                auth = await sign_in(session, base)
+                deadline = time.monotonic() + 60
+                while True:
+                    async with session.get(f"{base}/api/runs/{run_id}", headers=auth) as r:
+                        run = await r.json()
+                    if run["status"] == "completed" or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.2)
+    assert (run["status"], run["output"]) == ("completed", "Ticket opened."), run
+    assert len(model.requests) == 3  # the request cut off by the stop was asked again, once
+    with closing(sqlite3.connect(tickets_path)) as db:
+        assert db.execute("SELECT count(*) FROM tickets WHERE title = 'Printer on fire'").fetchone() == (1,)

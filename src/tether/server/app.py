@@ -6,8 +6,8 @@
 Routes stay thin: authentication is a dependency (``tether.server.auth``),
 runs live in ``tether.server.runs``, errors become problem documents in
 ``tether.server.problems``. Handlers that touch the run store are ``async``
-so that the store is only ever used on the event loop's thread; the
-tickets database is only used from worker threads (password hashes from
+and reach it through ``RunService.io`` (on the loop for a SQLite file, on a
+thread for PostgreSQL); the tickets database is only used from worker threads (password hashes from
 threads of their own, see ``tether.server.throttle``).
 
 Every response carries ``SECURITY_HEADERS``: the page may load scripts,
@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from types import FrameType
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request, Response
@@ -127,6 +130,25 @@ def _resolver(tickets: TicketsDB) -> Callable[[Principal], Awaitable[Principal |
     return resolve
 
 
+def _stop_runs_on_sigterm(runs: RunService, loop: asyncio.AbstractEventLoop) -> None:
+    """On SIGTERM, hand the runs on at once, then let the server's own handler stop it as usual.
+
+    The server closes its connections before the application's shutdown; a
+    client following a run would hold that up for as long as the run goes
+    on. Suspended now, each run stops at its next safe point and its
+    followers' streams end.
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+    if not callable(previous) or threading.current_thread() is not threading.main_thread():
+        return  # no server handler to chain to (not under uvicorn): the shutdown hands the runs on
+
+    def on_sigterm(number: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(runs.begin_stop)
+        previous(number, frame)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
 def create_app(settings: Settings) -> FastAPI:
     """The service, wired to its tickets file and its run store (a SQLite file, or PostgreSQL to share)."""
     authority = Authority.from_secret(settings.jwt_secret, settings.token_ttl)
@@ -139,7 +161,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runs.start_keeping()  # runs a crash or a hard stop cut off carry on from their last checkpoint
+        await runs.start_keeping()  # runs a crash or a stop cut off carry on from their last checkpoint
+        _stop_runs_on_sigterm(runs, asyncio.get_running_loop())
         try:
             yield
         finally:
@@ -211,21 +234,21 @@ def _routes(
 
     @app.post("/api/runs", status_code=202)
     async def start_run(body: RunRequest, user: CurrentUser, response: Response) -> dict[str, Any]:
-        live = runs.start(user, body.prompt)
+        live = await runs.start(user, body.prompt)
         response.headers["Location"] = f"/api/runs/{live.run_id}"
         return {"run_id": live.run_id, "status": "ready"}
 
     @app.get("/api/runs")
     async def list_runs(user: CurrentUser, limit: Annotated[int, Query(ge=1, le=500)] = 50) -> dict[str, Any]:
-        return {"runs": runs.list_for(user, limit)}
+        return {"runs": await runs.list_for(user, limit)}
 
     @app.get("/api/runs/{run_id}")
     async def get_run(run_id: str, user: CurrentUser) -> dict[str, Any]:
-        return runs.view(run_id, user)
+        return await runs.view(run_id, user)
 
     @app.get("/api/runs/{run_id}/events")
     async def run_events(run_id: str, user: CurrentUser) -> StreamingResponse:
-        stream = runs.follow(run_id, user)
+        stream = await runs.follow(run_id, user)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
@@ -237,7 +260,7 @@ def _routes(
 
     @app.post("/api/runs/{run_id}/approvals/{call_id}")
     async def decide(run_id: str, call_id: str, body: ApprovalRequest, user: Approver) -> dict[str, Any]:
-        return runs.decide(
+        return await runs.decide(
             run_id,
             call_id,
             approved=body.approved,

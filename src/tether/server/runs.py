@@ -1,10 +1,12 @@
 """Runs driven in the background of the HTTP service, and their live events.
 
-One ``SQLiteStore`` (one sqlite3 connection) serves every run. That is safe
-because the store is touched only on the event loop's thread, and each of
-its calls is one synchronous transaction: two drivers can interleave
-between transactions, never inside one. Tools may run in worker threads;
-they never see the store.
+One run store serves every run. A SQLite store (one sqlite3 connection) is
+touched only on the event loop's thread, and each of its calls is one
+synchronous transaction on a local file: two drivers can interleave
+between transactions, never inside one. A PostgreSQL store is called on
+threads (its pool serves many), so a query waiting on the network or on a
+row lock holds up only its own request or run, never the loop. Tools may
+run in worker threads; they never see the store.
 
 A run in progress is *live*: the service holds its task, its owner and the
 queues of the clients following its events. The driver's ``on_event``
@@ -33,6 +35,11 @@ events come as the driver stores them (with the streamed text); from
 another, by polling the store for events after the last one sent.
 Listing approvals reads a second connection to the store on a thread of
 its own, so that no number of paused runs holds up the loop.
+
+On SIGTERM the service stops taking runs (503), lets the tool calls running
+finish (up to ``Settings.shutdown_grace``), checkpoints every run and lets
+go of it, unfinished but not ended: a restart, or another process sharing
+the store, carries each on. A 202 is a promise to run.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from tether.core.envelope import outcome_code
 from tether.core.errors import ApprovalMismatch, ConfigurationError
@@ -57,9 +64,8 @@ from tether.runner import RUN_FINISHED, RUN_PAUSED, TEXT, Agent, Driver, RunEven
 from tether.server.problems import Problem
 from tether.server.schedule import FairSlots
 from tether.server.settings import DEFAULT_RUNS_RETRY_AFTER, Settings
-from tether.store import open_store
+from tether.store import LeaseHeld, RunNotFound, RunStore, StoreError, TamperedRun, open_store
 from tether.store.redact import redact
-from tether.store.sqlite import LeaseHeld, RunNotFound, SQLiteStore, StoreError, TamperedRun
 from tether.tickets.db import User
 from tether.tools.context import Principal
 from tether.tools.tool import Tool
@@ -72,6 +78,7 @@ SURFACE = "server"  # in each run's setup: the runs this service started, the on
 POLL_SECONDS = 0.25  # how often a client following a run driven elsewhere looks for its new events
 
 log = logging.getLogger("tether.server")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,14 +123,13 @@ class LiveRun:
             queue.put_nowait(None)
 
 
-def open_run_store(settings: Settings, *, reader: bool = False) -> SQLiteStore:
+def open_run_store(settings: Settings, *, reader: bool = False) -> RunStore:
     """The run store ``settings.run_db`` names: a SQLite file, or PostgreSQL (typed as the SQLite store, whose
     contract both keep); ``reader``: a second one, for the listings read on a thread of their own."""
     options: dict[str, Any] = {"log_content": settings.log_content, "lease_seconds": settings.lease_seconds}
     if reader and settings.shared_store:
         options["pool_size"] = 1
-    store: SQLiteStore = open_store(settings.run_db, **options)
-    return store
+    return open_store(settings.run_db, **options)
 
 
 def principal_for(user: User) -> Principal:
@@ -137,7 +143,7 @@ class RunService:
     def __init__(
         self,
         settings: Settings,
-        store: SQLiteStore,
+        store: RunStore,
         tools: Sequence[Tool],
         resolve_principal: Callable[[Principal], Awaitable[Principal | None]] | None = None,
     ) -> None:
@@ -157,6 +163,13 @@ class RunService:
         self.live: dict[str, LiveRun] = {}
         self.refused: set[str] = set()  # runs not to resume (another surface's, tampered with): not tried again
         self.keeper: asyncio.Task[None] | None = None
+        self.stopping = False  # SIGTERM: no new runs; those in progress are handed on
+
+    async def io(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A store call: on the loop for a local SQLite file, on a thread for a store across a network."""
+        if self.store.remote:
+            return await asyncio.to_thread(call, *args, **kwargs)
+        return call(*args, **kwargs)
 
     def _agent(self, principal: Principal) -> Agent:
         if self.model is None:
@@ -174,8 +187,10 @@ class RunService:
 
     # --- driving -----------------------------------------------------------------
 
-    def start(self, user: User, prompt: str) -> LiveRun:
+    async def start(self, user: User, prompt: str) -> LiveRun:
         """Record a new run (status ``ready``) and have it driven when a slot is free; 429 past the user's limits."""
+        if self.stopping:
+            raise Problem(503, "the service is stopping; try again in a moment", headers={"Retry-After": "5"})
         if not self.slots.admits(user.id):
             raise Problem(
                 429,
@@ -186,7 +201,8 @@ class RunService:
         agent = self._agent_or_503(principal_for(user))
         live.driver = agent.driver(prompt, run_id=live.run_id, on_event=live.on_event)
         try:
-            self.store.checkpoint(live.driver.state, durable=True)  # on disk before the 202: a restart drives it
+            # On disk before the 202: a restart drives it.
+            await self.io(self.store.checkpoint, live.driver.state, durable=True)
         except StoreError as exc:
             log.error("cannot record a new run: %s", exc)
             raise Problem(503, "the service cannot record runs now; the error is logged") from None
@@ -198,14 +214,14 @@ class RunService:
         """Drive a stored run on (``LeaseHeld`` in its task if another process drives it)."""
         live = LiveRun(run_id, principal.id)
 
-        def make(agent: Agent) -> Driver:
+        def make(agent: Agent) -> Driver:  # on a thread for a remote store (``_drive``)
             live.next_seq = len(self.store.events(run_id))  # the driver's events follow these
             return agent.resume(run_id, on_event=live.on_event)
 
         self._launch(live, self._agent_or_503(principal), make)
         return live
 
-    def take_over(self) -> list[str]:
+    async def take_over(self) -> list[str]:
         """Drive on the runs in flight that no live lease holds; runs waiting for a person stay waiting.
 
         Those are runs a stop cut off (this process's own, before a
@@ -213,9 +229,15 @@ class RunService:
         expired; whichever process takes the lease first drives the run.
         Called at start and then every third of a lease term (``keep``).
         """
+        if self.stopping:
+            return []
         try:
-            found = self.store.list_runs(
-                limit=TAKEOVER_SCAN_LIMIT, statuses=INTERRUPTED, unleased=True, oldest_update_first=True
+            found = await self.io(
+                self.store.list_runs,
+                limit=TAKEOVER_SCAN_LIMIT,
+                statuses=INTERRUPTED,
+                unleased=True,
+                oldest_update_first=True,
             )
         except StoreError as exc:
             log.warning("cannot look for runs to take over: %s", exc)
@@ -223,23 +245,23 @@ class RunService:
         taken = []
         for summary in found:  # oldest first: each user's runs keep their order in line
             run_id = summary.run_id
-            if run_id in self.live or run_id in self.refused:
+            if run_id in self.live or run_id in self.refused or self.stopping:
                 continue
             try:
-                self.store.acquire(run_id)  # held from now on, by the driver or by ``keep``
+                await self.io(self.store.acquire, run_id)  # held from now on, by the driver or by ``keep``
             except LeaseHeld:
                 continue  # another process took it first
             except StoreError as exc:
                 log.warning("cannot take over run %s: %s", run_id, exc)
                 continue
             try:
-                stored = self.store.load(run_id)
+                stored = await self.io(self.store.load, run_id)
                 if stored.setup.get("surface") != SURFACE:
                     self.refused.add(run_id)  # a run of `tether run` on a shared store: not ours to drive
-                    self.store.release(run_id)
+                    await self.io(self.store.release, run_id)
                     continue
                 if stored.state.status.value not in INTERRUPTED:
-                    self.store.release(run_id)  # finished or paused since the scan
+                    await self.io(self.store.release, run_id)  # finished or paused since the scan
                     continue
                 self.resume(run_id, stored.principal)
             except (StoreError, Problem) as exc:
@@ -247,16 +269,16 @@ class RunService:
                 if isinstance(exc, TamperedRun):
                     self.refused.add(run_id)  # until a person looks at it: tether runs verify
                 with contextlib.suppress(StoreError):
-                    self.store.release(run_id)
+                    await self.io(self.store.release, run_id)
                 continue
             taken.append(run_id)
         if taken:
             log.info("took over %d run(s) in flight that no process drives", len(taken))
         return taken
 
-    def start_keeping(self) -> None:
+    async def start_keeping(self) -> None:
         """Take over the runs a stop cut off, then keep doing so (``keep``) for as long as the service runs."""
-        self.take_over()
+        await self.take_over()
         self.keeper = asyncio.create_task(self.keep(), name="tether lease keeper")
 
     async def keep(self) -> None:
@@ -267,8 +289,8 @@ class RunService:
                 for live in list(self.live.values()):
                     if not live.driving:
                         with contextlib.suppress(LeaseHeld):  # not ours (yet): its driver will find out
-                            self.store.renew(live.run_id)
-                self.take_over()
+                            await self.io(self.store.renew, live.run_id)
+                await self.take_over()
             except StoreError as exc:
                 log.warning("cannot renew or take over runs now: %s", exc)
             except Exception:  # never the end of the keeping: the next round tries again
@@ -288,8 +310,14 @@ class RunService:
     async def _drive(self, live: LiveRun, agent: Agent, make: Callable[[Agent], Driver]) -> None:
         try:
             async with self.slots.slot(live.owner):
+                if self.stopping:  # its turn came while the service stops: hand it on, unstarted
+                    with contextlib.suppress(StoreError):
+                        await self.io(self.store.release, live.run_id)
+                    return
                 live.driving = True
-                live.driver = make(agent)
+                live.driver = await self.io(make, agent)
+                if self.stopping:
+                    live.driver.suspend()
                 await live.driver.run()
         except asyncio.CancelledError:
             raise
@@ -303,21 +331,40 @@ class RunService:
                 del self.live[live.run_id]
             live.end()
 
-    async def aclose(self) -> None:
-        """Cancel the runs in progress (each records ``cancelled``), wait for them, close the model client.
-
-        Runs still waiting for a slot stay ``ready``, their leases released: the next process takes them at once.
-        """
+    def begin_stop(self) -> None:
+        """Take no more runs and ask every run being driven to stop at its next safe point (``aclose`` waits)."""
+        self.stopping = True
         if self.keeper is not None:
             self.keeper.cancel()
         for live in self.live.values():
+            if live.driver is not None and live.driving:
+                live.driver.suspend()
+
+    async def aclose(self) -> None:
+        """Hand every run in progress on, unfinished, then close the model client (SIGTERM, or any stop).
+
+        No run starts from now on. Each run being driven stops at its next
+        safe point: a model request in flight is abandoned, a tool call in
+        flight may finish within ``Settings.shutdown_grace``, and no other
+        call starts; the run is checkpointed and released, its status live.
+        Runs still waiting for a slot stay ``ready``, released too. The next
+        process (a restart, or another sharing the store) takes them all at
+        once; a call cut off past the grace period has an unknown outcome,
+        which its reconcile hook or a person settles, never a blind re-run.
+        """
+        self.begin_stop()
+        for live in list(self.live.values()):
             if not live.driving:  # cancelled below before it can have a slot: no await in between
                 with contextlib.suppress(StoreError):
-                    self.store.release(live.run_id)
+                    await self.io(self.store.release, live.run_id)
+                if live.task is not None:
+                    live.task.cancel()
         tasks = [live.task for live in self.live.values() if live.task is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace)
+            for task in late:
+                task.cancel()  # suspending: saved and released as it is, never recorded as cancelled
+            await asyncio.gather(*tasks, return_exceptions=True)
         if self.model is not None:
             await self.model.aclose()
         self.reads.shutdown(wait=True)
@@ -325,18 +372,18 @@ class RunService:
 
     # --- reading -----------------------------------------------------------------
 
-    def owned_state(self, run_id: str, user: User) -> tuple[RunState, float | None, float | None]:
+    async def owned_state(self, run_id: str, user: User) -> tuple[RunState, float | None, float | None]:
         """The run's state if ``user`` owns it; a 404 if it is missing *or* someone else's."""
         try:
-            stored = self.store.load(run_id, check=False)  # shown as stored; acting on it checks it
+            stored = await self.io(self.store.load, run_id, check=False)  # shown as stored; acting on it checks it
         except RunNotFound:
             raise _no_run(run_id) from None
         if stored.principal.id != user.id:
             raise _no_run(run_id)
         return stored.state, stored.created_at, stored.updated_at
 
-    def view(self, run_id: str, user: User) -> dict[str, Any]:
-        state, created_at, updated_at = self.owned_state(run_id, user)
+    async def view(self, run_id: str, user: User) -> dict[str, Any]:
+        state, created_at, updated_at = await self.owned_state(run_id, user)
         return {
             "run_id": run_id,
             "status": state.status.value,
@@ -353,7 +400,8 @@ class RunService:
             "pending_approvals": [_approval(run_id, call) for call in _pending_approvals(state)],
         }
 
-    def list_for(self, user: User, limit: int) -> list[dict[str, Any]]:
+    async def list_for(self, user: User, limit: int) -> list[dict[str, Any]]:
+        found = await self.io(self.store.list_runs, principal_id=user.id, limit=limit)
         return [
             {
                 "run_id": r.run_id,
@@ -362,22 +410,22 @@ class RunService:
                 "updated_at": r.updated_at,
                 "steps": r.steps,
             }
-            for r in self.store.list_runs(principal_id=user.id, limit=limit)
+            for r in found
         ]
 
-    def follow(self, run_id: str, user: User) -> AsyncIterator[str]:
+    async def follow(self, run_id: str, user: User) -> AsyncIterator[str]:
         """The run's events as SSE text: the stored ones, then live ones until it finishes or pauses.
 
         A run in flight that another process drives is followed by polling the store.
         """
-        state, _, _ = self.owned_state(run_id, user)
+        state, _, _ = await self.owned_state(run_id, user)
         live = self.live.get(run_id)
         queue: asyncio.Queue[StreamEvent | None] | None = None
         if live is not None:
             queue = asyncio.Queue()
             live.followers.add(queue)
-        # No await between subscribing and reading the store: no event can fall between the two.
-        stored = [StreamEvent(e.kind, e.seq, e.step, e.data) for e in self.store.events(run_id)]
+        # Subscribed before reading the store: an event stored meanwhile arrives twice and is skipped by its seq.
+        stored = [StreamEvent(e.kind, e.seq, e.step, e.data) for e in await self.io(self.store.events, run_id)]
         if live is None and state.status.value in INTERRUPTED and not any(e.kind in ENDS_STREAM for e in stored[-1:]):
             return self._poll(run_id, stored)
         return self._stream(run_id, stored, live, queue)
@@ -392,7 +440,7 @@ class RunService:
         while True:
             await asyncio.sleep(POLL_SECONDS)
             try:
-                found = self.store.events(run_id, after=last)
+                found = await self.io(self.store.events, run_id, after=last)
             except StoreError as exc:
                 log.warning("cannot read the events of run %s: %s", run_id, exc)
                 return
@@ -456,7 +504,7 @@ class RunService:
                 break
         return found[:limit]
 
-    def decide(
+    async def decide(
         self,
         run_id: str,
         call_id: str,
@@ -470,7 +518,7 @@ class RunService:
         if run_id in self.live:
             raise Problem(409, f"run {run_id} is running; decisions are taken while it waits for approval")
         try:
-            stored = self.store.load(run_id)
+            stored = await self.io(self.store.load, run_id)
         except RunNotFound:
             raise _no_run(run_id) from None
         except TamperedRun as exc:
@@ -479,7 +527,8 @@ class RunService:
         if not any(c.id == call_id for m in stored.state.messages for c in m.tool_calls):
             raise Problem(404, f"run {run_id} has no call {call_id}")
         try:
-            call = decide(
+            call = await self.io(
+                decide,
                 self.store,
                 run_id,
                 call_id,
@@ -492,11 +541,11 @@ class RunService:
             raise Problem(409, str(exc)) from None
         except LeaseHeld:
             raise Problem(409, f"run {run_id} is being driven elsewhere; try again later") from None
-        state = self.store.load(run_id).state
+        state = (await self.io(self.store.load, run_id)).state
         resumed = state.status is not Status.AWAITING_APPROVAL
         if resumed:
             try:
-                self.store.acquire(run_id)  # before another process's scan can: this one drives it
+                await self.io(self.store.acquire, run_id)  # before another process's scan can: this one drives it
             except LeaseHeld:
                 pass  # another process took it first, and drives it
             else:

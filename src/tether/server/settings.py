@@ -52,6 +52,9 @@ def openai_model_factory(base_url: str | None = None, model: str | None = None) 
     return make
 
 
+DEFAULT_SHUTDOWN_GRACE = 20.0  # under the 30 s a container orchestrator waits before a SIGKILL
+
+
 @dataclass(frozen=True, slots=True)
 class SignInLimits:
     """How many wrong passwords an account and a client may try, and where passwords are hashed.
@@ -107,8 +110,11 @@ class Settings:
     # Keep user and model text in the stored audit events (DESIGN.md §7: off unless asked).
     log_content: bool = False
     static_dir: Path = STATIC_DIR
-    # How long a run stays with a process that stops renewing its lease (it died) before another takes it.
+    # How long a run stays with a live process that stops renewing its lease before another takes it
+    # (a process that dies lets go of its runs at once: the platform's lock on each is released).
     lease_seconds: float = DEFAULT_LEASE_SECONDS
+    # On SIGTERM: how long the tool calls running may take to finish before the runs are handed on anyway.
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
 
     @property
     def shared_store(self) -> bool:
@@ -120,7 +126,8 @@ class Settings:
         """``TETHER_TICKETS_DB``, ``TETHER_RUN_DB`` (else ``TETHER_DB``: a SQLite file or a
         ``postgresql://`` url), ``TETHER_KB_INDEX``, ``TETHER_JWT_SECRET``, ``TETHER_TOKEN_TTL``,
         ``TETHER_LOG_CONTENT``, ``TETHER_MAX_CONCURRENT_RUNS``, ``TETHER_MAX_RUNS_PER_USER``,
-        ``TETHER_MAX_QUEUED_RUNS_PER_USER``, ``TETHER_LEASE_SECONDS``; the model from ``OPENAI_*``.
+        ``TETHER_MAX_QUEUED_RUNS_PER_USER``, ``TETHER_LEASE_SECONDS``, ``TETHER_SHUTDOWN_GRACE``; the model
+        from ``OPENAI_*``.
 
         A limit that is not a positive number is a ``ConfigurationError`` naming the variable.
         """
@@ -138,6 +145,7 @@ class Settings:
             max_runs_per_user=_count(env, "TETHER_MAX_RUNS_PER_USER", DEFAULT_MAX_RUNS_PER_USER),
             max_queued_runs_per_user=_count(env, "TETHER_MAX_QUEUED_RUNS_PER_USER", DEFAULT_MAX_QUEUED_RUNS_PER_USER),
             lease_seconds=_seconds(env, "TETHER_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
+            shutdown_grace=_seconds(env, "TETHER_SHUTDOWN_GRACE", DEFAULT_SHUTDOWN_GRACE),
         )
 
 
