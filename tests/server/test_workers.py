@@ -298,3 +298,46 @@ def test_the_run_store_and_the_lease_come_from_the_environment(monkeypatch: pyte
         monkeypatch.setenv("TETHER_LEASE_SECONDS", bad)
         with pytest.raises(ConfigurationError, match="TETHER_LEASE_SECONDS must be a number of seconds above 0"):
             Settings.from_env()
+
+
+async def test_a_request_waiting_on_a_row_lock_holds_up_no_other(tickets_path: Path, db_url: str) -> None:
+    """An approval whose run row another transaction holds waits, and only it: /api/health and other
+    users' requests are answered meanwhile (the service calls PostgreSQL on threads, not on its loop)."""
+    import psycopg
+
+    from tether.server import Settings
+    from tether.tickets.seed_data import TICKETS
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from server_harness import Api, fake_model_factory, run_uvicorn
+
+    ticket = next(t for t in TICKETS if t.reporter == "alice" and t.status == "open")
+    close = json.dumps({"ticket_id": ticket.id})
+    with FakeServer([tool_calls([("call_close", "close_ticket", close)]), text("Closed.")]) as model:
+        settings = Settings(
+            tickets_db=tickets_path, run_db=db_url, jwt_secret=SECRET, model_factory=fake_model_factory(model)
+        )
+        with run_uvicorn(settings) as origin:
+            async with aiohttp.ClientSession() as session:
+                api = Api(origin, model, settings, session)
+                run_id = await api.start("alice", f"Close {ticket.id}, please.")
+                assert (await api.wait("alice", run_id))["status"] == "awaiting_approval"
+                with psycopg.connect(db_url) as holder:  # a transaction of its own: the row stays locked
+                    holder.execute("SELECT id FROM runs WHERE id = %s FOR UPDATE", (run_id,))
+                    path = f"/api/runs/{run_id}/approvals/call_close"
+                    approval = asyncio.create_task(api.call("POST", path, user="carol", json_body={"approved": True}))
+                    with psycopg.connect(db_url, autocommit=True) as watcher:  # until the approval waits on it
+                        deadline = time.monotonic() + 30
+                        while not watcher.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        ).fetchone()[0]:  # type: ignore[index]
+                            assert time.monotonic() < deadline and not approval.done(), "the approval never waited"
+                            await asyncio.sleep(0.05)
+                    health = await asyncio.wait_for(api.call("GET", "/api/health"), 30)
+                    others = await asyncio.wait_for(api.call("GET", "/api/runs", user="bob"), 30)
+                    assert (health.status, others.status) == (200, 200)
+                    assert not approval.done()  # both answered while the approval still waits on the lock
+                    holder.rollback()
+                decided = await asyncio.wait_for(approval, 30)
+                assert decided.status == 200, decided.body
+                assert (await api.wait("alice", run_id))["status"] == "completed"
