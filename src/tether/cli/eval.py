@@ -143,8 +143,9 @@ def run_command(
       tether eval data/BFCL_v4_parallel.json --base-url http://127.0.0.1:8080/v1 --model local --limit 20
       tether eval examples/eval/tickets.jsonl --model gpt-4o-mini
 
-    Exit status: 0 when every case has a verdict, 1 when some had an
-    infrastructure error, 3 for a configuration error.
+    Exit status: 0 when every case has a verdict, 1 when some had none (an
+    infrastructure error, or tools that cannot be made: that case's error,
+    the others run), 3 for a configuration error.
     """
     from tether.eval import run_eval, summarize, table
     from tether.eval.dataset import load_dataset
@@ -192,7 +193,11 @@ def run_command(
         click.echo(f"report:  {report}")
     errors = sum(1 for r in results if r.outcome == ERROR)
     if errors:
-        click.echo(f"error: {errors} case(s) had an infrastructure error; run again to retry them", err=True)
+        click.echo(
+            f"error: {errors} case(s) had no verdict (an infrastructure error, or tools that cannot be made: "
+            "see each reason in results.jsonl); run again to retry them",
+            err=True,
+        )
         sys.exit(EXIT_INTERNAL)
 
 

@@ -141,12 +141,15 @@ class TetherCase:
     offered: tuple[Tool, ...]
     calls: tuple[ExpectedCall, ...]  # () when no call is expected
     ordered: bool = False
+    broken: str = ""  # why one of its tool schemas cannot become a tool: the case is then an error, not run
 
     @property
     def expected(self) -> Any:
         return [c.to_json() for c in self.calls]
 
     def tools(self) -> list[Tool]:
+        if self.broken:
+            raise ToolDefinitionError(self.broken)
         return list(self.offered)
 
     def call_name(self, tool_name: str) -> str:
@@ -296,16 +299,23 @@ def _case(
             raise DatasetError(f"{where}: toolsets must be a list of names")
         tools += tools_of(names, where)
     schemas = entry.get("tools")
+    broken: list[str] = []  # the names of tools whose schema cannot become a tool, and why
+    unmade: list[str] = []
     if schemas is not None:
         if not isinstance(schemas, list):
             raise DatasetError(f"{where}: tools must be a list of {{name, description, parameters}}")
-        tools += [_schema_tool(s, where) for s in schemas]
+        for schema in schemas:
+            try:
+                tools.append(_schema_tool(schema, where))
+            except ToolDefinitionError as exc:  # this case's error when it runs; the others run
+                unmade.append(schema["name"])
+                broken.append(str(exc))
     if names is None and schemas is None:
         if not default_toolsets:
             raise DatasetError(f"{where}: the case names no toolsets or tools, and no --toolset was given")
         tools = tools_of(default_toolsets, where)
-    known = {t.name for t in tools}
-    if len(known) != len(tools):
+    known = {t.name for t in tools} | set(unmade)
+    if len(known) != len(tools) + len(unmade):
         raise DatasetError(f"{where}: two offered tools share a name")
     expected = entry.get("expected")
     if not isinstance(expected, list):
@@ -314,7 +324,7 @@ def _case(
     ordered = entry.get("ordered", False)
     if not isinstance(ordered, bool):
         raise DatasetError(f"{where}: ordered must be true or false")
-    return TetherCase(entry["id"], category, messages, tuple(tools), calls, ordered)
+    return TetherCase(entry["id"], category, messages, tuple(tools), calls, ordered, "; ".join(broken))
 
 
 def _messages(entry: dict[str, Any], where: str) -> tuple[Message, ...]:
@@ -356,10 +366,7 @@ def _schema_tool(schema: Any, where: str) -> Tool:
     def not_executable(**_: Any) -> Any:
         raise RuntimeError("eval tools have no implementation; run them with propose_only=True")
 
-    try:
-        return tool_from_schema(schema["name"], parameters, not_executable, str(schema.get("description", "")))
-    except ToolDefinitionError as exc:
-        raise DatasetError(f"{where}: tool {schema['name']!r}: {exc}") from None
+    return tool_from_schema(schema["name"], parameters, not_executable, str(schema.get("description", "")))
 
 
 def _rules(value: Any, where: str, tool: str, key: str) -> dict[str, Rule]:

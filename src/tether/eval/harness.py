@@ -16,7 +16,9 @@ leaderboard. The gates' verdicts sort the failures:
   JSON, invalid arguments, unknown tool, a repeated call) or the reply
   itself (protocol error, truncated, filtered);
 - ``error``    the infrastructure failed (the model could not be reached, an
-  HTTP error): no verdict. Such cases are asked again on the next run.
+  HTTP error), or the case's tools cannot be made (a schema tether refuses,
+  e.g. a ``$ref`` cycle): no verdict, the reason says which. The other cases
+  run; such cases are asked again on the next run.
 
 ``results.jsonl`` gets one line per case as soon as it is scored; a later run
 with the same ``--out`` skips every case already there with a verdict.

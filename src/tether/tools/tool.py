@@ -533,6 +533,8 @@ def tool_from_schema(
     """
     if not NAME_PATTERN.match(name):
         raise ToolDefinitionError(f"tool name {name!r} must match {NAME_PATTERN.pattern}")
+    if not isinstance(parameters, Mapping):  # raw schemas come from data: an MCP server, an eval file
+        raise ToolDefinitionError(f"tool {name}: parameters must be a JSON Schema object")
     schema = _close(dict(parameters))
     validator = _compile(name, schema)
     wants_context = "context" in inspect.signature(function).parameters
