@@ -9,7 +9,7 @@ its next reply::
      "prompt": "What is TICKET-318204 about?",  a prompt ...
      "messages": [{"role": "user", "content": "..."}, ...],    ... or a conversation (OpenAI's shape:
                                                 assistant tool_calls, tool results) — one of the two
-     "toolsets": ["tickets"],                   toolsets by name (as `tether run --toolset`, and "tickets") ...
+     "toolsets": ["tickets"],                   registered toolsets by name (calc, clock, files, tickets) ...
      "tools": [{"name": "...", "description": "...", "parameters": {JSON Schema}}],  ... and/or tool schemas
      "expected": [{"tool": "get_ticket",
                    "arguments": {"ticket_id": ["TICKET-318204"]},
@@ -19,7 +19,9 @@ its next reply::
 ``"expected": []`` means *no call expected*: the model should answer in
 text (no tool fits, or the conversation holds an instruction it must not
 follow). A case with neither ``toolsets`` nor ``tools`` gets the toolsets
-given to ``load_cases`` (``tether eval --toolset``).
+given to ``load_cases`` (``tether eval --toolset``). A dataset is data: a
+toolset it names by module or file (which would run that code) is refused
+unless ``allow_toolset_files`` (``tether eval --allow-toolset-files``).
 
 An argument's rule is a list of acceptable values, or ``{"regex": R}`` (a
 string that ``re.search`` finds R in, ignoring case). Values compare as JSON
@@ -231,13 +233,31 @@ def toolset(name: str) -> list[Tool]:
     return load_toolset(name, files_root=".")
 
 
+def registered_toolsets() -> list[str]:
+    """The toolsets a dataset may name by itself: the eval's own and tether's built-in ones."""
+    from tether.toolsets import TOOLSETS
+
+    return sorted({*EVAL_TOOLSETS, *TOOLSETS})
+
+
+ALLOW_FILES_FLAG = "--allow-toolset-files"
+
+
 def is_tether_dataset(path: Path) -> bool:
     """A ``.jsonl`` file not named like BFCL's data."""
     return path.suffix == ".jsonl" and not path.name.startswith("BFCL_")
 
 
-def load_cases(path: str | Path, toolsets: Sequence[str] = ()) -> list[TetherCase]:
-    """The cases of a tether eval file; every mistake in it is a ``DatasetError`` naming the line."""
+def load_cases(
+    path: str | Path, toolsets: Sequence[str] = (), *, allow_toolset_files: bool = False
+) -> list[TetherCase]:
+    """The cases of a tether eval file; every mistake in it is a ``DatasetError`` naming the line.
+
+    A dataset is data: the toolsets its cases name must be registered ones
+    (``registered_toolsets``) unless ``allow_toolset_files``, since a module
+    or a file would be imported, running its code. ``toolsets`` (the
+    caller's, for cases that name none) may be anything ``load_toolset`` takes.
+    """
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -245,9 +265,17 @@ def load_cases(path: str | Path, toolsets: Sequence[str] = ()) -> list[TetherCas
         raise DatasetError(f"cannot read {path}: {exc.strerror}") from None
     offered: dict[str, list[Tool]] = {}
 
-    def tools_of(names: Sequence[str], where: str) -> list[Tool]:
+    def tools_of(names: Sequence[str], where: str, named_by_dataset: bool = True) -> list[Tool]:
         found = []
         for name in names:
+            # The eval's own toolsets first: they need no import of tether.toolsets (and its tools).
+            if named_by_dataset and not allow_toolset_files and name not in EVAL_TOOLSETS:
+                registered = registered_toolsets()
+                if name not in registered:
+                    raise DatasetError(
+                        f"{where}: toolset {name!r} is not a registered toolset ({', '.join(registered)}); a "
+                        f"dataset imports a module or a file, running its code, only with {ALLOW_FILES_FLAG}"
+                    )
             if name not in offered:
                 try:
                     offered[name] = toolset(name)
@@ -281,7 +309,7 @@ def _case(
     where: str,
     default_category: str,
     default_toolsets: Sequence[str],
-    tools_of: Callable[[Sequence[str], str], list[Tool]],
+    tools_of: Callable[..., list[Tool]],
 ) -> TetherCase:
     if not isinstance(entry, dict) or not isinstance(entry.get("id"), str) or not entry["id"]:
         raise DatasetError(f"{where}: expected an object with a non-empty string id")
@@ -313,7 +341,7 @@ def _case(
     if names is None and schemas is None:
         if not default_toolsets:
             raise DatasetError(f"{where}: the case names no toolsets or tools, and no --toolset was given")
-        tools = tools_of(default_toolsets, where)
+        tools = tools_of(default_toolsets, where, named_by_dataset=False)
     known = {t.name for t in tools} | set(unmade)
     if len(known) != len(tools) + len(unmade):
         raise DatasetError(f"{where}: two offered tools share a name")
@@ -405,7 +433,7 @@ def _expected_call(call: Any, where: str, known: set[str]) -> ExpectedCall:
     return ExpectedCall(tool, arguments, optional)
 
 
-def load_dataset(dataset: str | Path, toolsets: Sequence[str] = ()) -> list[Any]:
+def load_dataset(dataset: str | Path, toolsets: Sequence[str] = (), *, allow_toolset_files: bool = False) -> list[Any]:
     """A tether eval file (``*.jsonl`` not named ``BFCL_…``) or a BFCL dataset, by its name."""
     from tether.eval.bfcl import load
 
@@ -413,5 +441,5 @@ def load_dataset(dataset: str | Path, toolsets: Sequence[str] = ()) -> list[Any]
     if is_tether_dataset(path):
         if not path.is_file():
             raise DatasetError(f"no dataset {str(dataset)!r}: the file does not exist")
-        return load_cases(path, toolsets)
+        return load_cases(path, toolsets, allow_toolset_files=allow_toolset_files)
     return load(dataset)
