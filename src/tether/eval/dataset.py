@@ -327,8 +327,8 @@ def _case(
             raise DatasetError(f"{where}: toolsets must be a list of names")
         tools += tools_of(names, where)
     schemas = entry.get("tools")
-    broken: list[str] = []  # the names of tools whose schema cannot become a tool, and why
-    unmade: list[str] = []
+    broken: list[str] = []  # why a tool schema cannot become a tool
+    unmade: list[str] = []  # and those tools' names
     if schemas is not None:
         if not isinstance(schemas, list):
             raise DatasetError(f"{where}: tools must be a list of {{name, description, parameters}}")

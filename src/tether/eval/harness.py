@@ -266,36 +266,33 @@ def _since(started: float) -> float:
 
 def read_results(out: Path) -> dict[str, CaseResult]:
     """The results already in ``out/results.jsonl`` (the last line per case wins; a torn last line is ignored)."""
-    return {case_id: result for case_id, (_, result) in _lines_by_case(out / RESULTS_FILE).items()}
+    return {case_id: result for case_id, (_, result) in _lines_by_case(out / RESULTS_FILE)[1].items()}
 
 
-def _lines_by_case(path: Path) -> dict[str, tuple[str, CaseResult]]:
-    """Each case's last line in ``path`` and its result."""
+def _lines_by_case(path: Path) -> tuple[int, dict[str, tuple[str, CaseResult]]]:
+    """How many lines ``path`` has, and each case's last line with its result."""
     found: dict[str, tuple[str, CaseResult]] = {}
     if not path.is_file():
-        return found
-    for line in path.read_text(encoding="utf-8").splitlines():
+        return 0, found
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for line in lines:
         try:
             result = CaseResult.from_dict(json.loads(line))
         except (ValueError, KeyError, TypeError):
             continue  # a line cut short by a killed process
         found[result.id] = (line, result)
-    return found
+    return len(lines), found
 
 
-def _drop_lines_of(out: Path, again: set[str]) -> None:
-    """Leave ``out/results.jsonl`` one line per case, none for the cases in ``again`` (they run again).
+def _keep_one_line_per_case(path: Path, lines: int, found: dict[str, tuple[str, CaseResult]], again: set[str]) -> None:
+    """Leave ``path`` one line per case, none for the cases in ``again`` (they run again).
 
     The file is replaced whole (a new file renamed over it), so a process
     killed meanwhile leaves the old file or the new one, never half of one.
     """
-    path = out / RESULTS_FILE
-    if not path.is_file():
-        return
-    lines = path.read_text(encoding="utf-8").splitlines()
-    kept = [line for case_id, (line, _) in _lines_by_case(path).items() if case_id not in again]
-    if kept == lines:
-        return
+    kept = [line for case_id, (line, _) in found.items() if case_id not in again]
+    if len(kept) == lines:
+        return  # every line a case's only one, and none to run again
     fresh = path.with_name(f".{RESULTS_FILE}.new")
     with fresh.open("w", encoding="utf-8") as handle:
         handle.write("".join(f"{line}\n" for line in kept))
@@ -354,13 +351,13 @@ async def run_eval(
         raise ValueError("concurrency must be at least 1")
     cases = list(cases)
     check_cases(cases)
-    earlier = read_results(out) if out is not None else {}
-    done = {i: r for i, r in earlier.items() if r.outcome != ERROR}
+    lines, earlier = _lines_by_case(out / RESULTS_FILE) if out is not None else (0, {})
+    done = {i: r for i, (_, r) in earlier.items() if r.outcome != ERROR}
     todo = deque(case for case in cases if case.id not in done)
     if on_start is not None:
         on_start(len(todo), len(cases) - len(todo))
-    if out is not None:
-        _drop_lines_of(out, {case.id for case in todo})
+    if out is not None and lines:
+        _keep_one_line_per_case(out / RESULTS_FILE, lines, earlier, {case.id for case in todo})
     sink = ResultsFile(out) if out is not None else None
     limited = _Slots(model, concurrency)
     fresh: dict[str, CaseResult] = {}
