@@ -35,9 +35,9 @@ from tether.core.envelope import ErrorCode
 from tether.core.errors import ToolDefinitionError
 from tether.core.machine import Rejected
 from tether.tools.decoding import InvalidJson, strict_loads
-from tether.tools.fastcheck import compile_check
+from tether.tools.refs import check_references
 from tether.tools.strict import drop_nulls, strict_schema
-from tether.tools.tool import _close, _describe, _strip_titles, strict_validator
+from tether.tools.tool import _close, _describe, _Gate, _strip_titles, strict_validator
 
 if TYPE_CHECKING:  # imported only for an output type that is not a JSON Schema dict
     import pydantic
@@ -108,8 +108,8 @@ class OutputSpec:
             if defs is not None:
                 schema["$defs"] = defs
         self.schema = schema
-        self._validator = strict_validator()(schema)
-        self._fast = compile_check(schema)  # answers the common, valid case; jsonschema explains the rest
+        # The fast check answers the common, valid case; jsonschema explains the rest (as for a tool's arguments).
+        self._gate = _Gate(schema, recursive=check_references(schema, "output_type"))
         made_strict = strict_schema(schema) if strict else None
         self.strict = made_strict is not None
         self.wire_schema: dict[str, Any] = made_strict[0] if made_strict is not None else schema
@@ -153,11 +153,7 @@ class OutputSpec:
                 return self._core.validate_python(data, strict=True)
             except self._error:
                 pass  # the schema check decides, and says why
-        errors = (
-            []
-            if self._fast is not None and self._fast(data)
-            else sorted(self._validator.iter_errors(data), key=lambda e: list(e.absolute_path))
-        )
+        errors = sorted(self._gate.iter_errors(data), key=lambda e: list(e.absolute_path))
         if errors:
             message = "; ".join(_describe(e) for e in errors[:3]).replace("arguments", "answer")
             raise _Invalid(Rejected(ErrorCode.INVALID_ARGUMENTS, message))

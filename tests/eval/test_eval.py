@@ -40,16 +40,18 @@ def evaluate(cases: list[Case], outputs: dict[str, Output], **options: Any) -> t
 
 
 def assert_agrees(cases: list[Case], outputs: dict[str, Output], results: list[CaseResult]) -> None:
-    """tether's verdict is the official one; failures are sorted by what the gates said."""
+    """tether's verdict is the official one, except that a case where a gate refused a call never passes;
+    failures are sorted by what the gates said."""
     assert [r.id for r in results] == [c.id for c in cases]
     disagreements = []
     for case, result in zip(cases, results, strict=True):
         valid, _ = official(case.category, list(case.functions), case.ground_truth, outputs[case.id])
-        if result.valid != valid:
-            disagreements.append((case.id, valid, result.to_dict()))
         refused = any(c["gate"] != "accepted" for c in result.calls)
-        expected = PASSED if valid else REFUSED if refused else MISTAKE
+        if result.valid != (valid and not refused):
+            disagreements.append((case.id, valid, result.to_dict()))
+        expected = REFUSED if refused else PASSED if valid else MISTAKE
         assert result.outcome == expected, result
+        assert result.reason.endswith("(the checker alone would pass it)") == (valid and refused), result
         sent = outputs[case.id]
         assert [(c["tool"], c["arguments"]) for c in result.calls] == (sent or [])
     assert not disagreements, disagreements[:5]
@@ -73,7 +75,10 @@ def test_the_oracle_model_scores_like_the_official_checker_on_every_case() -> No
     assert sorted(oracle.asked) == sorted(c.id for c in cases)  # one model request per case
     assert_agrees(cases, outputs, results)
     passed = sum(r.outcome == PASSED for r in results)
-    assert passed >= 0.99 * len(cases)
+    # 85 of these 3,578 ground-truth answers break their own function's schema (a value outside its enum,
+    # a boolean for a string): the gate refuses them, so they never pass.
+    assert passed >= 0.96 * len(cases)
+    assert passed + sum(r.outcome == REFUSED for r in results) >= 0.99 * len(cases)
 
 
 @pytest.mark.parametrize("category", categories())
@@ -138,9 +143,9 @@ def test_an_infrastructure_error_is_no_verdict_and_is_retried(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("finish_reason", ["stop", "length"])
-def test_a_reply_tether_refuses_whole_is_still_scored_as_bfcl_scores_it(finish_reason: str) -> None:
-    """Calls under finish_reason "stop" (a protocol error) or "length" (truncated) end the run unexecuted,
-    but BFCL scores the calls the model sent all the same, and so does tether."""
+def test_a_reply_tether_refuses_whole_never_passes_whatever_bfcl_says(finish_reason: str) -> None:
+    """Calls under finish_reason "stop" (a protocol error) or "length" (truncated) end the run unexecuted:
+    the case is refused, also when BFCL would pass the calls the model sent (the reason says so)."""
     case = load(DATA / "BFCL_v4_simple_python.json")[0]
     right = oracle_output(case)
     wrong = [(right[0][0], "{}")]
@@ -154,8 +159,9 @@ def test_a_reply_tether_refuses_whole_is_still_scored_as_bfcl_scores_it(finish_r
 
         result = eval_over_http(respond, [case])[0]
         assert result.status == ("protocol_error" if finish_reason == "stop" else "truncated")
-        assert result.valid is valid
-        assert result.outcome == (PASSED if valid else REFUSED)
+        assert result.valid is False
+        assert result.outcome == REFUSED
+        assert result.reason.endswith("(the checker alone would pass it)") is valid
         assert [(c["tool"], c["arguments"]) for c in result.calls] == output
         assert {c["gate"] for c in result.calls} == {result.status}
 

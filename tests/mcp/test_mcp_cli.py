@@ -41,7 +41,7 @@ def test_run_offers_an_mcp_servers_tools_over_stdio(tmp_path: Path) -> None:
         results = tool_results(server)
     assert done.code == 0, done
     assert {"add", "weather", "sleepy"} <= offered
-    assert results["c1"] == {"ok": True, "result": {"result": 5}}
+    assert results["c1"] == {"ok": True, "result": 5}  # the SDK server's {"result": 5}, unwrapped once
     assert results["c2"]["error"]["code"] == "invalid_arguments"
     assert [json.loads(line)["arguments"] for line in log.read_text().splitlines()] == [{"a": 2, "b": 3}]
 

@@ -91,8 +91,8 @@ async def test_a_valid_call_is_executed_with_its_idempotency_key_and_recorded_in
         stdio, reply_calls(("c1", "add", '{"a": 248, "b": 15}'), ("c2", "idempotency_key", "{}")), store=store
     )
     assert result.status is Status.COMPLETED
-    assert result_of(result, "c1") == {"ok": True, "result": {"result": 263}}
-    assert result_of(result, "c2") == {"ok": True, "result": {"result": f"{result.run_id}:c2"}}
+    assert result_of(result, "c1") == {"ok": True, "result": 263}
+    assert result_of(result, "c2") == {"ok": True, "result": f"{result.run_id}:c2"}
     assert {"tool": "add", "arguments": {"a": 248, "b": 15}} in seen(log)
     entry = store.ledger_entry(result.run_id, "c1")  # side-effecting: intent and outcome recorded
     assert entry is not None and entry.outcome is not None and '"result": 263' in entry.outcome
@@ -176,7 +176,7 @@ async def test_a_hung_call_times_out_and_a_server_killed_mid_call_is_a_clear_err
         hung = await run(toolset, reply_calls(("c1", "sleepy", '{"seconds": 10}')))
         assert result_of(hung, "c1")["error"]["code"] == "timeout"
 
-        pid = result_of(await run(toolset, reply_calls(("c1", "pid", "{}"))), "c1")["result"]["result"]
+        pid = result_of(await run(toolset, reply_calls(("c1", "pid", "{}"))), "c1")["result"]
         asyncio.get_running_loop().call_later(0.3, os.kill, pid, signal.SIGKILL)
         killed = await run(toolset, reply_calls(("c1", "sleepy", '{"seconds": 30}')))
         error = result_of(killed, "c1")["error"]  # tool_failed when the server dies, not a timeout later
@@ -244,7 +244,7 @@ async def test_over_http_a_call_is_validated_and_executed_and_a_bad_call_never_a
             reply_calls(("c2", "wx_add", '{"a": 2, "b": 3}')),
         )
         assert result_of(result, "c1")["error"]["code"] == "invalid_arguments"
-        assert result_of(result, "c2") == {"ok": True, "result": {"result": 5}}
+        assert result_of(result, "c2") == {"ok": True, "result": 5}
         assert seen(log)[before:] == [{"tool": "add", "arguments": {"a": 2, "b": 3}}]
 
 

@@ -90,6 +90,12 @@ def eval_command() -> None:
     help="Toolset for tether eval-file cases that name none: tickets, calc, clock, or a module (repeatable).",
 )
 @click.option(
+    "--allow-toolset-files",
+    is_flag=True,
+    help="Let a tether eval file's cases name toolsets by module or file, which imports them (runs their code). "
+    "Without it a case may name only registered toolsets: calc, clock, files, tickets.",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False),
     default=DEFAULT_OUT,
@@ -107,6 +113,7 @@ def run_command(
     concurrency: int,
     limit: int | None,
     toolsets: tuple[str, ...],
+    allow_toolset_files: bool,
     out: str,
     as_json: bool,
 ) -> None:
@@ -126,12 +133,18 @@ def run_command(
     Each single-turn case is one run through tether's loop with every gate on; the
     model's proposed calls are judged and recorded, never executed, and
     scored as BFCL's AST checker scores them (tether eval files: against
-    the expected calls and their allowed values). Failures are sorted into the
-    model's mistakes, calls tether's gates refused, and infrastructure
-    errors. results.jsonl in --out gets every case's calls, verdict and
-    reason, report.html a self-contained page of accuracy bars and failing
-    cases; run the same command again to resume an interrupted eval. On a
-    terminal (and without CI set) a progress bar shows on stderr.
+    the expected calls and their allowed values), but a case where a gate
+    refused a call never passes. Failures are sorted into the model's
+    mistakes, calls tether's gates refused, and errors. results.jsonl in
+    --out gets every case's calls, verdict and reason (one line per case),
+    report.html a self-contained page of accuracy bars and failing cases;
+    run the same command again to resume an interrupted eval (cases with no
+    verdict run again). On a terminal (and without CI set) a progress bar
+    shows on stderr.
+
+    A tether eval file is data: its cases may name registered toolsets
+    only, unless --allow-toolset-files lets them name a module or a file
+    (importing it runs its code).
 
     With no endpoint configured (no --base-url, OPENAI_BASE_URL or
     OPENAI_API_KEY), the embedded local model is scored, as tether run
@@ -143,19 +156,22 @@ def run_command(
       tether eval data/BFCL_v4_parallel.json --base-url http://127.0.0.1:8080/v1 --model local --limit 20
       tether eval examples/eval/tickets.jsonl --model gpt-4o-mini
 
-    Exit status: 0 when every case has a verdict, 1 when some had an
-    infrastructure error, 3 for a configuration error.
+    Exit status: 0 when every case has a verdict, 1 when some had none (an
+    infrastructure error, or tools that cannot be made: that case's error,
+    the others run), 3 for a configuration error (a dataset with no cases,
+    or a toolset file named without --allow-toolset-files).
     """
     from tether.eval import run_eval, summarize, table
     from tether.eval.dataset import load_dataset
-    from tether.eval.harness import ERROR
+    from tether.eval.harness import ERROR, check_cases
     from tether.eval.progress import Progress
     from tether.eval.report import write_report
 
     try:
         cases = []
         for dataset in datasets:
-            cases.extend(load_dataset(dataset, toolsets)[:limit])
+            cases.extend(load_dataset(dataset, toolsets, allow_toolset_files=allow_toolset_files)[:limit])
+        check_cases(cases)
         chosen, profile = _model(model, base_url, api_key, local_model, provider)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
@@ -192,7 +208,11 @@ def run_command(
         click.echo(f"report:  {report}")
     errors = sum(1 for r in results if r.outcome == ERROR)
     if errors:
-        click.echo(f"error: {errors} case(s) had an infrastructure error; run again to retry them", err=True)
+        click.echo(
+            f"error: {errors} case(s) had no verdict (an infrastructure error, or tools that cannot be made: "
+            "see each reason in results.jsonl); run again to retry them",
+            err=True,
+        )
         sys.exit(EXIT_INTERNAL)
 
 

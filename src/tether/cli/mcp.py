@@ -88,16 +88,37 @@ def mcp() -> None:
     type=click.Path(file_okay=False),
     help="Root for the files toolset [env: TETHER_FILES_ROOT].",
 )
-def serve(toolsets: tuple[str, ...], files_root: str | None) -> None:
+@click.option(
+    "--principal",
+    "principal_id",
+    default="local",
+    show_default=True,
+    metavar="ID",
+    help="Who the calls run for (a tool's context.principal.id).",
+)
+@click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    metavar="SCOPE",
+    help="A scope the principal holds (repeatable); a tool that declares scopes is listed only when the "
+    "principal holds them all. Default: none. '*' holds every scope.",
+)
+def serve(toolsets: tuple[str, ...], files_root: str | None, principal_id: str, scopes: tuple[str, ...]) -> None:
     """Serve toolsets as an MCP server over stdin/stdout.
 
     Each call is validated strictly by tether before the tool runs; a refused
-    call is an isError result starting with its error code. Tools that need
-    approval are refused (denied).
+    call is an isError result starting with its error code. The server acts
+    for one principal (--principal, --scope): by default `local` holding no
+    scope, so only tools that declare no scopes are listed. A tool that needs
+    approval is listed only to a client that supports MCP elicitation, whose
+    user is then asked to approve each such call with its exact arguments
+    (declined: denied); other clients do not see it.
 
     \b
-    Example (an MCP client's server command):
+    Examples (an MCP client's server command):
       tether mcp serve --tools calc
+      tether mcp serve --tools my_tools --principal alice --scope tickets:write
     """
     try:
         import anyio
@@ -106,9 +127,14 @@ def serve(toolsets: tuple[str, ...], files_root: str | None) -> None:
         from tether.toolsets import load_toolset
     except ImportError:
         fail("tether mcp serve needs the mcp extra: pip install 'tether[mcp]'", ConfigurationError.exit_code)
+    from tether.tools.context import Principal
+
+    if not principal_id.strip():
+        fail("--principal must not be empty")
+    principal = Principal(principal_id, scopes=frozenset(scopes))
     try:
         root = files_root or os.environ.get("TETHER_FILES_ROOT")
         tools = [t for name in toolsets for t in load_toolset(name, files_root=root)]
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
-    anyio.run(serve_stdio, tools)
+    anyio.run(lambda: serve_stdio(tools, principal=principal))

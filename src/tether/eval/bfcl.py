@@ -351,6 +351,8 @@ def load(dataset: str | Path) -> list[Any]:
                 raise DatasetError(f"{path}:{number}: no ground truth for case {entry['id']}")
             ground_truth = tuple(found)
         cases.append(Case(entry["id"], category, messages, tuple(functions), ground_truth))
+    if not cases:
+        raise DatasetError(f"{path}: no cases in it")
     return cases
 
 
@@ -368,4 +370,6 @@ def _load_multi_turn(path: Path, category: str) -> list[Any]:
         if not isinstance(found, list):
             raise DatasetError(f"{path}:{number}: no ground truth for case {entry['id']}")
         cases.append(make_case(entry, found, category, data, f"{path}:{number}"))
+    if not cases:
+        raise DatasetError(f"{path}: no cases in it")
     return cases

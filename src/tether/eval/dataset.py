@@ -9,7 +9,7 @@ its next reply::
      "prompt": "What is TICKET-318204 about?",  a prompt ...
      "messages": [{"role": "user", "content": "..."}, ...],    ... or a conversation (OpenAI's shape:
                                                 assistant tool_calls, tool results) — one of the two
-     "toolsets": ["tickets"],                   toolsets by name (as `tether run --toolset`, and "tickets") ...
+     "toolsets": ["tickets"],                   registered toolsets by name (calc, clock, files, tickets) ...
      "tools": [{"name": "...", "description": "...", "parameters": {JSON Schema}}],  ... and/or tool schemas
      "expected": [{"tool": "get_ticket",
                    "arguments": {"ticket_id": ["TICKET-318204"]},
@@ -19,7 +19,9 @@ its next reply::
 ``"expected": []`` means *no call expected*: the model should answer in
 text (no tool fits, or the conversation holds an instruction it must not
 follow). A case with neither ``toolsets`` nor ``tools`` gets the toolsets
-given to ``load_cases`` (``tether eval --toolset``).
+given to ``load_cases`` (``tether eval --toolset``). A dataset is data: a
+toolset it names by module or file (which would run that code) is refused
+unless ``allow_toolset_files`` (``tether eval --allow-toolset-files``).
 
 An argument's rule is a list of acceptable values, or ``{"regex": R}`` (a
 string that ``re.search`` finds R in, ignoring case). Values compare as JSON
@@ -141,12 +143,15 @@ class TetherCase:
     offered: tuple[Tool, ...]
     calls: tuple[ExpectedCall, ...]  # () when no call is expected
     ordered: bool = False
+    broken: str = ""  # why one of its tool schemas cannot become a tool: the case is then an error, not run
 
     @property
     def expected(self) -> Any:
         return [c.to_json() for c in self.calls]
 
     def tools(self) -> list[Tool]:
+        if self.broken:
+            raise ToolDefinitionError(self.broken)
         return list(self.offered)
 
     def call_name(self, tool_name: str) -> str:
@@ -228,13 +233,31 @@ def toolset(name: str) -> list[Tool]:
     return load_toolset(name, files_root=".")
 
 
+def registered_toolsets() -> list[str]:
+    """The toolsets a dataset may name by itself: the eval's own and tether's built-in ones."""
+    from tether.toolsets import TOOLSETS
+
+    return sorted({*EVAL_TOOLSETS, *TOOLSETS})
+
+
+ALLOW_FILES_FLAG = "--allow-toolset-files"
+
+
 def is_tether_dataset(path: Path) -> bool:
     """A ``.jsonl`` file not named like BFCL's data."""
     return path.suffix == ".jsonl" and not path.name.startswith("BFCL_")
 
 
-def load_cases(path: str | Path, toolsets: Sequence[str] = ()) -> list[TetherCase]:
-    """The cases of a tether eval file; every mistake in it is a ``DatasetError`` naming the line."""
+def load_cases(
+    path: str | Path, toolsets: Sequence[str] = (), *, allow_toolset_files: bool = False
+) -> list[TetherCase]:
+    """The cases of a tether eval file; every mistake in it is a ``DatasetError`` naming the line.
+
+    A dataset is data: the toolsets its cases name must be registered ones
+    (``registered_toolsets``) unless ``allow_toolset_files``, since a module
+    or a file would be imported, running its code. ``toolsets`` (the
+    caller's, for cases that name none) may be anything ``load_toolset`` takes.
+    """
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -242,9 +265,17 @@ def load_cases(path: str | Path, toolsets: Sequence[str] = ()) -> list[TetherCas
         raise DatasetError(f"cannot read {path}: {exc.strerror}") from None
     offered: dict[str, list[Tool]] = {}
 
-    def tools_of(names: Sequence[str], where: str) -> list[Tool]:
+    def tools_of(names: Sequence[str], where: str, named_by_dataset: bool = True) -> list[Tool]:
         found = []
         for name in names:
+            # The eval's own toolsets first: they need no import of tether.toolsets (and its tools).
+            if named_by_dataset and not allow_toolset_files and name not in EVAL_TOOLSETS:
+                registered = registered_toolsets()
+                if name not in registered:
+                    raise DatasetError(
+                        f"{where}: toolset {name!r} is not a registered toolset ({', '.join(registered)}); a "
+                        f"dataset imports a module or a file, running its code, only with {ALLOW_FILES_FLAG}"
+                    )
             if name not in offered:
                 try:
                     offered[name] = toolset(name)
@@ -278,7 +309,7 @@ def _case(
     where: str,
     default_category: str,
     default_toolsets: Sequence[str],
-    tools_of: Callable[[Sequence[str], str], list[Tool]],
+    tools_of: Callable[..., list[Tool]],
 ) -> TetherCase:
     if not isinstance(entry, dict) or not isinstance(entry.get("id"), str) or not entry["id"]:
         raise DatasetError(f"{where}: expected an object with a non-empty string id")
@@ -296,16 +327,23 @@ def _case(
             raise DatasetError(f"{where}: toolsets must be a list of names")
         tools += tools_of(names, where)
     schemas = entry.get("tools")
+    broken: list[str] = []  # why a tool schema cannot become a tool
+    unmade: list[str] = []  # and those tools' names
     if schemas is not None:
         if not isinstance(schemas, list):
             raise DatasetError(f"{where}: tools must be a list of {{name, description, parameters}}")
-        tools += [_schema_tool(s, where) for s in schemas]
+        for schema in schemas:
+            try:
+                tools.append(_schema_tool(schema, where))
+            except ToolDefinitionError as exc:  # this case's error when it runs; the others run
+                unmade.append(schema["name"])
+                broken.append(str(exc))
     if names is None and schemas is None:
         if not default_toolsets:
             raise DatasetError(f"{where}: the case names no toolsets or tools, and no --toolset was given")
-        tools = tools_of(default_toolsets, where)
-    known = {t.name for t in tools}
-    if len(known) != len(tools):
+        tools = tools_of(default_toolsets, where, named_by_dataset=False)
+    known = {t.name for t in tools} | set(unmade)
+    if len(known) != len(tools) + len(unmade):
         raise DatasetError(f"{where}: two offered tools share a name")
     expected = entry.get("expected")
     if not isinstance(expected, list):
@@ -314,7 +352,7 @@ def _case(
     ordered = entry.get("ordered", False)
     if not isinstance(ordered, bool):
         raise DatasetError(f"{where}: ordered must be true or false")
-    return TetherCase(entry["id"], category, messages, tuple(tools), calls, ordered)
+    return TetherCase(entry["id"], category, messages, tuple(tools), calls, ordered, "; ".join(broken))
 
 
 def _messages(entry: dict[str, Any], where: str) -> tuple[Message, ...]:
@@ -356,10 +394,7 @@ def _schema_tool(schema: Any, where: str) -> Tool:
     def not_executable(**_: Any) -> Any:
         raise RuntimeError("eval tools have no implementation; run them with propose_only=True")
 
-    try:
-        return tool_from_schema(schema["name"], parameters, not_executable, str(schema.get("description", "")))
-    except ToolDefinitionError as exc:
-        raise DatasetError(f"{where}: tool {schema['name']!r}: {exc}") from None
+    return tool_from_schema(schema["name"], parameters, not_executable, str(schema.get("description", "")))
 
 
 def _rules(value: Any, where: str, tool: str, key: str) -> dict[str, Rule]:
@@ -398,7 +433,7 @@ def _expected_call(call: Any, where: str, known: set[str]) -> ExpectedCall:
     return ExpectedCall(tool, arguments, optional)
 
 
-def load_dataset(dataset: str | Path, toolsets: Sequence[str] = ()) -> list[Any]:
+def load_dataset(dataset: str | Path, toolsets: Sequence[str] = (), *, allow_toolset_files: bool = False) -> list[Any]:
     """A tether eval file (``*.jsonl`` not named ``BFCL_…``) or a BFCL dataset, by its name."""
     from tether.eval.bfcl import load
 
@@ -406,5 +441,5 @@ def load_dataset(dataset: str | Path, toolsets: Sequence[str] = ()) -> list[Any]
     if is_tether_dataset(path):
         if not path.is_file():
             raise DatasetError(f"no dataset {str(dataset)!r}: the file does not exist")
-        return load_cases(path, toolsets)
+        return load_cases(path, toolsets, allow_toolset_files=allow_toolset_files)
     return load(dataset)

@@ -4,22 +4,30 @@ Each case is one run of an ``Agent`` with every gate on and
 ``propose_only=True``: the model is asked once, its calls are judged by the
 gates (strict decoding, tool offered, strict schema, loop guard, budgets)
 and recorded, and the run ends before anything executes. The calls the model
-proposed are then scored by ``tether.eval.checker`` exactly as BFCL scores
-them, whatever the gates said, so the verdict means what it means on the
-leaderboard. The gates' verdicts sort the failures:
+proposed are then scored by ``tether.eval.checker`` as BFCL scores them; but
+the verdict follows the gates: a call a gate refused never ran, so it never
+counts as the right call, whatever the checker says of it (BFCL's checker
+would take ``math.factorial`` for the offered ``math-factorial``, which the
+gate refused as ``unknown_tool``). The gates' verdicts sort the failures:
 
-- ``passed``   the checker accepts the calls (or the lack of them);
+- ``passed``   the checker accepts the calls (or the lack of them) and the
+  gates let every call and the reply through;
 - ``mistake``  the checker refuses them and the gates let every call through:
   a wrong tool, a wrong or missing argument, a call where none was expected,
   no call where one was;
-- ``refused``  the checker refuses them and a gate refused a call (invalid
-  JSON, invalid arguments, unknown tool, a repeated call) or the reply
-  itself (protocol error, truncated, filtered);
+- ``refused``  a gate refused a call (invalid JSON, invalid arguments,
+  unknown tool, a repeated call) or the reply itself (protocol error,
+  truncated, filtered), whatever the checker says; when the checker alone
+  would have passed the case, the reason says so;
 - ``error``    the infrastructure failed (the model could not be reached, an
-  HTTP error): no verdict. Such cases are asked again on the next run.
+  HTTP error), or the case's tools cannot be made (a schema tether refuses,
+  e.g. a ``$ref`` cycle): no verdict, the reason says which. The other cases
+  run; such cases are asked again on the next run.
 
 ``results.jsonl`` gets one line per case as soon as it is scored; a later run
-with the same ``--out`` skips every case already there with a verdict.
+with the same ``--out`` skips every case already there with a verdict, and
+first drops the lines of the cases it runs again (those with no verdict), so
+the file keeps one line per case.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from tether.core.budget import Compat
 from tether.core.errors import TetherError
 from tether.core.machine import Status
 from tether.core.messages import Message, ModelReply
+from tether.eval.bfcl import DatasetError
 from tether.eval.checker import Output, Verdict
 from tether.models.base import Model, ModelRequest
 from tether.runner import CALL_REJECTED, CALL_VALIDATED, Agent, RunEvent
@@ -128,10 +137,12 @@ def score(case: EvalCase, calls: Sequence[dict[str, Any]] | None, content: str |
     refusals = [f"{c['tool']}: {c['gate']}: {c['message']}" for c in calls or () if c["gate"] != "accepted"]
     if status in REPLY_REFUSED:
         refusals.insert(0, f"the reply was refused: {status.value}")
-    if verdict.valid:
-        outcome, reason = PASSED, ""
-    elif refusals:
+    if refusals:  # the verdict follows the gates: a refused call never counts as the right one
         outcome, reason = REFUSED, "; ".join(refusals)
+        if verdict.valid:
+            reason += " (the checker alone would pass it)"
+    elif verdict.valid:
+        outcome, reason = PASSED, ""
     else:
         outcome, reason = MISTAKE, verdict.error_type
     return CaseResult(case.id, case.category, outcome, reason, list(calls or ()), content, status.value)
@@ -255,17 +266,39 @@ def _since(started: float) -> float:
 
 def read_results(out: Path) -> dict[str, CaseResult]:
     """The results already in ``out/results.jsonl`` (the last line per case wins; a torn last line is ignored)."""
-    path = out / RESULTS_FILE
-    found: dict[str, CaseResult] = {}
+    return {case_id: result for case_id, (_, result) in _lines_by_case(out / RESULTS_FILE)[1].items()}
+
+
+def _lines_by_case(path: Path) -> tuple[int, dict[str, tuple[str, CaseResult]]]:
+    """How many lines ``path`` has, and each case's last line with its result."""
+    found: dict[str, tuple[str, CaseResult]] = {}
     if not path.is_file():
-        return found
-    for line in path.read_text(encoding="utf-8").splitlines():
+        return 0, found
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for line in lines:
         try:
             result = CaseResult.from_dict(json.loads(line))
         except (ValueError, KeyError, TypeError):
             continue  # a line cut short by a killed process
-        found[result.id] = result
-    return found
+        found[result.id] = (line, result)
+    return len(lines), found
+
+
+def _keep_one_line_per_case(path: Path, lines: int, found: dict[str, tuple[str, CaseResult]], again: set[str]) -> None:
+    """Leave ``path`` one line per case, none for the cases in ``again`` (they run again).
+
+    The file is replaced whole (a new file renamed over it), so a process
+    killed meanwhile leaves the old file or the new one, never half of one.
+    """
+    kept = [line for case_id, (line, _) in found.items() if case_id not in again]
+    if len(kept) == lines:
+        return  # every line a case's only one, and none to run again
+    fresh = path.with_name(f".{RESULTS_FILE}.new")
+    with fresh.open("w", encoding="utf-8") as handle:
+        handle.write("".join(f"{line}\n" for line in kept))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(fresh, path)
 
 
 class ResultsFile:
@@ -317,11 +350,14 @@ async def run_eval(
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
     cases = list(cases)
-    earlier = read_results(out) if out is not None else {}
-    done = {i: r for i, r in earlier.items() if r.outcome != ERROR}
+    check_cases(cases)
+    lines, earlier = _lines_by_case(out / RESULTS_FILE) if out is not None else (0, {})
+    done = {i: r for i, (_, r) in earlier.items() if r.outcome != ERROR}
     todo = deque(case for case in cases if case.id not in done)
     if on_start is not None:
         on_start(len(todo), len(cases) - len(todo))
+    if out is not None and lines:
+        _keep_one_line_per_case(out / RESULTS_FILE, lines, earlier, {case.id for case in todo})
     sink = ResultsFile(out) if out is not None else None
     limited = _Slots(model, concurrency)
     fresh: dict[str, CaseResult] = {}
@@ -342,6 +378,18 @@ async def run_eval(
         if sink is not None:
             sink.close()
     return [fresh.get(c.id) or done[c.id] for c in cases]
+
+
+def check_cases(cases: Sequence[EvalCase]) -> None:
+    """Refuse an eval of no cases (it would score a silent 0 of 0), or with a case id twice (results are by id)."""
+    if not cases:
+        raise DatasetError("no cases to run")
+    counts = Counter(case.id for case in cases)
+    twice = sorted(case_id for case_id, n in counts.items() if n > 1)
+    if twice:
+        raise DatasetError(
+            f"case id(s) {', '.join(map(repr, twice[:5]))} appear more than once; results are kept by id"
+        )
 
 
 # ---------------------------------------------------------------- the summary

@@ -135,7 +135,7 @@ def html_report(results: Iterable[CaseResult], title: str = "tether eval") -> st
 <body>
 <h1>{escape(title)}</h1>
 <p>{len(results)} case(s). Accuracy leaves infrastructure errors out. <i>mistakes</i>: the model's;
-<i>refused</i>: a gate refused a call or the reply; <i>errors</i>: no verdict.</p>
+<i>refused</i>: a gate refused a call or the reply; <i>errors</i>: no verdict (see the reason).</p>
 <table data-testid="summary"><thead><tr><th>category</th><th>accuracy</th><th></th><th class="num">passed</th>
 <th class="num">mistakes</th><th class="num">refused</th><th class="num">errors</th></tr></thead>
 <tbody>

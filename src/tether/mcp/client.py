@@ -18,7 +18,10 @@ What a server says about its tools is a claim, not a permission:
 - Output is untrusted data: every call taints the run (side-effecting calls
   then need approval) unless ``untrusted_output=False``.
 - ``isError`` results become ``tool_failed``; structured content is returned
-  as JSON; results longer than ``max_result_chars`` are cut with the marker.
+  as JSON (a value that is no object comes wrapped as ``{"result": value}``,
+  its text the value itself: the value is returned, so the model sees it
+  once in tether's envelope); results longer than ``max_result_chars`` are
+  cut with the marker.
 
 The SDK is async (anyio) and one session must live in one task from connect
 to close. The toolset owns a thread with its own event loop, where one task
@@ -36,6 +39,7 @@ import atexit
 import concurrent.futures
 import contextlib
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -376,10 +380,31 @@ def _result(result: mcp.types.CallToolResult) -> Any:
     if result.is_error:
         raise ToolError(_text(result) or "the MCP tool reported an error")
     if result.structured_content is not None:
-        return result.structured_content
+        return _unwrapped(result.structured_content, _text(result))
     if all(block.type == "text" for block in result.content):
         return _text(result)
     return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
+
+
+def _unwrapped(structured: dict[str, Any], text: str) -> Any:
+    """``structured`` without the ``{"result": value}`` a server puts around a value that is no object.
+
+    Structured content must be an object, so servers (the SDK's, tether's own) send an integer, a
+    string or a list as ``{"result": value}`` with the value itself as the text. Only when the text
+    says so is the wrapping taken off: a tool whose result is an object with one ``result`` field
+    sends that object as its text, and keeps it.
+    """
+    if len(structured) != 1 or "result" not in structured:
+        return structured
+    value = structured["result"]
+    if isinstance(value, str):
+        return value if text == value else structured
+    try:
+        said = json.loads(text)
+    except ValueError:
+        return structured
+    same = json.dumps(said, sort_keys=True) == json.dumps(value, sort_keys=True)  # true is not 1 here
+    return value if same else structured
 
 
 def _text(result: mcp.types.CallToolResult) -> str:

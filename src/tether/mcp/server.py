@@ -6,8 +6,25 @@ JSON Schema: no ``"248"`` for 248, no extra fields, ranges, enums) and the tool
 must be offered to the principal. A refused call is an ``isError`` result
 whose text starts with the tether error code (``invalid_arguments: a:
 expected integer, got string``), so the client's model can correct itself.
-A tool that needs approval is refused (``denied``): an MCP client cannot give
-tether's approval. Each tool carries ``readOnlyHint`` as tether knows it.
+
+Who the server acts for is one ``Principal``, given by whoever starts it
+(``--principal``/``--scope``): by default ``local`` holding no scope
+(``MCP_PRINCIPAL``), so a tool that declares scopes is neither listed nor
+callable until the principal holds them. A client never changes it.
+
+A tool that may need approval (``approval=True`` or a predicate) is listed
+only to a client that declared MCP elicitation (form mode): a call that
+needs approval then asks the client's user, showing the tool, its exact
+arguments and their fingerprint, and runs with those arguments only when
+the answer is an approval; a decline, a cancel or no answer is ``denied``.
+To a client that cannot be asked, such a tool does not exist
+(``unknown_tool``), as any tool the principal may not use.
+
+A result reaches the client once: an object as ``structuredContent``
+(and its JSON as text); anything else as its text, and as
+``structuredContent`` ``{"result": value}`` (structured content must be an
+object; the MCP SDK's servers wrap the same way). Each tool carries
+``readOnlyHint`` as tether knows it.
 """
 
 from __future__ import annotations
@@ -22,22 +39,30 @@ from mcp.server import Server
 from mcp.server.stdio import stdio_server
 
 from tether.core.envelope import ErrorCode
-from tether.core.machine import PendingCall, Rejected
+from tether.core.machine import Accepted, PendingCall, Rejected, fingerprint
 from tether.core.messages import ToolCall
-from tether.tools.context import LOCAL_PRINCIPAL, Principal
+from tether.tools.context import Principal
 from tether.tools.tool import Tool
 from tether.tools.toolbox import Toolbox
 
+# Who ``tether mcp serve`` acts for unless told otherwise: tools that need no scope, and only those.
+MCP_PRINCIPAL = Principal("local", scopes=frozenset())
+APPROVE_FIELD = "approve"
 
-def mcp_server(tools: Iterable[Tool], *, principal: Principal = LOCAL_PRINCIPAL, name: str = "tether") -> Server[Any]:
-    """An SDK ``Server`` offering ``tools`` behind tether's strict validation."""
-    toolbox = Toolbox(tools, principal)
+
+def mcp_server(tools: Iterable[Tool], *, principal: Principal = MCP_PRINCIPAL, name: str = "tether") -> Server[Any]:
+    """An SDK ``Server`` offering ``tools`` to ``principal``, behind tether's strict validation."""
+    tools = list(tools)
+    asking = Toolbox(tools, principal)  # for a client that can be asked for approval
+    plain = Toolbox([t for t in tools if not _may_need_approval(t)], principal)  # for one that cannot
     run_id = f"mcp-{uuid.uuid4().hex}"  # the idempotency keys of this server's calls are run_id:call_id
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        toolbox = asking if _can_ask(ctx) else plain
         return types.ListToolsResult(tools=[_listed(t) for t in toolbox.offered.values()])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        toolbox = asking if _can_ask(ctx) else plain
         call_id = str(ctx.request_id if ctx.request_id is not None else uuid.uuid4().hex)
         try:
             text = json.dumps(params.arguments or {}, allow_nan=True)
@@ -47,25 +72,55 @@ def mcp_server(tools: Iterable[Tool], *, principal: Principal = LOCAL_PRINCIPAL,
         if isinstance(checked, Rejected):
             return _error(checked.code, checked.message)
         if checked.needs_approval:
-            return _error(ErrorCode.DENIED, f"{params.name} needs approval, which an MCP client cannot give")
+            refusal = await _ask_approval(ctx, params.name, checked)
+            if refusal is not None:
+                return refusal
         call = PendingCall(call_id, params.name, checked.arguments, None, read_only=checked.read_only, execute=True)
         envelope = json.loads(await toolbox.invoke(call, run_id))
         if not envelope["ok"]:
             return _error(ErrorCode(envelope["error"]["code"]), envelope["error"]["message"])
-        result = envelope["result"]
-        return types.CallToolResult(
-            content=[types.TextContent(text=result if isinstance(result, str) else json.dumps(result))],
-            structured_content=result if isinstance(result, dict) else {"result": result},
-        )
+        return _result(envelope["result"])
 
     return Server(name, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-async def serve_stdio(tools: Iterable[Tool], *, principal: Principal = LOCAL_PRINCIPAL) -> None:
+async def serve_stdio(tools: Iterable[Tool], *, principal: Principal = MCP_PRINCIPAL) -> None:
     """Serve ``tools`` over stdin/stdout until the client closes the connection."""
     server = mcp_server(tools, principal=principal)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
+
+
+def _may_need_approval(tool: Tool) -> bool:
+    return callable(tool.approval) or bool(tool.approval)
+
+
+def _can_ask(ctx: Any) -> bool:
+    """Whether the client declared form-mode elicitation (an empty ``elicitation`` is form mode)."""
+    capabilities = ctx.session.client_capabilities
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    return elicitation is not None and (elicitation.form is not None or elicitation.url is None)
+
+
+async def _ask_approval(ctx: Any, tool: str, checked: Accepted) -> types.CallToolResult | None:
+    """Ask the client's user to approve this call with these arguments; None when approved, else the refusal."""
+    arguments = json.dumps(checked.arguments, sort_keys=True, ensure_ascii=False)
+    digest = fingerprint(tool, checked.arguments)
+    message = f"Approve {tool} with exactly these arguments? {arguments} (fingerprint {digest[:16]})"
+    schema = {
+        "type": "object",
+        "properties": {APPROVE_FIELD: {"type": "boolean", "title": f"Run {tool}", "description": message}},
+        "required": [APPROVE_FIELD],
+    }
+    try:
+        answer = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+    except Exception as exc:  # the client failed to answer: no approval, whatever the reason
+        return _error(ErrorCode.DENIED, f"{tool} needs approval and the client did not give it ({type(exc).__name__})")
+    # The answer belongs to this request (the SDK pairs them by id), whose call runs with the arguments shown.
+    if answer.action == "accept" and (answer.content or {}).get(APPROVE_FIELD) is True:
+        return None
+    said = "cancelled the question" if answer.action == "cancel" else "declined it"
+    return _error(ErrorCode.DENIED, f"{tool} needs approval and the user {said}")
 
 
 def _listed(tool: Tool) -> types.Tool:
@@ -75,6 +130,13 @@ def _listed(tool: Tool) -> types.Tool:
         input_schema=tool.parameters,
         annotations=types.ToolAnnotations(read_only_hint=tool.read_only),
     )
+
+
+def _result(result: Any) -> types.CallToolResult:
+    """The tool's result once: an object as structured content, anything else wrapped the SDK's way."""
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    structured = result if isinstance(result, dict) else {"result": result}
+    return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=structured)
 
 
 def _error(code: ErrorCode, message: str) -> types.CallToolResult:

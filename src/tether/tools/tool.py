@@ -27,6 +27,7 @@ from tether.tools.context import ToolContext
 from tether.tools.decoding import json_type
 from tether.tools.fastcheck import compile_check
 from tether.tools.metacheck import plainly_valid
+from tether.tools.refs import MAX_DEPTH, check_references, nested_deeper
 from tether.tools.strict import strict_schema
 
 if TYPE_CHECKING:  # pydantic is imported where a typed function becomes a tool: raw schemas never need it
@@ -329,26 +330,45 @@ def _compile(name: str, parameters: dict[str, Any]) -> _Gate:
             raise ToolDefinitionError(f"tool {name}: invalid JSON Schema: {exc.message}") from None
     if parameters.get("type") != "object":
         raise ToolDefinitionError(f"tool {name}: parameters must be a JSON Schema of type object")
-    return _Gate(parameters)
+    return _Gate(parameters, recursive=check_references(parameters, f"tool {name}"))
 
 
 class _Gate:
-    """A tool's argument check: the fast check answers a valid call, jsonschema everything else."""
+    """A tool's argument check: the fast check answers a valid call, jsonschema everything else.
 
-    __slots__ = ("_fast", "_full", "schema")
+    Against a recursive schema (``tether.tools.refs``) a value nested more
+    than ``MAX_DEPTH`` levels deep is refused before either check runs, so
+    checking it never runs out of stack.
+    """
 
-    def __init__(self, schema: dict[str, Any]) -> None:
+    __slots__ = ("_fast", "_full", "max_depth", "schema")
+
+    def __init__(self, schema: dict[str, Any], *, recursive: bool = False) -> None:
         self.schema = schema
+        self.max_depth = MAX_DEPTH if recursive else None
         self._fast = compile_check(schema)  # None: a keyword it does not know
         self._full: Any = None
 
     def iter_errors(self, instance: Any) -> Iterator[jsonschema.ValidationError]:
-        if self._fast is not None and self._fast(instance):
-            return iter(())
-        if self._full is None:
-            self._full = strict_validator()(self.schema)
-        errors: Iterator[jsonschema.ValidationError] = self._full.iter_errors(instance)
-        return errors
+        if self.max_depth is not None and nested_deeper(instance, self.max_depth):
+            return iter((self._too_deep(instance),))
+        try:
+            if self._fast is not None and self._fast(instance):
+                return iter(())
+            if self._full is None:
+                from referencing import Registry
+
+                # An empty registry: a reference outside the schema is never fetched (jsonschema's default would).
+                self._full = strict_validator()(self.schema, registry=Registry())
+            return iter(list(self._full.iter_errors(instance)))
+        except RecursionError:  # the bound above is meant to come first; this keeps the stack's end a refusal too
+            return iter((self._too_deep(instance),))
+
+    def _too_deep(self, instance: Any) -> jsonschema.ValidationError:
+        from jsonschema import ValidationError
+
+        limit = self.max_depth or MAX_DEPTH
+        return ValidationError(f"nested more than {limit} levels deep", validator="maxDepth", instance=instance)
 
     def is_valid(self, instance: Any) -> bool:
         return next(self.iter_errors(instance), None) is None
@@ -513,6 +533,8 @@ def tool_from_schema(
     """
     if not NAME_PATTERN.match(name):
         raise ToolDefinitionError(f"tool name {name!r} must match {NAME_PATTERN.pattern}")
+    if not isinstance(parameters, Mapping):  # raw schemas come from data: an MCP server, an eval file
+        raise ToolDefinitionError(f"tool {name}: parameters must be a JSON Schema object")
     schema = _close(dict(parameters))
     validator = _compile(name, schema)
     wants_context = "context" in inspect.signature(function).parameters

@@ -1,0 +1,202 @@
+"""``tether mcp serve`` as MCP clients see it: the SDK's own client over stdio, a real server process.
+
+The server acts for one principal: tools it may not use are neither listed
+nor callable. A tool that needs approval is offered only to a client that can
+be asked (MCP elicitation), whose user then approves or declines each such
+call with its exact arguments. A tether result reaches a client once, never
+as ``{"result": {"result": ...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import mcp.types as types
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.session import ClientRequestContext
+
+from tether import Agent, OpenAIChatModel
+from tether.mcp import MCPToolset
+from tether.testing.fake_server import FakeServer, text, tool_calls
+
+TOOLS = '''
+import json
+import os
+
+from tether import ToolContext, tool
+
+
+def _log(name, arguments):
+    with open(os.environ["SERVE_TEST_LOG"], "a") as handle:
+        handle.write(json.dumps({"tool": name, "arguments": arguments}) + "\\n")
+
+
+@tool(read_only=True)
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@tool(read_only=True)
+def record() -> dict:
+    """An object that happens to have one field named result."""
+    return {"result": 7}
+
+
+@tool(scopes={"admin"})
+def reset(confirm: bool, context: ToolContext) -> str:
+    """Reset everything (admins only)."""
+    _log("reset", {"confirm": confirm})
+    return f"reset by {context.principal.id}"
+
+
+@tool(approval=True)
+def transfer(amount: int, to: str) -> dict:
+    """Move money."""
+    _log("transfer", {"amount": amount, "to": to})
+    return {"moved": amount, "to": to}
+
+
+@tool(approval=lambda arguments: arguments["amount"] > 100)
+def pay(amount: int) -> str:
+    """Pay; large amounts need approval."""
+    _log("pay", {"amount": amount})
+    return f"paid {amount}"
+'''
+
+Elicit = Any  # an elicitation callback of the SDK's ClientSession
+
+
+@pytest.fixture
+def tools_file(tmp_path: Path) -> Path:
+    path = tmp_path / "serve_tools.py"
+    path.write_text(TOOLS)
+    return path
+
+
+def effects(tmp_path: Path) -> list[dict[str, Any]]:
+    log = tmp_path / "effects.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@asynccontextmanager
+async def session(tools_file: Path, *options: str, elicit: Elicit | None = None) -> AsyncIterator[ClientSession]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "SERVE_TEST_LOG": str(tools_file.with_name("effects.jsonl")),
+    }
+    argv = ["-m", "tether", "mcp", "serve", "--tools", str(tools_file), *options]
+    parameters = StdioServerParameters(command=sys.executable, args=argv, env=env)
+    async with stdio_client(parameters) as (read, write), ClientSession(read, write, elicitation_callback=elicit) as s:
+        await s.initialize()
+        yield s
+
+
+async def listed(s: ClientSession) -> list[str]:
+    return sorted(t.name for t in (await s.list_tools()).tools)
+
+
+def error_text(result: types.CallToolResult) -> str:
+    assert result.is_error, result
+    block = result.content[0]
+    assert block.type == "text"
+    return block.text
+
+
+async def test_by_default_only_tools_needing_no_scope_and_no_approval_are_offered(
+    tools_file: Path, tmp_path: Path
+) -> None:
+    async with session(tools_file) as s:
+        assert await listed(s) == ["add", "record"]
+        for name, arguments in (("reset", {"confirm": True}), ("transfer", {"amount": 5, "to": "bob"})):
+            refused = error_text(await s.call_tool(name, arguments))
+            assert refused == f"unknown_tool: no tool named {name!r}; available: add, record"
+        assert (await s.call_tool("add", {"a": 2, "b": 3})).structured_content == {"result": 5}
+    assert effects(tmp_path) == []
+
+
+async def test_the_principal_and_its_scopes_decide_what_is_offered(tools_file: Path, tmp_path: Path) -> None:
+    async with session(tools_file, "--principal", "alice", "--scope", "admin") as s:
+        assert await listed(s) == ["add", "record", "reset"]
+        done = await s.call_tool("reset", {"confirm": True})
+        assert not done.is_error and done.structured_content == {"result": "reset by alice"}
+    async with session(tools_file, "--principal", "bob", "--scope", "support") as s:
+        assert await listed(s) == ["add", "record"]
+    assert effects(tmp_path) == [{"tool": "reset", "arguments": {"confirm": True}}]
+
+
+def answering(action: str, approve: bool | None = None) -> tuple[Elicit, list[types.ElicitRequestParams]]:
+    """An elicitation callback that answers every question with ``action``, and the questions it was asked."""
+    asked: list[types.ElicitRequestParams] = []
+
+    async def elicit(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        content = {"approve": approve} if approve is not None else None
+        return types.ElicitResult(action=action, content=content)  # type: ignore[arg-type]
+
+    return elicit, asked
+
+
+async def test_a_client_that_can_be_asked_approves_each_call_with_its_exact_arguments(
+    tools_file: Path, tmp_path: Path
+) -> None:
+    elicit, asked = answering("accept", approve=True)
+    async with session(tools_file, elicit=elicit) as s:
+        assert await listed(s) == ["add", "pay", "record", "transfer"]
+        done = await s.call_tool("transfer", {"amount": 250, "to": "carol"})
+        assert not done.is_error, done
+        assert done.structured_content == {"moved": 250, "to": "carol"}
+        small = await s.call_tool("pay", {"amount": 5})  # the predicate says no approval: nobody is asked
+        assert small.structured_content == {"result": "paid 5"}
+        bad = await s.call_tool("transfer", {"amount": "250", "to": "carol"})  # refused before anyone is asked
+        assert error_text(bad).startswith("invalid_arguments: amount: expected integer")
+    assert len(asked) == 1
+    question = asked[0]
+    assert isinstance(question, types.ElicitRequestFormParams)
+    assert question.message.startswith('Approve transfer with exactly these arguments? {"amount": 250, "to": "carol"}')
+    assert question.requested_schema["required"] == ["approve"]
+    assert effects(tmp_path) == [
+        {"tool": "transfer", "arguments": {"amount": 250, "to": "carol"}},
+        {"tool": "pay", "arguments": {"amount": 5}},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("action", "approve", "said"),
+    [
+        ("decline", None, "the user declined it"),
+        ("accept", False, "the user declined it"),
+        ("cancel", None, "the user cancelled the question"),
+    ],
+)
+async def test_a_declined_call_is_denied_and_never_runs(
+    tools_file: Path, tmp_path: Path, action: str, approve: bool | None, said: str
+) -> None:
+    elicit, asked = answering(action, approve)
+    async with session(tools_file, elicit=elicit) as s:
+        for name, arguments in (("transfer", {"amount": 1, "to": "dave"}), ("pay", {"amount": 500})):
+            refused = error_text(await s.call_tool(name, arguments))
+            assert refused == f"denied: {name} needs approval and {said}"
+    assert len(asked) == 2
+    assert effects(tmp_path) == []
+
+
+def test_a_tether_result_reaches_an_mcp_client_once(tools_file: Path) -> None:
+    """The README's chain: tether's tools served over MCP, and offered to a run by tether's MCP client."""
+    server_command = f"{sys.executable} -m tether mcp serve --tools {tools_file}"
+    env = {"PYTHONPATH": os.pathsep.join(sys.path), "SERVE_TEST_LOG": str(tools_file.with_name("effects.jsonl"))}
+    script = [tool_calls([("c1", "add", '{"a": 248, "b": 15}'), ("c2", "record", "{}")]), text("263")]
+    with MCPToolset.stdio(server_command, env=env, read_only=True) as served, FakeServer(script) as server:
+        result = Agent(OpenAIChatModel("fake", base_url=server.base_url, api_key="x"), [*served]).run_sync("add")
+    assert result.status.value == "completed"
+    sent = {m["tool_call_id"]: json.loads(m["content"]) for m in server.requests[-1]["messages"] if m["role"] == "tool"}
+    assert sent["c1"] == {"ok": True, "result": 263}  # was {"ok": true, "result": {"result": 263}}
+    assert sent["c2"] == {"ok": True, "result": {"result": 7}}  # an object is the tool's own result: kept

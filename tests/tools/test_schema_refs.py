@@ -1,0 +1,221 @@
+"""``$ref`` in a tool's schema: refused when the tool is made if it cannot be followed, bounded when it recurses.
+
+A cycle of references that never moves into the value, and a reference that
+does not resolve inside the schema, used to pass tool construction and then
+crash the gate on the first call (``RecursionError``, jsonschema's internal
+referencing error, and a remote reference fetched). A schema recursive
+through the value (a tree) must keep working, and checking a deep value
+against it must end in a refusal, never a ``RecursionError``.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from typing_extensions import TypeAliasType
+
+from tether import Agent, OpenAIChatModel
+from tether.core import ErrorCode, ToolCall, ToolDefinitionError
+from tether.core.machine import Accepted, Rejected
+from tether.testing.fake_server import FakeServer, text, tool_calls
+from tether.tools import Toolbox, tool, tool_from_schema
+from tether.tools.refs import MAX_DEPTH
+
+
+def _echo(**arguments: Any) -> Any:
+    return arguments
+
+
+def schema_with(x: Any, **defs: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": {"x": x}, "$defs": defs}
+
+
+def check(t: Any, arguments: Any) -> Accepted | Rejected:
+    return Toolbox([t]).check(ToolCall("c1", t.name, json.dumps(arguments)))
+
+
+REF_A = {"$ref": "#/$defs/a"}
+
+
+@pytest.mark.parametrize(
+    ("schema", "cycle"),
+    [
+        (schema_with(REF_A, a={"$ref": "#/$defs/b"}, b=REF_A), "#/$defs/a -> #/$defs/b -> #/$defs/a"),
+        (schema_with(REF_A, a=REF_A), "#/$defs/a -> #/$defs/a"),
+        (schema_with(REF_A, a={"anyOf": [{"type": "string"}, REF_A]}), "#/$defs/a -> #/$defs/a"),
+        (schema_with(REF_A, a={"allOf": [{"$ref": "#/$defs/b"}]}, b={"not": REF_A}), "#/$defs/a -> #/$defs/b"),
+        (schema_with(REF_A, a={"if": {"type": "string"}, "then": REF_A}), "#/$defs/a -> #/$defs/a"),
+        ({"type": "object", "properties": {}, "allOf": [{"$ref": "#"}]}, "# -> #"),
+        ({"type": "object", "dependentSchemas": {"k": {"$ref": "#"}}}, "# -> #"),
+    ],
+)
+def test_a_reference_cycle_on_the_same_value_is_refused_when_the_tool_is_made(schema: Any, cycle: str) -> None:
+    with pytest.raises(ToolDefinitionError, match="never reaches into the value") as caught:
+        tool_from_schema("f", schema, _echo)
+    assert str(caught.value).startswith(f"tool f: the $ref cycle {cycle}")
+
+
+@pytest.mark.parametrize(
+    ("ref", "why"),
+    [
+        ("https://schemas.example.com/x.json", "is not inside the schema (tether never fetches a schema)"),
+        ("other.json#/a", "is not inside the schema (tether never fetches a schema)"),
+        ("#/$defs/missing", "points to nothing in the schema"),
+        ("#nowhere", "names no anchor in the schema"),
+        ("#/required/0", "points to a value that is not a schema"),
+    ],
+)
+def test_a_reference_that_does_not_resolve_inside_the_schema_is_refused(ref: str, why: str) -> None:
+    schema = {"type": "object", "properties": {"x": {"$ref": ref}}, "required": ["x"]}
+    with pytest.raises(ToolDefinitionError) as caught:
+        tool_from_schema("f", schema, _echo)
+    assert str(caught.value) == f"tool f: $ref {ref!r} at #/properties/x {why}"
+
+
+@pytest.fixture
+def web_server() -> Iterator[tuple[str, list[str]]]:
+    """A real HTTP server serving a schema, and the paths it was asked for."""
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            body = json.dumps({"type": "integer"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/schema.json", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_remote_reference_is_never_fetched(web_server: tuple[str, list[str]]) -> None:
+    url, asked = web_server
+    schema = {"type": "object", "properties": {"x": {"$ref": url}}}
+    try:
+        made = tool_from_schema("f", schema, _echo)
+    except ToolDefinitionError as exc:
+        assert "tether never fetches a schema" in str(exc)
+    else:  # the unfixed gate: made, then the first invalid call fetched the URL to explain itself
+        check(made, {"x": "not an integer"})
+    assert asked == []
+
+
+TREE = {
+    "type": "object",
+    "properties": {"root": {"$ref": "#/$defs/node"}},
+    "required": ["root"],
+    "$defs": {
+        "node": {
+            "type": "object",
+            "properties": {"v": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+        }
+    },
+}
+
+
+def tree(levels: int, leaf: dict[str, Any]) -> dict[str, Any]:
+    """Arguments whose objects and arrays are nested ``levels`` deep (the arguments object counts)."""
+    node = leaf
+    for _ in range((levels - 2) // 2):
+        node = {"children": [node]}
+    return {"root": node}
+
+
+def test_a_schema_recursive_through_the_value_keeps_working() -> None:
+    made = tool_from_schema("plant", TREE, _echo)
+    assert isinstance(check(made, tree(10, {"v": 1})), Accepted)
+    refused = check(made, tree(10, {"v": "1"}))
+    assert isinstance(refused, Rejected) and refused.code == ErrorCode.INVALID_ARGUMENTS
+    assert refused.message.endswith(".children.0.v: expected integer, got string")
+    assert isinstance(check(made, {"root": {"children": [{"w": 1}]}}), Rejected)  # closed objects still closed
+    # References that resolve: an anchor, and a pointer into properties.
+    anchored = {"type": "object", "properties": {"x": {"$ref": "#word"}}, "$defs": {"w": {"$anchor": "word"}}}
+    assert isinstance(check(tool_from_schema("a", anchored, _echo), {"x": "y"}), Accepted)
+    pointer = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"$ref": "#/properties/a"}}}
+    assert isinstance(check(tool_from_schema("p", pointer, _echo), {"a": "x", "b": 5}), Rejected)
+    # A definition is checked only when referred to: one that refers to the root loops nowhere.
+    unused = {"type": "object", "properties": {"a": {"type": "string"}}, "$defs": {"back": {"$ref": "#"}}}
+    assert isinstance(check(tool_from_schema("u", unused, _echo), {"a": "x"}), Accepted)
+
+
+@pytest.mark.parametrize("leaf", [{}, {"v": "not an integer"}])
+def test_a_deep_value_gets_the_documented_refusal_never_a_recursion_error(leaf: dict[str, Any]) -> None:
+    made = tool_from_schema("plant", TREE, _echo)
+    assert isinstance(check(made, tree(MAX_DEPTH, {"v": 1})), Accepted)
+    for levels in (MAX_DEPTH + 2, 400, 900):
+        refused = check(made, tree(levels, leaf))
+        assert isinstance(refused, Rejected), levels
+        assert refused.code == ErrorCode.INVALID_ARGUMENTS
+        assert refused.message == "arguments: nested more than 64 levels deep"
+
+
+class Node(BaseModel):
+    name: str
+    children: list[Node] = []
+
+
+Either = TypeAliasType("Either", "int | Either")  # type: ignore[misc]  # a type that only refers to itself
+
+
+def test_the_typed_path_bounds_a_recursive_model_and_refuses_a_cycle() -> None:
+    @tool
+    def plant(root: Node) -> str:
+        """Plant a tree."""
+        return root.name
+
+    deep: dict[str, Any] = {"name": "leaf"}
+    for _ in range(300):
+        deep = {"name": "n", "children": [deep]}
+    assert isinstance(check(plant, {"root": {"name": "a", "children": [{"name": "b"}]}}), Accepted)
+    refused = check(plant, {"root": deep})
+    assert isinstance(refused, Rejected) and refused.message == "arguments: nested more than 64 levels deep"
+
+    with pytest.raises(ToolDefinitionError, match=r"the \$ref cycle #/\$defs/Either -> #/\$defs/Either"):
+
+        @tool
+        def pick(x: Either) -> None:  # type: ignore[valid-type]
+            """Pick one."""
+
+
+async def test_a_run_answers_a_deep_call_with_a_controlled_error() -> None:
+    """Through the whole loop over HTTP: the model gets invalid_arguments, and the run goes on."""
+    made = tool_from_schema("plant", TREE, _echo, read_only=True)
+    deep = json.dumps(tree(600, {}))
+    async with FakeServer([tool_calls([("c1", "plant", deep)]), text("done")]) as server:
+        model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x")
+        async with Agent(model, [made]) as agent:
+            result = await agent.run("plant it")
+    assert result.status.value == "completed"
+    sent = [m for m in server.requests[-1]["messages"] if m["role"] == "tool"]
+    assert json.loads(sent[0]["content"])["error"] == {
+        "code": "invalid_arguments",
+        "message": "arguments: nested more than 64 levels deep",
+        "retryable": True,
+    }
+
+
+def test_an_output_type_schema_gets_the_same_checks() -> None:
+    cyclic = schema_with(REF_A, a={"$ref": "#/$defs/b"}, b=REF_A)
+    with pytest.raises(ToolDefinitionError, match=r"^output_type: the \$ref cycle #/\$defs/a -> #/\$defs/b"):
+        Agent(OpenAIChatModel("fake", base_url="http://127.0.0.1:9/v1", api_key="x"), [], output_type=cyclic)
+    remote = {"type": "object", "properties": {"x": {"$ref": "https://schemas.example.com/x.json"}}}
+    with pytest.raises(ToolDefinitionError, match="tether never fetches a schema"):
+        Agent(OpenAIChatModel("fake", base_url="http://127.0.0.1:9/v1", api_key="x"), [], output_type=remote)
