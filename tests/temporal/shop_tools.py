@@ -7,6 +7,10 @@ before returning (time for a test to kill its worker mid-call). With
 ``SHOP_PRICE_SECONDS`` set, ``price`` takes that long, and each of its runs
 adds a line to the file named by ``SHOP_PRICE_LOG`` when it starts and when
 it ends (time for a test to stop its worker mid-call, and to count runs).
+With ``SHOP_GATE`` set, ``place_order`` adds a line to the file named by
+``SHOP_STARTED`` when it starts, then waits for the file named by
+``SHOP_GATE`` to exist before the effect (time for a test to kill its
+worker before the effect, or to look at the run store while it waits).
 """
 
 from __future__ import annotations
@@ -70,6 +74,11 @@ def place_order(item: str, quantity: int, context: ToolContext) -> dict[str, str
         item: tea or coffee.
         quantity: How many units.
     """
+    if gate := os.environ.get("SHOP_GATE"):
+        with open(os.environ["SHOP_STARTED"], "a") as f:
+            f.write(f"{context.idempotency_key} {os.getpid()}\n")
+        while not os.path.exists(gate):
+            time.sleep(0.02)
     with open(os.environ["SHOP_ORDERS"], "a") as f:
         f.write(json.dumps({"key": context.idempotency_key, "item": item, "quantity": quantity}) + "\n")
         f.flush()

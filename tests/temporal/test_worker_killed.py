@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from temporal_helpers import child_env, shop, spawn_worker, stop, transcript
 from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client
 
+from tether.store import SQLiteStore
 from tether.temporal.client import NotWaiting, decide, pending, reconcile, start_run, status
 from tether.temporal.devserver import DevServer
 from tether.testing import FakeServer
@@ -124,6 +126,66 @@ async def test_without_an_answer_from_the_hook_the_run_waits_for_a_person(
     assert json.loads(reply["content"]) == {"ok": True, "result": {"order": f"{handle.id}:c2"}}
 
 
+@pytest.mark.parametrize("by", ["hook", "person"])
+async def test_a_call_run_again_after_a_worker_died_before_its_effect_has_its_intent_in_the_ledger(
+    temporal_server: DevServer, tmp_path: Path, by: str
+) -> None:
+    """Killed before the effect; the hook (or a person, with ``--not-executed``) says it never ran, so it runs
+    again: its new intent is in the ledger before the effect, and the run verifies intact."""
+    orders, gate, started = tmp_path / "orders.jsonl", tmp_path / "gate", tmp_path / "started"
+    env = child_env(orders, SHOP_GATE=str(gate), SHOP_STARTED=str(started))
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(temporal_server.address)
+    with FakeServer(script=shop) as server:
+        first = spawn_worker(temporal_server.address, queue, server.base_url, env)
+        second = None
+        try:
+            handle = await start_run(client, "Order 2 tea.", task_queue=queue, heartbeat_seconds=1.0)
+            await until(client, handle.id, "awaiting_approval")
+            await decide(client, handle.id, "c2", approved=True)
+            await lines_in(started, 1)
+            first.send_signal(signal.SIGKILL)  # inside place_order, before its effect
+            first.wait()
+            second = spawn_worker(
+                temporal_server.address, queue, server.base_url, env | ({"SHOP_NO_HOOK": "1"} if by == "person" else {})
+            )
+            if by == "person":
+                await until(client, handle.id, "awaiting_reconciliation")
+                said = await asyncio.to_thread(
+                    subprocess.run,
+                    [sys.executable, "-m", "tether", "reconcile", handle.id, "c2", "--temporal",
+                     temporal_server.address, "--not-executed"],
+                    capture_output=True, text=True, env=env, timeout=60,
+                )  # fmt: skip
+                assert said.returncode == 0, said.stderr
+            await lines_in(started, 2)  # run again, waiting before its effect
+            with closing(SQLiteStore(tmp_path / "runs.db")) as store:
+                entry = store.ledger_entry(handle.id, "c2")
+            assert entry is not None and entry.outcome is None  # the intent is recorded before the effect
+            gate.touch()
+            result = await asyncio.wait_for(handle.result(), 60)
+        finally:
+            gate.touch()
+            stop(first)
+            if second is not None:
+                stop(second)
+
+    assert result["status"] == "completed"
+    assert [json.loads(line)["key"] for line in orders.read_text().splitlines()] == [f"{handle.id}:c2"]
+    with closing(SQLiteStore(tmp_path / "runs.db")) as store:
+        kinds = [e.kind for e in store.events(handle.id)]
+        assert kinds.count("intent_recorded") == 2 and kinds.count("outcome_recorded") == 1
+        entry = store.ledger_entry(handle.id, "c2")
+        assert entry is not None and entry.outcome is not None
+        assert store.verify(handle.id) == []
+    verified = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "tether", "runs", "verify", handle.id],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"run {handle.id}: intact" in verified.stdout
+
+
 def final_answer_held(seconds: float) -> Responder:
     """The shop's model, whose first final answer takes ``seconds`` (a worker waiting for it can be killed)."""
     held: list[bool] = []
@@ -208,6 +270,14 @@ async def until(client: Client, run_id: str, wanted: str, seconds: float = 30) -
     while (await status(client, run_id))["status"] != wanted:
         assert time.monotonic() < deadline, f"run {run_id} never reached {wanted}"
         await asyncio.sleep(0.05)
+
+
+async def lines_in(path: Path, count: int, seconds: float = 30) -> None:
+    """Wait until the file at ``path`` holds ``count`` lines."""
+    deadline = time.monotonic() + seconds
+    while not (path.exists() and len(path.read_text().splitlines()) >= count):
+        assert time.monotonic() < deadline, f"{path.name} never held {count} line(s)"
+        await asyncio.sleep(0.02)
 
 
 async def effect_written(orders: Path, seconds: float) -> None:

@@ -104,6 +104,8 @@ CALL_MODEL = "tether.call_model"
 RUN_TOOL = "tether.run_tool"
 RECONCILE = "tether.reconcile"
 SAVE = "tether.save"
+# A workflow change (``workflow.patched``): runs recorded before it replay without it.
+CLEARED_BEFORE_INTENT = "tether.cleared-before-intent"
 ENGINE = "temporal"  # the run's setup in the store says which engine drives it
 
 DEFAULT_HEARTBEAT_SECONDS = 10.0
@@ -487,6 +489,10 @@ class RunWorkflow:
                         untrusted.add(call.call_id)
                 continue
             call = todo[0]
+            if call.call_id in self._cleared and workflow.patched(CLEARED_BEFORE_INTENT):
+                # Run again, found never to have run: its old intent goes first, in a save of its own. A save
+                # writes its intents before its clears, and the new intent would be taken for the old one.
+                await self._save()
             self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
             await self._save(intents=(call,))  # in the store before the effect can happen
             try:
