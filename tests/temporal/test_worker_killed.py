@@ -133,7 +133,7 @@ async def test_a_call_run_again_after_a_worker_died_before_its_effect_has_its_in
     """Killed before the effect; the hook (or a person, with ``--not-executed``) says it never ran, so it runs
     again: its new intent is in the ledger before the effect, and the run verifies intact."""
     orders, gate, started = tmp_path / "orders.jsonl", tmp_path / "gate", tmp_path / "started"
-    env = child_env(orders, SHOP_GATE=str(gate), SHOP_STARTED=str(started))
+    env = child_env(orders, SHOP_ORDER_GATE=str(gate), SHOP_ORDER_STARTED=str(started))
     queue = f"q-{uuid.uuid4().hex[:8]}"
     client = await Client.connect(temporal_server.address)
     with FakeServer(script=shop) as server:

@@ -27,6 +27,7 @@ from tether.cli.common import (
     db_option,
     fail,
     open_store,
+    seconds,
 )
 from tether.core.budget import Budget, RunConfig
 from tether.core.errors import ConfigurationError, TetherError
@@ -34,6 +35,8 @@ from tether.core.machine import Status
 
 DEFAULT_TASK_QUEUE = "tether"
 POLL_SECONDS = 0.1
+# A save retries for about 90 s (the workflow's SAVE_RETRY) while a worker that died mid-save holds the run's lease.
+MAX_WORKER_LEASE_SECONDS = 60.0
 
 temporal_option = click.option(
     "--temporal",
@@ -99,6 +102,25 @@ async def _connect(address: str) -> Any:
 @click.option("--provider", envvar="TETHER_PROVIDER", metavar="NAME", help="A provider profile [env: TETHER_PROVIDER].")
 @db_option
 @click.option("--log-content", is_flag=True, help="Keep prompts, replies and results in the audit events.")
+@click.option(
+    "--heartbeat",
+    "heartbeat_seconds",
+    type=float,
+    callback=seconds(),
+    metavar="SECONDS",
+    help="Heartbeat timeout of the runs started without their own: a call or model request whose worker "
+    "is silent this long is taken for dead (a side effect's outcome becomes unknown, a read is retried "
+    "elsewhere) [default: 10].",
+)
+@click.option(
+    "--lease-seconds",
+    envvar="TETHER_LEASE_SECONDS",
+    type=float,
+    callback=seconds(at_most=MAX_WORKER_LEASE_SECONDS),
+    metavar="SECONDS",
+    help="How long the run store lease a save takes holds the run if this worker dies mid-save, at most "
+    f"{MAX_WORKER_LEASE_SECONDS:g} [env: TETHER_LEASE_SECONDS; default: 30].",
+)
 def worker(
     temporal_address: str | None,
     task_queue: str,
@@ -110,6 +132,8 @@ def worker(
     provider: str | None,
     db: str | None,
     log_content: bool,
+    heartbeat_seconds: float | None,
+    lease_seconds: float | None,
 ) -> None:
     """Run Temporal runs' workflows and activities until interrupted (SIGINT or SIGTERM).
 
@@ -123,6 +147,7 @@ def worker(
     Examples:
       tether worker --temporal 127.0.0.1:7233 --task-queue tether --tools calc
       tether worker --temporal temporal:7233 --tools calc --db postgresql://tether@db/tether
+      tether worker --temporal 127.0.0.1:7233 --tools calc --heartbeat 3 --lease-seconds 10
     """
     _require_sdk()
     if not temporal_address:
@@ -138,7 +163,7 @@ def worker(
     try:
         tools = _tools(toolsets, files_root or os.environ.get("TETHER_FILES_ROOT"))
         chat = _model(setup, api_key)
-        store = open_store(db, log_content)
+        store = open_store(db, log_content, lease_seconds=lease_seconds)
     except TetherError as exc:
         _fail(str(exc), exc.exit_code)
 
@@ -150,7 +175,7 @@ def worker(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with make_worker(client, task_queue, chat, tools, store=store):
+        async with make_worker(client, task_queue, chat, tools, store=store, heartbeat_seconds=heartbeat_seconds):
             click.echo(f"worker polling {task_queue} on {temporal_address} with {len(tools)} tool(s)", err=True)
             await stop.wait()
         await chat.aclose()
