@@ -12,6 +12,7 @@ by ``SHOP_ORDER_STARTED`` when it starts, then waits for the file named by
 ``SHOP_ORDER_GATE`` to exist before the effect (time for a test to kill its
 worker before the effect, or to look at the run store while it waits); with
 ``SHOP_HOOK_GATE`` and ``SHOP_HOOK_STARTED``, its reconcile hook does the same.
+With ``SHOP_NO_APPROVAL`` set, ``place_order`` needs no approval.
 """
 
 from __future__ import annotations
@@ -77,7 +78,11 @@ def _reconcile(context: ToolContext, arguments: dict[str, Any]) -> Executed | No
     return Executed({"order": context.idempotency_key}) if found else NotExecuted()
 
 
-@tool(approval=True, reconcile=_reconcile)
+def _needs_approval(arguments: dict[str, Any]) -> bool:
+    return not os.environ.get("SHOP_NO_APPROVAL")
+
+
+@tool(approval=_needs_approval, reconcile=_reconcile)
 def place_order(item: str, quantity: int, context: ToolContext) -> dict[str, str]:
     """Order an item; takes effect once.
 

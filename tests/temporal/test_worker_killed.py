@@ -1,5 +1,5 @@
 """SIGKILL of a worker: in the middle of a side-effecting call, the effect happens exactly once; holding a run, the
-run is finished by another worker.
+run is finished by another worker; `tether run --engine temporal` waiting meanwhile reports the run as it is.
 
 The call gets one attempt only, so nothing runs it again blindly: its missed
 heartbeat makes the outcome unknown, another worker asks the tool's
@@ -263,6 +263,125 @@ async def test_a_worker_killed_holding_the_run_leaves_it_to_another_worker(
     assert waited.total_seconds() < 6  # make_worker's few seconds, not Temporal's default 10
     assert len({e.workflow_task_completed_event_attributes.identity for e in events
                 if e.HasField("workflow_task_completed_event_attributes")}) == 2  # fmt: skip
+
+
+def waiting_client(address: str, queue: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`tether run --engine temporal` for the shop's prompt, waiting for the run's end or a pause."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tether", "run", "Order 2 tea.", "--engine", "temporal", "--temporal", address,
+         "--task-queue", queue],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("hook", [True, False])
+async def test_the_waiting_client_reports_a_reconciliation_only_when_a_person_must_decide(
+    temporal_server: DevServer, tmp_path: Path, hook: bool
+) -> None:
+    """The order's worker dies after the effect; while the hook of another worker decides, the run is
+    ``reconciling`` and `tether run` waits on: it ends with the answer. Without a hook it reports the wait."""
+    orders, gate, hooked = tmp_path / "orders.jsonl", tmp_path / "gate", tmp_path / "hooked"
+    env = child_env(orders, SHOP_NO_APPROVAL="1")
+    address, queue = temporal_server.address, f"q-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(address)
+    with FakeServer(script=shop) as server:
+        first = spawn_worker(address, queue, server.base_url, env | {"SHOP_HANG_AFTER": "60"}, "--heartbeat", "1")
+        second = None
+        waiting = waiting_client(address, queue, env)
+        try:
+            await effect_written(orders, seconds=30)
+            run_id = json.loads(orders.read_text())["key"].split(":")[0]
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            decides = {"SHOP_HOOK_GATE": str(gate), "SHOP_HOOK_STARTED": str(hooked)} if hook else {"SHOP_NO_HOOK": "1"}
+            second = spawn_worker(address, queue, server.base_url, env | decides, "--heartbeat", "1")
+            if hook:
+                await lines_in(hooked, 1)  # the hook is deciding, and holds still until the gate opens
+                found = await status(client, run_id)
+                assert (found["status"], found["phase"]) == ("awaiting_reconciliation", "reconciling")
+                assert await pending(client, run_id) == []  # nothing for a person to do
+                assert waiting.poll() is None  # so the client waits on
+                gate.touch()
+            out, err = await asyncio.to_thread(waiting.communicate, timeout=90)
+            after = await status(client, run_id)
+        finally:
+            gate.touch()
+            stop(first)
+            if second is not None:
+                stop(second)
+            if waiting.poll() is None:
+                waiting.kill()
+
+    assert "Traceback" not in err
+    if hook:
+        assert waiting.returncode == 0, err
+        assert (after["status"], after["phase"]) == ("completed", "finished")
+        assert out == "Ordered 2 tea for 6.\n"
+        assert "paused" not in err
+    else:
+        assert waiting.returncode == 21, err  # awaiting_reconciliation
+        assert (after["status"], after["phase"]) == ("awaiting_reconciliation", "waiting")
+        assert f"paused: the outcome of call c2 is unknown; record it with `tether reconcile {run_id} c2" in err
+    assert len(orders.read_text().splitlines()) == 1
+
+
+async def test_the_waiting_client_outlives_a_worker_killed_holding_the_run(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    """The only worker dies waiting for the model: queries go unanswered, and `tether run` says so and waits on
+    (it does not crash); once another worker takes the run it reports the wait for approval at once."""
+    orders = tmp_path / "orders.jsonl"
+    env = child_env(orders)
+    address, queue = temporal_server.address, f"q-{uuid.uuid4().hex[:8]}"
+    with FakeServer(script=first_request_held(120.0)) as server:
+        first = spawn_worker(address, queue, server.base_url, env, "--heartbeat", "1")
+        second = None
+        waiting = waiting_client(address, queue, env)
+        assert waiting.stderr is not None
+        said: list[str] = []
+        try:
+            deadline = time.monotonic() + 30
+            while not server.requests:
+                assert time.monotonic() < deadline, "the model was never asked"
+                await asyncio.sleep(0.02)
+            first.send_signal(signal.SIGKILL)  # it held the run
+            first.wait()
+            while not said or "cannot be read now" not in said[-1]:
+                line = await asyncio.to_thread(waiting.stderr.readline)
+                assert line, f"the client ended: {''.join(said)}"
+                said.append(line)
+            assert waiting.poll() is None
+            second = spawn_worker(address, queue, server.base_url, env, "--heartbeat", "1")
+            out, err = await asyncio.to_thread(waiting.communicate, timeout=90)
+        finally:
+            stop(first)
+            if second is not None:
+                stop(second)
+            if waiting.poll() is None:
+                waiting.kill()
+
+    err = "".join(said) + err
+    assert waiting.returncode == 20, err  # awaiting_approval
+    assert "Traceback" not in err
+    run_id = said[-1].split()[1].rstrip(":")
+    assert said[-1].startswith(f"run {run_id}: its status cannot be read now (")
+    assert out == ""  # no answer yet
+    needs = "paused: call c2 place_order needs approval: place_order requires approval; approve with"
+    assert f"{needs} `tether approve {run_id} c2" in err
+
+
+def first_request_held(seconds: float) -> Responder:
+    """The shop's model, whose first reply takes ``seconds`` (the worker waiting for it can be killed)."""
+    held: list[bool] = []
+
+    def respond(request: dict[str, Any]) -> ReplySpec:
+        reply = shop(request)
+        if not held:
+            held.append(True)
+            return replace(reply, latency=seconds)
+        return reply
+
+    return respond
 
 
 async def until(client: Client, run_id: str, wanted: str, seconds: float = 30) -> None:

@@ -35,6 +35,7 @@ from tether.core.machine import Status
 
 DEFAULT_TASK_QUEUE = "tether"
 POLL_SECONDS = 0.1
+QUIET_SECONDS = 10.0  # queries no worker answers for this long are said once; the wait goes on
 # A save retries for about 90 s (the workflow's SAVE_RETRY) while a worker that died mid-save holds the run's lease.
 MAX_WORKER_LEASE_SECONDS = 60.0
 
@@ -256,6 +257,13 @@ def dev_server(port: int, db_filename: str | None) -> None:
     click.echo("Temporal dev server stopped", err=True)
 
 
+def _waiting_for_a_person(found: dict[str, Any], current: Status) -> bool:
+    """Whether the run waits for a person, not for its reconcile hooks (the status query's ``phase``)."""
+    waits = current in (Status.AWAITING_APPROVAL, Status.AWAITING_RECONCILIATION)
+    phase: str = found.get("phase", "waiting" if waits else "running")  # none: a worker from before phases
+    return phase == "waiting"
+
+
 def run_on_temporal(
     prompt: str,
     *,
@@ -281,8 +289,9 @@ def run_on_temporal(
 
     async def go() -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
         from temporalio.client import WorkflowFailureError
+        from temporalio.service import RPCError
 
-        from tether.temporal.client import pending, start_run, status
+        from tether.temporal.client import pending, start_run, status, transient
         from tether.temporal.workflow import failure_reason
 
         client = await _connect(address)  # first: an unreachable server leaves nothing in the store
@@ -296,22 +305,37 @@ def run_on_temporal(
                 store.close()
         if not wait:
             return handle.id, {"status": Status.READY.value}, []
+        said = False  # that no worker answers: said once while it lasts
         while True:  # queries, not the result: a run paused for a person has no result yet
-            found = await status(client, handle.id)
-            current = Status(found["status"])
-            if current.terminal:
-                try:
-                    return handle.id, await handle.result(), []
-                except WorkflowFailureError as exc:  # recorded in the store as cancelled, with this reason
-                    return handle.id, {"status": Status.CANCELLED.value, "reason": failure_reason(exc)}, []
-            if current in (Status.AWAITING_APPROVAL, Status.AWAITING_RECONCILIATION):
-                return handle.id, found, await pending(client, handle.id)
+            try:
+                found = await status(client, handle.id, patience=QUIET_SECONDS)
+                current = Status(found["status"])
+                if current.terminal:
+                    try:
+                        return handle.id, await handle.result(), []
+                    except WorkflowFailureError as exc:  # recorded in the store as cancelled, with this reason
+                        return handle.id, {"status": Status.CANCELLED.value, "reason": failure_reason(exc)}, []
+                if _waiting_for_a_person(found, current):
+                    waiting = await pending(client, handle.id, patience=QUIET_SECONDS)
+                    if waiting:  # else decided meanwhile: the run goes on
+                        return handle.id, found, waiting
+                said = False
+            except RPCError as exc:
+                if not transient(exc):
+                    raise
+                if not said:
+                    click.echo(f"run {handle.id}: its status cannot be read now ({exc.message}); waiting", err=True)
+                    said = True
             await asyncio.sleep(POLL_SECONDS)
+
+    from temporalio.service import RPCError
 
     try:
         run_id, summary, waiting = asyncio.run(go())
     except TetherError as exc:
         _fail(str(exc), exc.exit_code)
+    except RPCError as exc:  # not one that passes (no such run, a refused request)
+        _fail(f"the Temporal server at {address}: {exc}", EXIT_INTERNAL)
     if not wait:
         click.echo(json.dumps({"run_id": run_id, "engine": "temporal"}) if as_json else run_id)
         leave(0)
