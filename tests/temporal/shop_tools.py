@@ -7,6 +7,12 @@ before returning (time for a test to kill its worker mid-call). With
 ``SHOP_PRICE_SECONDS`` set, ``price`` takes that long, and each of its runs
 adds a line to the file named by ``SHOP_PRICE_LOG`` when it starts and when
 it ends (time for a test to stop its worker mid-call, and to count runs).
+With ``SHOP_ORDER_GATE`` set, ``place_order`` adds a line to the file named
+by ``SHOP_ORDER_STARTED`` when it starts, then waits for the file named by
+``SHOP_ORDER_GATE`` to exist before the effect (time for a test to kill its
+worker before the effect, or to look at the run store while it waits); with
+``SHOP_HOOK_GATE`` and ``SHOP_HOOK_STARTED``, its reconcile hook does the same.
+With ``SHOP_NO_APPROVAL`` set, ``place_order`` needs no approval.
 """
 
 from __future__ import annotations
@@ -54,15 +60,29 @@ async def price(item: str) -> int:
     return PRICES[item]
 
 
+def _hold(what: str, key: str) -> None:
+    """With ``SHOP_{what}_GATE`` set: note the start in ``SHOP_{what}_STARTED``, then wait for the gate to open."""
+    if gate := os.environ.get(f"SHOP_{what}_GATE"):
+        with open(os.environ[f"SHOP_{what}_STARTED"], "a") as f:
+            f.write(f"{key} {os.getpid()}\n")
+        while not os.path.exists(gate):
+            time.sleep(0.02)
+
+
 def _reconcile(context: ToolContext, arguments: dict[str, Any]) -> Executed | NotExecuted | None:
     """Look the order up by its idempotency key, as a real shop's API would allow (not with ``SHOP_NO_HOOK``)."""
+    _hold("HOOK", context.idempotency_key)
     if os.environ.get("SHOP_NO_HOOK"):
         return None  # the hook cannot tell: a person must
     found = _orders(context.idempotency_key)
     return Executed({"order": context.idempotency_key}) if found else NotExecuted()
 
 
-@tool(approval=True, reconcile=_reconcile)
+def _needs_approval(arguments: dict[str, Any]) -> bool:
+    return not os.environ.get("SHOP_NO_APPROVAL")
+
+
+@tool(approval=_needs_approval, reconcile=_reconcile)
 def place_order(item: str, quantity: int, context: ToolContext) -> dict[str, str]:
     """Order an item; takes effect once.
 
@@ -70,6 +90,7 @@ def place_order(item: str, quantity: int, context: ToolContext) -> dict[str, str
         item: tea or coffee.
         quantity: How many units.
     """
+    _hold("ORDER", context.idempotency_key)
     with open(os.environ["SHOP_ORDERS"], "a") as f:
         f.write(json.dumps({"key": context.idempotency_key, "item": item, "quantity": quantity}) + "\n")
         f.flush()

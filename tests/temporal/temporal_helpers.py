@@ -40,11 +40,11 @@ def transcript(orders: Path, run_id: str) -> list[dict[str, Any]]:
         store.close()
 
 
-def spawn_worker(address: str, queue: str, base_url: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    """`tether worker` with the shop's tools, returned once it polls."""
+def spawn_worker(address: str, queue: str, base_url: str, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+    """`tether worker` with the shop's tools (and ``extra`` options), returned once it polls."""
     process = subprocess.Popen(
         [sys.executable, "-m", "tether", "worker", "--temporal", address, "--task-queue", queue,
-         "--tools", "shop_tools:TOOLS", "--base-url", base_url, "--model", "fake", "--api-key", "k"],
+         "--tools", "shop_tools:TOOLS", "--base-url", base_url, "--model", "fake", "--api-key", "k", *extra],
         env=env, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert process.stderr is not None

@@ -19,6 +19,7 @@ from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from tether.temporal.worker import HeartbeatDefault
 from tether.temporal.workflow import WORKFLOW_NAME, RunWorkflow
 
 HISTORY = Path(__file__).parent / "histories" / "order_with_approval.json"
@@ -33,6 +34,13 @@ async def test_the_workflow_replays_a_recorded_run() -> None:
     kinds = {e.event_type for e in history.events}
     assert len(history.events) > 20 and kinds  # a whole run: model, tools, an update, the finish
     result = await Replayer(workflows=[RunWorkflow]).replay_workflow(history)
+    assert result.replay_failure is None
+
+
+async def test_a_worker_with_its_own_heartbeat_replays_a_run_recorded_without_one() -> None:
+    """``tether worker --heartbeat`` changes the timeouts of the activities it schedules, not what it schedules."""
+    replayer = Replayer(workflows=[RunWorkflow], interceptors=[HeartbeatDefault(3.0)])
+    result = await replayer.replay_workflow(recorded())
     assert result.replay_failure is None
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from temporal_helpers import child_env, shop, spawn_worker, stop, transcript
 from temporalio.client import Client, WorkflowFailureError
 
 from tether.store import SQLiteStore
-from tether.temporal.client import status
+from tether.temporal.client import start_run, status
 from tether.temporal.devserver import DevServer
 from tether.testing import FakeServer
 from tether.testing.fake_server import text
@@ -214,3 +216,69 @@ def test_a_run_whose_workflow_fails_ends_cancelled_with_the_reason(
     listed = tether(env, "runs", "list", "--json")
     [entry] = [r for r in json.loads(listed.stdout) if r["engine"] == "temporal"]
     assert entry["status"] == "cancelled"
+
+
+async def test_the_worker_heartbeat_is_the_heartbeat_timeout_of_runs_started_without_one(
+    temporal_server: DevServer, env: dict[str, str]
+) -> None:
+    address, queue = temporal_server.address, f"q-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(address)
+    with FakeServer(script=shop) as server:
+        process = spawn_worker(address, queue, server.base_url, env, "--heartbeat", "1.5")
+        try:
+            started = tether(env, "run", "Order 2 tea.", "--engine", "temporal", "--temporal", address,
+                             "--task-queue", queue, "--no-wait")  # fmt: skip
+            assert started.returncode == 0, started.stderr
+            plain = client.get_workflow_handle(started.stdout.strip())
+            own = await start_run(client, "Order 2 tea.", task_queue=queue, heartbeat_seconds=4.0)
+            for handle in (plain, own):
+                await wait_paused(address, handle.id)
+            histories = [await plain.fetch_history(), await own.fetch_history()]
+        finally:
+            stop(process)
+
+    def heartbeats(history: Any) -> list[tuple[str, float]]:
+        scheduled = [e.activity_task_scheduled_event_attributes for e in history.events
+                     if e.HasField("activity_task_scheduled_event_attributes")]  # fmt: skip
+        return [(a.activity_type.name, a.heartbeat_timeout.ToTimedelta().total_seconds()) for a in scheduled
+                if a.activity_type.name != "tether.save"]  # fmt: skip
+
+    # The model requests and the price, until the pause: the worker's 1.5 s, unless the run names its own.
+    assert heartbeats(histories[0]) == [
+        ("tether.call_model", 1.5),
+        ("tether.run_tool", 1.5),
+        ("tether.call_model", 1.5),
+    ]
+    assert heartbeats(histories[1]) == [
+        ("tether.call_model", 4.0),
+        ("tether.run_tool", 4.0),
+        ("tether.call_model", 4.0),
+    ]
+
+
+async def test_the_worker_lease_seconds_is_the_lease_its_saves_take(
+    temporal_server: DevServer, env: dict[str, str]
+) -> None:
+    """A save takes the run's lease, then refuses a run whose row was changed outside tether: the lease it
+    leaves lasts --lease-seconds (the time another worker waits when one dies mid-save)."""
+    address, queue, db = temporal_server.address, f"q-{uuid.uuid4().hex[:8]}", env["TETHER_DB"]
+    started = tether(env, "run", "Order 2 tea.", "--engine", "temporal", "--temporal", address,
+                     "--task-queue", queue, "--no-wait", "--db", db)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    with closing(sqlite3.connect(db)) as connection, connection:
+        connection.execute("UPDATE runs SET status = 'completed' WHERE id = ?", (run_id,))
+    with FakeServer(script=shop) as server:
+        process = spawn_worker(address, queue, server.base_url, env, "--lease-seconds", "5")
+        try:
+            with pytest.raises(WorkflowFailureError):
+                await asyncio.wait_for(result_of(address, run_id), 60)
+        finally:
+            stop(process)
+        assert server.requests == []  # refused before the model was asked
+    with closing(sqlite3.connect(db)) as connection:
+        owner, until = connection.execute(
+            "SELECT lease_owner, lease_until FROM runs WHERE id = ?", (run_id,)
+        ).fetchone()
+    assert owner is not None
+    assert until <= time.time() + 5  # taken (for the last time) before now, for 5 s; 30 by default

@@ -1,5 +1,5 @@
 """SIGKILL of a worker: in the middle of a side-effecting call, the effect happens exactly once; holding a run, the
-run is finished by another worker.
+run is finished by another worker; `tether run --engine temporal` waiting meanwhile reports the run as it is.
 
 The call gets one attempt only, so nothing runs it again blindly: its missed
 heartbeat makes the outcome unknown, another worker asks the tool's
@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from temporal_helpers import child_env, shop, spawn_worker, stop, transcript
 from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client
 
+from tether.store import SQLiteStore
 from tether.temporal.client import NotWaiting, decide, pending, reconcile, start_run, status
 from tether.temporal.devserver import DevServer
 from tether.testing import FakeServer
@@ -124,6 +126,66 @@ async def test_without_an_answer_from_the_hook_the_run_waits_for_a_person(
     assert json.loads(reply["content"]) == {"ok": True, "result": {"order": f"{handle.id}:c2"}}
 
 
+@pytest.mark.parametrize("by", ["hook", "person"])
+async def test_a_call_run_again_after_a_worker_died_before_its_effect_has_its_intent_in_the_ledger(
+    temporal_server: DevServer, tmp_path: Path, by: str
+) -> None:
+    """Killed before the effect; the hook (or a person, with ``--not-executed``) says it never ran, so it runs
+    again: its new intent is in the ledger before the effect, and the run verifies intact."""
+    orders, gate, started = tmp_path / "orders.jsonl", tmp_path / "gate", tmp_path / "started"
+    env = child_env(orders, SHOP_ORDER_GATE=str(gate), SHOP_ORDER_STARTED=str(started))
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(temporal_server.address)
+    with FakeServer(script=shop) as server:
+        first = spawn_worker(temporal_server.address, queue, server.base_url, env)
+        second = None
+        try:
+            handle = await start_run(client, "Order 2 tea.", task_queue=queue, heartbeat_seconds=1.0)
+            await until(client, handle.id, "awaiting_approval")
+            await decide(client, handle.id, "c2", approved=True)
+            await lines_in(started, 1)
+            first.send_signal(signal.SIGKILL)  # inside place_order, before its effect
+            first.wait()
+            second = spawn_worker(
+                temporal_server.address, queue, server.base_url, env | ({"SHOP_NO_HOOK": "1"} if by == "person" else {})
+            )
+            if by == "person":
+                await until(client, handle.id, "awaiting_reconciliation")
+                said = await asyncio.to_thread(
+                    subprocess.run,
+                    [sys.executable, "-m", "tether", "reconcile", handle.id, "c2", "--temporal",
+                     temporal_server.address, "--not-executed"],
+                    capture_output=True, text=True, env=env, timeout=60,
+                )  # fmt: skip
+                assert said.returncode == 0, said.stderr
+            await lines_in(started, 2)  # run again, waiting before its effect
+            with closing(SQLiteStore(tmp_path / "runs.db")) as store:
+                entry = store.ledger_entry(handle.id, "c2")
+            assert entry is not None and entry.outcome is None  # the intent is recorded before the effect
+            gate.touch()
+            result = await asyncio.wait_for(handle.result(), 60)
+        finally:
+            gate.touch()
+            stop(first)
+            if second is not None:
+                stop(second)
+
+    assert result["status"] == "completed"
+    assert [json.loads(line)["key"] for line in orders.read_text().splitlines()] == [f"{handle.id}:c2"]
+    with closing(SQLiteStore(tmp_path / "runs.db")) as store:
+        kinds = [e.kind for e in store.events(handle.id)]
+        assert kinds.count("intent_recorded") == 2 and kinds.count("outcome_recorded") == 1
+        entry = store.ledger_entry(handle.id, "c2")
+        assert entry is not None and entry.outcome is not None
+        assert store.verify(handle.id) == []
+    verified = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "tether", "runs", "verify", handle.id],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"run {handle.id}: intact" in verified.stdout
+
+
 def final_answer_held(seconds: float) -> Responder:
     """The shop's model, whose first final answer takes ``seconds`` (a worker waiting for it can be killed)."""
     held: list[bool] = []
@@ -203,11 +265,138 @@ async def test_a_worker_killed_holding_the_run_leaves_it_to_another_worker(
                 if e.HasField("workflow_task_completed_event_attributes")}) == 2  # fmt: skip
 
 
+def waiting_client(address: str, queue: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`tether run --engine temporal` for the shop's prompt, waiting for the run's end or a pause."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tether", "run", "Order 2 tea.", "--engine", "temporal", "--temporal", address,
+         "--task-queue", queue],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("hook", [True, False])
+async def test_the_waiting_client_reports_a_reconciliation_only_when_a_person_must_decide(
+    temporal_server: DevServer, tmp_path: Path, hook: bool
+) -> None:
+    """The order's worker dies after the effect; while the hook of another worker decides, the run is
+    ``reconciling`` and `tether run` waits on: it ends with the answer. Without a hook it reports the wait."""
+    orders, gate, hooked = tmp_path / "orders.jsonl", tmp_path / "gate", tmp_path / "hooked"
+    env = child_env(orders, SHOP_NO_APPROVAL="1")
+    address, queue = temporal_server.address, f"q-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(address)
+    with FakeServer(script=shop) as server:
+        first = spawn_worker(address, queue, server.base_url, env | {"SHOP_HANG_AFTER": "60"}, "--heartbeat", "1")
+        second = None
+        waiting = waiting_client(address, queue, env)
+        try:
+            await effect_written(orders, seconds=30)
+            run_id = json.loads(orders.read_text())["key"].split(":")[0]
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            decides = {"SHOP_HOOK_GATE": str(gate), "SHOP_HOOK_STARTED": str(hooked)} if hook else {"SHOP_NO_HOOK": "1"}
+            second = spawn_worker(address, queue, server.base_url, env | decides, "--heartbeat", "1")
+            if hook:
+                await lines_in(hooked, 1)  # the hook is deciding, and holds still until the gate opens
+                found = await status(client, run_id)
+                assert (found["status"], found["phase"]) == ("awaiting_reconciliation", "reconciling")
+                assert await pending(client, run_id) == []  # nothing for a person to do
+                assert waiting.poll() is None  # so the client waits on
+                gate.touch()
+            out, err = await asyncio.to_thread(waiting.communicate, timeout=90)
+            after = await status(client, run_id)
+        finally:
+            gate.touch()
+            stop(first)
+            if second is not None:
+                stop(second)
+            if waiting.poll() is None:
+                waiting.kill()
+
+    assert "Traceback" not in err
+    if hook:
+        assert waiting.returncode == 0, err
+        assert (after["status"], after["phase"]) == ("completed", "finished")
+        assert out == "Ordered 2 tea for 6.\n"
+        assert "paused" not in err
+    else:
+        assert waiting.returncode == 21, err  # awaiting_reconciliation
+        assert (after["status"], after["phase"]) == ("awaiting_reconciliation", "waiting")
+        assert f"paused: the outcome of call c2 is unknown; record it with `tether reconcile {run_id} c2" in err
+    assert len(orders.read_text().splitlines()) == 1
+
+
+async def test_the_waiting_client_outlives_a_worker_killed_holding_the_run(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    """The only worker dies waiting for the model: queries go unanswered, and `tether run` says so and waits on
+    (it does not crash); once another worker takes the run it reports the wait for approval at once."""
+    orders = tmp_path / "orders.jsonl"
+    env = child_env(orders)
+    address, queue = temporal_server.address, f"q-{uuid.uuid4().hex[:8]}"
+    with FakeServer(script=first_request_held(120.0)) as server:
+        first = spawn_worker(address, queue, server.base_url, env, "--heartbeat", "1")
+        second = None
+        waiting = waiting_client(address, queue, env)
+        assert waiting.stderr is not None
+        said: list[str] = []
+        try:
+            deadline = time.monotonic() + 30
+            while not server.requests:
+                assert time.monotonic() < deadline, "the model was never asked"
+                await asyncio.sleep(0.02)
+            first.send_signal(signal.SIGKILL)  # it held the run
+            first.wait()
+            while not said or "cannot be read now" not in said[-1]:
+                line = await asyncio.to_thread(waiting.stderr.readline)
+                assert line, f"the client ended: {''.join(said)}"
+                said.append(line)
+            assert waiting.poll() is None
+            second = spawn_worker(address, queue, server.base_url, env, "--heartbeat", "1")
+            out, err = await asyncio.to_thread(waiting.communicate, timeout=90)
+        finally:
+            stop(first)
+            if second is not None:
+                stop(second)
+            if waiting.poll() is None:
+                waiting.kill()
+
+    err = "".join(said) + err
+    assert waiting.returncode == 20, err  # awaiting_approval
+    assert "Traceback" not in err
+    run_id = said[-1].split()[1].rstrip(":")
+    assert said[-1].startswith(f"run {run_id}: its status cannot be read now (")
+    assert out == ""  # no answer yet
+    needs = "paused: call c2 place_order needs approval: place_order requires approval; approve with"
+    assert f"{needs} `tether approve {run_id} c2" in err
+
+
+def first_request_held(seconds: float) -> Responder:
+    """The shop's model, whose first reply takes ``seconds`` (the worker waiting for it can be killed)."""
+    held: list[bool] = []
+
+    def respond(request: dict[str, Any]) -> ReplySpec:
+        reply = shop(request)
+        if not held:
+            held.append(True)
+            return replace(reply, latency=seconds)
+        return reply
+
+    return respond
+
+
 async def until(client: Client, run_id: str, wanted: str, seconds: float = 30) -> None:
     deadline = time.monotonic() + seconds
     while (await status(client, run_id))["status"] != wanted:
         assert time.monotonic() < deadline, f"run {run_id} never reached {wanted}"
         await asyncio.sleep(0.05)
+
+
+async def lines_in(path: Path, count: int, seconds: float = 30) -> None:
+    """Wait until the file at ``path`` holds ``count`` lines."""
+    deadline = time.monotonic() + seconds
+    while not (path.exists() and len(path.read_text().splitlines()) >= count):
+        assert time.monotonic() < deadline, f"{path.name} never held {count} line(s)"
+        await asyncio.sleep(0.02)
 
 
 async def effect_written(orders: Path, seconds: float) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import click
@@ -35,11 +37,28 @@ def fail(message: str, code: int = EXIT_CONFIGURATION) -> NoReturn:
     sys.exit(code)
 
 
-def open_store(db: str | None, log_content: bool = False) -> Any:
+def open_store(db: str | None, log_content: bool = False, *, lease_seconds: float | None = None) -> Any:
     """The run store ``--db`` (else ``$TETHER_DB``) names: a ``postgresql://`` url or a SQLite file."""
     from tether.store import open_store as open_run_store
 
-    return open_run_store(db, log_content=log_content)
+    leases = {} if lease_seconds is None else {"lease_seconds": lease_seconds}
+    return open_run_store(db, log_content=log_content, **leases)
+
+
+def seconds(at_most: float | None = None) -> Callable[[click.Context, click.Parameter, float | None], float | None]:
+    """An option's check (``type=float, callback=seconds()``): a number of seconds, finite and above 0, and at
+    most ``at_most``; anything else is a usage error (exit 2)."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+        if value is None:
+            return None
+        if not (math.isfinite(value) and value > 0):
+            raise click.BadParameter(f"{value:g} is not a number of seconds above 0", ctx, param)
+        if at_most is not None and value > at_most:
+            raise click.BadParameter(f"{value:g} is more than {at_most:g} seconds", ctx, param)
+        return value
+
+    return check
 
 
 db_option = click.option(

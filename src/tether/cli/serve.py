@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tether.cli.common import fail
+from tether.cli.common import fail, seconds
 from tether.core.errors import TetherError
 
 if TYPE_CHECKING:
@@ -40,6 +40,13 @@ if TYPE_CHECKING:
     show_default=True,
     help="Processes serving the port; more than one needs a postgresql:// run store.",
 )
+@click.option(
+    "--lease-seconds",
+    type=float,
+    callback=seconds(),
+    metavar="SECONDS",
+    help="How long a process's lease on a run outlives the process [env: TETHER_LEASE_SECONDS; default: 30].",
+)
 def serve(
     host: str,
     port: int,
@@ -50,6 +57,7 @@ def serve(
     kb_index: Path | None,
     seed: bool,
     workers: int,
+    lease_seconds: float | None,
 ) -> None:
     """Serve the ticket-support API and web page (FastAPI + uvicorn).
 
@@ -58,7 +66,7 @@ def serve(
     work on every process. With a postgresql:// run store any number of
     processes (--workers N, or several hosts) share the runs: each run is
     driven by one of them, and the runs of a process that dies are taken
-    over by another once their lease (TETHER_LEASE_SECONDS, default 30)
+    over by another once their lease (--lease-seconds, default 30)
     expires.
 
     \b
@@ -85,6 +93,7 @@ def serve(
             tickets_db=tickets_db or settings.tickets_db,
             run_db=run_store(run_db) if run_db else settings.run_db,
             kb_index=kb_index or settings.kb_index,
+            lease_seconds=lease_seconds or settings.lease_seconds,
         )
         if workers > 1 and not settings.shared_store:
             fail(
@@ -113,6 +122,7 @@ def _export(settings: Settings, base_url: str | None, model: str | None) -> None
     env = os.environ
     env["TETHER_TICKETS_DB"] = str(settings.tickets_db)
     env["TETHER_RUN_DB"] = str(settings.run_db)
+    env["TETHER_LEASE_SECONDS"] = repr(settings.lease_seconds)
     if settings.kb_index is not None:
         env["TETHER_KB_INDEX"] = str(settings.kb_index)
     if base_url:

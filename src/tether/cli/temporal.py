@@ -27,6 +27,7 @@ from tether.cli.common import (
     db_option,
     fail,
     open_store,
+    seconds,
 )
 from tether.core.budget import Budget, RunConfig
 from tether.core.errors import ConfigurationError, TetherError
@@ -34,6 +35,9 @@ from tether.core.machine import Status
 
 DEFAULT_TASK_QUEUE = "tether"
 POLL_SECONDS = 0.1
+QUIET_SECONDS = 10.0  # queries no worker answers for this long are said once; the wait goes on
+# A save retries for about 90 s (the workflow's SAVE_RETRY) while a worker that died mid-save holds the run's lease.
+MAX_WORKER_LEASE_SECONDS = 60.0
 
 temporal_option = click.option(
     "--temporal",
@@ -99,6 +103,25 @@ async def _connect(address: str) -> Any:
 @click.option("--provider", envvar="TETHER_PROVIDER", metavar="NAME", help="A provider profile [env: TETHER_PROVIDER].")
 @db_option
 @click.option("--log-content", is_flag=True, help="Keep prompts, replies and results in the audit events.")
+@click.option(
+    "--heartbeat",
+    "heartbeat_seconds",
+    type=float,
+    callback=seconds(),
+    metavar="SECONDS",
+    help="Heartbeat timeout of the runs started without their own: a call or model request whose worker "
+    "is silent this long is taken for dead (a side effect's outcome becomes unknown, a read is retried "
+    "elsewhere) [default: 10].",
+)
+@click.option(
+    "--lease-seconds",
+    envvar="TETHER_LEASE_SECONDS",
+    type=float,
+    callback=seconds(at_most=MAX_WORKER_LEASE_SECONDS),
+    metavar="SECONDS",
+    help="How long the run store lease a save takes holds the run if this worker dies mid-save, at most "
+    f"{MAX_WORKER_LEASE_SECONDS:g} [env: TETHER_LEASE_SECONDS; default: 30].",
+)
 def worker(
     temporal_address: str | None,
     task_queue: str,
@@ -110,6 +133,8 @@ def worker(
     provider: str | None,
     db: str | None,
     log_content: bool,
+    heartbeat_seconds: float | None,
+    lease_seconds: float | None,
 ) -> None:
     """Run Temporal runs' workflows and activities until interrupted (SIGINT or SIGTERM).
 
@@ -123,6 +148,7 @@ def worker(
     Examples:
       tether worker --temporal 127.0.0.1:7233 --task-queue tether --tools calc
       tether worker --temporal temporal:7233 --tools calc --db postgresql://tether@db/tether
+      tether worker --temporal 127.0.0.1:7233 --tools calc --heartbeat 3 --lease-seconds 10
     """
     _require_sdk()
     if not temporal_address:
@@ -138,7 +164,7 @@ def worker(
     try:
         tools = _tools(toolsets, files_root or os.environ.get("TETHER_FILES_ROOT"))
         chat = _model(setup, api_key)
-        store = open_store(db, log_content)
+        store = open_store(db, log_content, lease_seconds=lease_seconds)
     except TetherError as exc:
         _fail(str(exc), exc.exit_code)
 
@@ -150,7 +176,7 @@ def worker(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with make_worker(client, task_queue, chat, tools, store=store):
+        async with make_worker(client, task_queue, chat, tools, store=store, heartbeat_seconds=heartbeat_seconds):
             click.echo(f"worker polling {task_queue} on {temporal_address} with {len(tools)} tool(s)", err=True)
             await stop.wait()
         await chat.aclose()
@@ -231,6 +257,13 @@ def dev_server(port: int, db_filename: str | None) -> None:
     click.echo("Temporal dev server stopped", err=True)
 
 
+def _waiting_for_a_person(found: dict[str, Any], current: Status) -> bool:
+    """Whether the run waits for a person, not for its reconcile hooks (the status query's ``phase``)."""
+    waits = current in (Status.AWAITING_APPROVAL, Status.AWAITING_RECONCILIATION)
+    phase: str = found.get("phase", "waiting" if waits else "running")  # none: a worker from before phases
+    return phase == "waiting"
+
+
 def run_on_temporal(
     prompt: str,
     *,
@@ -256,8 +289,9 @@ def run_on_temporal(
 
     async def go() -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
         from temporalio.client import WorkflowFailureError
+        from temporalio.service import RPCError
 
-        from tether.temporal.client import pending, start_run, status
+        from tether.temporal.client import pending, start_run, status, transient
         from tether.temporal.workflow import failure_reason
 
         client = await _connect(address)  # first: an unreachable server leaves nothing in the store
@@ -271,22 +305,37 @@ def run_on_temporal(
                 store.close()
         if not wait:
             return handle.id, {"status": Status.READY.value}, []
+        said = False  # that no worker answers: said once while it lasts
         while True:  # queries, not the result: a run paused for a person has no result yet
-            found = await status(client, handle.id)
-            current = Status(found["status"])
-            if current.terminal:
-                try:
-                    return handle.id, await handle.result(), []
-                except WorkflowFailureError as exc:  # recorded in the store as cancelled, with this reason
-                    return handle.id, {"status": Status.CANCELLED.value, "reason": failure_reason(exc)}, []
-            if current in (Status.AWAITING_APPROVAL, Status.AWAITING_RECONCILIATION):
-                return handle.id, found, await pending(client, handle.id)
+            try:
+                found = await status(client, handle.id, patience=QUIET_SECONDS)
+                current = Status(found["status"])
+                if current.terminal:
+                    try:
+                        return handle.id, await handle.result(), []
+                    except WorkflowFailureError as exc:  # recorded in the store as cancelled, with this reason
+                        return handle.id, {"status": Status.CANCELLED.value, "reason": failure_reason(exc)}, []
+                if _waiting_for_a_person(found, current):
+                    waiting = await pending(client, handle.id, patience=QUIET_SECONDS)
+                    if waiting:  # else decided meanwhile: the run goes on
+                        return handle.id, found, waiting
+                said = False
+            except RPCError as exc:
+                if not transient(exc):
+                    raise
+                if not said:
+                    click.echo(f"run {handle.id}: its status cannot be read now ({exc.message}); waiting", err=True)
+                    said = True
             await asyncio.sleep(POLL_SECONDS)
+
+    from temporalio.service import RPCError
 
     try:
         run_id, summary, waiting = asyncio.run(go())
     except TetherError as exc:
         _fail(str(exc), exc.exit_code)
+    except RPCError as exc:  # not one that passes (no such run, a refused request)
+        _fail(f"the Temporal server at {address}: {exc}", EXIT_INTERNAL)
     if not wait:
         click.echo(json.dumps({"run_id": run_id, "engine": "temporal"}) if as_json else run_id)
         leave(0)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar, overload
@@ -261,10 +262,14 @@ class Activities:
         if found is None or found.reconcile is None or call.arguments is None:
             return {"known": False}
         context = ToolContext(request["run_id"], call.call_id, toolbox.principal, None)
+        hook, arguments = found.reconcile, call.arguments
         try:
-            verdict = found.reconcile(context, call.arguments)
-            if asyncio.iscoroutine(verdict):
-                verdict = await verdict
+            if inspect.iscoroutinefunction(hook):
+                verdict = await hook(context, arguments)
+            else:  # in a thread, as a sync tool: a slow hook must not stall this worker's other runs and queries
+                verdict = await asyncio.to_thread(hook, context, arguments)
+                if asyncio.iscoroutine(verdict):
+                    verdict = await verdict
         except Exception:
             return {"known": False}  # a failing hook knows nothing: leave the call to a person
         if isinstance(verdict, Executed):

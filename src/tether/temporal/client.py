@@ -12,17 +12,25 @@ worker takes it; the workers must share that store.
 Decisions are workflow updates: the workflow's validator refuses a call id
 that is not waiting or a fingerprint for other arguments before anything
 enters the run's history, and the refusal arrives here as ``NotWaiting``.
+
+A query is answered by a worker: while none can (the one that held the run
+died, or none polls the task queue), ``status`` and ``pending`` ask again
+with backoff for up to ``patience`` seconds before the ``RPCError``
+reaches the caller (``transient`` tells such an error from the others).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from tether.core.budget import RunConfig
 from tether.core.errors import ApprovalMismatch
@@ -36,6 +44,26 @@ from tether.tools.context import LOCAL_PRINCIPAL, Principal
 
 class NotWaiting(ApprovalMismatch):
     """The run has no such call waiting (refused by the workflow's update validator)."""
+
+
+# One query waits this long for its answer: a worker that died holding the run never answers it.
+QUERY_TIMEOUT = timedelta(seconds=5)
+QUERY_PATIENCE = 60.0  # seconds ``status`` and ``pending`` ask again before they give up
+# No worker answers for now (it died, is busy, or the server is restarting); asked again, it may.
+_PASSING = frozenset(
+    {
+        RPCStatusCode.CANCELLED,  # the query's own timeout ("Timeout expired")
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+        RPCStatusCode.FAILED_PRECONDITION,  # "no poller seen for task queue recently, worker may be down"
+    }
+)
+
+
+def transient(error: RPCError) -> bool:
+    """Whether asking again may succeed: no worker could answer yet (not: no such run, a bad request)."""
+    return error.status in _PASSING
 
 
 async def connect(address: str, namespace: str = "default") -> Client:
@@ -111,14 +139,31 @@ async def start_run(
         raise
 
 
-async def pending(client: Client, run_id: str) -> list[dict[str, Any]]:
+async def _query(client: Client, run_id: str, name: str, result_type: type, patience: float) -> Any:
+    """The answer to a query; asked again, with backoff, while a ``transient`` error lasts (``patience`` s)."""
+    handle = client.get_workflow_handle(run_id)
+    deadline = time.monotonic() + patience
+    delay = 0.1
+    while True:
+        try:
+            return await handle.query(name, result_type=result_type, rpc_timeout=QUERY_TIMEOUT)
+        except RPCError as exc:
+            if not transient(exc) or time.monotonic() + delay > deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(2 * delay, 2.0)
+
+
+async def pending(client: Client, run_id: str, *, patience: float = QUERY_PATIENCE) -> list[dict[str, Any]]:
     """The run's calls waiting for a person (``waiting_for``: approval or reconciliation)."""
-    calls: list[dict[str, Any]] = await client.get_workflow_handle(run_id).query("pending", result_type=list)
+    calls: list[dict[str, Any]] = await _query(client, run_id, "pending", list, patience)
     return calls
 
 
-async def status(client: Client, run_id: str) -> dict[str, Any]:
-    found: dict[str, Any] = await client.get_workflow_handle(run_id).query("status", result_type=dict)
+async def status(client: Client, run_id: str, *, patience: float = QUERY_PATIENCE) -> dict[str, Any]:
+    """The run's ``status``, its ``phase`` (``waiting`` for a person, ``reconciling``: its reconcile hooks are
+    deciding, ``running`` or ``finished``), steps, output and reason."""
+    found: dict[str, Any] = await _query(client, run_id, "status", dict, patience)
     return found
 
 

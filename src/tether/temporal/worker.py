@@ -7,7 +7,13 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import (
+    ExecuteWorkflowInput,
+    Interceptor,
+    Worker,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
 
 from tether.models.base import Model
 from tether.temporal.activities import Activities
@@ -20,6 +26,32 @@ STICKY_SCHEDULE_TO_START = timedelta(seconds=3)
 SHUTDOWN_MARGIN = timedelta(seconds=5)
 
 
+class HeartbeatDefault(Interceptor):
+    """The heartbeat timeout of the runs this worker drives that were started without one (``start_run``'s
+    ``heartbeat_seconds``).
+
+    It fills in the workflow's input before the workflow reads it, on every
+    replay too. Temporal matches a replayed activity by its id and type, not
+    its timeouts: workers of one task queue may differ here, each scheduling
+    the run's next activities with its own.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+        seconds = self.seconds
+
+        class FillHeartbeat(WorkflowInboundInterceptor):
+            async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+                start = input.args[0] if input.args else None
+                if isinstance(start, dict) and not start.get("heartbeat_seconds"):
+                    input.args = [start | {"heartbeat_seconds": seconds}, *input.args[1:]]
+                return await self.next.execute_workflow(input)
+
+        return FillHeartbeat
+
+
 def make_worker(
     client: Client,
     task_queue: str,
@@ -28,12 +60,15 @@ def make_worker(
     *,
     store: Any = None,
     max_tokens: int | None = None,
+    heartbeat_seconds: float | None = None,
 ) -> Worker:
     """A worker for ``task_queue``; shutting down waits for the longest tool timeout before cancelling.
 
     ``store`` is the run store the runs are recorded in (``open_store``'s
     default, ``$TETHER_DB``, when None); every worker of a task queue must
     share it: a SQLite file on one host, PostgreSQL across hosts.
+    ``heartbeat_seconds`` is the heartbeat timeout of runs started without
+    one (else the workflow's default): how soon a dead worker's call is known.
     """
     tools = list(tools)
     if store is None:
@@ -47,6 +82,7 @@ def make_worker(
         task_queue=task_queue,
         workflows=[RunWorkflow],
         activities=activities.all(),
+        interceptors=[] if heartbeat_seconds is None else [HeartbeatDefault(heartbeat_seconds)],
         sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START,
         graceful_shutdown_timeout=timedelta(seconds=longest) + SHUTDOWN_MARGIN,
     )

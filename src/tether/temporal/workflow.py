@@ -104,6 +104,8 @@ CALL_MODEL = "tether.call_model"
 RUN_TOOL = "tether.run_tool"
 RECONCILE = "tether.reconcile"
 SAVE = "tether.save"
+# A workflow change (``workflow.patched``): runs recorded before it replay without it.
+CLEARED_BEFORE_INTENT = "tether.cleared-before-intent"
 ENGINE = "temporal"  # the run's setup in the store says which engine drives it
 
 DEFAULT_HEARTBEAT_SECONDS = 10.0
@@ -278,6 +280,7 @@ class RunWorkflow:
         self._created = False
         self._announced: set[str] = set()  # call ids of the current step with an event
         self._step_start = 0  # where the current step's assistant message is in the transcript
+        self._reconciling = False  # the reconcile hooks of unknown outcomes are deciding (see ``_phase``)
 
     # -- the run --
 
@@ -487,6 +490,10 @@ class RunWorkflow:
                         untrusted.add(call.call_id)
                 continue
             call = todo[0]
+            if call.call_id in self._cleared and workflow.patched(CLEARED_BEFORE_INTENT):
+                # Run again, found never to have run: its old intent goes first, in a save of its own. A save
+                # writes its intents before its clears, and the new intent would be taken for the old one.
+                await self._save()
             self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
             await self._save(intents=(call,))  # in the store before the effect can happen
             try:
@@ -578,16 +585,20 @@ class RunWorkflow:
     async def _reconcile(self, command: AwaitReconciliation) -> Command:
         """Ask each unknown call's ``reconcile`` hook; without an answer, wait for a ``reconcile`` update."""
         assert self._machine is not None
-        for call in command.calls:
-            answer = await workflow.execute_activity(
-                RECONCILE,
-                {"run_id": self._machine.state.run_id, "call": call.to_dict(), "principal": self._principal},
-                result_type=dict,
-                start_to_close_timeout=timedelta(seconds=DEFAULT_TOOL_TIMEOUT_SECONDS),
-                retry_policy=RetryPolicy(maximum_attempts=READ_ONLY_ATTEMPTS),
-            )
-            if answer.get("known") and self._machine.status is Status.AWAITING_RECONCILIATION:
-                self._settle(call, answer["executed"], answer.get("result"), "reconcile hook")
+        self._reconciling = True
+        try:
+            for call in command.calls:
+                answer = await workflow.execute_activity(
+                    RECONCILE,
+                    {"run_id": self._machine.state.run_id, "call": call.to_dict(), "principal": self._principal},
+                    result_type=dict,
+                    start_to_close_timeout=timedelta(seconds=DEFAULT_TOOL_TIMEOUT_SECONDS),
+                    retry_policy=RetryPolicy(maximum_attempts=READ_ONLY_ATTEMPTS),
+                )
+                if answer.get("known") and self._machine.status is Status.AWAITING_RECONCILIATION:
+                    self._settle(call, answer["executed"], answer.get("result"), "reconcile hook")
+        finally:
+            self._reconciling = False
         assert self._command is not None
         if self._machine.status is Status.AWAITING_RECONCILIATION:
             reason = "waiting for reconciliation: the outcome of a call is unknown"
@@ -679,19 +690,32 @@ class RunWorkflow:
 
     # -- queries --
 
+    def _phase(self, status: Status) -> str:
+        """What the run is doing: ``waiting`` for a person (an approval, or a reconciliation no hook could
+        decide), ``reconciling`` (its reconcile hooks are deciding), ``running``, or ``finished``."""
+        if status.terminal:
+            return "finished"
+        if status is Status.AWAITING_RECONCILIATION and self._reconciling:
+            return "reconciling"
+        if status in (Status.AWAITING_APPROVAL, Status.AWAITING_RECONCILIATION):
+            return "waiting"
+        return "running"
+
     @workflow.query(name="status")
     def status(self) -> dict[str, Any]:
+        """The run's status, its ``phase`` (``_phase``), steps, output and reason."""
         machine = self._machine
         if machine is None:
-            return {"status": Status.READY.value, "steps": 0, "output": None, "reason": None}
+            return {"status": Status.READY.value, "phase": "running", "steps": 0, "output": None, "reason": None}
         s = machine.state
-        return {"status": s.status.value, "steps": s.steps, "output": s.output, "reason": s.reason}
+        phase = self._phase(s.status)
+        return {"status": s.status.value, "phase": phase, "steps": s.steps, "output": s.output, "reason": s.reason}
 
     @workflow.query(name="pending")
     def pending(self) -> list[dict[str, Any]]:
-        """The calls waiting for a person: for approval, or with an unknown outcome."""
+        """The calls waiting for a person: for approval, or with an unknown outcome no hook could decide."""
         machine = self._machine
-        if machine is None:
+        if machine is None or self._phase(machine.status) != "waiting":
             return []
         if machine.status is Status.AWAITING_APPROVAL:
             return [p.to_dict() | {"waiting_for": "approval"} for p in machine.state.undecided()]
