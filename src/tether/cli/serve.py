@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     type=float,
     callback=seconds(),
     metavar="SECONDS",
-    help="How long a process's lease on a run outlives the process [env: TETHER_LEASE_SECONDS; default: 30].",
+    help="How long a live process that stops renewing its lease on a run keeps it (a process that dies lets go"
+    " at once) [env: TETHER_LEASE_SECONDS; default: 30].",
 )
 def serve(
     host: str,
@@ -66,8 +67,11 @@ def serve(
     work on every process. With a postgresql:// run store any number of
     processes (--workers N, or several hosts) share the runs: each run is
     driven by one of them, and the runs of a process that dies are taken
-    over by another once their lease (--lease-seconds, default 30)
-    expires.
+    over by another at once (its locks go with it); a process that is
+    alive but stops renewing loses them when its lease (--lease-seconds,
+    default 30) expires. On SIGTERM the runs in progress are handed on,
+    not cancelled (TETHER_SHUTDOWN_GRACE, default 20 s, for the tool calls
+    running to finish).
 
     \b
     Example:

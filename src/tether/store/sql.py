@@ -488,6 +488,9 @@ class SQLStore:
             tx.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)", messages)
         if chained.rows:
             tx.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", chained.rows)
+        # A call found never to have run loses its intent before it is run again (a new intent, below).
+        for call_id in cleared:
+            tx.execute("DELETE FROM ledger WHERE run_id = ? AND call_id = ? AND outcome IS NULL", (run_id, call_id))
         for call in intents:
             tx.execute(
                 "INSERT INTO ledger (run_id, call_id, tool, fingerprint, intent_at) VALUES (?, ?, ?, ?, ?)",
@@ -502,8 +505,6 @@ class SQLStore:
                 " SET outcome = excluded.outcome, outcome_at = excluded.outcome_at" + only_if_unknown,
                 (run_id, call.call_id, call.tool, call.fingerprint or "", at, outcome, at),
             )
-        for call_id in cleared:
-            tx.execute("DELETE FROM ledger WHERE run_id = ? AND call_id = ? AND outcome IS NULL", (run_id, call_id))
 
     # --- conversations ------------------------------------------------------------
 
