@@ -236,8 +236,8 @@ async def test_listing_approvals_does_not_stall_the_service(api: Api) -> None:
         ids = [uuid.uuid4().hex for _ in range(copies)]
         db.executemany(
             "INSERT INTO runs SELECT ?, created_at, updated_at + ?, status, principal, setup, config, meta,"
-            " message_count, message_hash, event_count, event_hash, NULL, NULL, seal, conversation_id, turn, history"
-            " FROM runs WHERE id = ?",
+            " message_count, message_hash, event_count, event_hash, NULL, NULL, seal, conversation_id, turn, history,"
+            " lease_locked FROM runs WHERE id = ?",
             [(new, i + 1, run_id) for i, new in enumerate(ids)],
         )
         db.executemany(

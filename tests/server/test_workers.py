@@ -213,7 +213,8 @@ async def test_runs_of_a_killed_process_are_finished_by_another(tickets_path: Pa
         assert (model.asked[prompt, 1], model.asked[prompt, 2]) == (1, 1 + resumed)  # asked again only after the kill
     titles = tickets_titled(tickets_path)
     assert all(titles[f"ticket for {p}"] == 1 for p in doomed + healthy), titles  # no side effect twice
-    assert LEASE_SECONDS * 0.5 < taken_over_in < LEASE_SECONDS + 10, taken_over_in
+    # The dead process's locks went with it: taken over at the next scan (a third of a lease), not on expiry.
+    assert taken_over_in < LEASE_SECONDS + 10, taken_over_in
     assert [kind for kind, _ in stream][-1] == "run_finished"
     assert [seq for _, seq in stream] == list(range(1, len(stream) + 1))  # every stored event, once, in order
     assert "run_resumed" in [kind for kind, _ in stream]

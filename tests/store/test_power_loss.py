@@ -103,7 +103,7 @@ ACCEPT = textwrap.dedent(
     async def main():
         store = open_run_store(settings)
         service = RunService(settings, store, [])
-        service.start(User("u1", "alice", "customer"), "hello")
+        await service.start(User("u1", "alice", "customer"), "hello")
         open(marker, "w").close()  # where POST /api/runs answers 202
         await service.aclose()
         store.close()

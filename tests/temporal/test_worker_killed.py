@@ -100,6 +100,7 @@ async def test_without_an_answer_from_the_hook_the_run_waits_for_a_person(
             first.wait()
             second = spawn_worker(temporal_server.address, queue, server.base_url, child_env(orders, SHOP_NO_HOOK="1"))
             await until(client, handle.id, "awaiting_reconciliation")
+            await until_phase(client, handle.id, "waiting")  # the hooks had their say: a person is asked
             assert [(c["call_id"], c["waiting_for"]) for c in await pending(client, handle.id)] == [
                 ("c2", "reconciliation")
             ]
@@ -388,6 +389,13 @@ async def until(client: Client, run_id: str, wanted: str, seconds: float = 30) -
     deadline = time.monotonic() + seconds
     while (await status(client, run_id))["status"] != wanted:
         assert time.monotonic() < deadline, f"run {run_id} never reached {wanted}"
+        await asyncio.sleep(0.05)
+
+
+async def until_phase(client: Client, run_id: str, wanted: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while (await status(client, run_id))["phase"] != wanted:
+        assert time.monotonic() < deadline, f"run {run_id} never reached the phase {wanted}"
         await asyncio.sleep(0.05)
 
 
