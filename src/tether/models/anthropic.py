@@ -27,7 +27,9 @@ reply. What maps to what:
 
 Errors: HTTP statuses as for every adapter (429, 529 and 5xx retried honouring
 ``retry-after``); an ``error`` event inside a stream is a
-``ModelResponseError`` naming its type.
+``ModelResponseError`` naming its type, and so is a body or event nested
+deeper than ``MAX_REPLY_DEPTH`` (a call's ``input`` within it that is deeper
+than ``MAX_DEPTH`` goes to the core, which refuses it as ``invalid_json``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from tether.core import nesting
 from tether.core.errors import ConfigurationError, ModelResponseError
 from tether.core.messages import ModelReply, Usage, WireToolCall
 from tether.models.base import ModelRequest
@@ -82,7 +85,7 @@ def _is_error_envelope(content: str) -> bool:
     if not content.startswith("{"):
         return False
     try:
-        data = json.loads(content)
+        data = nesting.loads(content, nesting.MAX_REPLY_DEPTH)
     except ValueError:
         return False
     return isinstance(data, dict) and data.get("ok") is False
@@ -90,8 +93,8 @@ def _is_error_envelope(content: str) -> bool:
 
 def _input(arguments: str) -> dict[str, Any]:
     # History keeps refused calls too; the API wants an object, and the tool_result says what was wrong.
-    try:
-        value = json.loads(arguments)
+    try:  # deeper than the gate accepts: refused already, and must not break the request that says so
+        value = nesting.loads(arguments, nesting.MAX_DEPTH)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
@@ -246,7 +249,9 @@ def _read_body(raw: bytes) -> Turn:
     # Repeated keys matter only in a call's input; without a tool_use block the C decoder runs alone.
     hook = _object if b'"tool_use"' in raw else None
     try:
-        decoded = json.loads(raw, object_pairs_hook=hook)
+        decoded = nesting.loads(raw, nesting.MAX_REPLY_DEPTH, object_pairs_hook=hook)
+    except nesting.NestedTooDeep as exc:
+        raise ModelResponseError(f"response body is {exc}") from None
     except ValueError:
         raise ModelResponseError("response body is not JSON") from None
     return parse_message(decoded)
@@ -339,8 +344,8 @@ class MessageAssembler:
         text = "".join(pieces)
         if not text.strip():
             return  # a tool without parameters streams "": its input is the {} it started with
-        try:
-            block["input"] = json.loads(text, object_pairs_hook=_object)
+        try:  # too deep is refused like bad JSON: by the gate, from the text below
+            block["input"] = nesting.loads(text, nesting.MAX_DEPTH, object_pairs_hook=_object)
         except ValueError:
             block.pop("input", None)
         self.arguments[index] = text  # the model's own text, unchanged, for the strict decoder
@@ -357,7 +362,9 @@ class MessageAssembler:
 
 def _decode_event(payload: str) -> dict[str, Any]:
     try:
-        event = json.loads(payload)
+        event = nesting.loads(payload, nesting.MAX_REPLY_DEPTH)
+    except nesting.NestedTooDeep as exc:
+        raise ModelResponseError(f"stream event is {exc}") from None
     except ValueError:
         raise ModelResponseError("stream event is not JSON") from None
     if not isinstance(event, dict):

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from tether.core import nesting
 from tether.core.errors import (
     AuthenticationError,
     ModelConnectionError,
@@ -60,7 +61,7 @@ def retry_after(value: str | None) -> float | None:
 def http_error(status: int, text: str, retry_after: float | None, key_variable: str) -> ModelHTTPError:
     """The most specific error for a non-2xx answer; ``key_variable`` is named on 401/403."""
     try:
-        message = error_message(json.loads(text).get("error", text))
+        message = error_message(nesting.loads(text, nesting.MAX_REPLY_DEPTH).get("error", text))
     except (ValueError, AttributeError):
         message = text[:300] or "no body"
     if status in (401, 403):

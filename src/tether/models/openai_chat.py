@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from tether.core import nesting
 from tether.core.errors import ConfigurationError, ModelResponseError
 from tether.core.messages import Message, ModelReply, WireToolCall
 from tether.models.base import ModelRequest
@@ -252,7 +253,9 @@ class OpenAIChatModel(HTTPModel):
 
 def _read_body(raw: bytes) -> ModelReply:
     try:
-        decoded = json.loads(raw)
+        decoded = nesting.loads(raw, nesting.MAX_REPLY_DEPTH)
+    except nesting.NestedTooDeep as exc:
+        raise ModelResponseError(f"response body is {exc}") from None
     except ValueError:
         raise ModelResponseError("response body is not JSON") from None
     return parse_reply(decoded)
@@ -275,7 +278,9 @@ def _report_tool_deltas(chunk: dict[str, Any], report: Callable[[int, str | None
 
 def _decode_event(payload: str) -> dict[str, Any]:
     try:
-        chunk = json.loads(payload)
+        chunk = nesting.loads(payload, nesting.MAX_REPLY_DEPTH)
+    except nesting.NestedTooDeep as exc:
+        raise ModelResponseError(f"stream event is {exc}") from None
     except ValueError:
         raise ModelResponseError("stream event is not JSON") from None
     if not isinstance(chunk, dict):

@@ -2,7 +2,9 @@
 
 Python's ``json`` is lenient where a host must not be: it keeps the last of
 duplicate keys and accepts ``NaN`` and ``Infinity``. Here each is an error,
-and so is anything but an object at the top level.
+and so is anything but an object at the top level, and so is nesting deeper
+than ``MAX_DEPTH`` levels (measured before decoding, see ``tether.core.nesting``):
+every check and record after this one walks the arguments recursively.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import json
 import math
 from json.scanner import make_scanner
 from typing import Any
+
+from tether.core.nesting import MAX_DEPTH, nested_deeper, text_of
 
 
 class InvalidJson(ValueError):
@@ -50,6 +54,8 @@ _JSON_WHITESPACE = " \t\n\r"
 def strict_loads(text: str) -> dict[str, Any]:
     """Decode ``text`` as one JSON object, refusing anything lenient."""
     try:
+        if isinstance(text, str | bytes | bytearray) and nested_deeper(text_of(text), MAX_DEPTH):
+            raise InvalidJson(f"arguments are nested more than {MAX_DEPTH} levels deep")
         if isinstance(text, str) and text[:1] in ("{", "["):
             try:
                 value, end = _SCAN(text, 0)
@@ -67,8 +73,8 @@ def strict_loads(text: str) -> dict[str, Any]:
         raise
     except json.JSONDecodeError as exc:
         raise InvalidJson(f"arguments are not valid JSON: {exc.msg}") from None
-    except RecursionError:
-        raise InvalidJson("arguments are nested too deeply") from None
+    except RecursionError:  # not past the check above; kept so a decoder change cannot crash a run
+        raise InvalidJson(f"arguments are nested more than {MAX_DEPTH} levels deep") from None
     except ValueError:  # e.g. an integer past Python's digit limit
         raise InvalidJson("arguments hold a number too large to read") from None
     if not isinstance(value, dict):

@@ -1,0 +1,83 @@
+"""How deep JSON text from outside may nest, measured before it is decoded.
+
+Python's ``json``, ``jsonschema``, pydantic and tether's own walks
+(redaction, canonical text, events) all recurse once per level: text nested
+a few thousand levels deep raises ``RecursionError`` wherever it is first
+decoded or walked. So tether measures the depth of text from outside (a
+call's arguments, a model's reply, a tool's result) before decoding it, with
+regular expressions and a running sum rather than recursion, and refuses
+text nested deeper than its limit. Everything past that point only ever
+holds values at most that deep.
+
+The measure is exact for valid JSON. For invalid JSON it is at least the
+depth the decoder reaches before it fails (both read strings the same way up
+to the first error), so a text that passes never makes the decoder recurse
+past the limit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from itertools import accumulate
+from typing import Any
+
+# A call's arguments and a tool's result: far deeper than any real tool schema (BFCL's reach 6).
+MAX_DEPTH = 64
+# A model's reply body or stream event: room for the envelope around a call's input (an Anthropic
+# tool_use block holds it as an object), so a too-deep input is the model's invalid_json to repair.
+MAX_REPLY_DEPTH = 2 * MAX_DEPTH
+
+_ESCAPE = re.compile(r"\\.", re.DOTALL)  # first, so that an escaped quote cannot end a string
+_STRING = re.compile(r'"[^"]*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+class NestedTooDeep(ValueError):
+    """JSON text nests arrays and objects deeper than its limit; ``str()`` names the limit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"nested more than {limit} levels deep")
+        self.limit = limit
+
+
+def text_of(data: str | bytes | bytearray) -> str:
+    """``data`` as text, decoded as ``json.loads`` decodes bytes (UTF-8, -16 or -32)."""
+    if isinstance(data, str):
+        return data
+    return bytes(data).decode(json.detect_encoding(data), "surrogatepass")
+
+
+def nested_deeper(text: str, limit: int) -> bool:
+    """Whether JSON ``text`` nests arrays and objects more than ``limit`` levels deep.
+
+    Text with no more brackets than ``limit`` cannot be; that is the common
+    case, answered by two ``str.count``. Otherwise escapes and strings are
+    removed and the brackets left are summed; every pass is linear in the
+    text, also for a string that never ends.
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", _ESCAPE.sub("", text)))
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0) > limit
+
+
+def value_nested_deeper(value: Any, limit: int) -> bool:
+    """Whether a decoded value nests lists and dicts more than ``limit`` levels deep (walked without recursion)."""
+    stack = [(value, 1)] if isinstance(value, dict | list | tuple) else []
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list | tuple))
+    return False
+
+
+def loads(data: str | bytes | bytearray, limit: int, **options: Any) -> Any:
+    """``json.loads(data, **options)``, or ``NestedTooDeep`` (a ``ValueError``) past ``limit`` levels."""
+    text = text_of(data)
+    if nested_deeper(text, limit):
+        raise NestedTooDeep(limit)
+    return json.loads(text, **options)
