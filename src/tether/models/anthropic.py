@@ -50,6 +50,7 @@ from tether.models.base import ModelRequest
 from tether.models.base import output_mode as checked_output_mode
 from tether.models.http import (
     DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_REPLY_BYTES,
     DEFAULT_MAX_RETRIES,
     DEFAULT_READ_TIMEOUT,
     HTTPModel,
@@ -268,6 +269,9 @@ class MessageAssembler:
 
     blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
     partial: dict[int, list[Any]] = field(default_factory=dict)
+    # Text and thinking pieces by (block index, field), joined once in ``turn``: text grown piece by piece
+    # is copied whole for every piece, which a long answer in small deltas turns into minutes.
+    pieces: dict[tuple[int, str], list[str]] = field(default_factory=dict)
     arguments: dict[int, object] = field(default_factory=dict)  # by block index: the streamed text
     usage: dict[str, Any] = field(default_factory=dict)
     stop_reason: object = None
@@ -321,12 +325,12 @@ class MessageAssembler:
         if kind == "text_delta":
             piece = delta.get("text")
             if isinstance(piece, str):
-                block["text"] = block.get("text", "") + piece
+                self.pieces.setdefault((event["index"], "text"), []).append(piece)
                 return piece if block.get("type") == "text" else None
         elif kind == "input_json_delta":
             self.partial.setdefault(event["index"], []).append(delta.get("partial_json"))
         elif kind == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
+            self.pieces.setdefault((event["index"], "thinking"), []).append(str(delta.get("thinking", "")))
         elif kind == "signature_delta":
             block["signature"] = delta.get("signature")
         elif kind == "citations_delta":
@@ -353,6 +357,10 @@ class MessageAssembler:
     def turn(self) -> Turn:
         for index in list(self.partial):  # a block the stream never closed
             self._stop(index)
+        for (index, key), pieces in self.pieces.items():
+            start = self.blocks[index].get(key)
+            self.blocks[index][key] = (start if isinstance(start, str) else "") + "".join(pieces)
+        self.pieces.clear()
         order = sorted(self.blocks)
         blocks = [self.blocks[i] for i in order]
         streamed = {p: self.arguments[i] for p, i in enumerate(order) if i in self.arguments}
@@ -391,7 +399,9 @@ class AnthropicModel(HTTPModel):
 
     Reads ``ANTHROPIC_BASE_URL`` (default ``https://api.anthropic.com``; the
     adapter posts to ``{base_url}/v1/messages``), ``ANTHROPIC_API_KEY`` and
-    ``ANTHROPIC_MODEL`` for anything not given. Example::
+    ``ANTHROPIC_MODEL`` for anything not given. A reply larger than
+    ``max_reply_bytes`` (streamed or not) is a ``ReplyTooLarge`` error, read
+    no further. Example::
 
         agent = Agent(AnthropicModel("claude-sonnet-4-5"), [multiply])
     """
@@ -412,6 +422,7 @@ class AnthropicModel(HTTPModel):
         max_retries: int = DEFAULT_MAX_RETRIES,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         extra_body: dict[str, Any] | None = None,
         output_mode: OutputMode = "tool",
     ) -> None:
@@ -430,7 +441,13 @@ class AnthropicModel(HTTPModel):
         headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
-        super().__init__(headers, max_retries=max_retries, connect_timeout=connect_timeout, read_timeout=read_timeout)
+        super().__init__(
+            headers,
+            max_retries=max_retries,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_reply_bytes=max_reply_bytes,
+        )
         self.stream = stream
         self.max_tokens = max_tokens
         self.parallel_tool_calls = parallel_tool_calls
@@ -484,7 +501,7 @@ class AnthropicModel(HTTPModel):
 
     async def _read_stream(self, response: aiohttp.ClientResponse, request: ModelRequest) -> Turn:
         assembler = MessageAssembler()
-        async for name, payload in sse_events(response.content):
+        async for name, payload in sse_events(response.content, self.max_reply_bytes):
             if name == "ping":
                 continue  # a keep-alive: nothing to decode
             piece = assembler.feed(_decode_event(payload))

@@ -25,6 +25,7 @@ from tether.models.base import ModelRequest
 from tether.models.base import output_mode as checked_output_mode
 from tether.models.http import (
     DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_REPLY_BYTES,
     DEFAULT_MAX_RETRIES,
     DEFAULT_READ_TIMEOUT,
     HTTPModel,
@@ -133,7 +134,8 @@ class OpenAIChatModel(HTTPModel):
     """A model behind an OpenAI-compatible chat-completions endpoint.
 
     Reads ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``OPENAI_MODEL`` for
-    anything not given. Example::
+    anything not given. A reply larger than ``max_reply_bytes`` (streamed or
+    not) is a ``ReplyTooLarge`` error, read no further. Example::
 
         model = OpenAIChatModel(model="gpt-4o-mini")
         reply = await model.complete(ModelRequest(messages=[Message("user", "hi")]))
@@ -152,6 +154,7 @@ class OpenAIChatModel(HTTPModel):
         max_retries: int = DEFAULT_MAX_RETRIES,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         compat: WireCompat = WireCompat(),
         extra_body: dict[str, Any] | None = None,
         output_mode: OutputMode | None = None,
@@ -176,7 +179,13 @@ class OpenAIChatModel(HTTPModel):
         headers = {"Content-Type": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        super().__init__(headers, max_retries=max_retries, connect_timeout=connect_timeout, read_timeout=read_timeout)
+        super().__init__(
+            headers,
+            max_retries=max_retries,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_reply_bytes=max_reply_bytes,
+        )
         self.stream = stream
         self.compat = compat
         self.extra_body = dict(extra_body or {})
@@ -237,7 +246,7 @@ class OpenAIChatModel(HTTPModel):
 
     async def _read_stream(self, response: aiohttp.ClientResponse, request: ModelRequest) -> ModelReply:
         assembler = Assembler()
-        async for _, payload in sse_events(response.content):
+        async for _, payload in sse_events(response.content, self.max_reply_bytes):
             if payload == "[DONE]":
                 break
             chunk = _decode_event(payload)
