@@ -5,7 +5,7 @@ Python's ``json``, ``jsonschema``, pydantic and tether's own walks
 a few thousand levels deep raises ``RecursionError`` wherever it is first
 decoded or walked. So tether measures the depth of text from outside (a
 call's arguments, a model's reply, a tool's result) before decoding it, with
-regular expressions and a running sum rather than recursion, and refuses
+a regular expression and a running sum rather than recursion, and refuses
 text nested deeper than its limit. Everything past that point only ever
 holds values at most that deep.
 
@@ -22,16 +22,16 @@ import re
 from itertools import accumulate
 from typing import Any
 
-# A call's arguments and a tool's result: far deeper than any real tool schema (BFCL's reach 6).
+# A call's arguments and a tool's result: far deeper than real ones (BFCL's deepest ground-truth arguments: 4).
 MAX_DEPTH = 64
 # A model's reply body or stream event: room for the envelope around a call's input (an Anthropic
 # tool_use block holds it as an object), so a too-deep input is the model's invalid_json to repair.
 MAX_REPLY_DEPTH = 2 * MAX_DEPTH
 
-_ESCAPE = re.compile(r"\\.", re.DOTALL)  # first, so that an escaped quote cannot end a string
-_STRING = re.compile(r'"[^"]*"')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+# A string (to its closing quote, or to the end of a text where it never closes), an escape outside a string
+# (invalid, but it must not open one), or a run of brackets. Possessive: a failed match never backtracks.
+_TOKEN = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"?|\\.|([\[\]{}]++)', re.DOTALL)
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}.__getitem__
 
 
 class NestedTooDeep(ValueError):
@@ -53,14 +53,22 @@ def nested_deeper(text: str, limit: int) -> bool:
     """Whether JSON ``text`` nests arrays and objects more than ``limit`` levels deep.
 
     Text with no more brackets than ``limit`` cannot be; that is the common
-    case, answered by two ``str.count``. Otherwise escapes and strings are
-    removed and the brackets left are summed; every pass is linear in the
-    text, also for a string that never ends.
+    case, answered by two ``str.count``. Otherwise the brackets outside
+    strings are summed run by run, stopping at the first level past the
+    limit: linear in the text (also for a string that never ends), and no
+    copy of it is made.
     """
     if text.count("[") + text.count("{") <= limit:
         return False
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", _ESCAPE.sub("", text)))
-    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0) > limit
+    depth = 0
+    for token in _TOKEN.finditer(text):
+        brackets = token.group(1)
+        if brackets is None:
+            continue  # a string or an escape: brackets in it are text
+        if max(accumulate(map(_STEP, brackets), initial=depth)) > limit:
+            return True
+        depth += len(brackets) - 2 * (brackets.count("]") + brackets.count("}"))
+    return False
 
 
 def value_nested_deeper(value: Any, limit: int) -> bool:
