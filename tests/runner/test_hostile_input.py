@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tether import Agent, Status, load_toolset, tool
+from tether import Agent, Budget, Status, load_toolset, tool
 from tether.core.nesting import MAX_DEPTH, MAX_REPLY_DEPTH
 from tether.durable import decide
 from tether.models.anthropic import AnthropicModel
@@ -115,3 +115,17 @@ async def test_a_run_paused_in_the_step_of_a_deep_call_resumes(tmp_path: Path, p
     outcomes = {c.id: c.outcome for step in resumed.steps for c in step.calls}
     assert outcomes == {"call_1": "invalid_json", "call_2": "ok"}
     assert store.verify(paused.run_id) == []
+
+
+async def test_a_deep_call_in_the_last_allowed_step_ends_the_run_max_steps(tmp_path: Path) -> None:
+    """The step's calls are refused at the run's end, where the driver reports them with their arguments."""
+    store = SQLiteStore(tmp_path / "runs.db")
+    script = [tool_calls([("call_1", "multiply", deep_arguments(5_000))])]
+    async with FakeServer(script) as server:
+        agent = Agent(model("openai", server, False), load_toolset("calc"), store=store, budget=Budget(max_steps=1))
+        async with agent:
+            result = await agent.run("hi")
+
+    assert result.status is Status.MAX_STEPS
+    assert [(c.id, c.arguments) for c in result.steps[0].calls] == [("call_1", None)]
+    assert store.verify(result.run_id) == []
