@@ -840,7 +840,7 @@ def json_object(text: str) -> dict[str, Any] | None:
     """
     try:
         value = nesting.loads(text, nesting.MAX_DEPTH)
-    except (ValueError, TypeError):
+    except ValueError:
         return None
     return value if isinstance(value, dict) else None
 

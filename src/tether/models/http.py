@@ -252,8 +252,8 @@ class HTTPModel:
                 if response.status >= 400:
                     try:
                         text = (await read_within(response.content, self.max_reply_bytes)).decode(errors="replace")
-                    except ReplyTooLarge as exc:  # the status still says what happened (and whether to retry)
-                        text = str(exc)
+                    except ReplyTooLarge:  # the status still says what happened (and whether to retry)
+                        text = f"an error body larger than max_reply_bytes ({self.max_reply_bytes} bytes), not read"
                     wait = retry_after(response.headers.get("Retry-After"))
                     raise http_error(response.status, text, wait, self.key_variable)
                 if body.get("stream") and response.content_type == "text/event-stream":
