@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import time
 import uuid
 import warnings
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether import tracing
 from tether.conversation import Conversation, ConversationBudget, open_conversation
-from tether.core import envelope
+from tether.core import envelope, nesting
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig, estimate_usage
 from tether.core.envelope import ErrorCode, outcome_code
 from tether.core.errors import ConfigurationError, ModelError, TetherError, ToolDefinitionError
@@ -898,9 +897,12 @@ def _renewed(store: RunStore, run_id: str) -> None:
 
 
 def json_object(text: str) -> dict[str, Any] | None:
-    """``text`` decoded, when it is a JSON object; else None."""
+    """``text`` decoded, when it is a JSON object no deeper than the gate accepts; else None.
+
+    The model wrote it: text the gate refused (a stored run's too) must not crash the report of the refusal.
+    """
     try:
-        value = json.loads(text)
+        value = nesting.loads(text, nesting.MAX_DEPTH)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

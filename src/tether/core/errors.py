@@ -18,6 +18,7 @@ below with ``raise ... from exc``, so callers catch only these::
         ├── ModelConnectionError    could not connect
         ├── ModelTimeout            connect or read timed out
         ├── ModelResponseError      body or stream is not a chat completion
+        │   └── ReplyTooLarge           grew past the adapter's max_reply_bytes
         └── ModelHTTPError          non-2xx status
             ├── AuthenticationError 401 / 403, never retried
             ├── RateLimited         429, retried honouring Retry-After
@@ -75,6 +76,18 @@ class ModelTimeout(ModelError):
 
 class ModelResponseError(ModelError):
     pass
+
+
+class ReplyTooLarge(ModelResponseError):
+    """A reply grew past the adapter's ``max_reply_bytes`` while it was read (and was not read further)."""
+
+    def __init__(self, max_bytes: int, adapter: str = "the model adapter") -> None:
+        super().__init__(
+            f"the reply is larger than max_reply_bytes ({max_bytes} bytes); if a real reply is that large, "
+            f"pass a larger max_reply_bytes to {adapter}"
+        )
+        self.max_bytes = max_bytes
+        self.adapter = adapter
 
 
 class ModelHTTPError(ModelError):

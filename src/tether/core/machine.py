@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
-from tether.core import envelope
+from tether.core import envelope, nesting
 from tether.core.budget import ESTIMATED_NOTE, RunConfig
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ApprovalMismatch, RunPoisoned, TransitionError
@@ -313,8 +313,8 @@ def _last_step_succeeded(messages: list[Message]) -> bool:
     for message in reversed(messages):
         if message.role != "tool":
             break
-        try:
-            result = json.loads(message.content or "")
+        try:  # a stored run's tool message may predate the bound on results: never a RecursionError here
+            result = nesting.loads(message.content or "", nesting.MAX_REPLY_DEPTH)
         except ValueError:
             return False
         if not (isinstance(result, dict) and result.get("ok") is True):

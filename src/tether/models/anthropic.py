@@ -27,7 +27,9 @@ reply. What maps to what:
 
 Errors: HTTP statuses as for every adapter (429, 529 and 5xx retried honouring
 ``retry-after``); an ``error`` event inside a stream is a
-``ModelResponseError`` naming its type.
+``ModelResponseError`` naming its type, and so is a body or event nested
+deeper than ``MAX_REPLY_DEPTH`` (a call's ``input`` within it that is deeper
+than ``MAX_DEPTH`` goes to the core, which refuses it as ``invalid_json``).
 """
 
 from __future__ import annotations
@@ -41,12 +43,14 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from tether.core import nesting
 from tether.core.errors import ConfigurationError, ModelResponseError
 from tether.core.messages import ModelReply, Usage, WireToolCall
 from tether.models.base import ModelRequest
 from tether.models.base import output_mode as checked_output_mode
 from tether.models.http import (
     DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_REPLY_BYTES,
     DEFAULT_MAX_RETRIES,
     DEFAULT_READ_TIMEOUT,
     HTTPModel,
@@ -82,7 +86,7 @@ def _is_error_envelope(content: str) -> bool:
     if not content.startswith("{"):
         return False
     try:
-        data = json.loads(content)
+        data = nesting.loads(content, nesting.MAX_REPLY_DEPTH)
     except ValueError:
         return False
     return isinstance(data, dict) and data.get("ok") is False
@@ -90,8 +94,8 @@ def _is_error_envelope(content: str) -> bool:
 
 def _input(arguments: str) -> dict[str, Any]:
     # History keeps refused calls too; the API wants an object, and the tool_result says what was wrong.
-    try:
-        value = json.loads(arguments)
+    try:  # deeper than the gate accepts: refused already, and must not break the request that says so
+        value = nesting.loads(arguments, nesting.MAX_DEPTH)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
@@ -246,7 +250,9 @@ def _read_body(raw: bytes) -> Turn:
     # Repeated keys matter only in a call's input; without a tool_use block the C decoder runs alone.
     hook = _object if b'"tool_use"' in raw else None
     try:
-        decoded = json.loads(raw, object_pairs_hook=hook)
+        decoded = nesting.loads(raw, nesting.MAX_REPLY_DEPTH, object_pairs_hook=hook)
+    except nesting.NestedTooDeep as exc:
+        raise ModelResponseError(f"response body is {exc}") from None
     except ValueError:
         raise ModelResponseError("response body is not JSON") from None
     return parse_message(decoded)
@@ -263,6 +269,9 @@ class MessageAssembler:
 
     blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
     partial: dict[int, list[Any]] = field(default_factory=dict)
+    # Text and thinking pieces by (block index, field), joined once in ``turn``: text grown piece by piece
+    # is copied whole for every piece, which a long answer in small deltas turns into minutes.
+    pieces: dict[tuple[int, str], list[str]] = field(default_factory=dict)
     arguments: dict[int, object] = field(default_factory=dict)  # by block index: the streamed text
     usage: dict[str, Any] = field(default_factory=dict)
     stop_reason: object = None
@@ -316,12 +325,12 @@ class MessageAssembler:
         if kind == "text_delta":
             piece = delta.get("text")
             if isinstance(piece, str):
-                block["text"] = block.get("text", "") + piece
+                self.pieces.setdefault((event["index"], "text"), []).append(piece)
                 return piece if block.get("type") == "text" else None
         elif kind == "input_json_delta":
             self.partial.setdefault(event["index"], []).append(delta.get("partial_json"))
         elif kind == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
+            self.pieces.setdefault((event["index"], "thinking"), []).append(str(delta.get("thinking", "")))
         elif kind == "signature_delta":
             block["signature"] = delta.get("signature")
         elif kind == "citations_delta":
@@ -339,8 +348,8 @@ class MessageAssembler:
         text = "".join(pieces)
         if not text.strip():
             return  # a tool without parameters streams "": its input is the {} it started with
-        try:
-            block["input"] = json.loads(text, object_pairs_hook=_object)
+        try:  # too deep is refused like bad JSON: by the gate, from the text below
+            block["input"] = nesting.loads(text, nesting.MAX_DEPTH, object_pairs_hook=_object)
         except ValueError:
             block.pop("input", None)
         self.arguments[index] = text  # the model's own text, unchanged, for the strict decoder
@@ -348,6 +357,10 @@ class MessageAssembler:
     def turn(self) -> Turn:
         for index in list(self.partial):  # a block the stream never closed
             self._stop(index)
+        for (index, key), pieces in self.pieces.items():
+            start = self.blocks[index].get(key)
+            self.blocks[index][key] = (start if isinstance(start, str) else "") + "".join(pieces)
+        self.pieces.clear()
         order = sorted(self.blocks)
         blocks = [self.blocks[i] for i in order]
         streamed = {p: self.arguments[i] for p, i in enumerate(order) if i in self.arguments}
@@ -357,7 +370,9 @@ class MessageAssembler:
 
 def _decode_event(payload: str) -> dict[str, Any]:
     try:
-        event = json.loads(payload)
+        event = nesting.loads(payload, nesting.MAX_REPLY_DEPTH)
+    except nesting.NestedTooDeep as exc:
+        raise ModelResponseError(f"stream event is {exc}") from None
     except ValueError:
         raise ModelResponseError("stream event is not JSON") from None
     if not isinstance(event, dict):
@@ -384,7 +399,9 @@ class AnthropicModel(HTTPModel):
 
     Reads ``ANTHROPIC_BASE_URL`` (default ``https://api.anthropic.com``; the
     adapter posts to ``{base_url}/v1/messages``), ``ANTHROPIC_API_KEY`` and
-    ``ANTHROPIC_MODEL`` for anything not given. Example::
+    ``ANTHROPIC_MODEL`` for anything not given. A reply larger than
+    ``max_reply_bytes`` (streamed or not) is a ``ReplyTooLarge`` error, read
+    no further. Example::
 
         agent = Agent(AnthropicModel("claude-sonnet-4-5"), [multiply])
     """
@@ -405,6 +422,7 @@ class AnthropicModel(HTTPModel):
         max_retries: int = DEFAULT_MAX_RETRIES,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         extra_body: dict[str, Any] | None = None,
         output_mode: OutputMode = "tool",
     ) -> None:
@@ -423,7 +441,13 @@ class AnthropicModel(HTTPModel):
         headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
-        super().__init__(headers, max_retries=max_retries, connect_timeout=connect_timeout, read_timeout=read_timeout)
+        super().__init__(
+            headers,
+            max_retries=max_retries,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_reply_bytes=max_reply_bytes,
+        )
         self.stream = stream
         self.max_tokens = max_tokens
         self.parallel_tool_calls = parallel_tool_calls
@@ -477,7 +501,7 @@ class AnthropicModel(HTTPModel):
 
     async def _read_stream(self, response: aiohttp.ClientResponse, request: ModelRequest) -> Turn:
         assembler = MessageAssembler()
-        async for name, payload in sse_events(response.content):
+        async for name, payload in sse_events(response.content, self.max_reply_bytes):
             if name == "ping":
                 continue  # a keep-alive: nothing to decode
             piece = assembler.feed(_decode_event(payload))

@@ -8,6 +8,11 @@ An adapter subclasses ``HTTPModel``, builds its body and parses its replies;
 ``retrying`` retries the retryable ones (429, 5xx including Anthropic's 529,
 connection failures) with backoff honouring ``Retry-After``; 401/403 are not
 retried.
+
+A reply is read within ``max_reply_bytes`` (counted as the bytes arrive,
+streamed or not, so memory stays bounded by it): one that grows past it is a
+``ModelResponseError`` naming the limit. Its JSON is decoded within
+``MAX_REPLY_DEPTH`` levels of nesting (``tether.core.nesting``).
 """
 
 from __future__ import annotations
@@ -21,13 +26,16 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from tether.core import nesting
 from tether.core.errors import (
     AuthenticationError,
+    ConfigurationError,
     ModelConnectionError,
     ModelError,
     ModelHTTPError,
     ModelTimeout,
     RateLimited,
+    ReplyTooLarge,
     ServerError,
 )
 from tether.models.stream import error_message
@@ -36,6 +44,8 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 120.0
 DEFAULT_MAX_RETRIES = 2
 MAX_RETRY_AFTER = 60.0
+# No real reply comes near it: the largest of the recorded ones in tests is under 0.5 MB.
+DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024
 
 T = TypeVar("T")
 
@@ -60,7 +70,7 @@ def retry_after(value: str | None) -> float | None:
 def http_error(status: int, text: str, retry_after: float | None, key_variable: str) -> ModelHTTPError:
     """The most specific error for a non-2xx answer; ``key_variable`` is named on 401/403."""
     try:
-        message = error_message(json.loads(text).get("error", text))
+        message = error_message(nesting.loads(text, nesting.MAX_REPLY_DEPTH).get("error", text))
     except (ValueError, AttributeError):
         message = text[:300] or "no body"
     if status in (401, 403):
@@ -72,24 +82,68 @@ def http_error(status: int, text: str, retry_after: float | None, key_variable: 
     return ModelHTTPError(status, message)
 
 
-async def sse_events(content: aiohttp.StreamReader) -> AsyncIterator[tuple[str | None, str]]:
+class _Fields:
+    """The fields of the server-sent event being read, line by line."""
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.data: list[str] = []
+
+    def line(self, raw: bytes | bytearray) -> tuple[str | None, str] | None:
+        """Take one line (without its newline); the event it completes, if any."""
+        line = raw.decode("utf-8", errors="replace").rstrip("\r")
+        if line.startswith("data:"):
+            self.data.append(line[5:].lstrip(" "))
+        elif line.startswith("event:"):
+            self.name = line[6:].strip()
+        elif not line and self.data:
+            return self.event()
+        return None
+
+    def event(self) -> tuple[str | None, str]:
+        event = self.name, "\n".join(self.data)
+        self.name, self.data = None, []
+        return event
+
+
+async def sse_events(content: aiohttp.StreamReader, max_bytes: int) -> AsyncIterator[tuple[str | None, str]]:
     """``(event name, data)`` for each server-sent event; comments and blank keep-alives skipped.
 
-    A last event without its closing blank line is still yielded.
+    A last event without its closing blank line is still yielded. Past
+    ``max_bytes`` received (a line, an event or the whole stream) it raises
+    ``ReplyTooLarge``: lines are split here, not by aiohttp's ``readline``,
+    which refuses a line over its own buffer size with an error of its own.
     """
-    name: str | None = None
-    data: list[str] = []
-    async for raw_line in content:
-        line = raw_line.decode("utf-8", errors="replace").rstrip("\r\n")
-        if line.startswith("data:"):
-            data.append(line[5:].lstrip(" "))
-        elif line.startswith("event:"):
-            name = line[6:].strip()
-        elif not line and data:
-            yield name, "\n".join(data)
-            name, data = None, []
-    if data:
-        yield name, "\n".join(data)
+    fields = _Fields()
+    line = bytearray()
+    received = 0
+    async for chunk in content.iter_any():
+        received += len(chunk)
+        if received > max_bytes:
+            raise ReplyTooLarge(max_bytes)
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            line += chunk[start:end]
+            start = end + 1
+            event = fields.line(line)
+            line.clear()
+            if event is not None:
+                yield event
+        line += chunk[start:]
+    if line:
+        fields.line(line)  # a last line without its newline: only an empty line ends an event
+    if fields.data:
+        yield fields.event()
+
+
+async def read_within(content: aiohttp.StreamReader, max_bytes: int) -> bytes:
+    """The whole body, or ``ReplyTooLarge`` as soon as more than ``max_bytes`` have arrived."""
+    body = bytearray()
+    async for chunk in content.iter_any():
+        if len(body) + len(chunk) > max_bytes:
+            raise ReplyTooLarge(max_bytes)
+        body += chunk
+    return bytes(body)
 
 
 async def _close_with_loop(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
@@ -119,8 +173,12 @@ class HTTPModel:
         max_retries: int = DEFAULT_MAX_RETRIES,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
+        if max_reply_bytes < 1:
+            raise ConfigurationError(f"max_reply_bytes must be at least 1, not {max_reply_bytes}")
         self.max_retries = max_retries
+        self.max_reply_bytes = max_reply_bytes
         self._headers = dict(headers)
         self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
         # One client per event loop: an aiohttp session belongs to the loop it was made in, and a
@@ -192,12 +250,17 @@ class HTTPModel:
         try:
             async with (await self._client()).post(url, json=body) as response:
                 if response.status >= 400:
-                    text = await response.text(errors="replace")
+                    try:
+                        text = (await read_within(response.content, self.max_reply_bytes)).decode(errors="replace")
+                    except ReplyTooLarge:  # the status still says what happened (and whether to retry)
+                        text = f"an error body larger than max_reply_bytes ({self.max_reply_bytes} bytes), not read"
                     wait = retry_after(response.headers.get("Retry-After"))
                     raise http_error(response.status, text, wait, self.key_variable)
                 if body.get("stream") and response.content_type == "text/event-stream":
                     return await read_stream(response)
-                raw = await response.read()
+                raw = await read_within(response.content, self.max_reply_bytes)
+        except ReplyTooLarge as exc:
+            raise ReplyTooLarge(exc.max_bytes, type(self).__name__) from None  # the reader knows no adapter
         except aiohttp.ClientConnectorError as exc:
             raise ModelConnectionError(f"cannot connect to {self.base_url}: {exc.strerror or exc}") from None
         except (aiohttp.ServerTimeoutError, aiohttp.SocketTimeoutError) as exc:

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tether.core import nesting
 from tether.core.messages import Message, ToolCall
 
 CHATML = (
@@ -73,13 +74,13 @@ class ToolFormat:
         body = text.strip()
         if self.family == "tether":
             name, _, arguments = body.removeprefix(TETHER_PREFIX).partition(":")
-            return [(name, json.loads(arguments))]
+            return [(name, nesting.loads(arguments, nesting.MAX_REPLY_DEPTH))]
         if self.family == "mistral":
-            items = json.loads(body.removeprefix(self.call_open).strip())
+            items = nesting.loads(body.removeprefix(self.call_open).strip(), nesting.MAX_REPLY_DEPTH)
             return [(item["name"], item[self.arguments_key]) for item in items]
         calls = []
         for chunk in body.split(self.call_open)[1:] if self.call_open else [body]:
-            item = json.loads(chunk.split(self.call_close)[0] if self.call_close else chunk)
+            item = nesting.loads(chunk.split(self.call_close)[0] if self.call_close else chunk, nesting.MAX_REPLY_DEPTH)
             calls.append((item["name"], item[self.arguments_key]))
         return calls
 
@@ -174,7 +175,7 @@ def _result_line(call: ToolCall | None, content: str) -> str:
     """
     name = call.name if call else "tool"
     try:
-        envelope = json.loads(content)
+        envelope = nesting.loads(content, nesting.MAX_REPLY_DEPTH)
     except ValueError:
         envelope = None
     if isinstance(envelope, dict) and envelope.get("ok") is True and "result" in envelope:
@@ -188,7 +189,7 @@ def _call_text(call: ToolCall) -> str:
     """A call as a result line restates it: ``subtract(a=900, b=358)`` (the name alone when the arguments are
     not a JSON object)."""
     try:
-        arguments = json.loads(call.arguments)
+        arguments = nesting.loads(call.arguments, nesting.MAX_DEPTH)
     except ValueError:
         return call.name
     if not isinstance(arguments, dict):
@@ -209,8 +210,8 @@ def native_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             item["tool_calls"] = []
             for c in m.tool_calls:
                 try:
-                    arguments: Any = json.loads(c.arguments)
-                except ValueError:
+                    arguments: Any = nesting.loads(c.arguments, nesting.MAX_DEPTH)
+                except ValueError:  # too deep too: the gate refused it, the template must still render
                     arguments = {}
                 item["tool_calls"].append(
                     {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments}}

@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from tether.core import nesting
 from tether.core.errors import ConfigurationError, ModelResponseError
 from tether.core.messages import Message, ModelReply, WireToolCall
 from tether.models.base import ModelRequest
 from tether.models.base import output_mode as checked_output_mode
 from tether.models.http import (
     DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_REPLY_BYTES,
     DEFAULT_MAX_RETRIES,
     DEFAULT_READ_TIMEOUT,
     HTTPModel,
@@ -132,7 +134,8 @@ class OpenAIChatModel(HTTPModel):
     """A model behind an OpenAI-compatible chat-completions endpoint.
 
     Reads ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``OPENAI_MODEL`` for
-    anything not given. Example::
+    anything not given. A reply larger than ``max_reply_bytes`` (streamed or
+    not) is a ``ReplyTooLarge`` error, read no further. Example::
 
         model = OpenAIChatModel(model="gpt-4o-mini")
         reply = await model.complete(ModelRequest(messages=[Message("user", "hi")]))
@@ -151,6 +154,7 @@ class OpenAIChatModel(HTTPModel):
         max_retries: int = DEFAULT_MAX_RETRIES,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         compat: WireCompat = WireCompat(),
         extra_body: dict[str, Any] | None = None,
         output_mode: OutputMode | None = None,
@@ -175,7 +179,13 @@ class OpenAIChatModel(HTTPModel):
         headers = {"Content-Type": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        super().__init__(headers, max_retries=max_retries, connect_timeout=connect_timeout, read_timeout=read_timeout)
+        super().__init__(
+            headers,
+            max_retries=max_retries,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_reply_bytes=max_reply_bytes,
+        )
         self.stream = stream
         self.compat = compat
         self.extra_body = dict(extra_body or {})
@@ -236,7 +246,7 @@ class OpenAIChatModel(HTTPModel):
 
     async def _read_stream(self, response: aiohttp.ClientResponse, request: ModelRequest) -> ModelReply:
         assembler = Assembler()
-        async for _, payload in sse_events(response.content):
+        async for _, payload in sse_events(response.content, self.max_reply_bytes):
             if payload == "[DONE]":
                 break
             chunk = _decode_event(payload)
@@ -252,7 +262,9 @@ class OpenAIChatModel(HTTPModel):
 
 def _read_body(raw: bytes) -> ModelReply:
     try:
-        decoded = json.loads(raw)
+        decoded = nesting.loads(raw, nesting.MAX_REPLY_DEPTH)
+    except nesting.NestedTooDeep as exc:
+        raise ModelResponseError(f"response body is {exc}") from None
     except ValueError:
         raise ModelResponseError("response body is not JSON") from None
     return parse_reply(decoded)
@@ -275,7 +287,9 @@ def _report_tool_deltas(chunk: dict[str, Any], report: Callable[[int, str | None
 
 def _decode_event(payload: str) -> dict[str, Any]:
     try:
-        chunk = json.loads(payload)
+        chunk = nesting.loads(payload, nesting.MAX_REPLY_DEPTH)
+    except nesting.NestedTooDeep as exc:
+        raise ModelResponseError(f"stream event is {exc}") from None
     except ValueError:
         raise ModelResponseError("stream event is not JSON") from None
     if not isinstance(chunk, dict):

@@ -18,7 +18,8 @@ class _Call:
     id: object = None
     type: object = None
     name: str = ""
-    arguments: str = ""
+    # Pieces of the arguments text, joined once: text grown piece by piece is copied whole each time.
+    arguments: list[str] = field(default_factory=list)
     odd_arguments: object = None  # a non-string piece: kept so the core refuses it
 
 
@@ -75,7 +76,7 @@ class Assembler:
             # the whole name in every fragment, which must not be read as more of it.
             call.name += name
         if isinstance(arguments, str):
-            call.arguments += arguments
+            call.arguments.append(arguments)
         elif arguments is not None:
             call.odd_arguments = arguments
 
@@ -85,7 +86,7 @@ class Assembler:
                 id=c.id,
                 type="function" if c.type is None else c.type,
                 name=c.name,
-                arguments=c.odd_arguments if c.odd_arguments is not None else c.arguments,
+                arguments=c.odd_arguments if c.odd_arguments is not None else "".join(c.arguments),
             )
             for _, c in sorted(self.calls.items())
         )

@@ -49,7 +49,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from tether.core import envelope
+    from tether.core import envelope, nesting
     from tether.core.budget import RunConfig
     from tether.core.envelope import ErrorCode
     from tether.core.machine import (
@@ -250,9 +250,12 @@ def _batches(calls: tuple[PendingCall, ...]) -> list[list[PendingCall]]:
 
 
 def _json_object(text: str) -> dict[str, Any] | None:
-    """``text`` decoded, when it is a JSON object; else None (as the local driver logs a call's arguments)."""
+    """``text`` decoded, when it is a JSON object; else None (as the local driver logs a call's arguments).
+
+    Within the gate's depth: text it refused as too deep must not fail the workflow that reports the refusal.
+    """
     try:
-        value = json.loads(text)
+        value = nesting.loads(text, nesting.MAX_DEPTH)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

@@ -60,6 +60,8 @@ def message_text(reply: Reply, ident: str, model: str) -> str:
         try:
             json.loads(arguments)
             spliced = arguments
+        except RecursionError:  # nested too deep for Python to decode: sent as written, for the client to refuse
+            spliced = arguments
         except ValueError:
             spliced = _dumps(arguments)
         text = text.replace(_dumps(_slot(index)), spliced, 1)

@@ -2,7 +2,9 @@
 
 Python's ``json`` is lenient where a host must not be: it keeps the last of
 duplicate keys and accepts ``NaN`` and ``Infinity``. Here each is an error,
-and so is anything but an object at the top level.
+and so is anything but an object at the top level, and so is nesting deeper
+than ``MAX_DEPTH`` levels (measured before decoding, see ``tether.core.nesting``):
+every check and record after this one walks the arguments recursively.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import json
 import math
 from json.scanner import make_scanner
 from typing import Any
+
+from tether.core.nesting import MAX_DEPTH, nested_deeper, text_of
 
 
 class InvalidJson(ValueError):
@@ -50,6 +54,10 @@ _JSON_WHITESPACE = " \t\n\r"
 def strict_loads(text: str) -> dict[str, Any]:
     """Decode ``text`` as one JSON object, refusing anything lenient."""
     try:
+        # JSON deeper than MAX_DEPTH takes more than twice as many characters (what is shorter and deep is not
+        # JSON, and fails below within that depth): most calls' arguments are answered by ``len``.
+        if len(text) > 2 * MAX_DEPTH and nested_deeper(text_of(text), MAX_DEPTH):
+            raise InvalidJson(f"arguments are nested more than {MAX_DEPTH} levels deep")
         if isinstance(text, str) and text[:1] in ("{", "["):
             try:
                 value, end = _SCAN(text, 0)
@@ -67,8 +75,8 @@ def strict_loads(text: str) -> dict[str, Any]:
         raise
     except json.JSONDecodeError as exc:
         raise InvalidJson(f"arguments are not valid JSON: {exc.msg}") from None
-    except RecursionError:
-        raise InvalidJson("arguments are nested too deeply") from None
+    except RecursionError:  # not past the check above; kept so a decoder change cannot crash a run
+        raise InvalidJson(f"arguments are nested more than {MAX_DEPTH} levels deep") from None
     except ValueError:  # e.g. an integer past Python's digit limit
         raise InvalidJson("arguments hold a number too large to read") from None
     if not isinstance(value, dict):

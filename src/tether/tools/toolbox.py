@@ -20,6 +20,7 @@ from tether.core.envelope import ErrorCode
 from tether.core.errors import ToolDefinitionError
 from tether.core.machine import Accepted, PendingCall, Rejected
 from tether.core.messages import ToolCall
+from tether.core.nesting import MAX_DEPTH, nested_deeper, value_nested_deeper
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
 from tether.tools.decoding import InvalidJson, strict_loads
 from tether.tools.strict import drop_nulls
@@ -39,6 +40,9 @@ def truncate(text: str, limit: int) -> str:
     return f"{text[:limit]}…[truncated: showing {limit} of {len(text)} characters]"
 
 
+_TOO_DEEP = envelope.error(ErrorCode.TOOL_FAILED, f"the tool returned a value nested more than {MAX_DEPTH} levels deep")
+
+
 def result_envelope(result: Any, limit: int) -> str:
     """The ``ok`` envelope for a tool's return value, cut to ``limit``."""
     from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -46,8 +50,12 @@ def result_envelope(result: Any, limit: int) -> str:
     try:
         value = to_jsonable_python(result)
         text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError, PydanticSerializationError):
+    except (TypeError, ValueError, PydanticSerializationError, RecursionError):
+        if value_nested_deeper(result, MAX_DEPTH):  # pydantic stops at a depth of its own, far deeper
+            return _TOO_DEEP
         return envelope.error(ErrorCode.TOOL_FAILED, "the tool returned a value that is not JSON")
+    if nested_deeper(text, MAX_DEPTH):  # every reader of the envelope (the model's history, the store) walks it
+        return _TOO_DEEP
     if len(text) <= limit:
         return envelope.ok(value)
     shown = value if isinstance(value, str) else text

@@ -1,0 +1,91 @@
+"""How deep JSON text from outside may nest, measured before it is decoded.
+
+Python's ``json``, ``jsonschema``, pydantic and tether's own walks
+(redaction, canonical text, events) all recurse once per level: text nested
+a few thousand levels deep raises ``RecursionError`` wherever it is first
+decoded or walked. So tether measures the depth of text from outside (a
+call's arguments, a model's reply, a tool's result) before decoding it, with
+a regular expression and a running sum rather than recursion, and refuses
+text nested deeper than its limit. Everything past that point only ever
+holds values at most that deep.
+
+The measure is exact for valid JSON. For invalid JSON it is at least the
+depth the decoder reaches before it fails (both read strings the same way up
+to the first error), so a text that passes never makes the decoder recurse
+past the limit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from itertools import accumulate
+from typing import Any
+
+# A call's arguments and a tool's result: far deeper than real ones (BFCL's deepest ground-truth arguments: 4).
+MAX_DEPTH = 64
+# A model's reply body or stream event: room for the envelope around a call's input (an Anthropic
+# tool_use block holds it as an object), so a too-deep input is the model's invalid_json to repair.
+MAX_REPLY_DEPTH = 2 * MAX_DEPTH
+
+# A string (to its closing quote, or to the end of a text where it never closes), an escape outside a string
+# (invalid, but it must not open one), or a run of brackets. Possessive: a failed match never backtracks.
+_TOKEN = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"?|\\.|([\[\]{}]++)', re.DOTALL)
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}.__getitem__
+
+
+class NestedTooDeep(ValueError):
+    """JSON text nests arrays and objects deeper than its limit; ``str()`` names the limit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"nested more than {limit} levels deep")
+        self.limit = limit
+
+
+def text_of(data: str | bytes | bytearray) -> str:
+    """``data`` as text, decoded as ``json.loads`` decodes bytes (UTF-8, -16 or -32)."""
+    if isinstance(data, str):
+        return data
+    return bytes(data).decode(json.detect_encoding(data), "surrogatepass")
+
+
+def nested_deeper(text: str, limit: int) -> bool:
+    """Whether JSON ``text`` nests arrays and objects more than ``limit`` levels deep.
+
+    Text with no more brackets than ``limit`` cannot be; that is the common
+    case, answered by two ``str.count``. Otherwise the brackets outside
+    strings are summed run by run, stopping at the first level past the
+    limit: linear in the text (also for a string that never ends), and no
+    copy of it is made.
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for token in _TOKEN.finditer(text):
+        brackets = token.group(1)
+        if brackets is None:
+            continue  # a string or an escape: brackets in it are text
+        if max(accumulate(map(_STEP, brackets), initial=depth)) > limit:
+            return True
+        depth += len(brackets) - 2 * (brackets.count("]") + brackets.count("}"))
+    return False
+
+
+def value_nested_deeper(value: Any, limit: int) -> bool:
+    """Whether a decoded value nests lists and dicts more than ``limit`` levels deep (walked without recursion)."""
+    stack = [(value, 1)] if isinstance(value, dict | list | tuple) else []
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list | tuple))
+    return False
+
+
+def loads(data: str | bytes | bytearray, limit: int, **options: Any) -> Any:
+    """``json.loads(data, **options)``, or ``NestedTooDeep`` (a ``ValueError``) past ``limit`` levels."""
+    text = text_of(data)
+    if nested_deeper(text, limit):
+        raise NestedTooDeep(limit)
+    return json.loads(text, **options)

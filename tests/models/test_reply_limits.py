@@ -1,0 +1,331 @@
+"""A reply's size and nesting are bounded while it is read: huge, endless and deep replies end the run model_error.
+
+The huge and endless replies come from ``Flood``, a server written here on
+the project's ``ServerBase``: it writes a body (or an SSE stream) of the
+size asked, generated piece by piece so that the test process itself stays
+small, and stops when the client hangs up. Memory is measured in a child
+process (its peak resident size, from ``getrusage``) against the same
+process before the request, as a generous bound.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from tether import Agent, Status
+from tether.core import Message, ModelHTTPError, ModelResponseError, ReplyTooLarge, ServerError, ToolCall
+from tether.core.nesting import MAX_REPLY_DEPTH, NestedTooDeep
+from tether.models import ModelRequest
+from tether.models.anthropic import AnthropicModel
+from tether.models.http import DEFAULT_MAX_REPLY_BYTES, HTTPModel
+from tether.models.local_format import FORMATS, native_messages
+from tether.models.openai_chat import OpenAIChatModel
+from tether.testing import FakeServer, raw
+from tether.testing.fake_server import ServerBase, send_sse
+
+MiB = 1024 * 1024
+PIECE = 64 * 1024  # bytes of text per stream event or body write
+HELLO = ModelRequest([Message("user", "hi")])
+PROTOCOLS = ["openai", "anthropic"]
+
+
+def openai_chunk(text: str, finish_reason: str | None = None) -> str:
+    choice = {"index": 0, "delta": {"content": text}, "finish_reason": finish_reason}
+    return (
+        "data: "
+        + json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [choice]})
+        + "\n\n"
+    )
+
+
+def anthropic_event(data: dict[str, Any]) -> str:
+    return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n"
+
+
+def stream_pieces(protocol: str, size: int | None, line: int = PIECE) -> Iterator[str]:
+    """SSE text of about ``size`` bytes of answer text (None: endless), ``line`` bytes per event."""
+    sent = 0
+    if protocol == "anthropic":
+        yield anthropic_event({"type": "message_start", "message": {"model": "m", "usage": {"input_tokens": 1}}})
+        yield anthropic_event(
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+        )
+    while size is None or sent < size:
+        piece = "x" * line
+        sent += line
+        if protocol == "openai":
+            yield openai_chunk(piece)
+        else:
+            yield anthropic_event(
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
+            )
+    if protocol == "openai":
+        yield openai_chunk("", "stop") + "data: [DONE]\n\n"
+    else:
+        yield anthropic_event({"type": "content_block_stop", "index": 0})
+        yield anthropic_event(
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}}
+        )
+        yield anthropic_event({"type": "message_stop"})
+
+
+def body_pieces(protocol: str, size: int) -> Iterator[str]:
+    """A non-streamed reply whose answer text is ``size`` bytes, in pieces."""
+    if protocol == "openai":
+        head, tail = (
+            '{"choices": [{"index": 0, "message": {"role": "assistant", "content": "',
+            '"}, "finish_reason": "stop"}]}',
+        )
+    else:
+        head, tail = '{"type": "message", "content": [{"type": "text", "text": "', '"}], "stop_reason": "end_turn"}'
+    yield head
+    for _ in range(0, size, PIECE):
+        yield "x" * PIECE
+    yield tail
+
+
+class Flood(ServerBase):
+    """Answers both dialects with a reply of ``size`` bytes of text (None: a stream that never ends)."""
+
+    def __init__(self, size: int | None, *, status: int = 200, line: int = PIECE) -> None:
+        super().__init__()
+        self.size, self.status, self.line = size, status, line
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.origin}/v1"
+
+    def make_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/messages", self._handle)
+        return app
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        protocol = "anthropic" if request.path.endswith("/messages") else "openai"
+        if body.get("stream") and self.status == 200:
+            pieces = stream_pieces(protocol, self.size, self.line)
+            try:
+                return await send_sse(request, pieces)
+            except ConnectionError:  # the client stopped reading: what the test is about
+                return web.Response()
+        response = web.StreamResponse(status=self.status, headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        try:
+            for piece in body_pieces(protocol, self.size or 2**40):
+                await response.write(piece.encode())
+            await response.write_eof()
+        except ConnectionError:
+            pass
+        return response
+
+
+def model(protocol: str, server: Flood | FakeServer, **options: Any) -> HTTPModel:
+    if protocol == "openai":
+        return OpenAIChatModel("m", base_url=server.base_url, api_key="k", max_retries=0, **options)
+    return AnthropicModel("m", base_url=server.origin, api_key="k", max_retries=0, **options)
+
+
+def adapter_name(protocol: str) -> str:
+    return "OpenAIChatModel" if protocol == "openai" else "AnthropicModel"
+
+
+# ------------------------------------------------------------------ size
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["body", "stream"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_reply_past_the_cap_ends_the_run_model_error_naming_the_cap(protocol: str, stream: bool) -> None:
+    async with Flood(8 * MiB) as server, Agent(model(protocol, server, stream=stream, max_reply_bytes=MiB)) as agent:
+        result = await agent.run("hi")
+
+    assert result.status is Status.MODEL_ERROR
+    assert result.reason == (
+        f"ReplyTooLarge: the reply is larger than max_reply_bytes ({MiB} bytes); if a real reply is that large, "
+        f"pass a larger max_reply_bytes to {adapter_name(protocol)}"
+    )
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_an_endless_stream_ends_at_the_cap(protocol: str) -> None:
+    async with Flood(None) as server:
+        adapter = model(protocol, server, stream=True, max_reply_bytes=2 * MiB)
+        try:
+            with pytest.raises(ReplyTooLarge) as caught:
+                await adapter.complete(HELLO)
+        finally:
+            await adapter.aclose()
+    assert caught.value.max_bytes == 2 * MiB
+    assert isinstance(caught.value, ModelResponseError) and not caught.value.retryable
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_huge_error_body_keeps_its_status(protocol: str) -> None:
+    async with Flood(8 * MiB, status=503) as server:
+        adapter = model(protocol, server, max_reply_bytes=MiB)
+        try:
+            with pytest.raises(ServerError) as caught:
+                await adapter.complete(HELLO)
+        finally:
+            await adapter.aclose()
+    assert caught.value.status == 503  # still a retryable server error, its body not read past the cap
+    assert "larger than max_reply_bytes" in str(caught.value)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_long_line_under_the_cap_is_read_whole(protocol: str) -> None:
+    # One SSE event of 3 MB: more than aiohttp's own line limit, well under the cap.
+    async with Flood(3 * MiB, line=3 * MiB) as server:
+        adapter = model(protocol, server, stream=True)
+        try:
+            reply = await adapter.complete(HELLO)
+        finally:
+            await adapter.aclose()
+    assert reply.finish_reason == "stop"
+    assert reply.content == "x" * 3 * MiB
+
+
+def test_the_default_cap_is_far_above_the_largest_recorded_reply(recorded_openai: Any, recorded_anthropic: Any) -> None:
+    largest = 0
+    for path in (recorded_openai, recorded_anthropic):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            interaction = json.loads(line)
+            reply = interaction.get("sse") or json.dumps(interaction.get("response"))
+            largest = max(largest, len(reply.encode()))
+    assert largest * 32 < DEFAULT_MAX_REPLY_BYTES
+
+
+# ------------------------------------------------------------------ memory
+
+MEASURE = """
+import asyncio, json, resource, sys
+from tether.models import ModelRequest
+from tether.core import Message, ModelError
+from tether.models.anthropic import AnthropicModel
+from tether.models.openai_chat import OpenAIChatModel
+
+protocol, url, stream = sys.argv[1], sys.argv[2], sys.argv[3] == "stream"
+
+async def main():
+    if protocol == "openai":
+        model = OpenAIChatModel("m", base_url=url + "/v1", api_key="k", max_retries=0, stream=stream)
+    else:
+        model = AnthropicModel("m", base_url=url, api_key="k", max_retries=0, stream=stream)
+    request = ModelRequest([Message("user", "hi")])
+    try:
+        await model.complete(request)  # a small reply first: the client and its buffers exist before measuring
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            await model.complete(request)
+            error = None
+        except ModelError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+    finally:
+        await model.aclose()
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"grew_mib": (after - before) / 1024, "error": error}))
+
+asyncio.run(main())
+"""
+
+
+class Warmup(Flood):
+    """The first request gets a small reply (so the measuring client is warm), every later one ``size`` bytes."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.big, self.served = size, 0
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.size = 1024 if self.served == 0 else self.big
+        self.served += 1
+        return await super()._handle(request)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["body", "stream"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_memory_stays_bounded_by_the_default_cap(protocol: str, stream: bool) -> None:
+    """160 MB sent: the client stops at the 32 MiB default; it grows by about that, not by what was sent."""
+    with Warmup(160 * MiB) as server:
+        done = subprocess.run(
+            [sys.executable, "-c", MEASURE, protocol, server.origin, "stream" if stream else "body"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert done.returncode == 0, done.stderr
+    measured = json.loads(done.stdout)
+    assert measured["error"] is not None and "larger than max_reply_bytes (33554432 bytes)" in measured["error"]
+    assert measured["grew_mib"] < 3 * DEFAULT_MAX_REPLY_BYTES / MiB, measured
+
+
+# ------------------------------------------------------------------ nesting
+
+
+def deep(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["body", "stream"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("levels", [MAX_REPLY_DEPTH + 1, 100_000])
+async def test_a_reply_nested_too_deep_ends_the_run_model_error(protocol: str, stream: bool, levels: int) -> None:
+    if protocol == "openai":
+        body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}
+        event = 'data: {"choices": [{"index": 0, "delta": {"content": "hi"}, "x": ' + deep(levels) + "}]}\n\n"
+    else:
+        body = {"type": "message", "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn"}
+        event = (
+            'event: ping\ndata: {}\n\nevent: message_start\ndata: {"type": "message_start", "x": '
+            + deep(levels)
+            + "}\n\n"
+        )
+    text = json.dumps(body)[:-1] + ', "x": ' + deep(levels) + "}"
+    spec = raw(event, headers={"Content-Type": "text/event-stream"}) if stream else raw(text)
+    async with FakeServer([spec]) as server, Agent(model(protocol, server, stream=stream)) as agent:
+        result = await agent.run("hi")
+
+    assert result.status is Status.MODEL_ERROR
+    what = "stream event" if stream else "response body"
+    assert result.reason == f"ModelResponseError: {what} is nested more than {MAX_REPLY_DEPTH} levels deep"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_an_error_body_nested_too_deep_is_still_the_http_error(protocol: str) -> None:
+    async with FakeServer([raw('{"error": ' + deep(100_000) + "}", status=400)]) as server:
+        adapter = model(protocol, server)
+        try:
+            with pytest.raises(ModelHTTPError) as caught:
+                await adapter.complete(HELLO)
+        finally:
+            await adapter.aclose()
+    assert str(caught.value).startswith("HTTP 400: {")
+
+
+@pytest.mark.parametrize("family", sorted(FORMATS))
+def test_a_local_model_call_nested_too_deep_is_unreadable_not_a_crash(family: str) -> None:
+    fmt = FORMATS[family]
+    item = '{"name": "multiply", "' + fmt.arguments_key + '": {"a": ' + deep(100_000) + "}}"
+    written = {
+        "hermes": f"<tool_call>\n{item}\n</tool_call>",
+        "llama3": item,
+        "mistral": f"[TOOL_CALLS][{item}]",
+        "tether": "functions.multiply:\n" + '{"a": ' + deep(100_000) + "}",
+    }[family]
+    with pytest.raises(NestedTooDeep):  # a ValueError: the local adapter's "unreadable tool call"
+        fmt.parse(written)
+
+
+def test_a_local_model_history_with_deep_arguments_still_renders() -> None:
+    call = ToolCall("c1", "multiply", '{"a": ' + deep(100_000) + "}")
+    messages = [Message("user", "hi"), Message("assistant", None, (call,)), Message("tool", "{}", tool_call_id="c1")]
+    (_, assistant, _) = native_messages(messages)
+    assert assistant["tool_calls"][0]["function"]["arguments"] == {}
