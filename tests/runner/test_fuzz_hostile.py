@@ -35,7 +35,7 @@ from tether.models import anthropic, openai_chat
 from tether.models.anthropic import AnthropicModel
 from tether.models.openai_chat import OpenAIChatModel
 from tether.models.stream import Assembler
-from tether.store.sqlite import SQLiteStore
+from tether.store import SQLiteStore
 from tether.testing import FakeServer
 from tether.testing.fake_server import ReplySpec, raw, text, tool_calls
 from tether.tools import InvalidJson, Toolbox, strict_loads, tool_from_schema

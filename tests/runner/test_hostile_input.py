@@ -20,7 +20,7 @@ from tether.durable import decide
 from tether.models.anthropic import AnthropicModel
 from tether.models.http import HTTPModel
 from tether.models.openai_chat import OpenAIChatModel
-from tether.store.sqlite import SQLiteStore
+from tether.store import SQLiteStore
 from tether.stream import CallRefused, RunFinished
 from tether.testing import FakeServer
 from tether.testing.fake_server import text, tool_calls

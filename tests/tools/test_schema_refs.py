@@ -25,7 +25,7 @@ from tether.core import ErrorCode, ToolCall, ToolDefinitionError
 from tether.core.machine import Accepted, Rejected
 from tether.testing.fake_server import FakeServer, text, tool_calls
 from tether.tools import Toolbox, tool, tool_from_schema
-from tether.tools.refs import MAX_DEPTH
+from tether.core.nesting import MAX_DEPTH
 
 
 def _echo(**arguments: Any) -> Any:
@@ -161,10 +161,13 @@ def test_a_deep_value_gets_the_documented_refusal_never_a_recursion_error(leaf: 
     made = tool_from_schema("plant", TREE, _echo)
     assert isinstance(check(made, tree(MAX_DEPTH, {"v": 1})), Accepted)
     for levels in (MAX_DEPTH + 2, 400, 900):
+        # As a call's text, the decoder refuses it first (tether.core.nesting) ...
         refused = check(made, tree(levels, leaf))
         assert isinstance(refused, Rejected), levels
-        assert refused.code == ErrorCode.INVALID_ARGUMENTS
-        assert refused.message == "arguments: nested more than 64 levels deep"
+        assert refused.code == ErrorCode.INVALID_JSON
+        assert refused.message == "arguments are nested more than 64 levels deep"
+        # ... and as a value handed over already decoded (an MCP client's arguments), the schema check does.
+        assert made.validation_errors(tree(levels, leaf)) == ["arguments: nested more than 64 levels deep"]
 
 
 class Node(BaseModel):
@@ -186,7 +189,8 @@ def test_the_typed_path_bounds_a_recursive_model_and_refuses_a_cycle() -> None:
         deep = {"name": "n", "children": [deep]}
     assert isinstance(check(plant, {"root": {"name": "a", "children": [{"name": "b"}]}}), Accepted)
     refused = check(plant, {"root": deep})
-    assert isinstance(refused, Rejected) and refused.message == "arguments: nested more than 64 levels deep"
+    assert isinstance(refused, Rejected) and refused.message == "arguments are nested more than 64 levels deep"
+    assert plant.validation_errors({"root": deep}) == ["arguments: nested more than 64 levels deep"]
 
     with pytest.raises(ToolDefinitionError, match=r"the \$ref cycle #/\$defs/Either -> #/\$defs/Either"):
 
@@ -196,7 +200,7 @@ def test_the_typed_path_bounds_a_recursive_model_and_refuses_a_cycle() -> None:
 
 
 async def test_a_run_answers_a_deep_call_with_a_controlled_error() -> None:
-    """Through the whole loop over HTTP: the model gets invalid_arguments, and the run goes on."""
+    """Through the whole loop over HTTP: the model gets invalid_json, and the run goes on."""
     made = tool_from_schema("plant", TREE, _echo, read_only=True)
     deep = json.dumps(tree(600, {}))
     async with FakeServer([tool_calls([("c1", "plant", deep)]), text("done")]) as server:
@@ -206,8 +210,8 @@ async def test_a_run_answers_a_deep_call_with_a_controlled_error() -> None:
     assert result.status.value == "completed"
     sent = [m for m in server.requests[-1]["messages"] if m["role"] == "tool"]
     assert json.loads(sent[0]["content"])["error"] == {
-        "code": "invalid_arguments",
-        "message": "arguments: nested more than 64 levels deep",
+        "code": "invalid_json",
+        "message": "arguments are nested more than 64 levels deep",
         "retryable": True,
     }
 

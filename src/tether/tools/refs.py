@@ -31,7 +31,6 @@ from typing import Any
 
 from tether.core.errors import ToolDefinitionError
 
-MAX_DEPTH = 64  # how deeply nested a value checked against a recursive schema may be
 
 _REFS = ("$ref", "$dynamicRef")
 # Keywords whose subschemas check the value itself; the others check a part of it (or define, for $defs).
@@ -72,23 +71,6 @@ def check_references(schema: Any, what: str) -> bool:
             "a reference back must go through properties or items"
         )
     return _cycle(edges, in_place_only=False) is not None
-
-
-def nested_deeper(value: Any, limit: int) -> bool:
-    """Whether ``value`` holds objects or arrays nested more than ``limit`` levels deep (without recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 def _refs_in(node: Any) -> Iterator[str]:

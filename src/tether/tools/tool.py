@@ -27,7 +27,9 @@ from tether.tools.context import ToolContext
 from tether.tools.decoding import json_type
 from tether.tools.fastcheck import compile_check
 from tether.tools.metacheck import plainly_valid
-from tether.tools.refs import MAX_DEPTH, check_references, nested_deeper
+from tether.core.nesting import MAX_DEPTH
+from tether.core.nesting import value_nested_deeper as nested_deeper
+from tether.tools.refs import check_references
 from tether.tools.strict import strict_schema
 
 if TYPE_CHECKING:  # pydantic is imported where a typed function becomes a tool: raw schemas never need it
