@@ -171,7 +171,7 @@ class Agent:
         output_type: Any = None,
         output_mode: OutputMode | None = None,
         deps_factory: DepsFactory | None = None,
-        strict_tools: bool = True,
+        strict_tools: bool | None = None,
     ) -> None:
         """``propose_only=True`` ends every run after its first step's calls are judged.
 
@@ -186,14 +186,19 @@ class Agent:
         (while it waited for approval, say) is judged as it is now: a call it
         may no longer make is answered ``forbidden``, one it may make runs
         with the principal as resolved.
+
+        ``strict_tools``: offer tools in OpenAI's strict mode (``"strict": true``, every property required,
+        the optional ones nullable) where their schema allows. ``None`` (the default) does so only when the
+        model says its server enforces it (``model.strict_tools``); otherwise each tool goes with its own
+        schema. The host validates every call against the tool's own schema either way.
         """
         self.propose_only = propose_only
         self.model = model
         self.tools = _checked(model, tools, principal)
         self.fallback_answer = fallback_answer  # None: a run that ends repair_exhausted has no output
-        self.strict_tools = strict_tools
-        self.toolbox = Toolbox(self.tools, principal, strict=strict_tools)
-        self.output = _output_spec(model, self.tools, output_type, output_mode)
+        self.strict_tools = bool(getattr(model, "strict_tools", False)) if strict_tools is None else strict_tools
+        self.toolbox = Toolbox(self.tools, principal, strict=self.strict_tools)
+        self.output = _output_spec(model, self.tools, output_type, output_mode, self.strict_tools)
         self.deps_factory = deps_factory
         self._toolboxes: dict[Principal, Toolbox] = {principal: self.toolbox}
         self.store = store
@@ -867,8 +872,13 @@ def _checked(model: Any, tools: Any, principal: Any) -> list[Tool]:
     return checked
 
 
-def _output_spec(model: Model, tools: Sequence[Tool], output_type: Any, mode: OutputMode | None) -> OutputSpec | None:
-    """The run's output type, asked for the way the model's provider supports best unless ``mode`` says."""
+def _output_spec(
+    model: Model, tools: Sequence[Tool], output_type: Any, mode: OutputMode | None, strict_tools: bool
+) -> OutputSpec | None:
+    """The run's output type, asked for the way the model's provider supports best unless ``mode`` says.
+
+    The final-answer tool is a tool: in strict form only for a server that enforces it (``strict_tools``).
+    """
     if output_type is None:
         if mode is not None:
             raise ConfigurationError("output_mode needs an output_type")
@@ -876,7 +886,8 @@ def _output_spec(model: Model, tools: Sequence[Tool], output_type: Any, mode: Ou
     supported = getattr(model, "output_modes", None)  # adapters say which modes they can send
     if mode is not None and supported is not None:
         mode = checked_output_mode(mode, supported, type(model).__name__)
-    spec = OutputSpec(output_type, mode=mode or getattr(model, "output_mode", None) or "native")
+    mode = mode or getattr(model, "output_mode", None) or "native"
+    spec = OutputSpec(output_type, mode=mode, strict=strict_tools or mode != "tool")
     if spec.mode == "tool" and any(t.name == spec.tool_name for t in tools):
         raise ConfigurationError(
             f"a tool is named {spec.tool_name!r}, the name of the final-answer tool; rename the tool"

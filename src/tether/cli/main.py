@@ -103,7 +103,13 @@ def _model(setup: dict[str, Any], api_key: str | None) -> Any:
     profile = _provider(setup)
     stream = setup.get("stream", False)
     return OpenAIChatModel(
-        name, base_url=url, api_key=key, stream=stream, compat=profile.wire, output_mode=profile.output_mode
+        name,
+        base_url=url,
+        api_key=key,
+        stream=stream,
+        compat=profile.wire,
+        output_mode=profile.output_mode,
+        strict_tools=profile.strict_tools,
     )
 
 

@@ -134,6 +134,8 @@ def tool_to_wire(spec: dict[str, Any]) -> dict[str, Any]:
     tool: dict[str, Any] = {"name": function.get("name"), "input_schema": schema}
     if function.get("description"):
         tool["description"] = function["description"]
+    if function.get("strict") is True:  # the strict form is never sent without its flag
+        tool["strict"] = True
     return tool
 
 
@@ -392,6 +394,8 @@ class AnthropicModel(HTTPModel):
     key_variable = "ANTHROPIC_API_KEY"
     # The Messages API has no response_format: a structured answer is a final-answer tool or prompted.
     output_modes: tuple[OutputMode, ...] = ("tool", "prompted")
+    # Tools go with their own schemas: tether does not turn on the API's strict tool use (Agent.strict_tools).
+    strict_tools = False
 
     def __init__(
         self,

@@ -154,7 +154,14 @@ class OpenAIChatModel(HTTPModel):
         compat: WireCompat = WireCompat(),
         extra_body: dict[str, Any] | None = None,
         output_mode: OutputMode | None = None,
+        strict_tools: bool | None = None,
     ) -> None:
+        """``strict_tools``: the server enforces OpenAI's strict mode on tool schemas (``"strict": true``).
+
+        An ``Agent`` then offers tools in that form where their schema allows; otherwise each tool goes with
+        its own schema. ``None`` (the default) means: only for OpenAI's own endpoint, ``api.openai.com``.
+        The CLI takes it from the provider profile (``Provider.strict_tools``).
+        """
         self.name = model or os.environ.get("OPENAI_MODEL") or ""
         if compat.no_json_schema:
             self.output_modes = ("tool", "prompted")
@@ -178,6 +185,7 @@ class OpenAIChatModel(HTTPModel):
         super().__init__(headers, max_retries=max_retries, connect_timeout=connect_timeout, read_timeout=read_timeout)
         self.stream = stream
         self.compat = compat
+        self.strict_tools = self.base_url == DEFAULT_BASE_URL if strict_tools is None else strict_tools
         self.extra_body = dict(extra_body or {})
         self._url = f"{self.base_url}/chat/completions"
         # The last response_format sent, its decoded text and its text: a run sends the same one each step.
