@@ -142,7 +142,9 @@ PROPOSE_ONLY_REASON = "propose_only: the calls of the first step were judged and
 DepsFactory = Callable[[str, Principal], Any]
 # "auto", "none", "required" or {"type": "function", "function": {"name": ...}}; None leaves it to the provider.
 ToolChoice = str | dict[str, Any] | None
-Approver = Callable[[PendingCall], Awaitable[Decision | None]]
+# Decides a call that needs approval: a Decision, True (approve) or False (deny), or None to pause the run
+# until someone decides (``tether approve``). A plain function or an async one.
+Approver = Callable[[PendingCall], Awaitable[Decision | bool | None] | Decision | bool | None]
 # The run's principal as the application knows it now; None when it no longer exists.
 PrincipalResolver = Callable[[Principal], Awaitable[Principal | None] | Principal | None]
 
@@ -187,6 +189,12 @@ class Agent:
         may no longer make is answered ``forbidden``, one it may make runs
         with the principal as resolved.
 
+        ``approver(call)`` decides each call that needs approval as the run reaches it: a ``Decision``,
+        ``True``/``False``, or ``None`` to pause; a plain function runs on the event loop, so one that
+        waits for a person should be ``async``. An Agent with a tool that may need approval (``approval=``,
+        or an ``untrusted_output`` tool beside a side-effecting one) needs an approver or a ``store`` (the
+        run then pauses until approved): without either it is refused here, since a paused run could not go on.
+
         ``strict_tools``: offer tools in OpenAI's strict mode (``"strict": true``, every property required,
         the optional ones nullable) where their schema allows. ``None`` (the default) does so only when the
         model says its server enforces it (``model.strict_tools``); otherwise each tool goes with its own
@@ -195,6 +203,12 @@ class Agent:
         self.propose_only = propose_only
         self.model = model
         self.tools = _checked(model, tools, principal)
+        if store is None and approver is None and not propose_only and (why := approval_reason(self.tools)):
+            raise ConfigurationError(
+                f"{why}, but the Agent has neither an approver nor a store: pass approver=... (a function "
+                "returning Decision, True or False) or store=SQLiteStore(...) so that the run pauses until "
+                "someone approves (`tether approve`)"
+            )
         self.fallback_answer = fallback_answer  # None: a run that ends repair_exhausted has no output
         self.strict_tools = bool(getattr(model, "strict_tools", False)) if strict_tools is None else strict_tools
         self.toolbox = Toolbox(self.tools, principal, strict=self.strict_tools)
@@ -797,7 +811,7 @@ class Driver:
         self._flush()  # a person may take a while, and should see what is asked before being asked
         next_command: Command = command
         for call in command.calls:
-            decision = await self.agent.approver(call)
+            decision = await _decision(self.agent.approver, call)
             if decision is None:
                 return None
             next_command = self._send(
@@ -870,6 +884,39 @@ def _checked(model: Any, tools: Any, principal: Any) -> list[Tool]:
     if not isinstance(principal, Principal):
         raise ConfigurationError(f"principal must be a Principal, e.g. Principal({principal!r}), not {principal!r}")
     return checked
+
+
+def approval_reason(tools: Sequence[Tool]) -> str | None:
+    """Why a run with ``tools`` may pause for approval, or None when it never can.
+
+    A tool declared with ``approval`` (a predicate too), or one with ``untrusted_output`` beside a
+    side-effecting one (taint). A tool that marks one result untrusted at run time
+    (``ToolContext.mark_untrusted``) cannot be seen here.
+    """
+    why = next((f"tool {t.name!r} needs approval" for t in tools if callable(t.approval) or t.approval), None)
+    taints = next((t for t in tools if t.untrusted_output), None)
+    acts = next((t for t in tools if not t.read_only), None)
+    if why is None and taints is not None and acts is not None:
+        why = (
+            f"tool {taints.name!r} has untrusted output, so side-effecting calls (of {acts.name!r}) after it "
+            "need approval"
+        )
+    return why
+
+
+async def _decision(approver: Approver, call: PendingCall) -> Decision | None:
+    """What ``approver`` decided about ``call``, from a plain function or an async one."""
+    found = approver(call)
+    if inspect.isawaitable(found):
+        found = await found
+    if found is None or isinstance(found, Decision):
+        return found
+    if isinstance(found, bool):
+        return Decision(found)
+    raise ConfigurationError(
+        f"the approver returned {type(found).__name__} for call {call.call_id}: return a Decision, True or "
+        "False, or None to pause the run"
+    )
 
 
 def _output_spec(
