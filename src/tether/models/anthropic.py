@@ -50,6 +50,7 @@ from tether.models.http import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_READ_TIMEOUT,
     HTTPModel,
+    checked_base_url,
     sse_events,
 )
 from tether.models.stream import error_message
@@ -416,7 +417,10 @@ class AnthropicModel(HTTPModel):
         self.name = model or os.environ.get("ANTHROPIC_MODEL") or ""
         if not self.name:
             raise ConfigurationError("no model named: set ANTHROPIC_MODEL or pass --model")
-        self.base_url = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.base_url = checked_base_url(
+            base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL,
+            "base_url" if base_url else "ANTHROPIC_BASE_URL",
+        )
         api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
         if not api_key and self.base_url == DEFAULT_BASE_URL:
             raise ConfigurationError(

@@ -27,6 +27,7 @@ from tether.models.http import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_READ_TIMEOUT,
     HTTPModel,
+    checked_base_url,
     sse_events,
 )
 from tether.models.stream import Assembler, content_text, error_message, parse_usage
@@ -172,7 +173,10 @@ class OpenAIChatModel(HTTPModel):
         )
         if not self.name:
             raise ConfigurationError("no model named: pass OpenAIChatModel(model=...) or set OPENAI_MODEL")
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.base_url = checked_base_url(
+            base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+            "base_url" if base_url else "OPENAI_BASE_URL",
+        )
         api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         if not api_key and self.base_url == DEFAULT_BASE_URL:
             raise ConfigurationError(
