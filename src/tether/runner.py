@@ -145,7 +145,9 @@ SUSPENDED_REASON = "suspended: the process driving it is stopping; a resume carr
 DepsFactory = Callable[[str, Principal], Any]
 # "auto", "none", "required" or {"type": "function", "function": {"name": ...}}; None leaves it to the provider.
 ToolChoice = str | dict[str, Any] | None
-Approver = Callable[[PendingCall], Awaitable[Decision | None]]
+# Decides a call that needs approval: a Decision, True (approve) or False (deny), or None to pause the run
+# until someone decides (``tether approve``). A plain function or an async one.
+Approver = Callable[[PendingCall], Awaitable[Decision | bool | None] | Decision | bool | None]
 # The run's principal as the application knows it now; None when it no longer exists.
 PrincipalResolver = Callable[[Principal], Awaitable[Principal | None] | Principal | None]
 
@@ -174,7 +176,7 @@ class Agent:
         output_type: Any = None,
         output_mode: OutputMode | None = None,
         deps_factory: DepsFactory | None = None,
-        strict_tools: bool = True,
+        strict_tools: bool | None = None,
     ) -> None:
         """``propose_only=True`` ends every run after its first step's calls are judged.
 
@@ -189,14 +191,31 @@ class Agent:
         (while it waited for approval, say) is judged as it is now: a call it
         may no longer make is answered ``forbidden``, one it may make runs
         with the principal as resolved.
+
+        ``approver(call)`` decides each call that needs approval as the run reaches it: a ``Decision``,
+        ``True``/``False``, or ``None`` to pause; a plain function runs on the event loop, so one that
+        waits for a person should be ``async``. An Agent with a tool that may need approval (``approval=``,
+        or an ``untrusted_output`` tool beside a side-effecting one) needs an approver or a ``store`` (the
+        run then pauses until approved): without either it is refused here, since a paused run could not go on.
+
+        ``strict_tools``: offer tools in OpenAI's strict mode (``"strict": true``, every property required,
+        the optional ones nullable) where their schema allows. ``None`` (the default) does so only when the
+        model says its server enforces it (``model.strict_tools``); otherwise each tool goes with its own
+        schema. The host validates every call against the tool's own schema either way.
         """
         self.propose_only = propose_only
         self.model = model
         self.tools = _checked(model, tools, principal)
+        if store is None and approver is None and not propose_only and (why := approval_reason(self.tools)):
+            raise ConfigurationError(
+                f"{why}, but the Agent has neither an approver nor a store: pass approver=... (a function "
+                "returning Decision, True or False) or store=SQLiteStore(...) so that the run pauses until "
+                "someone approves (`tether approve`)"
+            )
         self.fallback_answer = fallback_answer  # None: a run that ends repair_exhausted has no output
-        self.strict_tools = strict_tools
-        self.toolbox = Toolbox(self.tools, principal, strict=strict_tools)
-        self.output = _output_spec(model, self.tools, output_type, output_mode)
+        self.strict_tools = bool(getattr(model, "strict_tools", False)) if strict_tools is None else strict_tools
+        self.toolbox = Toolbox(self.tools, principal, strict=self.strict_tools)
+        self.output = _output_spec(model, self.tools, output_type, output_mode, self.strict_tools)
         self.deps_factory = deps_factory
         self._toolboxes: dict[Principal, Toolbox] = {principal: self.toolbox}
         self.store = store
@@ -849,7 +868,7 @@ class Driver:
         await self._flush()  # a person may take a while, and should see what is asked before being asked
         next_command: Command = command
         for call in command.calls:
-            decision = await self.agent.approver(call)
+            decision = await _decision(self.agent.approver, call)
             if decision is None:
                 return None
             next_command = self._send(
@@ -932,8 +951,46 @@ def _checked(model: Any, tools: Any, principal: Any) -> list[Tool]:
     return checked
 
 
-def _output_spec(model: Model, tools: Sequence[Tool], output_type: Any, mode: OutputMode | None) -> OutputSpec | None:
-    """The run's output type, asked for the way the model's provider supports best unless ``mode`` says."""
+def approval_reason(tools: Sequence[Tool]) -> str | None:
+    """Why a run with ``tools`` may pause for approval, or None when it never can.
+
+    A tool declared with ``approval`` (a predicate too), or one with ``untrusted_output`` beside a
+    side-effecting one (taint). A tool that marks one result untrusted at run time
+    (``ToolContext.mark_untrusted``) cannot be seen here.
+    """
+    why = next((f"tool {t.name!r} needs approval" for t in tools if callable(t.approval) or t.approval), None)
+    taints = next((t for t in tools if t.untrusted_output), None)
+    acts = next((t for t in tools if not t.read_only), None)
+    if why is None and taints is not None and acts is not None:
+        why = (
+            f"tool {taints.name!r} has untrusted output, so side-effecting calls (of {acts.name!r}) after it "
+            "need approval"
+        )
+    return why
+
+
+async def _decision(approver: Approver, call: PendingCall) -> Decision | None:
+    """What ``approver`` decided about ``call``, from a plain function or an async one."""
+    found = approver(call)
+    if inspect.isawaitable(found):
+        found = await found
+    if found is None or isinstance(found, Decision):
+        return found
+    if isinstance(found, bool):
+        return Decision(found)
+    raise ConfigurationError(
+        f"the approver returned {type(found).__name__} for call {call.call_id}: return a Decision, True or "
+        "False, or None to pause the run"
+    )
+
+
+def _output_spec(
+    model: Model, tools: Sequence[Tool], output_type: Any, mode: OutputMode | None, strict_tools: bool
+) -> OutputSpec | None:
+    """The run's output type, asked for the way the model's provider supports best unless ``mode`` says.
+
+    The final-answer tool is a tool: in strict form only for a server that enforces it (``strict_tools``).
+    """
     if output_type is None:
         if mode is not None:
             raise ConfigurationError("output_mode needs an output_type")
@@ -941,7 +998,8 @@ def _output_spec(model: Model, tools: Sequence[Tool], output_type: Any, mode: Ou
     supported = getattr(model, "output_modes", None)  # adapters say which modes they can send
     if mode is not None and supported is not None:
         mode = checked_output_mode(mode, supported, type(model).__name__)
-    spec = OutputSpec(output_type, mode=mode or getattr(model, "output_mode", None) or "native")
+    mode = mode or getattr(model, "output_mode", None) or "native"
+    spec = OutputSpec(output_type, mode=mode, strict=strict_tools or mode != "tool")
     if spec.mode == "tool" and any(t.name == spec.tool_name for t in tools):
         raise ConfigurationError(
             f"a tool is named {spec.tool_name!r}, the name of the final-answer tool; rename the tool"

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from tether.testing.fake_server import FakeServer
 
@@ -26,8 +27,10 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def tether(*argv: str, env: Mapping[str, str] | None = None) -> Completed:
-    """Run ``tether ARGV``; no output may ever hold a Python traceback."""
+def tether(
+    *argv: str, env: Mapping[str, str] | None = None, input: str | None = None, cwd: Path | None = None
+) -> Completed:
+    """Run ``tether ARGV`` (``input`` on its standard input); no output may ever hold a Python traceback."""
     done = subprocess.run(
         [sys.executable, "-m", "tether", *argv],
         capture_output=True,
@@ -35,6 +38,8 @@ def tether(*argv: str, env: Mapping[str, str] | None = None) -> Completed:
         encoding="utf-8",
         env=dict(env) if env is not None else clean_env(),
         timeout=90,
+        input=input,
+        cwd=cwd,
     )
     result = Completed(done.returncode, done.stdout, done.stderr)
     assert "Traceback" not in result.out + result.err, result

@@ -8,6 +8,7 @@ The server replies as Snowflake Cortex does in the recordings
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from cli_helpers import clean_env, endpoint, tether
 
@@ -63,3 +64,25 @@ def test_an_unknown_provider_exits_3_listing_the_known_ones() -> None:
     assert "nope" in line
     for name in PROVIDERS:
         assert name in line
+
+
+def test_only_a_profile_whose_server_enforces_strict_mode_gets_the_strict_form() -> None:
+    """`--provider openai` sends the tools with "strict": true; no profile, or anthropic, sends their own schemas."""
+    from tether.toolsets import load_toolset
+
+    own = {t.name: t.parameters for t in load_toolset("calc")}
+    sent: dict[str, Any] = {}
+    for name, extra in (("openai", ["--provider", "openai"]), ("none", []), ("anthropic", ["--provider", "anthropic"])):
+        with FakeServer([text("fine")]) as server:
+            where = server.origin if name == "anthropic" else server.base_url
+            done = tether(
+                "run", PROMPT, "--tools", "calc", "--base-url", where, "--model", "m", *extra, "--api-key", "x"
+            )
+            assert done.code == 0, done
+            sent[name] = server.requests[0]["tools"]
+
+    assert all(t["function"]["strict"] is True for t in sent["openai"])
+    assert {t["function"]["name"]: t["function"]["parameters"] for t in sent["none"]} == own
+    assert all("strict" not in t["function"] for t in sent["none"])
+    assert {t["name"]: t["input_schema"] for t in sent["anthropic"]} == own
+    assert all("strict" not in t for t in sent["anthropic"])

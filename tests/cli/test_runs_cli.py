@@ -364,6 +364,11 @@ def test_an_unknown_run_exits_3_naming_it(argv: list[str], db: Path, env: dict[s
     ghost = "0123456789abcdef0123456789abcdef"
     done = tether(*(a.replace("{run}", ghost) for a in argv), env=env)
     assert done.code == 3, done
+    if "--json" in argv:  # the failure is one JSON object too, on stdout
+        error = json.loads(done.out)["error"]
+        assert (error["code"], error["exit"]) == ("configuration_error", 3) and ghost in error["message"]
+        assert done.err == ""
+        return
     assert done.out == ""
     assert ghost in done.err
     assert done.err.startswith("error: ")

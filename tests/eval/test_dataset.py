@@ -244,7 +244,7 @@ def test_the_command_runs_the_ticket_dataset(tmp_path: Path, cases: list[TetherC
     bad.write_text('{"id": "a", "prompt": "p", "expected": []}\n')
     argv[4] = str(bad)
     refused = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
-    assert refused.returncode == 3 and "no --toolset was given" in refused.stderr
+    assert refused.returncode == 3 and "no --toolset was given" in json.loads(refused.stdout)["error"]["message"]
     argv += ["--toolset", "tickets"]
     accepted = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
     assert accepted.returncode == 1  # the oracle does not know this case: an infrastructure error, reported

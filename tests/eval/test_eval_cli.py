@@ -165,4 +165,5 @@ def test_with_no_endpoint_the_embedded_model_is_scored_as_tether_run_would_use_i
 
     off = subprocess.run(argv, capture_output=True, text=True, env={**_env(), "TETHER_LOCAL": "off"}, timeout=60)
     assert off.returncode == 3
-    assert "no model endpoint configured" in off.stderr and "Traceback" not in off.stderr
+    error = json.loads(off.stdout)["error"]  # --json: the failure is JSON too
+    assert "no model endpoint configured" in error["message"] and "Traceback" not in off.stderr

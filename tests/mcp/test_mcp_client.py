@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +46,8 @@ def result_of(result: RunResult, call_id: str) -> dict[str, Any]:
 
 
 async def run(toolset: MCPToolset, *replies: Any, store: SQLiteStore | None = None, **options: Any) -> RunResult:
+    # MCP output taints the run, so a later side-effecting call may wait for approval: in a store.
+    store = store if store is not None else SQLiteStore(Path(tempfile.mkdtemp(prefix="tether-mcp-")) / "runs.db")
     agent = Agent(ScriptedModel([*replies, reply_text("done")]), toolset, store=store, **options)
     return await agent.run("go")
 

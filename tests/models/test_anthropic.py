@@ -26,7 +26,7 @@ from tether.core import (
 )
 from tether.core.messages import ModelReply
 from tether.models import ModelRequest
-from tether.models.anthropic import DEFAULT_MAX_TOKENS, AnthropicModel
+from tether.models.anthropic import DEFAULT_MAX_TOKENS, AnthropicModel, tool_to_wire
 from tether.testing import FakeServer, raw, text, tool_calls
 from tether.tools import Toolbox, tool_from_schema
 
@@ -191,6 +191,14 @@ async def test_request_body_carries_system_history_results_and_tools() -> None:
     ]  # fmt: skip
     assert headers["x-api-key"] == "sk-ant-secret" and headers["anthropic-version"] == "2023-06-01"
     assert "Authorization" not in headers
+
+
+def test_a_strict_tool_spec_keeps_its_flag() -> None:
+    """The strict form is sent only with the flag that asks the server to enforce it (Agent(strict_tools=True))."""
+    strict = {"type": "object", "properties": {"n": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}}
+    spec = {"type": "function", "function": {"name": "f", "parameters": strict, "strict": True}}
+    assert tool_to_wire(spec) == {"name": "f", "input_schema": strict, "strict": True}
+    assert AnthropicModel.strict_tools is False  # an Agent sends Anthropic each tool's own schema
 
 
 def test_tool_choice_and_parallel_use_translate() -> None:

@@ -261,3 +261,18 @@ def test_configuration_errors_say_what_to_set(monkeypatch: pytest.MonkeyPatch) -
     model = OpenAIChatModel()
     assert model.base_url == "http://127.0.0.1:9/v1" and model.name == "m"
     assert json.dumps(model.body(HELLO))  # a local server needs no key
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8080/v1", "ftp://h/v1", "http://", "http://h:0x50/v1", "http://h/v1?k=1"])
+def test_a_malformed_base_url_is_refused_when_the_adapter_is_built(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both HTTP adapters check it at once, naming the setting, rather than as a connection failure in a run."""
+    from tether.models.anthropic import AnthropicModel
+
+    with pytest.raises(ConfigurationError, match=r"^base_url .* is not a base URL: "):
+        OpenAIChatModel("m", base_url=url, api_key="k")
+    with pytest.raises(ConfigurationError, match=r"^base_url .* is not a base URL: "):
+        AnthropicModel("m", base_url=url, api_key="k")
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    with pytest.raises(ConfigurationError, match=r"^OPENAI_BASE_URL .* is not a base URL: "):
+        OpenAIChatModel("m", api_key="k")
+    assert OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1/", api_key="k").base_url == "http://127.0.0.1:9/v1"

@@ -17,12 +17,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tether import Agent
 from tether.core import Begin, ModelError, ModelReplied, Run, ToolDefinitionError
 from tether.core.messages import Message, ModelReply
 from tether.models import ModelRequest
 from tether.models.anthropic import AnthropicModel
-from tether.testing import FakeServer, ReplayServer, Reply
-from tether.tools import Toolbox, tool_from_schema
+from tether.testing import FakeServer, ReplayServer, Reply, text
+from tether.tools import Tool, Toolbox, tool_from_schema
 
 FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length", "refusal": "content_filter"}
 
@@ -31,7 +32,7 @@ def _echo(**arguments: Any) -> dict[str, Any]:
     return arguments
 
 
-def _toolbox(request: dict[str, Any]) -> Toolbox:
+def _tools(request: dict[str, Any]) -> list[Tool]:
     tools = []
     for entry in (request or {}).get("tools") or ():
         if "input_schema" not in entry:
@@ -40,7 +41,11 @@ def _toolbox(request: dict[str, Any]) -> Toolbox:
             tools.append(tool_from_schema(entry["name"], entry["input_schema"], _echo))
         except (ToolDefinitionError, KeyError):
             continue
-    return Toolbox(tools)
+    return tools
+
+
+def _toolbox(request: dict[str, Any]) -> Toolbox:
+    return Toolbox(_tools(request))
 
 
 def _judge(reply: ModelReply, request: dict[str, Any]) -> str:
@@ -130,3 +135,34 @@ async def test_streamed_plain_and_recorded_forms_are_equal(recorded_anthropic: P
             assert a == b == recorded, index
             compared += 1
     assert compared == 183  # every non-streamed 200 reply but the paused one
+
+
+async def test_every_recorded_tool_is_offered_its_own_schema(recorded_anthropic: Path) -> None:
+    """An Agent over AnthropicModel sends each tool the schema it was declared with, never OpenAI's strict rewrite.
+
+    The Messages API does not enforce OpenAI's strict mode, so the rewrite (every property required, the
+    optional ones nullable) would be a schema nobody wrote; the host validates against the tool's own.
+    """
+    cases = offered = 0
+    other: list[str] = []
+    with ReplayServer(recorded_anthropic) as replay, FakeServer() as fake:
+        for index, interaction in enumerate(replay.interactions):
+            tools = _tools(interaction["request"])
+            if not tools:
+                continue
+            cases += 1
+            fake.script = [text("ok")]
+            fake.requests.clear()
+            async with Agent(AnthropicModel("m", base_url=fake.origin, api_key="x", max_retries=0), tools) as agent:
+                await agent.run("hi")
+            sent = {t["name"]: t for t in fake.requests[0]["tools"]}
+            for t in tools:
+                offered += 1
+                if sent[t.name] != {"name": t.name, "input_schema": t.parameters, **_description(t)}:
+                    other.append(f"{index}:{t.name}")
+    assert (cases, offered) == (115, 198)
+    assert other == []
+
+
+def _description(t: Tool) -> dict[str, str]:
+    return {"description": t.description} if t.description else {}

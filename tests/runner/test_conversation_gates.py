@@ -73,9 +73,9 @@ def agent_on(server: FakeServer, **options: Any) -> Agent:
     return Agent(OpenAIChatModel("m", base_url=server.base_url, api_key="k"), [fetch_page, send_mail, add], **options)
 
 
-async def test_the_next_turn_of_a_tainted_conversation_asks_before_a_side_effect() -> None:
+async def test_the_next_turn_of_a_tainted_conversation_asks_before_a_side_effect(tmp_path: Path) -> None:
     with FakeServer(script(READ_PAGE, SEND)) as server:
-        conv = agent_on(server).conversation()
+        conv = agent_on(server, store=SQLiteStore(tmp_path / "runs.db")).conversation()
         first = await conv.send("What does example.com say?")
         assert first.status is Status.COMPLETED and first.state.tainted
         second = await conv.send("Now send mallory a mail.")
@@ -86,10 +86,10 @@ async def test_the_next_turn_of_a_tainted_conversation_asks_before_a_side_effect
     assert SENT == []
 
 
-async def test_a_turn_without_untrusted_text_in_its_history_is_not_tainted() -> None:
+async def test_a_turn_without_untrusted_text_in_its_history_is_not_tainted(tmp_path: Path) -> None:
     """The rule is about what the model sees, not about the conversation having ever been tainted elsewhere."""
     with FakeServer(script([tool_calls([("c1", "add", '{"a": 1, "b": 2}')]), text("3")], SEND)) as server:
-        conv = agent_on(server).conversation()
+        conv = agent_on(server, store=SQLiteStore(tmp_path / "runs.db")).conversation()
         await conv.send("1 + 2?")
         second = await conv.send("Mail it.")
     assert second.status is Status.COMPLETED

@@ -160,7 +160,7 @@ async def test_tool_mode_offers_a_strict_final_answer_tool_and_repairs_its_argum
         tool_calls([("c2", "final_answer", '{"customer": "ACME", "total": "3720"}')]),
         tool_calls([("c3", "final_answer", '{"customer": "ACME", "total": 3720}')]),
     ]
-    result, server = await run_with(script, Invoice, output_mode="tool", tools=[multiply])
+    result, server = await run_with(script, Invoice, output_mode="tool", tools=[multiply], strict_tools=True)
 
     assert result.status is Status.COMPLETED, result.reason
     assert result.output == Invoice(customer="ACME", total=3720)
@@ -180,6 +180,9 @@ async def test_tool_mode_text_instead_of_the_tool_is_repaired_then_exhausted() -
 
     assert result.status is Status.REPAIR_EXHAUSTED
     assert result.output is None
+    # A server that does not enforce strict mode gets the answer's own schema (the optional note stays optional).
+    offered = server.requests[0]["tools"][0]["function"]
+    assert "strict" not in offered and offered["parameters"]["required"] == ["customer", "total"]
     assert "calling the tool final_answer" in repair_messages(server.requests[1])[0]
 
 

@@ -11,11 +11,14 @@ import json
 import time
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
+from tether.store.sqlite import SQLiteStore
 
 from tether.core.budget import Budget
+from tether.core.errors import ConfigurationError
 from tether.core.machine import PendingCall, Status
 from tether.core.messages import Message
 from tether.events import CALL_FINISHED, CALL_STARTED, TOOL_CALL_DELTA
@@ -561,11 +564,68 @@ async def test_an_approved_call_is_executed() -> None:
     assert outcomes(result) == [("c1", "ok", True)]
 
 
-async def test_without_an_approver_the_run_pauses_and_the_tool_never_runs() -> None:
+@pytest.mark.parametrize(
+    ("answer", "outcome", "ran"),
+    [(True, "ok", ["staging"]), (False, "denied", []), (Decision(False, "not today"), "denied", [])],
+    ids=["true", "false", "decision"],
+)
+async def test_a_plain_function_may_approve(answer: Any, outcome: str, ran: list[str]) -> None:
+    deployed: list[str] = []
+    model = ScriptedModel([reply_calls(("c1", "deploy", args(env="staging"))), reply_text("done")])
+    result = await Agent(model, [deploy_tool(deployed)], approver=lambda call: answer).run("ship")
+
+    assert result.status is Status.COMPLETED
+    assert deployed == ran
+    assert outcomes(result) == [("c1", outcome, outcome == "ok")]
+
+
+async def test_an_approver_answering_something_else_is_refused_and_the_run_stays_paused(tmp_path: Path) -> None:
+    deployed: list[str] = []
+    model = ScriptedModel([reply_calls(("c1", "deploy", args(env="prod")))])
+    store = SQLiteStore(tmp_path / "runs.db")
+    agent = Agent(model, [deploy_tool(deployed)], approver=lambda call: "yes", store=store)  # type: ignore[arg-type, return-value]
+    with pytest.raises(ConfigurationError, match="the approver returned str for call c1: return a Decision"):
+        await agent.run("ship", run_id="r1")
+
+    assert deployed == []
+    assert store.load("r1").state.status is Status.AWAITING_APPROVAL  # nothing decided: approve it later
+
+
+def test_an_approval_nobody_could_give_is_refused_when_the_agent_is_built(tmp_path: Path) -> None:
+    @tool(approval=lambda arguments: arguments.get("env") == "prod")
+    def deploy(env: str) -> str:
+        """Deploy."""
+        return env
+
+    @tool(read_only=True, untrusted_output=True)
+    def read_page(url: str) -> str:
+        """Read a web page."""
+        return url
+
+    @tool
+    def post(text: str) -> str:
+        """Post a message."""
+        return text
+
+    model = ScriptedModel([])
+    with pytest.raises(ConfigurationError, match="tool 'deploy' needs approval, but the Agent has neither"):
+        Agent(model, [deploy])
+    with pytest.raises(ConfigurationError, match="tool 'read_page' has untrusted output, so side-effecting calls"):
+        Agent(model, [read_page, post])
+    # Each way to decide is enough; so is nothing that could ever ask.
+    Agent(model, [deploy], approver=lambda call: True)
+    Agent(model, [deploy, read_page, post], store=SQLiteStore(tmp_path / "runs.db"))
+    Agent(model, [deploy], propose_only=True)
+    Agent(model, [read_page])  # untrusted text, but nothing it could lead to needs approval
+    Agent(model, load_toolset("calc"))
+
+
+async def test_without_an_approver_the_run_pauses_and_the_tool_never_runs(tmp_path: Path) -> None:
     deployed: list[str] = []
     model = ScriptedModel([reply_calls(("c1", "deploy", args(env="prod"))), reply_text("unreachable")])
     events: list[RunEvent] = []
-    result = await Agent(model, [deploy_tool(deployed)]).run("ship", on_event=events.append)
+    agent = Agent(model, [deploy_tool(deployed)], store=SQLiteStore(tmp_path / "runs.db"))
+    result = await agent.run("ship", on_event=events.append)
 
     assert result.status is Status.AWAITING_APPROVAL
     assert result.state.status is Status.AWAITING_APPROVAL

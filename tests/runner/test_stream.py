@@ -150,13 +150,14 @@ async def test_a_raising_listener_is_reported_and_never_aborts_or_corrupts_the_r
         assert store.load(result.run_id).state.status is Status.COMPLETED
 
 
-async def test_a_call_that_needs_approval_is_announced_before_the_run_pauses() -> None:
+async def test_a_call_that_needs_approval_is_announced_before_the_run_pauses(tmp_path: Path) -> None:
     @tool(approval=True)
     def pay(amount: int, api_key: str) -> str:
         """Pay."""
         return "paid"
 
-    events, _ = await collect([tool_calls([("c1", "pay", '{"amount": 5, "api_key": "sk-abcdefgh123"}')])], [pay])
+    script = [tool_calls([("c1", "pay", '{"amount": 5, "api_key": "sk-abcdefgh123"}')])]
+    events, _ = await collect(script, [pay], SQLiteStore(tmp_path / "runs.db"))
 
     assert squash(events) == ["StepStarted", "ToolCallDelta", "ApprovalNeeded", "StepFinished", "RunFinished"]
     needed = events[-3]

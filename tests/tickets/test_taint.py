@@ -109,7 +109,7 @@ async def test_a_planted_kb_instruction_pauses_the_comment_for_approval(tickets:
     store.close()
 
 
-async def test_another_users_comment_taints_and_a_tool_rule_is_named_too(tickets: TicketsDB) -> None:
+async def test_another_users_comment_taints_and_a_tool_rule_is_named_too(tickets: TicketsDB, tmp_path: Path) -> None:
     answered = next(t for t in TICKETS if t.reporter == "alice" and {c.author for c in t.comments} - {"alice"})
     model = ScriptedModel(
         [
@@ -118,7 +118,8 @@ async def test_another_users_comment_taints_and_a_tool_rule_is_named_too(tickets
             reply_text("closed"),
         ]
     )
-    result = await Agent(model, ticket_tools(tickets), principal=ALICE).run("close my ticket")
+    agent = Agent(model, ticket_tools(tickets), principal=ALICE, store=SQLiteStore(tmp_path / "runs.db"))
+    result = await agent.run("close my ticket")
 
     assert result.status is Status.AWAITING_APPROVAL
     assert result.state.tainted_by == "get_ticket"
@@ -126,7 +127,7 @@ async def test_another_users_comment_taints_and_a_tool_rule_is_named_too(tickets
     assert waiting.approval_reason == "close_ticket requires approval; the run read untrusted text from get_ticket"
 
 
-async def test_reading_only_your_own_text_does_not_taint(tickets: TicketsDB) -> None:
+async def test_reading_only_your_own_text_does_not_taint(tickets: TicketsDB, tmp_path: Path) -> None:
     own = next(t for t in TICKETS if {t.reporter, *(c.author for c in t.comments)} == {"alice"})
     model = ScriptedModel(
         [
@@ -136,7 +137,8 @@ async def test_reading_only_your_own_text_does_not_taint(tickets: TicketsDB) -> 
         ]
     )
     before = comment_count(tickets, own.id)
-    result = await Agent(model, ticket_tools(tickets), principal=ALICE).run("nudge my ticket")
+    agent = Agent(model, ticket_tools(tickets), principal=ALICE, store=SQLiteStore(tmp_path / "runs.db"))
+    result = await agent.run("nudge my ticket")
 
     assert result.status is Status.COMPLETED
     assert result.state.tainted is False and result.state.tainted_by is None

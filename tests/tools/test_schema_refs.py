@@ -23,9 +23,9 @@ from typing_extensions import TypeAliasType
 from tether import Agent, OpenAIChatModel
 from tether.core import ErrorCode, ToolCall, ToolDefinitionError
 from tether.core.machine import Accepted, Rejected
+from tether.core.nesting import MAX_DEPTH
 from tether.testing.fake_server import FakeServer, text, tool_calls
 from tether.tools import Toolbox, tool, tool_from_schema
-from tether.core.nesting import MAX_DEPTH
 
 
 def _echo(**arguments: Any) -> Any:

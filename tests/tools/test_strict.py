@@ -1,4 +1,5 @@
-"""Tool schemas in OpenAI's strict mode where the schema allows, and what the host does with strict mode's nulls."""
+"""Tool schemas in OpenAI's strict mode where the schema allows and the server enforces it, and what the host does
+with strict mode's nulls."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import pydantic
 
 from tether import Agent, OpenAIChatModel, Status, tool
+from tether.models.providers import PROVIDERS, provider
 from tether.testing import FakeServer
 from tether.testing.fake_server import text, tool_calls
 from tether.tools.strict import strict_schema
@@ -66,7 +68,7 @@ async def test_over_http_a_null_for_an_optional_parameter_means_its_default() ->
         text("done"),
     ]
     async with FakeServer(script) as server:
-        model = OpenAIChatModel("m", base_url=server.base_url, api_key="k")
+        model = OpenAIChatModel("m", base_url=server.base_url, api_key="k", strict_tools=True)  # as OpenAI's
         async with Agent(model, [search]) as agent:
             result = await agent.run("go")
 
@@ -89,6 +91,27 @@ async def test_strict_tools_off_sends_the_schema_as_declared_and_keeps_null_an_e
     assert "strict" not in server.requests[0]["tools"][0]["function"]
     refused = json.loads(result.state.messages[2].content or "")
     assert refused["error"]["code"] == "invalid_arguments"
+
+
+async def test_a_server_that_does_not_enforce_strict_mode_gets_the_schema_as_declared() -> None:
+    """Only OpenAI's own endpoint, or a profile saying so, gets the strict form: a rewrite nobody enforces is a
+    schema nobody wrote."""
+    script = [tool_calls([("c1", "search", '{"query": "q", "limit": null}')]), text("done")]
+    async with FakeServer(script) as server:
+        model = OpenAIChatModel("m", base_url=server.base_url, api_key="k")
+        async with Agent(model, [search]) as agent:
+            result = await agent.run("go")
+
+    assert server.requests[0]["tools"][0]["function"] == {
+        "name": "search",
+        "description": "Search.",
+        "parameters": search.parameters,
+    }
+    refused = json.loads(result.state.messages[2].content or "")
+    assert refused["error"]["code"] == "invalid_arguments"  # null is not "not given" for the schema as declared
+    assert OpenAIChatModel("m", api_key="k").strict_tools is True  # api.openai.com enforces it
+    assert provider("openai").strict_tools is True
+    assert not any(p.strict_tools for p in PROVIDERS.values() if p.name != "openai")
 
 
 def test_the_fast_check_agrees_with_the_gate_validator() -> None:

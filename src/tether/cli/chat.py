@@ -51,7 +51,12 @@ def _save_history(readline: Any, history: Path) -> None:
 @click.option("--max-steps", type=click.IntRange(min=1), default=DEFAULT_MAX_STEPS, show_default=True)
 @click.option("--files-root", type=click.Path(file_okay=False), help="Root for the files toolset.")
 @click.option("--principal", default="local", show_default=True, help="Who the conversation acts for.")
-@click.option("--continue", "conversation_id", metavar="CONVERSATION", help="Go on with a stored conversation.")
+@click.option(
+    "--continue",
+    "conversation_id",
+    metavar="CONVERSATION",
+    help="Go on with a stored conversation, on the model and tools it began with.",
+)
 @db_option
 def chat(
     toolsets: tuple[str, ...],
@@ -71,20 +76,26 @@ def chat(
       tether chat --tools calc
       tether chat --continue 3f2a...
     """
-    from tether.cli.main import _agent
+    from tether.cli.main import _agent, _base_url, conversation_setup
     from tether.tools import Principal
+    from tether.toolsets import toolset_reference
 
     root = files_root or os.environ.get("TETHER_FILES_ROOT")
-    setup = {
-        "model": model or os.environ.get("OPENAI_MODEL"),
-        "base_url": base_url or os.environ.get("OPENAI_BASE_URL"),
-        "stream": False,
-        "toolsets": list(toolsets),
-        "files_root": os.path.abspath(root) if root else None,
-        "local_model": None,
-    }
+    options = {"model": model, "base_url": base_url, "toolsets": toolsets, "files_root": files_root}
     try:
+        setup = {
+            "model": model or os.environ.get("OPENAI_MODEL"),
+            "base_url": _base_url(base_url, "OPENAI_BASE_URL"),
+            "stream": False,
+            "toolsets": [toolset_reference(t) for t in toolsets],
+            "files_root": os.path.abspath(root) if root else None,
+            "local_model": None,
+        }
         store = open_store(db)
+        if conversation_id:
+            setup = conversation_setup(
+                store, conversation_id, setup, {k for k, v in options.items() if v}, Principal(principal)
+            )
         agent = _agent(setup, api_key, store, Principal(principal), Budget(max_steps=max_steps))
         conversation = agent.conversation(conversation_id)
     except TetherError as exc:

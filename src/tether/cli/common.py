@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Callable
@@ -32,8 +33,34 @@ EXIT_CONFIGURATION = ConfigurationError.exit_code
 EXIT_NOT_WAITING = ApprovalMismatch.exit_code
 
 
+# The ``code`` of a failure's JSON object (``--json``), by exit status.
+ERROR_CODES: dict[int, str] = {
+    EXIT_INTERNAL: "internal_error",
+    2: "usage_error",
+    EXIT_CONFIGURATION: "configuration_error",
+    4: "model_error",
+    5: "lease_held",
+    6: "tampered",
+    EXIT_NOT_WAITING: "not_waiting",
+    **{code: status.value for status, code in EXIT_CODES.items()},
+}
+
+
+def report_failure(message: str, code: int) -> None:
+    """Say why the command fails: with ``--json`` one JSON object on stdout, else a line on stderr.
+
+    The object is ``{"error": {"code": ..., "message": ..., "exit": N}}``, and the command exits N.
+    """
+    context = click.get_current_context(silent=True)
+    if context is not None and context.params.get("as_json"):
+        error = {"code": ERROR_CODES.get(code, "error"), "message": message, "exit": code}
+        click.echo(json.dumps({"error": error}, ensure_ascii=False))
+    else:
+        click.echo(f"error: {message}", err=True)
+
+
 def fail(message: str, code: int = EXIT_CONFIGURATION) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    report_failure(message, code)
     sys.exit(code)
 
 
@@ -66,5 +93,10 @@ db_option = click.option(
     metavar="FILE|URL",
     help="Run store: a SQLite file or a postgresql:// url [env: TETHER_DB; default ~/.local/share/tether/tether.db].",
 )
-json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print one JSON object; a failure too: {"error": {"code", "message", "exit"}} on stdout.',
+)
 api_key_option = click.option("--api-key", help="API key [env: OPENAI_API_KEY].")

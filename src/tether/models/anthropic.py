@@ -54,6 +54,7 @@ from tether.models.http import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_READ_TIMEOUT,
     HTTPModel,
+    checked_base_url,
     sse_events,
 )
 from tether.models.stream import error_message
@@ -138,6 +139,8 @@ def tool_to_wire(spec: dict[str, Any]) -> dict[str, Any]:
     tool: dict[str, Any] = {"name": function.get("name"), "input_schema": schema}
     if function.get("description"):
         tool["description"] = function["description"]
+    if function.get("strict") is True:  # the strict form is never sent without its flag
+        tool["strict"] = True
     return tool
 
 
@@ -409,6 +412,8 @@ class AnthropicModel(HTTPModel):
     key_variable = "ANTHROPIC_API_KEY"
     # The Messages API has no response_format: a structured answer is a final-answer tool or prompted.
     output_modes: tuple[OutputMode, ...] = ("tool", "prompted")
+    # Tools go with their own schemas: tether does not turn on the API's strict tool use (Agent.strict_tools).
+    strict_tools = False
 
     def __init__(
         self,
@@ -430,7 +435,10 @@ class AnthropicModel(HTTPModel):
         self.name = model or os.environ.get("ANTHROPIC_MODEL") or ""
         if not self.name:
             raise ConfigurationError("no model named: set ANTHROPIC_MODEL or pass --model")
-        self.base_url = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.base_url = checked_base_url(
+            base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL,
+            "base_url" if base_url else "ANTHROPIC_BASE_URL",
+        )
         api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
         if not api_key and self.base_url == DEFAULT_BASE_URL:
             raise ConfigurationError(

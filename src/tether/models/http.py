@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -48,6 +49,35 @@ MAX_RETRY_AFTER = 60.0
 DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024
 
 T = TypeVar("T")
+
+
+def checked_base_url(url: str, setting: str) -> str:
+    """``url`` without a trailing slash, if it is an ``http(s)://`` URL with a host; else a ``ConfigurationError``.
+
+    ``setting`` names where the URL came from (``--base-url``, ``OPENAI_BASE_URL``), so the error says what to
+    fix before a run is recorded, not as a connection failure inside it.
+    """
+    from urllib.parse import urlsplit
+
+    problem = None
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError for a port that is not a number from 0 to 65535)
+    except ValueError as exc:
+        problem = str(exc)[:1].lower() + str(exc)[1:]
+    else:
+        if parts.scheme not in ("http", "https"):
+            problem = "it must start with http:// or https://"
+        elif not parts.hostname:
+            problem = "it names no host"
+        elif any(c.isspace() or not c.isprintable() for c in url):
+            problem = "it contains a space or a control character"
+        elif parts.query or parts.fragment:
+            problem = "paths are appended to it, so it cannot have a query or a fragment"
+    if problem is not None:
+        shown = re.sub(r"//[^/@]*@", "//***@", url)  # never echo a password written into the URL
+        raise ConfigurationError(f"{setting} {shown!r} is not a base URL: {problem}; e.g. http://127.0.0.1:8080/v1")
+    return url.rstrip("/")
 
 
 def retry_after(value: str | None) -> float | None:

@@ -29,6 +29,7 @@ from tether.models.http import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_READ_TIMEOUT,
     HTTPModel,
+    checked_base_url,
     sse_events,
 )
 from tether.models.stream import Assembler, content_text, error_message, parse_usage
@@ -158,7 +159,14 @@ class OpenAIChatModel(HTTPModel):
         compat: WireCompat = WireCompat(),
         extra_body: dict[str, Any] | None = None,
         output_mode: OutputMode | None = None,
+        strict_tools: bool | None = None,
     ) -> None:
+        """``strict_tools``: the server enforces OpenAI's strict mode on tool schemas (``"strict": true``).
+
+        An ``Agent`` then offers tools in that form where their schema allows; otherwise each tool goes with
+        its own schema. ``None`` (the default) means: only for OpenAI's own endpoint, ``api.openai.com``.
+        The CLI takes it from the provider profile (``Provider.strict_tools``).
+        """
         self.name = model or os.environ.get("OPENAI_MODEL") or ""
         if compat.no_json_schema:
             self.output_modes = ("tool", "prompted")
@@ -169,7 +177,10 @@ class OpenAIChatModel(HTTPModel):
         )
         if not self.name:
             raise ConfigurationError("no model named: pass OpenAIChatModel(model=...) or set OPENAI_MODEL")
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.base_url = checked_base_url(
+            base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+            "base_url" if base_url else "OPENAI_BASE_URL",
+        )
         api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         if not api_key and self.base_url == DEFAULT_BASE_URL:
             raise ConfigurationError(
@@ -188,6 +199,7 @@ class OpenAIChatModel(HTTPModel):
         )
         self.stream = stream
         self.compat = compat
+        self.strict_tools = self.base_url == DEFAULT_BASE_URL if strict_tools is None else strict_tools
         self.extra_body = dict(extra_body or {})
         self._url = f"{self.base_url}/chat/completions"
         # The last response_format sent, its decoded text and its text: a run sends the same one each step.

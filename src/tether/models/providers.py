@@ -8,7 +8,11 @@ A profile also names its wire protocol: ``openai`` (``OpenAIChatModel``) or
 with an ``output_type`` asks for its answer (``output_mode``): ``native``
 (``response_format`` with a ``json_schema``), ``tool`` (a final-answer tool)
 or ``prompted`` (the schema in a system message). ``Agent(output_mode=...)``
-overrides it.
+overrides it. ``strict_tools`` says whether the server enforces OpenAI's
+strict mode on tool schemas: only then are tools sent in that form (every
+property required, the optional ones nullable, ``"strict": true``); every
+other provider gets each tool's own schema. ``None`` leaves it to the
+adapter (``OpenAIChatModel``: only for ``api.openai.com``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class Provider:
     wire: WireCompat = field(default_factory=WireCompat)
     compat: Compat = field(default_factory=Compat)
     output_mode: OutputMode = "native"
+    strict_tools: bool | None = None
     notes: tuple[str, ...] = ()
 
 
@@ -38,6 +43,7 @@ class Provider:
 # tests/models/test_llama_server.py.
 LLAMA_CPP_PYTHON = Provider(
     "llama-cpp-python",
+    strict_tools=False,
     wire=WireCompat(
         null_content_as_empty=True,
         tool_results_as_user=True,
@@ -77,6 +83,7 @@ LLAMA_CPP_PYTHON = Provider(
 # small models get a policy instead (Compat.answer_after_success; the handler's call margin).
 LOCAL = Provider(
     "local",
+    strict_tools=False,
     compat=Compat(answer_after_success=True),
     output_mode="tool",
     notes=(
@@ -98,10 +105,13 @@ ANTHROPIC = Provider(
     "anthropic",
     protocol="anthropic",
     output_mode="tool",
+    strict_tools=False,
     notes=(
         "the Messages API, not chat completions: env ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_MODEL",
         "max_tokens is required by the API: tether sends DEFAULT_MAX_TOKENS (4096) unless the run sets it",
         "the Messages API has no response_format: structured output uses the final-answer tool",
+        "OpenAI's strict mode is not the Messages API's: tools are sent with their own schemas "
+        "(tests/models/test_recorded_anthropic.py)",
     ),
 )
 
@@ -111,11 +121,14 @@ ANTHROPIC = Provider(
 SNOWFLAKE = Provider(
     "snowflake",
     compat=Compat(accept_empty_finish_reason_with_calls=True),
+    strict_tools=False,
     notes=('answers every reply with finish_reason "", also one that carries valid tool calls',),
 )
 
 PROVIDERS: dict[str, Provider] = {
-    "openai": Provider("openai"),
+    "openai": Provider(
+        "openai", strict_tools=True, notes=('enforces strict mode on tool schemas: tools are sent with "strict": true',)
+    ),
     LLAMA_CPP_PYTHON.name: LLAMA_CPP_PYTHON,
     ANTHROPIC.name: ANTHROPIC,
     SNOWFLAKE.name: SNOWFLAKE,

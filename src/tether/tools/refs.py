@@ -31,7 +31,6 @@ from typing import Any
 
 from tether.core.errors import ToolDefinitionError
 
-
 _REFS = ("$ref", "$dynamicRef")
 # Keywords whose subschemas check the value itself; the others check a part of it (or define, for $defs).
 _IN_PLACE_ONE = ("not", "if", "then", "else")

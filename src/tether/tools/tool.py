@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_args, get_origin, get_type_hints, overload
 
 from tether.core.errors import ToolDefinitionError
+from tether.core.nesting import MAX_DEPTH
+from tether.core.nesting import value_nested_deeper as nested_deeper
 from tether.tools.context import ToolContext
 from tether.tools.decoding import json_type
 from tether.tools.fastcheck import compile_check
 from tether.tools.metacheck import plainly_valid
-from tether.core.nesting import MAX_DEPTH
-from tether.core.nesting import value_nested_deeper as nested_deeper
 from tether.tools.refs import check_references
 from tether.tools.strict import strict_schema
 

@@ -77,9 +77,11 @@ class ToolResult:
 class Toolbox:
     """The tools a principal may use. Tools it may not use do not exist for it."""
 
-    def __init__(self, tools: Iterable[Tool], principal: Principal = LOCAL_PRINCIPAL, *, strict: bool = True) -> None:
+    def __init__(self, tools: Iterable[Tool], principal: Principal = LOCAL_PRINCIPAL, *, strict: bool = False) -> None:
         self.principal = principal
-        self.strict = strict  # tools are offered in OpenAI's strict mode where their schema allows
+        # With ``strict`` tools are offered in OpenAI's strict mode where their schema allows, for a server that
+        # enforces it; else each with its own schema (a rewrite the server does not enforce is a schema nobody wrote).
+        self.strict = strict
         self.all: dict[str, Tool] = {}
         for t in tools:
             if t.name in self.all:

@@ -75,6 +75,35 @@ def load_toolset(name_or_module: str, *, files_root: str | None = None) -> list[
     return tools
 
 
+def toolset_reference(name_or_module: str) -> str:
+    """How to name a toolset in a stored run so that it loads the same from any directory.
+
+    A file, or a module found only in the current directory, by its absolute path (keeping a
+    ``:attribute``); a built-in or an importable module as given.
+    """
+    if name_or_module in TOOLSETS:
+        return name_or_module
+    module_name, colon, attribute = name_or_module.partition(":")
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+    else:
+        path = Path.cwd() / (module_name.replace(".", os.sep) + ".py")
+        if not path.is_file() or _importable(module_name, path):
+            return name_or_module
+    return f"{path.resolve()}{colon}{attribute}"
+
+
+def _importable(module_name: str, local: Path) -> bool:
+    """Whether ``module_name`` imports from somewhere other than the file ``local`` (the current directory)."""
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return False
+    if spec is None or spec.origin is None:
+        return False
+    return Path(spec.origin).resolve() != local.resolve()
+
+
 def _import(module_name: str) -> ModuleType:
     """A module by name, from the current directory when it is there, or a ``.py`` file by path.
 
@@ -116,4 +145,4 @@ def _error(message: str) -> ConfigurationError:
     return ConfigurationError(f"{first_line}; built-in toolsets: {', '.join(sorted(TOOLSETS))}")
 
 
-__all__ = ["FILES_ROOT_ENV", "TOOLSETS", "load_toolset", "resolve_files_root"]
+__all__ = ["FILES_ROOT_ENV", "TOOLSETS", "load_toolset", "resolve_files_root", "toolset_reference"]
