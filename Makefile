@@ -8,9 +8,16 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench self-check clean browser sysdeps postgres
 
+# llama.cpp built for the CPU it runs on (GGML_NATIVE) crashes in its batched kernels on some virtual
+# machines, this one among them (a segfault on any prompt past one token): it is built for plain AVX2,
+# from source every time (--no-cache-dir), so that no wheel built natively elsewhere is reused.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install -q --no-cache-dir --no-binary llama-cpp-python \
+		'llama-cpp-python[server]>=0.3.7,<0.4'
 	$(BIN)/python -m pip install -q -e '.[dev,local,server,kb,mcp,otel,postgres,temporal]'
 	touch $(STAMP)
 
