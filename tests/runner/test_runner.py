@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tether.store.sqlite import SQLiteStore
 
 from tether.core.budget import Budget
 from tether.core.errors import ConfigurationError
@@ -39,6 +38,7 @@ from tether.runner import (
     RunEvent,
     RunResult,
 )
+from tether.store import SQLiteStore
 from tether.testing.fake_server import FakeServer
 from tether.testing.fake_server import text as wire_text
 from tether.testing.fake_server import tool_calls as wire_calls
