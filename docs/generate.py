@@ -1,17 +1,19 @@
 """Regenerate the parts of the docs that are derived from code.
 
-python docs/generate.py          # rewrite docs/state-machine.md and docs/cli.md
-python docs/generate.py --check  # exit 1 if either is stale (the test suite runs this)
+python docs/generate.py          # rewrite docs/state-machine.md, docs/cli.md and docs/errors.md
+python docs/generate.py --check  # exit 1 if one is stale (the test suite runs this)
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 
 import click
 
 from tether.cli.main import cli
+from tether.core import errors
 from tether.core.machine import mermaid_diagram
 
 DOCS = Path(__file__).resolve().parent
@@ -44,10 +46,33 @@ def cli_reference() -> str:
     return "\n".join(parts)
 
 
+def errors_reference() -> str:
+    """Every error class, its exit code and its docstring, from ``tether.core.errors``."""
+    parts = [
+        "# Errors\n",
+        "Generated from `tether.core.errors` by `docs/generate.py`; do not edit. Every error tether raises on",
+        "purpose is one of these; the CLI exits with the code shown (a run's own status has its own code,",
+        "see `tether run --help`).\n",
+        "```\n" + errors.tree() + "\n```\n",
+    ]
+    found = [errors.TetherError]
+    for cls in found:
+        found.extend(cls.__subclasses__())
+    for cls in found:
+        doc = inspect.cleandoc(cls.__doc__ or "")
+        parts.append(f"## {cls.__name__}\n\nExit {cls.exit_code}. Base: `{cls.__mro__[1].__name__}`.\n\n{doc}\n")
+    return "\n".join(parts)
+
+
 def main() -> int:
     check = "--check" in sys.argv
     stale = []
-    for path, text in ((DOCS / "state-machine.md", state_machine()), (DOCS / "cli.md", cli_reference())):
+    pages = (
+        (DOCS / "state-machine.md", state_machine()),
+        (DOCS / "cli.md", cli_reference()),
+        (DOCS / "errors.md", errors_reference()),
+    )
+    for path, text in pages:
         if check:
             if not path.exists() or path.read_text() != text:
                 stale.append(path.name)

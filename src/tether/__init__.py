@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tether.conversation import Conversation, ConversationBudget
     from tether.core import Budget, Compat, Message, RunConfig, Status, TetherError
+    from tether.core.errors import RunFailed
     from tether.durable import decide
     from tether.models import AnthropicModel, Model, ModelRequest, OpenAIChatModel, ScriptedModel
     from tether.models.local import LocalModel
-    from tether.report import RunFailed, RunResult
+    from tether.report import RunResult
     from tether.runner import Agent, Decision, RunEvent
     from tether.store import RunStore, SQLiteStore, open_store
     from tether.tools import Principal, Tool, ToolContext, ToolError, tool, tool_from_schema
@@ -28,7 +29,7 @@ _WHERE = {
     "Decision": "tether.runner",
     "RunEvent": "tether.runner",
     "RunResult": "tether.report",
-    "RunFailed": "tether.report",
+    "RunFailed": "tether.core.errors",
     "Conversation": "tether.conversation",
     "ConversationBudget": "tether.conversation",
     "decide": "tether.durable",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.core.errors import TetherError
+from tether.core.errors import RunFailed
 from tether.core.machine import RunState, Status
 from tether.core.messages import Usage
 
@@ -26,15 +26,6 @@ def _jsonable(value: Any) -> Any:
     from pydantic_core import to_jsonable_python
 
     return to_jsonable_python(value)
-
-
-class RunFailed(TetherError):
-    """``RunResult.raise_for_status()`` on a run that did not complete (also a pause for approval)."""
-
-    def __init__(self, result: RunResult) -> None:
-        why = f": {result.reason}" if result.reason else ""
-        super().__init__(f"run {result.run_id} ended {result.status.value}{why}")
-        self.result = result
 
 
 @dataclass(slots=True)

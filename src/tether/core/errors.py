@@ -1,50 +1,95 @@
-"""tether's own exceptions.
+"""tether's own exceptions, every one of them, in one tree.
 
-Foreign errors (aiohttp, json, sqlite3) are mapped to the most specific one
-below with ``raise ... from exc``, so callers catch only these::
+Foreign errors (aiohttp, json, sqlite3, psycopg, the MCP SDK) are mapped to
+the most specific one below with ``raise ... from exc``, so callers catch
+only these. Each class carries the exit code the CLI ends with
+(``exit_code``); ``tree()`` renders the tree below from the classes, and a
+test keeps the two equal::
 
-    TetherError
-    ├── ConfigurationError      a setting is missing or wrong; says what to set
-    ├── ToolDefinitionError     a @tool or raw schema cannot be used
-    ├── TransitionError         an event the run state machine does not allow
-    ├── RunPoisoned             the machine refused input after an earlier error
-    ├── ApprovalMismatch        a decision names a call or arguments not pending (exit 7)
-    ├── StoreError              the run store cannot be opened, read or written (exit 3)
-    │   ├── RunNotFound             no such run or conversation (or not the caller's)
-    │   ├── AmbiguousRun            a run id prefix that several runs start with
-    │   ├── LeaseHeld               a live driver holds the run (exit 5)
-    │   └── TamperedRun             its rows fail the audit check; nothing of it is acted on (exit 6)
-    └── ModelError              the model endpoint failed to give a usable reply
-        ├── ModelConnectionError    could not connect
-        ├── ModelTimeout            connect or read timed out
-        ├── ModelResponseError      body or stream is not a chat completion
-        │   └── ReplyTooLarge           grew past the adapter's max_reply_bytes
-        └── ModelHTTPError          non-2xx status
-            ├── AuthenticationError 401 / 403, never retried
-            ├── RateLimited         429, retried honouring Retry-After
-            └── ServerError         5xx, retried with backoff
+    TetherError (exit 1)  An error tether raises on purpose
+    ├── ConfigurationError (exit 3)  A setting is missing or wrong; says what to set
+    │   ├── DatasetError (exit 3)  An eval dataset that cannot be read, or that names what it may not (a toolset file)
+    │   └── MCPServerError (exit 3)  An MCP server that cannot be started, reached or used as a toolset
+    ├── ToolDefinitionError (exit 3)  A @tool or raw schema cannot be used
+    ├── TransitionError (exit 1)  An event the run state machine does not allow
+    ├── RunPoisoned (exit 1)  The machine refused input after an earlier error
+    ├── ApprovalMismatch (exit 7)  A decision (approval or reconciliation) names a call or arguments not pending
+    │   └── NotWaiting (exit 7)  A Temporal run has no such call waiting
+    ├── RunFailed (exit 1)  ``RunResult.raise_for_status()`` on a run that did not complete
+    ├── StoreError (exit 3)  The run store cannot be opened, read or written
+    │   ├── RunNotFound (exit 3)  No such run or conversation (or not the caller's)
+    │   ├── AmbiguousRun (exit 3)  A run id prefix that several runs start with
+    │   ├── LeaseHeld (exit 5)  A live driver holds the run
+    │   └── TamperedRun (exit 6)  Its rows fail the audit check; nothing of it is acted on
+    ├── TicketsDBError (exit 1)  A tickets database statement failed after the database was opened
+    └── ModelError (exit 4)  The model endpoint failed to give a usable reply
+        ├── ModelConnectionError (exit 4)  Could not connect
+        ├── ModelTimeout (exit 4)  Connect or read timed out
+        ├── ModelResponseError (exit 4)  Body or stream is not a usable reply
+        │   └── ReplyTooLarge (exit 4)  A reply grew past the adapter's ``max_reply_bytes`` while it was read (and was not read further)
+        └── ModelHTTPError (exit 4)  Non-2xx status
+            ├── AuthenticationError (exit 4)  401 / 403, never retried
+            ├── RateLimited (exit 4)  429, retried honouring Retry-After
+            └── ServerError (exit 4)  5xx, retried with backoff
+
+A run that ends ``model_error`` exits 17 (its status's code); a
+``ModelError`` raised outside a run (``tether eval`` on an unreachable
+endpoint, say) exits 4.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 
 class TetherError(Exception):
-    """Base of every error tether raises on purpose."""
+    """An error tether raises on purpose."""
 
     exit_code: ClassVar[int] = 1
 
 
+def tree() -> str:
+    """The tree of ``TetherError`` and its subclasses, each with its exit code and its summary line."""
+    lines: list[str] = []
+
+    def walk(cls: type[TetherError], prefix: str, branch: str) -> None:
+        summary = (cls.__doc__ or "").strip().splitlines()[0].rstrip(".")
+        lines.append(f"{branch}{cls.__name__} (exit {cls.exit_code})  {summary}")
+        children = cls.__subclasses__()
+        for index, child in enumerate(children):
+            last = index == len(children) - 1
+            walk(child, prefix + ("    " if last else "│   "), prefix + ("└── " if last else "├── "))
+
+    walk(TetherError, "", "")
+    return "\n".join(lines)
+
+
 class ConfigurationError(TetherError):
+    """A setting is missing or wrong; says what to set."""
+
     exit_code: ClassVar[int] = 3
 
 
+class DatasetError(ConfigurationError):
+    """An eval dataset that cannot be read, or that names what it may not (a toolset file).
+
+    A dataset names registered toolsets only, unless ``--allow-toolset-files``.
+    """
+
+
+class MCPServerError(ConfigurationError):
+    """An MCP server that cannot be started, reached or used as a toolset."""
+
+
 class ToolDefinitionError(TetherError):
+    """A @tool or raw schema cannot be used."""
+
     exit_code: ClassVar[int] = 3
 
 
 class TransitionError(TetherError):
+    """An event the run state machine does not allow."""
+
     def __init__(self, status: str, event: str) -> None:
         super().__init__(f"event {event} is not allowed in status {status}")
         self.status = status
@@ -52,30 +97,110 @@ class TransitionError(TetherError):
 
 
 class RunPoisoned(TetherError):
-    pass
+    """The machine refused input after an earlier error."""
 
 
 class ApprovalMismatch(TetherError):
-    """A decision (approval or reconciliation) names no pending call, or other arguments."""
+    """A decision (approval or reconciliation) names a call or arguments not pending."""
 
     exit_code: ClassVar[int] = 7
 
 
+class NotWaiting(ApprovalMismatch):
+    """A Temporal run has no such call waiting.
+
+    Refused by the workflow's update validator, before anything enters the run's history.
+    """
+
+
+class _Named(Protocol):
+    @property
+    def value(self) -> str: ...
+
+
+class _Ended(Protocol):
+    """What ``RunFailed`` reads of a run's result (``tether.report.RunResult``)."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def status(self) -> _Named: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+
+class RunFailed(TetherError):
+    """``RunResult.raise_for_status()`` on a run that did not complete.
+
+    A pause (for an approval, a reconciliation) is not a completion either.
+    """
+
+    def __init__(self, result: _Ended) -> None:
+        why = f": {result.reason}" if result.reason else ""
+        super().__init__(f"run {result.run_id} ended {result.status.value}{why}")
+        self.result = result
+
+
+class StoreError(TetherError):
+    """The run store cannot be opened, read or written."""
+
+    exit_code: ClassVar[int] = 3
+
+
+class RunNotFound(StoreError):
+    """No such run or conversation (or not the caller's)."""
+
+
+class AmbiguousRun(StoreError):
+    """A run id prefix that several runs start with."""
+
+
+class LeaseHeld(StoreError):
+    """A live driver holds the run."""
+
+    exit_code: ClassVar[int] = 5
+
+    def __init__(self, message: str, until: float | None = None) -> None:
+        super().__init__(message)
+        self.until = until  # when the holder's lease runs out, if known
+
+
+class TamperedRun(StoreError):
+    """Its rows fail the audit check; nothing of it is acted on.
+
+    Raised for a run, or a conversation (its row, its chain of turns, any turn's rows).
+    """
+
+    exit_code: ClassVar[int] = 6
+
+
+class TicketsDBError(TetherError):
+    """A tickets database statement failed after the database was opened."""
+
+
 class ModelError(TetherError):
+    """The model endpoint failed to give a usable reply."""
+
     exit_code: ClassVar[int] = 4
     retryable: ClassVar[bool] = False
 
 
 class ModelConnectionError(ModelError):
+    """Could not connect."""
+
     retryable: ClassVar[bool] = True
 
 
 class ModelTimeout(ModelError):
+    """Connect or read timed out."""
+
     retryable: ClassVar[bool] = True
 
 
 class ModelResponseError(ModelError):
-    pass
+    """Body or stream is not a usable reply."""
 
 
 class ReplyTooLarge(ModelResponseError):
@@ -91,6 +216,8 @@ class ReplyTooLarge(ModelResponseError):
 
 
 class ModelHTTPError(ModelError):
+    """Non-2xx status."""
+
     def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
@@ -98,38 +225,16 @@ class ModelHTTPError(ModelError):
 
 
 class AuthenticationError(ModelHTTPError):
-    pass
+    """401 / 403, never retried."""
 
 
 class RateLimited(ModelHTTPError):
+    """429, retried honouring Retry-After."""
+
     retryable: ClassVar[bool] = True
 
 
 class ServerError(ModelHTTPError):
+    """5xx, retried with backoff."""
+
     retryable: ClassVar[bool] = True
-
-
-class StoreError(TetherError):
-    exit_code: ClassVar[int] = 3
-
-
-class RunNotFound(StoreError):
-    pass
-
-
-class AmbiguousRun(StoreError):
-    """A run id prefix that several runs start with."""
-
-
-class LeaseHeld(StoreError):
-    exit_code: ClassVar[int] = 5
-
-    def __init__(self, message: str, until: float | None = None) -> None:
-        super().__init__(message)
-        self.until = until  # when the holder's lease runs out, if known
-
-
-class TamperedRun(StoreError):
-    """The run's (or conversation's) rows fail the audit check; nothing of it is acted on."""
-
-    exit_code: ClassVar[int] = 6

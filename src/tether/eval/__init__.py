@@ -14,11 +14,11 @@ BFCL scores them. See ``tether.eval.harness`` for how
 failures are sorted, ``tether.eval.report`` for report.html and comparing runs.
 """
 
+from tether.core.errors import DatasetError
 from tether.eval.bfcl import (
     MULTI_TURN,
     SINGLE_TURN,
     Case,
-    DatasetError,
     bfcl_name,
     load,
     parameters_schema,

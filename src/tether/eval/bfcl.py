@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.core.errors import ConfigurationError, ToolDefinitionError
+from tether.core.errors import DatasetError, ToolDefinitionError
 from tether.core.messages import Message
 from tether.eval.checker import Output, Verdict, check
 from tether.tools.tool import NAME_PATTERN, Tool, tool_from_schema
@@ -95,10 +95,6 @@ SINGLE_TURN = (
     "live_relevance",
 )
 _FILE_NAME = re.compile(r"^BFCL_v\d+_(?P<category>\w+)\.jsonl?$")
-
-
-class DatasetError(ConfigurationError):
-    """A dataset that cannot be read or is not a supported BFCL category."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,9 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.core.errors import ToolDefinitionError
+from tether.core.errors import DatasetError, ToolDefinitionError
 from tether.core.messages import Message
-from tether.eval.bfcl import DatasetError
 from tether.eval.checker import Output, Verdict
 from tether.tools import Tool
 from tether.tools.tool import tool_from_schema

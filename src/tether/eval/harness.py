@@ -43,10 +43,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tether.core.budget import Compat
-from tether.core.errors import TetherError
+from tether.core.errors import DatasetError, TetherError
 from tether.core.machine import Status
 from tether.core.messages import Message, ModelReply
-from tether.eval.bfcl import DatasetError
 from tether.eval.checker import Output, Verdict
 from tether.models.base import Model, ModelRequest
 from tether.runner import CALL_REJECTED, CALL_VALIDATED, Agent, RunEvent

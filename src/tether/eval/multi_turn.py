@@ -52,10 +52,10 @@ from pathlib import Path
 from typing import Any
 
 from tether.core.budget import Budget, Compat
-from tether.core.errors import TetherError
+from tether.core.errors import DatasetError, TetherError
 from tether.core.machine import Status
 from tether.core.messages import Message, ModelReply
-from tether.eval.bfcl import MULTI_TURN, DatasetError, _data_dir, bfcl_name, tool_from_document
+from tether.eval.bfcl import MULTI_TURN, _data_dir, bfcl_name, tool_from_document
 from tether.eval.checker import Output, Verdict
 from tether.eval.harness import ERROR, MISTAKE, PASSED, REFUSED, REPLY_REFUSED, CaseResult
 from tether.models.base import Model, ModelRequest

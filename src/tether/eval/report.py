@@ -21,7 +21,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from tether.eval.bfcl import DatasetError
+from tether.core.errors import DatasetError
 from tether.eval.harness import PASSED, RESULTS_FILE, CaseResult, Row, read_results, summarize
 
 REPORT_FILE = "report.html"

@@ -9,6 +9,7 @@ imported by ``import tether``.
 
 from __future__ import annotations
 
-from tether.mcp.client import MCPServerError, MCPToolset
+from tether.core.errors import MCPServerError
+from tether.mcp.client import MCPToolset
 
 __all__ = ["MCPServerError", "MCPToolset"]

@@ -51,7 +51,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mappi
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TextIO, overload
 
-from tether.core.errors import ConfigurationError, ToolDefinitionError
+from tether.core.errors import ConfigurationError, MCPServerError, ToolDefinitionError
 from tether.tools.context import ToolContext
 from tether.tools.tool import DEFAULT_MAX_RESULT_CHARS, Tool, ToolError, tool_from_schema
 
@@ -71,10 +71,6 @@ Streams = tuple[Any, Any]
 Connect = Callable[[], AbstractAsyncContextManager[Streams]]
 # Names of the server's tools (as it lists them), all of them (True), none, or a predicate over a name.
 Selection = bool | Collection[str] | Callable[[str], bool]
-
-
-class MCPServerError(ConfigurationError):
-    """An MCP server could not be started, reached, or used as a toolset."""
 
 
 def _require_sdk() -> None:

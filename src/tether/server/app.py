@@ -35,12 +35,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tether import tracing
+from tether.core.errors import TicketsDBError
 from tether.server.auth import Approver, Authority, CurrentUser
 from tether.server.problems import Problem, install
 from tether.server.runs import RunService, open_run_store, principal_for
 from tether.server.settings import DEFAULT_APPROVALS_PAGE, Settings
 from tether.server.throttle import SignInThrottle, Throttled, hashing_executor
-from tether.tickets.db import TicketsDB, TicketsDBError, User, verify_password
+from tether.tickets.db import TicketsDB, User, verify_password
 from tether.tickets.tools import KnowledgeSource, ticket_tools
 from tether.tools.context import Principal
 

@@ -33,18 +33,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tether.core.budget import RunConfig
-from tether.core.errors import ApprovalMismatch
+from tether.core.errors import NotWaiting
 from tether.core.machine import Accepted, Cancel, Rejected, Run, RunState
 from tether.core.messages import Message, ToolCall
 from tether.events import RUN_FINISHED, RUN_STARTED
 from tether.temporal.activities import principal_to_dict
 from tether.temporal.workflow import ENGINE, WORKFLOW_NAME, Decision, Reconciliation
 from tether.tools.context import LOCAL_PRINCIPAL, Principal
-
-
-class NotWaiting(ApprovalMismatch):
-    """The run has no such call waiting (refused by the workflow's update validator)."""
-
 
 # One query waits this long for its answer: a worker that died holding the run never answers it.
 QUERY_TIMEOUT = timedelta(seconds=5)

@@ -1,11 +1,11 @@
 """tether.tickets: the ticket-support reference application's data and tools."""
 
+from tether.core.errors import TicketsDBError
 from tether.tickets.db import (
     Comment,
     Ticket,
     TicketPage,
     TicketsDB,
-    TicketsDBError,
     User,
     seed,
     verify_password,

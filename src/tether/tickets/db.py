@@ -37,7 +37,7 @@ from typing import Any, Literal, get_args
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
-from tether.core.errors import ConfigurationError, TetherError
+from tether.core.errors import ConfigurationError, TicketsDBError
 from tether.store.dialects.sqlite import connect, immediate
 
 Role = Literal["customer", "agent", "admin"]
@@ -48,10 +48,6 @@ TICKET_ID_PATTERN = r"^TICKET-[0-9]{6}$"
 
 DEFAULT_PAGE_SIZE = 10
 MAX_IDLE_CONNECTIONS = 8  # kept open for reuse; more are opened while needed, then closed
-
-
-class TicketsDBError(TetherError):
-    """A tickets database statement failed after the database was opened."""
 
 
 @dataclass(frozen=True, slots=True)

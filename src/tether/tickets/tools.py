@@ -29,7 +29,8 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import Field
 
-from tether.tickets.db import ROLES, TICKET_ID_PATTERN, Role, Ticket, TicketsDB, TicketsDBError
+from tether.core.errors import TicketsDBError
+from tether.tickets.db import ROLES, TICKET_ID_PATTERN, Role, Ticket, TicketsDB
 from tether.tools import Executed, NotExecuted, Tool, ToolContext, ToolError, tool
 from tether.tools.tool import Verdict
 

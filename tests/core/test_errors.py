@@ -1,0 +1,36 @@
+"""The error tree is in one place: every ``TetherError`` subclass in ``tether.core.errors``, in its documented tree."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import tether
+from tether.core import errors
+
+
+def every_subclass() -> list[type[errors.TetherError]]:
+    for found in pkgutil.walk_packages(tether.__path__, "tether."):
+        if not found.name.endswith("__main__"):  # running it would start the CLI
+            importlib.import_module(found.name)
+    classes = [errors.TetherError]
+    for cls in classes:
+        classes.extend(cls.__subclasses__())
+    return classes
+
+
+def test_every_error_class_lives_in_core_errors() -> None:
+    elsewhere = [f"{c.__module__}.{c.__qualname__}" for c in every_subclass() if c.__module__ != errors.__name__]
+    assert elsewhere == [], "define these in tether.core.errors (and keep a name where they were, if public)"
+
+
+def test_the_documented_tree_is_the_tree_of_the_classes() -> None:
+    every_subclass()
+    documented = "\n".join(line.removeprefix("    ") for line in (errors.__doc__ or "").splitlines())
+    assert errors.tree() in documented, "paste tether.core.errors.tree() into the module's docstring"
+
+
+def test_each_error_says_what_it_is_and_has_an_exit_code() -> None:
+    for cls in every_subclass():
+        assert (cls.__doc__ or "").strip(), f"{cls.__name__} has no docstring"
+        assert isinstance(cls.exit_code, int) and 0 < cls.exit_code < 128, cls
