@@ -26,7 +26,7 @@ test keeps the two equal::
         ├── ModelConnectionError (exit 4)  Could not connect
         ├── ModelTimeout (exit 4)  Connect or read timed out
         ├── ModelResponseError (exit 4)  Body or stream is not a usable reply
-        │   └── ReplyTooLarge (exit 4)  A reply grew past the adapter's ``max_reply_bytes`` while it was read (and was not read further)
+        │   └── ReplyTooLarge (exit 4)  A reply grew past the adapter's ``max_reply_bytes``; it was read no further
         └── ModelHTTPError (exit 4)  Non-2xx status
             ├── AuthenticationError (exit 4)  401 / 403, never retried
             ├── RateLimited (exit 4)  429, retried honouring Retry-After
@@ -204,7 +204,7 @@ class ModelResponseError(ModelError):
 
 
 class ReplyTooLarge(ModelResponseError):
-    """A reply grew past the adapter's ``max_reply_bytes`` while it was read (and was not read further)."""
+    """A reply grew past the adapter's ``max_reply_bytes``; it was read no further."""
 
     def __init__(self, max_bytes: int, adapter: str = "the model adapter") -> None:
         super().__init__(
