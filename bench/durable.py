@@ -45,9 +45,9 @@ from pathlib import Path
 
 from tether.core.budget import Budget
 from tether.core.messages import ModelReply
+from tether.drivers.local.runner import RUN_FINISHED, STEP_STARTED, Agent, RunEvent
 from tether.models.base import Model
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.runner import RUN_FINISHED, STEP_STARTED, Agent, RunEvent
 from tether.store import SQLiteStore
 from tether.tools import tool
 from tether.toolsets import load_toolset

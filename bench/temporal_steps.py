@@ -37,13 +37,13 @@ from temporalio.client import Client
 
 from tether.core.budget import Budget, RunConfig
 from tether.core.messages import ModelReply
+from tether.drivers.temporal.client import start_run
+from tether.drivers.temporal.devserver import DevServer
+from tether.drivers.temporal.worker import make_worker
+from tether.drivers.temporal.workflow import CALL_MODEL
 from tether.models.base import ModelRequest
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.store import SQLiteStore
-from tether.temporal.client import start_run
-from tether.temporal.devserver import DevServer
-from tether.temporal.worker import make_worker
-from tether.temporal.workflow import CALL_MODEL
 from tether.tools import tool
 
 WINDOW = 10  # steps averaged at each end

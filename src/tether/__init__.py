@@ -10,14 +10,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.conversation import Conversation, ConversationBudget
     from tether.core import Budget, Compat, Message, RunConfig, Status, TetherError
     from tether.core.errors import RunFailed
-    from tether.durable import decide
+    from tether.core.report import RunResult
+    from tether.drivers.local.conversation import Conversation, ConversationBudget
+    from tether.drivers.local.durable import decide
+    from tether.drivers.local.runner import Agent, Decision, RunEvent
     from tether.models import AnthropicModel, Model, ModelRequest, OpenAIChatModel, ScriptedModel
     from tether.models.local import LocalModel
-    from tether.report import RunResult
-    from tether.runner import Agent, Decision, RunEvent
     from tether.store import RunStore, SQLiteStore, open_store
     from tether.tools import Principal, Tool, ToolContext, ToolError, tool, tool_from_schema
     from tether.toolsets import load_toolset
@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _WHERE = {
-    "Agent": "tether.runner",
-    "Decision": "tether.runner",
-    "RunEvent": "tether.runner",
-    "RunResult": "tether.report",
+    "Agent": "tether.drivers.local.runner",
+    "Decision": "tether.drivers.local.runner",
+    "RunEvent": "tether.drivers.local.runner",
+    "RunResult": "tether.core.report",
     "RunFailed": "tether.core.errors",
-    "Conversation": "tether.conversation",
-    "ConversationBudget": "tether.conversation",
-    "decide": "tether.durable",
+    "Conversation": "tether.drivers.local.conversation",
+    "ConversationBudget": "tether.drivers.local.conversation",
+    "decide": "tether.drivers.local.durable",
     "LocalModel": "tether.models.local",
     "SQLiteStore": "tether.store",
     "RunStore": "tether.store",

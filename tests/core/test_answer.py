@@ -6,8 +6,8 @@ import pydantic
 
 from tether.core import Begin, Budget, CallModel, Finish, Message, ModelReplied, ModelReply, Run, RunConfig, Status
 from tether.core.machine import RunState
-from tether.output import OutputSpec
 from tether.tools import Toolbox
+from tether.tools.output import OutputSpec
 
 
 class Answer(pydantic.BaseModel):

@@ -139,7 +139,8 @@ def test_the_eval_command_imports_no_pydantic_no_jsonschema_and_no_web_framework
 
     jsonschema is loaded only to explain an invalid call (or vouch for an unusual schema)."""
     code = (
-        "import sys, tether.cli.main, tether.eval, tether.eval.report, tether.models.openai_chat, tether.runner\n"
+        "import sys, tether.cli.main, tether.eval, tether.eval.report, tether.models.openai_chat\n"
+        "import tether.drivers.local.runner\n"
         "from tether.eval import load\n"
         f"tools = load({str(FIXTURE)!r})[0].tools()\n"
         "assert tools[0].validation_errors({'base': 10, 'height': 5}) == []\n"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tether import Agent, OpenAIChatModel, Status, TetherError
-from tether.conversation import ConversationBudget
+from tether.drivers.local.conversation import ConversationBudget
 from tether.store import SQLiteStore
 from tether.testing import FakeServer
 from tether.testing.fake_server import ReplySpec, text

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tether import Agent, OpenAIChatModel, Principal, Status, ToolContext, tool
-from tether.durable import decide
+from tether.drivers.local.durable import decide
 from tether.store import SQLiteStore
 from tether.testing import FakeServer
 from tether.testing.fake_server import ReplySpec, text, tool_calls

@@ -30,7 +30,7 @@ from tether import Agent, Status, load_toolset, tool
 from tether.core import Begin, Message, ModelReplied, ModelResponseError, Run, ToolCall
 from tether.core.machine import Accepted, Command, Rejected
 from tether.core.nesting import MAX_DEPTH, MAX_REPLY_DEPTH, value_nested_deeper
-from tether.durable import decide
+from tether.drivers.local.durable import decide
 from tether.models import anthropic, openai_chat
 from tether.models.anthropic import AnthropicModel
 from tether.models.openai_chat import OpenAIChatModel

@@ -16,12 +16,12 @@ import pytest
 
 from tether import Agent, Budget, Status, load_toolset, tool
 from tether.core.nesting import MAX_DEPTH, MAX_REPLY_DEPTH
-from tether.durable import decide
+from tether.drivers.local.durable import decide
+from tether.drivers.local.stream import CallRefused, RunFinished
 from tether.models.anthropic import AnthropicModel
 from tether.models.http import HTTPModel
 from tether.models.openai_chat import OpenAIChatModel
 from tether.store import SQLiteStore
-from tether.stream import CallRefused, RunFinished
 from tether.testing import FakeServer
 from tether.testing.fake_server import text, tool_calls
 

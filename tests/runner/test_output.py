@@ -11,9 +11,9 @@ import pytest
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 from tether import Agent, Budget, OpenAIChatModel, Status, TetherError, tool
-from tether.output import OutputSpec
 from tether.testing import FakeServer
 from tether.testing.fake_server import text, tool_calls
+from tether.tools.output import OutputSpec
 
 
 class Invoice(pydantic.BaseModel):

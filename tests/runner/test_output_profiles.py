@@ -12,8 +12,8 @@ from tether import Agent, Status
 from tether.cli.main import _model
 from tether.core.errors import ConfigurationError
 from tether.models.providers import PROVIDERS
-from tether.output import OutputMode
 from tether.testing import FakeServer, ReplySpec, text, tool_calls
+from tether.tools.output import OutputMode
 
 ANSWER = {"customer": "ACME", "total": 3720}
 

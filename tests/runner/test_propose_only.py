@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from tether.core.machine import Status
+from tether.drivers.local.runner import CALL_REJECTED, CALL_VALIDATED, PROPOSE_ONLY_REASON, Agent, RunEvent
 from tether.models.openai_chat import OpenAIChatModel
-from tether.runner import CALL_REJECTED, CALL_VALIDATED, PROPOSE_ONLY_REASON, Agent, RunEvent
 from tether.store import SQLiteStore
 from tether.testing.fake_server import FakeServer
 from tether.testing.fake_server import tool_calls as wire_calls

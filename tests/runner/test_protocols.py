@@ -16,10 +16,10 @@ import pytest
 
 from tether.core.budget import Budget
 from tether.core.machine import Status
+from tether.core.report import RunResult
+from tether.drivers.local.runner import Agent
 from tether.models.anthropic import AnthropicModel
 from tether.models.openai_chat import OpenAIChatModel
-from tether.report import RunResult
-from tether.runner import Agent
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
 from tether.tools import tool
 

@@ -18,12 +18,10 @@ import pytest
 
 from tether.core.budget import Budget
 from tether.core.errors import ConfigurationError
+from tether.core.events import CALL_FINISHED, CALL_STARTED, TOOL_CALL_DELTA
 from tether.core.machine import PendingCall, Status
 from tether.core.messages import Message
-from tether.events import CALL_FINISHED, CALL_STARTED, TOOL_CALL_DELTA
-from tether.models.openai_chat import OpenAIChatModel
-from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.runner import (
+from tether.drivers.local.runner import (
     APPROVAL_REQUESTED,
     CALL_EXECUTED,
     CALL_REJECTED,
@@ -38,6 +36,8 @@ from tether.runner import (
     RunEvent,
     RunResult,
 )
+from tether.models.openai_chat import OpenAIChatModel
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.store import SQLiteStore
 from tether.testing.fake_server import FakeServer
 from tether.testing.fake_server import text as wire_text

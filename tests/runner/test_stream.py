@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 from tether import Agent, OpenAIChatModel, Status, tool
-from tether.runner import CALL_EXECUTED, RunEvent
-from tether.store import SQLiteStore
-from tether.stream import (
+from tether.drivers.local.runner import CALL_EXECUTED, RunEvent
+from tether.drivers.local.stream import (
     ApprovalNeeded,
     CallFinished,
     CallRefused,
@@ -24,6 +23,7 @@ from tether.stream import (
     TextDelta,
     ToolCallDelta,
 )
+from tether.store import SQLiteStore
 from tether.testing import FakeServer
 from tether.testing.fake_server import text, tool_calls
 

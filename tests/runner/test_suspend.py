@@ -11,7 +11,7 @@ import contextlib
 from pathlib import Path
 
 from tether import Agent, OpenAIChatModel, Status, tool
-from tether.runner import SUSPENDED_REASON
+from tether.drivers.local.runner import SUSPENDED_REASON
 from tether.store import SQLiteStore
 from tether.testing import FakeServer
 from tether.testing.fake_server import text, tool_calls

@@ -6,8 +6,8 @@ import json
 
 from tether.core.budget import Budget
 from tether.core.machine import Status
+from tether.drivers.local.runner import Agent
 from tether.models.openai_chat import OpenAIChatModel
-from tether.runner import Agent
 from tether.testing.fake_server import FakeServer
 from tether.testing.fake_server import text as wire_text
 from tether.testing.fake_server import tool_calls as wire_calls

@@ -18,10 +18,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from tether import tracing
 from tether.core.machine import Status
+from tether.drivers import tracing
+from tether.drivers.local.runner import Agent
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.runner import Agent
 from tether.tools import tool
 
 SECRET = "sk-abcdefghijklmnop"
@@ -173,9 +173,9 @@ def test_without_opentelemetry_tether_imports_and_runs_unchanged() -> None:
         """
         import asyncio, json
         import tether
-        from tether import tracing
+        from tether.drivers import tracing
         from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-        from tether.runner import Agent
+        from tether.drivers.local.runner import Agent
         from tether.toolsets import load_toolset
 
         model = ScriptedModel([reply_calls(("c1", "multiply", '{"a": 248, "b": 15}')), reply_text("3720")])
@@ -200,7 +200,7 @@ def test_without_opentelemetry_tether_imports_and_runs_unchanged() -> None:
 
 def test_the_extras_are_imported_only_when_used() -> None:
     script = (
-        "import sys, tether, tether.runner, tether.cli.main\n"
+        "import sys, tether, tether.drivers.local.runner, tether.cli.main\n"
         "print(sorted({m.split('.')[0] for m in sys.modules if m.startswith(('opentelemetry', 'mcp', 'anyio'))}))"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)

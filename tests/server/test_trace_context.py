@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from server_harness import Api
 
-from tether import tracing
+from tether.drivers import tracing
 from tether.testing.fake_server import text
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -28,10 +28,10 @@ import pytest
 from tether.core.budget import RunConfig
 from tether.core.machine import RunState, Status
 from tether.core.messages import Message
-from tether.durable import decide
+from tether.drivers.local.durable import decide
+from tether.drivers.local.runner import Agent
 from tether.models.base import ModelRequest
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.runner import Agent
 from tether.store import LeaseHeld, RunNotFound, SQLiteStore, StoreError, TamperedRun
 from tether.store.audit import GENESIS, SEALED_COLUMNS, chain_hash, seal
 from tether.tools import Principal, ToolContext, tool

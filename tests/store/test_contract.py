@@ -24,8 +24,8 @@ from postgres_server import PostgresServer
 from tether.core.budget import RunConfig
 from tether.core.machine import RunState, Status
 from tether.core.messages import Message
+from tether.drivers.local.runner import Agent
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.runner import Agent
 from tether.store import AmbiguousRun, LeaseHeld, RunNotFound, StoreError, TamperedRun, open_store
 from tether.tools import Principal, ToolContext, tool
 

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from tether.core.machine import PendingCall, Status
-from tether.durable import decide
+from tether.drivers.local.durable import decide
+from tether.drivers.local.runner import APPROVAL_REQUESTED, CALL_RECOVERED, OUTCOME_RECORDED, Agent, Decision, RunEvent
 from tether.models.openai_chat import OpenAIChatModel
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.runner import APPROVAL_REQUESTED, CALL_RECOVERED, OUTCOME_RECORDED, Agent, Decision, RunEvent
 from tether.store import SQLiteStore
 from tether.testing.fake_server import FakeServer, tool_calls
 from tether.testing.fake_server import text as wire_text

@@ -19,8 +19,8 @@ import pytest
 from postgres_server import PostgresServer
 
 from tether.core.machine import Status
+from tether.drivers.local.runner import Agent
 from tether.models.scripted import ScriptedModel, reply_text
-from tether.runner import Agent
 from tether.store import PostgresStore, RunStore, SQLiteStore
 from tether.store.sql import MIGRATIONS
 from tether.tools import ToolContext, tool

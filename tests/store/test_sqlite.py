@@ -25,9 +25,9 @@ import pytest
 from tether.core.budget import RunConfig
 from tether.core.machine import RunState, Status
 from tether.core.messages import Message
-from tether.durable import reconcile
+from tether.drivers.local.durable import reconcile
+from tether.drivers.local.runner import CALL_EXECUTED, INTENT_RECORDED, MODEL_REPLIED, OUTCOME_RECORDED, Agent, RunEvent
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.runner import CALL_EXECUTED, INTENT_RECORDED, MODEL_REPLIED, OUTCOME_RECORDED, Agent, RunEvent
 from tether.store import REDACTED, LeaseHeld, RunNotFound, SQLiteStore, StoreError
 from tether.store.sql import MIGRATIONS
 from tether.tools import Principal, ToolContext, tool

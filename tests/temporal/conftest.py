@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.temporal.devserver import DevServer
+from tether.drivers.temporal.devserver import DevServer
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "store"))  # postgres_server, shared with the store's tests
 from postgres_server import PostgresServer, running

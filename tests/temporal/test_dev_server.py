@@ -22,10 +22,10 @@ from temporal_helpers import SRC
 from temporalio.client import Client
 
 from tether.cli.main import cli
+from tether.drivers.temporal.client import start_run
+from tether.drivers.temporal.devserver import free_port, port_free
+from tether.drivers.temporal.worker import make_worker
 from tether.models.openai_chat import OpenAIChatModel
-from tether.temporal.client import start_run
-from tether.temporal.devserver import free_port, port_free
-from tether.temporal.worker import make_worker
 from tether.testing import SCENARIOS, FakeServer
 from tether.toolsets import load_toolset
 

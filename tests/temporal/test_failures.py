@@ -14,12 +14,12 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
+from tether.drivers.temporal.client import start_run
+from tether.drivers.temporal.devserver import DevServer
+from tether.drivers.temporal.worker import make_worker
+from tether.drivers.temporal.workflow import WORKFLOW_NAME, RunWorkflow
 from tether.models.openai_chat import OpenAIChatModel
 from tether.store import SQLiteStore
-from tether.temporal.client import start_run
-from tether.temporal.devserver import DevServer
-from tether.temporal.worker import make_worker
-from tether.temporal.workflow import WORKFLOW_NAME, RunWorkflow
 from tether.testing import FakeServer
 from tether.testing.fake_server import text, tool_calls
 from tether.tools import tool

@@ -12,11 +12,11 @@ from temporalio.client import Client
 
 from tether import Agent
 from tether.core.budget import Budget, RunConfig
+from tether.drivers.temporal.client import start_run
+from tether.drivers.temporal.devserver import DevServer
+from tether.drivers.temporal.worker import make_worker
 from tether.models.openai_chat import OpenAIChatModel
 from tether.store import SQLiteStore
-from tether.temporal.client import start_run
-from tether.temporal.devserver import DevServer
-from tether.temporal.worker import make_worker
 from tether.testing import FakeServer
 from tether.testing.fake_server import text, tool_calls
 

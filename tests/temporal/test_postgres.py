@@ -18,8 +18,8 @@ from postgres_server import PostgresServer
 from temporal_helpers import child_env, shop, spawn_worker, stop
 from temporalio.client import Client
 
+from tether.drivers.temporal.devserver import DevServer
 from tether.store import open_store
-from tether.temporal.devserver import DevServer
 from tether.testing import FakeServer
 
 

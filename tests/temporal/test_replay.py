@@ -19,8 +19,8 @@ from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from tether.temporal.worker import HeartbeatDefault
-from tether.temporal.workflow import WORKFLOW_NAME, RunWorkflow
+from tether.drivers.temporal.worker import HeartbeatDefault
+from tether.drivers.temporal.workflow import WORKFLOW_NAME, RunWorkflow
 
 HISTORY = Path(__file__).parent / "histories" / "order_with_approval.json"
 

@@ -16,9 +16,9 @@ from temporalio.exceptions import ApplicationError
 from tether.core.budget import RunConfig
 from tether.core.machine import RunState
 from tether.core.messages import Message
+from tether.drivers.temporal.activities import save_run
+from tether.drivers.temporal.devserver import DevServer
 from tether.store import SQLiteStore
-from tether.temporal.activities import save_run
-from tether.temporal.devserver import DevServer
 
 PRINCIPAL = {"id": "local", "scopes": [], "roles": []}
 
@@ -71,7 +71,7 @@ def test_a_save_that_does_not_follow_the_store_fails_for_good(store: SQLiteStore
 
 def test_a_decision_on_a_temporal_run_without_temporal_is_refused(store: SQLiteStore) -> None:
     from tether.core.errors import ApprovalMismatch
-    from tether.durable import decide
+    from tether.drivers.local.durable import decide
 
     save_run(store, request(0, 0, [Message("user", "hi")], 1))
     with pytest.raises(ApprovalMismatch, match="run run-1 is driven by Temporal workers: send it with --temporal"):
@@ -81,7 +81,7 @@ def test_a_decision_on_a_temporal_run_without_temporal_is_refused(store: SQLiteS
 
 def test_the_first_save_after_the_client_recorded_the_run_goes_on_from_its_record(store: SQLiteStore) -> None:
     from tether.core.machine import Run
-    from tether.temporal.client import _NoTools, record_start
+    from tether.drivers.temporal.client import _NoTools, record_start
     from tether.tools.context import LOCAL_PRINCIPAL
 
     run = Run.new("run-1", [Message("user", "hi")], _NoTools(), RunConfig())
@@ -101,7 +101,7 @@ async def test_a_run_the_server_does_not_start_is_recorded_as_cancelled(
     from temporalio.client import Client
     from temporalio.exceptions import WorkflowAlreadyStartedError
 
-    from tether.temporal.client import start_run
+    from tether.drivers.temporal.client import start_run
 
     client = await Client.connect(temporal_server.address)
     run_id, queue = uuid.uuid4().hex, f"q-{uuid.uuid4().hex[:8]}"  # no worker: the first start stays pending

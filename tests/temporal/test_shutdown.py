@@ -18,10 +18,10 @@ from shop_tools import PRICE_TIMEOUT
 from temporal_helpers import child_env, shop, spawn_worker, stop
 from temporalio.client import Client
 
+from tether.drivers.temporal.client import decide, start_run, status
+from tether.drivers.temporal.devserver import DevServer
+from tether.drivers.temporal.worker import SHUTDOWN_MARGIN
 from tether.store import SQLiteStore
-from tether.temporal.client import decide, start_run, status
-from tether.temporal.devserver import DevServer
-from tether.temporal.worker import SHUTDOWN_MARGIN
 from tether.testing import FakeServer
 
 PRICE_SECONDS = SHUTDOWN_MARGIN.total_seconds() + 2  # longer than the margin, shorter than the tool's timeout

@@ -19,9 +19,9 @@ import pytest
 from temporal_helpers import child_env, shop, spawn_worker, stop, transcript
 from temporalio.client import Client, WorkflowFailureError
 
+from tether.drivers.temporal.client import start_run, status
+from tether.drivers.temporal.devserver import DevServer
 from tether.store import SQLiteStore
-from tether.temporal.client import start_run, status
-from tether.temporal.devserver import DevServer
 from tether.testing import FakeServer
 from tether.testing.fake_server import text
 

@@ -20,11 +20,11 @@ from shop_tools import TOOLS
 from temporalio.client import Client, WorkflowHandle
 
 from tether.core.machine import fingerprint
+from tether.drivers.temporal.client import NotWaiting, decide, pending, start_run, status
+from tether.drivers.temporal.devserver import DevServer
+from tether.drivers.temporal.worker import make_worker
 from tether.models.openai_chat import OpenAIChatModel
 from tether.store import SQLiteStore
-from tether.temporal.client import NotWaiting, decide, pending, start_run, status
-from tether.temporal.devserver import DevServer
-from tether.temporal.worker import make_worker
 from tether.testing import FakeServer
 from tether.testing.fake_server import text, tool_calls
 
@@ -57,7 +57,7 @@ async def event_types(handle: WorkflowHandle[Any, Any]) -> list[int]:
 def approve_from_another_process(address: str, run_id: str, call_id: str) -> subprocess.CompletedProcess[str]:
     code = (
         "import asyncio, sys\n"
-        "from tether.temporal.client import connect, decide\n"
+        "from tether.drivers.temporal.client import connect, decide\n"
         "async def main():\n"
         "    client = await connect(sys.argv[1])\n"
         "    print(await decide(client, sys.argv[2], sys.argv[3], approved=True, reason='looks right'))\n"

@@ -32,9 +32,9 @@ from temporal_helpers import child_env, shop, spawn_worker, stop, transcript
 from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client
 
+from tether.drivers.temporal.client import NotWaiting, decide, pending, reconcile, start_run, status
+from tether.drivers.temporal.devserver import DevServer
 from tether.store import SQLiteStore
-from tether.temporal.client import NotWaiting, decide, pending, reconcile, start_run, status
-from tether.temporal.devserver import DevServer
 from tether.testing import FakeServer
 from tether.testing.fake_server import ReplySpec, Responder
 

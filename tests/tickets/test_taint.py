@@ -20,9 +20,9 @@ import pytest
 
 from tether.cli.render import Renderer
 from tether.core.machine import RunState, Status
+from tether.drivers.local.runner import APPROVAL_REQUESTED, Agent, RunEvent
 from tether.models.openai_chat import OpenAIChatModel
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.runner import APPROVAL_REQUESTED, Agent, RunEvent
 from tether.store import SQLiteStore
 from tether.testing.fake_server import FakeServer, tool_calls
 from tether.testing.fake_server import text as wire_text

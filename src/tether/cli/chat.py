@@ -107,7 +107,7 @@ def chat(
 
 
 async def _ask(call: Any) -> Any:
-    from tether.runner import Decision
+    from tether.drivers.local.runner import Decision
 
     arguments = json.dumps(call.arguments, ensure_ascii=False)
     try:

@@ -141,7 +141,7 @@ def _provider(setup: dict[str, Any]) -> Any:
 
 def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, budget: Budget) -> Any:
     """The Agent a setup describes; the same setup rebuilds it on resume."""
-    from tether.runner import Agent, approval_reason
+    from tether.drivers.local.runner import Agent, approval_reason
 
     _provider(setup)  # first: an unknown provider is reported before anything is built
     tools = _tools(tuple(setup["toolsets"]), setup.get("files_root")) + mcp_tools(setup)
@@ -255,7 +255,7 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
 
 def _json_result(result: Any) -> dict[str, Any]:
     """``tether run --json``: the run's report, redacted, each pending call with the commands that decide it."""
-    from tether.store.redact import redact
+    from tether.core.redact import redact
 
     data: dict[str, Any] = redact(result.to_dict())
     for call in data["pending"]:

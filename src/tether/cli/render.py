@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.core.machine import Status
-from tether.runner import (
+from tether.drivers.local.runner import (
     APPROVAL_REQUESTED,
     CALL_EXECUTED,
     CALL_REJECTED,
@@ -45,7 +45,7 @@ def _shortened(value: Any) -> Any:
 
 def arguments_preview(arguments: dict[str, Any] | None) -> str:
     """A call's arguments on one line: secrets redacted, long values cut; empty when not a JSON object."""
-    from tether.store.redact import redact
+    from tether.core.redact import redact
 
     if arguments is None:
         return ""

@@ -16,9 +16,9 @@ from tether.cli.common import db_option, fail, json_option, open_store
 from tether.cli.render import arguments_preview, short
 from tether.cli.temporal import temporal_run_option
 from tether.core.errors import TetherError
-from tether.runner import json_object
+from tether.core.redact import redact
+from tether.drivers.local.runner import json_object
 from tether.store.records import omitted
-from tether.store.redact import redact
 
 EXIT_VERIFY_FAILED = 6
 PROMPT_SHOWN = 60  # characters of a prompt's first line in `runs list`
@@ -236,7 +236,7 @@ def _decide(
     db: str | None,
     as_json: bool,
 ) -> None:
-    from tether.durable import decide
+    from tether.drivers.local.durable import decide
 
     try:
         store = open_store(db)
@@ -339,7 +339,7 @@ def reconcile(
       tether reconcile RUN CALL --executed '{"id": 42}'
       tether reconcile RUN CALL --not-executed
     """
-    from tether.durable import reconcile as settle_call
+    from tether.drivers.local.durable import reconcile as settle_call
 
     if (result_json is None) == (not not_executed):
         fail("give exactly one of --executed RESULT_JSON or --not-executed", 2)

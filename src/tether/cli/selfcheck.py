@@ -15,9 +15,9 @@ from typing import Any
 
 from tether.core.budget import Budget
 from tether.core.machine import Status
+from tether.core.report import RunResult
+from tether.drivers.local.runner import Agent
 from tether.models.openai_chat import OpenAIChatModel
-from tether.report import RunResult
-from tether.runner import Agent
 from tether.testing.fake_server import SCENARIOS, FakeServer, ReplySpec, text, tool_calls
 from tether.tools import Tool, tool
 from tether.toolsets import load_toolset

@@ -85,7 +85,7 @@ def _require_sdk() -> None:
 async def _connect(address: str) -> Any:
     from temporalio.service import RPCError
 
-    from tether.temporal.client import connect
+    from tether.drivers.temporal.client import connect
 
     try:
         return await connect(address)
@@ -170,7 +170,7 @@ def worker(
         _fail(str(exc), exc.exit_code)
 
     async def serve() -> None:
-        from tether.temporal.worker import make_worker
+        from tether.drivers.temporal.worker import make_worker
 
         client = await _connect(temporal_address)
         stop = asyncio.Event()
@@ -220,7 +220,7 @@ def dev_server(port: int, db_filename: str | None) -> None:
       tether dev-server --db-filename temporal.db
       tether worker --temporal 127.0.0.1:7233 --tools calc     # in another terminal
     """
-    from tether.temporal.devserver import DevServer, port_free, temporal_binary
+    from tether.drivers.temporal.devserver import DevServer, port_free, temporal_binary
 
     host = "127.0.0.1"
     try:
@@ -292,8 +292,8 @@ def run_on_temporal(
         from temporalio.client import WorkflowFailureError
         from temporalio.service import RPCError
 
-        from tether.temporal.client import pending, start_run, status, transient
-        from tether.temporal.workflow import failure_reason
+        from tether.drivers.temporal.client import pending, start_run, status, transient
+        from tether.drivers.temporal.workflow import failure_reason
 
         client = await _connect(address)  # first: an unreachable server leaves nothing in the store
         store = open_store(db, log_content) if record and (db or os.environ.get("TETHER_DB")) else None
@@ -385,7 +385,7 @@ def reconcile_on_temporal(
 ) -> NoReturn:
     """``tether reconcile RUN CALL --temporal HOST:PORT``: a ``reconcile`` update."""
     _require_sdk()
-    from tether.temporal.client import reconcile
+    from tether.drivers.temporal.client import reconcile
 
     executed = result_json is not None
     after = _send(
@@ -411,7 +411,7 @@ def decide_on_temporal(
 ) -> NoReturn:
     """``tether approve|deny RUN CALL --temporal HOST:PORT``: a ``decide`` update; the run goes on by itself."""
     _require_sdk()
-    from tether.temporal.client import decide
+    from tether.drivers.temporal.client import decide
 
     after = _send(
         address,

@@ -119,7 +119,7 @@ class _Named(Protocol):
 
 
 class _Ended(Protocol):
-    """What ``RunFailed`` reads of a run's result (``tether.report.RunResult``)."""
+    """What ``RunFailed`` reads of a run's result (``tether.core.report.RunResult``)."""
 
     @property
     def run_id(self) -> str: ...

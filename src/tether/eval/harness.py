@@ -46,9 +46,9 @@ from tether.core.budget import Compat
 from tether.core.errors import DatasetError, TetherError
 from tether.core.machine import Status
 from tether.core.messages import Message, ModelReply
+from tether.drivers.local.runner import CALL_REJECTED, CALL_VALIDATED, Agent, RunEvent
 from tether.eval.checker import Output, Verdict
 from tether.models.base import Model, ModelRequest
-from tether.runner import CALL_REJECTED, CALL_VALIDATED, Agent, RunEvent
 from tether.tools import Tool
 
 RESULTS_FILE = "results.jsonl"

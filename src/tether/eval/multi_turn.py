@@ -456,8 +456,8 @@ def turn_budget() -> Budget:
 
 async def run_conversation(case: MultiTurnCase, model: Model, *, compat: Compat | None = None) -> CaseResult:
     """Each user turn a turn of one conversation, the calls executed on live instances; then the verdict."""
-    from tether.conversation import Conversation
-    from tether.runner import CALL_EXECUTED, CALL_REJECTED, CALL_VALIDATED, Agent, RunEvent
+    from tether.drivers.local.conversation import Conversation
+    from tether.drivers.local.runner import CALL_EXECUTED, CALL_REJECTED, CALL_VALIDATED, Agent, RunEvent
 
     started = time.perf_counter()
     recorder = StepRecorder(model)

@@ -60,7 +60,7 @@ from tether.models.http import (
 from tether.models.stream import error_message
 
 if TYPE_CHECKING:
-    from tether.output import OutputMode
+    from tether.tools.output import OutputMode
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"

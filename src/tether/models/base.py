@@ -10,7 +10,7 @@ from tether.core.errors import ConfigurationError
 from tether.core.messages import Message, ModelReply
 
 if TYPE_CHECKING:
-    from tether.output import OutputMode
+    from tether.tools.output import OutputMode
 
 
 @dataclass(frozen=True, slots=True)

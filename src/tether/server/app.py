@@ -34,8 +34,8 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tether import tracing
 from tether.core.errors import TicketsDBError
+from tether.drivers import tracing
 from tether.server.auth import Approver, Authority, CurrentUser
 from tether.server.problems import Problem, install
 from tether.server.runs import RunService, open_run_store, principal_for

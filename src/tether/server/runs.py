@@ -56,16 +56,16 @@ from typing import Any, TypeVar
 
 from tether.core.envelope import outcome_code
 from tether.core.errors import ApprovalMismatch, ConfigurationError
+from tether.core.events import TRANSIENT
 from tether.core.machine import PendingCall, RunState, Status
-from tether.durable import decide
-from tether.events import TRANSIENT
+from tether.core.redact import redact
+from tether.drivers.local.durable import decide
+from tether.drivers.local.runner import RUN_FINISHED, RUN_PAUSED, TEXT, Agent, Driver, RunEvent
 from tether.models.base import Model
-from tether.runner import RUN_FINISHED, RUN_PAUSED, TEXT, Agent, Driver, RunEvent
 from tether.server.problems import Problem
 from tether.server.schedule import FairSlots
 from tether.server.settings import DEFAULT_RUNS_RETRY_AFTER, Settings
 from tether.store import LeaseHeld, RunNotFound, RunStore, StoreError, TamperedRun, open_store
-from tether.store.redact import redact
 from tether.tickets.db import User
 from tether.tools.context import Principal
 from tether.tools.tool import Tool

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from tether.core.errors import AmbiguousRun, LeaseHeld, RunNotFound, StoreError, TamperedRun
+from tether.core.redact import REDACTED, redact, redact_text
 from tether.store.base import RunStore
 from tether.store.records import LedgerEntry, RunSummary, StoredConversation, StoredEvent, StoredRun
-from tether.store.redact import REDACTED, redact, redact_text
 from tether.store.sql import SQLStore
 
 __all__ = [

@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tether.events import CALL_EXECUTED, CALL_VALIDATED, INTENT_RECORDED, OUTCOME_RECORDED, RECONCILED
+from tether.core.events import CALL_EXECUTED, CALL_VALIDATED, INTENT_RECORDED, OUTCOME_RECORDED, RECONCILED
 
 GENESIS = "0" * 64
 AUDIT_KEY_ENV = "TETHER_AUDIT_KEY"

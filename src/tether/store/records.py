@@ -17,10 +17,10 @@ from typing import Any
 
 from tether.core.budget import RunConfig
 from tether.core.errors import AmbiguousRun, LeaseHeld, StoreError, TamperedRun
+from tether.core.events import CALL_EXECUTED, INTENT_RECORDED, OUTCOME_RECORDED, RECONCILED, digest
 from tether.core.machine import PendingCall, RunState
-from tether.events import CALL_EXECUTED, INTENT_RECORDED, OUTCOME_RECORDED, RECONCILED, digest
+from tether.core.redact import REDACTED, SECRET_KEY, redact
 from tether.store.audit import GENESIS, SEALED_COLUMNS, chain_hash, ledger_problems, seal, seal_problem
-from tether.store.redact import REDACTED, SECRET_KEY, redact
 from tether.tools.context import Principal
 
 DEFAULT_LEASE_SECONDS = 30.0

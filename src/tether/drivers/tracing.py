@@ -16,7 +16,7 @@ and ``tether.run.id``):
 No prompt, reply, argument or result text is recorded unless content capture
 is on (``configure(capture_content=True)`` or the convention's
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``); even then
-secrets are redacted (``tether.store.redact``).
+secrets are redacted (``tether.core.redact``).
 
 Log records go to the ``tether`` logger: run lifecycle at INFO, failures
 worth a look at WARNING.
@@ -32,13 +32,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.core.envelope import outcome_code
-from tether.store.redact import redact, redact_text
+from tether.core.redact import redact, redact_text
 
 if TYPE_CHECKING:
     from tether.core.machine import PendingCall
     from tether.core.messages import ModelReply
+    from tether.core.report import RunResult
     from tether.models.base import Model, ModelRequest
-    from tether.report import RunResult
 
 logger = logging.getLogger("tether")
 

@@ -1,7 +1,7 @@
 """The kinds of event a run emits, in the order a step emits them, and what binds results to the log.
 
 The runner emits them to listeners and, for durable runs, to the audit log;
-``tether.durable`` writes the decisions made from outside a run.
+``tether.drivers.local.durable`` writes the decisions made from outside a run.
 """
 
 from __future__ import annotations

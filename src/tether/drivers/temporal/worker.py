@@ -15,9 +15,9 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
+from tether.drivers.temporal.activities import Activities
+from tether.drivers.temporal.workflow import RunWorkflow
 from tether.models.base import Model
-from tether.temporal.activities import Activities
-from tether.temporal.workflow import RunWorkflow
 from tether.tools.tool import Tool
 
 # When a worker holding a run's sticky cache dies, the next workflow task waits this long before any

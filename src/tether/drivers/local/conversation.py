@@ -40,11 +40,11 @@ from tether.core.budget import RunConfig
 from tether.core.errors import ConfigurationError, RunNotFound, TamperedRun
 from tether.core.machine import RunState, Status
 from tether.core.messages import Message, Usage
-from tether.report import RunResult
+from tether.core.report import RunResult
 from tether.tools.context import Principal
 
 if TYPE_CHECKING:
-    from tether.runner import Agent, Driver, EventHandler
+    from tether.drivers.local.runner import Agent, Driver, EventHandler
 
 __all__ = ["Conversation", "ConversationBudget"]
 

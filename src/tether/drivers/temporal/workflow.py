@@ -2,7 +2,7 @@
 
 Rules of this file:
 
-- It imports only ``temporalio.workflow``, ``tether.core``, ``tether.events``
+- It imports only ``temporalio.workflow``, ``tether.core``, ``tether.core.events``
   (names and a digest) and the standard library. Never a tool module, a
   model adapter or a store: the workflow is replayed from its history on any
   worker, so everything it does must follow from that history alone.
@@ -52,6 +52,28 @@ with workflow.unsafe.imports_passed_through():
     from tether.core import envelope, nesting
     from tether.core.budget import RunConfig
     from tether.core.envelope import ErrorCode
+    from tether.core.events import (
+        APPROVAL_DECIDED,
+        APPROVAL_REQUESTED,
+        CALL_EXECUTED,
+        CALL_RECOVERED,
+        CALL_REJECTED,
+        CALL_VALIDATED,
+        INTENT_RECORDED,
+        MODEL_REPLIED,
+        OUTCOME_RECORDED,
+        RECONCILED,
+        RECONCILIATION_NEEDED,
+        RUN_FINISHED,
+        RUN_PAUSED,
+        RUN_STARTED,
+        STEP_STARTED,
+        digest,
+        outcome_event,
+        reconciled_event,
+        rejected_event,
+        validated_event,
+    )
     from tether.core.machine import (
         Accepted,
         ApprovalDecided,
@@ -74,28 +96,6 @@ with workflow.unsafe.imports_passed_through():
         ToolsFinished,
     )
     from tether.core.messages import Message, ModelReply, ToolCall, Usage, WireToolCall
-    from tether.events import (
-        APPROVAL_DECIDED,
-        APPROVAL_REQUESTED,
-        CALL_EXECUTED,
-        CALL_RECOVERED,
-        CALL_REJECTED,
-        CALL_VALIDATED,
-        INTENT_RECORDED,
-        MODEL_REPLIED,
-        OUTCOME_RECORDED,
-        RECONCILED,
-        RECONCILIATION_NEEDED,
-        RUN_FINISHED,
-        RUN_PAUSED,
-        RUN_STARTED,
-        STEP_STARTED,
-        digest,
-        outcome_event,
-        reconciled_event,
-        rejected_event,
-        validated_event,
-    )
 
 T = TypeVar("T")
 

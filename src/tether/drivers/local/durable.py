@@ -15,8 +15,8 @@ from typing import Any
 
 from tether.core import envelope
 from tether.core.errors import ApprovalMismatch
+from tether.core.events import APPROVAL_DECIDED, RECONCILED, reconciled_event
 from tether.core.machine import ApprovalDecided, PendingCall, Reconciled, Run, Status
-from tether.events import APPROVAL_DECIDED, RECONCILED, reconciled_event
 from tether.store.base import RunStore
 from tether.store.records import StoredRun
 from tether.tools.toolbox import Toolbox

@@ -1,7 +1,7 @@
 """What a run did, step by step: the object `tether run --json` prints.
 
 Arguments and answers appear as they are; whoever prints them redacts
-(``tether.store.redact``), as the CLI does.
+(``tether.core.redact``), as the CLI does.
 """
 
 from __future__ import annotations

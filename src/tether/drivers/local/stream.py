@@ -26,8 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tether.core.messages import Usage
-from tether.events import (
+from tether.core.events import (
     APPROVAL_REQUESTED,
     CALL_FINISHED,
     CALL_REJECTED,
@@ -38,11 +37,12 @@ from tether.events import (
     TEXT,
     TOOL_CALL_DELTA,
 )
-from tether.store.redact import redact
+from tether.core.messages import Usage
+from tether.core.redact import redact
 
 if TYPE_CHECKING:
-    from tether.report import RunResult
-    from tether.runner import Driver, RunEvent
+    from tether.core.report import RunResult
+    from tether.drivers.local.runner import Driver, RunEvent
 
 __all__ = [
     "ApprovalNeeded",

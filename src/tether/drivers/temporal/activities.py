@@ -35,8 +35,7 @@ from tether.core.budget import estimate_usage
 from tether.core.errors import ModelError
 from tether.core.machine import PendingCall, RunState
 from tether.core.messages import Message, ToolCall, Usage
-from tether.models.base import Model, ModelRequest
-from tether.temporal.workflow import (
+from tether.drivers.temporal.workflow import (
     CALL_MODEL,
     RECONCILE,
     RUN_TOOL,
@@ -45,6 +44,7 @@ from tether.temporal.workflow import (
     reply_to_dict,
     verdict_to_dict,
 )
+from tether.models.base import Model, ModelRequest
 from tether.tools.context import Principal, ToolContext
 from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, result_envelope

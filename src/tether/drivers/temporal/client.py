@@ -34,11 +34,11 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tether.core.budget import RunConfig
 from tether.core.errors import NotWaiting
+from tether.core.events import RUN_FINISHED, RUN_STARTED
 from tether.core.machine import Accepted, Cancel, Rejected, Run, RunState
 from tether.core.messages import Message, ToolCall
-from tether.events import RUN_FINISHED, RUN_STARTED
-from tether.temporal.activities import principal_to_dict
-from tether.temporal.workflow import ENGINE, WORKFLOW_NAME, Decision, Reconciliation
+from tether.drivers.temporal.activities import principal_to_dict
+from tether.drivers.temporal.workflow import ENGINE, WORKFLOW_NAME, Decision, Reconciliation
 from tether.tools.context import LOCAL_PRINCIPAL, Principal
 
 # One query waits this long for its answer: a worker that died holding the run never answers it.

@@ -22,34 +22,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Itera
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tether import tracing
-from tether.conversation import Conversation, ConversationBudget, open_conversation
 from tether.core import envelope, nesting
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig, estimate_usage
 from tether.core.envelope import ErrorCode, outcome_code
 from tether.core.errors import ConfigurationError, ModelError, TetherError, ToolDefinitionError
-from tether.core.machine import (
-    ApprovalDecided,
-    AwaitApproval,
-    AwaitReconciliation,
-    Begin,
-    CallModel,
-    Cancel,
-    Command,
-    Finish,
-    ModelFailed,
-    ModelReplied,
-    OutcomeUnknown,
-    PendingCall,
-    Reconciled,
-    Run,
-    RunState,
-    RunTools,
-    Status,
-    ToolsFinished,
-)
-from tether.core.messages import Message, ModelReply, Usage
-from tether.events import (
+from tether.core.events import (
     APPROVAL_DECIDED,
     APPROVAL_REQUESTED,
     CALL_EXECUTED,
@@ -77,12 +54,35 @@ from tether.events import (
     rejected_event,
     validated_event,
 )
+from tether.core.machine import (
+    ApprovalDecided,
+    AwaitApproval,
+    AwaitReconciliation,
+    Begin,
+    CallModel,
+    Cancel,
+    Command,
+    Finish,
+    ModelFailed,
+    ModelReplied,
+    OutcomeUnknown,
+    PendingCall,
+    Reconciled,
+    Run,
+    RunState,
+    RunTools,
+    Status,
+    ToolsFinished,
+)
+from tether.core.messages import Message, ModelReply, Usage
+from tether.core.report import CallReport, RunResult, StepReport, usage_dict
+from tether.drivers import tracing
+from tether.drivers.local.conversation import Conversation, ConversationBudget, open_conversation
+from tether.drivers.local.stream import RunFinished, StreamEvent, Translator
 from tether.models.base import Model, ModelRequest
 from tether.models.base import output_mode as checked_output_mode
-from tether.output import OutputMode, OutputSpec
-from tether.report import CallReport, RunResult, StepReport, usage_dict
-from tether.stream import RunFinished, StreamEvent, Translator
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
+from tether.tools.output import OutputMode, OutputSpec
 from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, result_envelope
 
@@ -333,7 +333,7 @@ class Agent:
         deps: Any = None,
         principal: Principal | None = None,
     ) -> AsyncIterator[StreamEvent]:
-        """Run and yield typed events as they happen (``tether.stream``); the last is ``RunFinished``.
+        """Run and yield typed events as they happen (``tether.drivers.local.stream``); the last is ``RunFinished``.
 
         The model's reply is streamed for this run whatever the adapter's
         default. Leaving the loop early cancels the run (recorded as
