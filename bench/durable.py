@@ -44,8 +44,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tether.core.budget import Budget
+from tether.core.events import RUN_FINISHED, STEP_STARTED, RunEvent
 from tether.core.messages import ModelReply
-from tether.drivers.local.runner import RUN_FINISHED, STEP_STARTED, Agent, RunEvent
+from tether.drivers.local.runner import Agent
 from tether.models.base import Model
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.store import SQLiteStore

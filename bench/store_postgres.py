@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "store"))
 from postgres_server import start
 
 from tether.core.budget import Budget
-from tether.drivers.local.runner import Agent, RunEvent
+from tether.core.events import RunEvent
+from tether.drivers.local.runner import Agent
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.store import open_store
 from tether.tools import tool

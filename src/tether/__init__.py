@@ -1,7 +1,11 @@
 """tether: the model proposes; the host disposes.
 
-The names below are imported on first use, so ``import tether`` stays cheap
-and never loads the HTTP client unless a model adapter is used.
+The public names are the keys of ``_WHERE``, each imported from the module
+it names on first use, so ``import tether`` stays cheap and never loads the
+HTTP client unless a model adapter is used. ``__all__`` is made from that
+table; the ``TYPE_CHECKING`` imports below (``X as X``: re-exported) give
+type checkers the same names, and a test keeps them equal to the table
+(``tests/test_public_surface.py``).
 """
 
 from __future__ import annotations
@@ -10,86 +14,108 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.core import Budget, Compat, Message, RunConfig, Status, TetherError
-    from tether.core.errors import RunFailed
-    from tether.core.report import RunResult
-    from tether.drivers.local.conversation import Conversation, ConversationBudget
-    from tether.drivers.local.durable import decide
-    from tether.drivers.local.runner import Agent, Decision, RunEvent
-    from tether.models import AnthropicModel, Model, ModelRequest, OpenAIChatModel, ScriptedModel
-    from tether.models.local import LocalModel
-    from tether.store import RunStore, SQLiteStore, open_store
-    from tether.tools import Principal, Tool, ToolContext, ToolError, tool, tool_from_schema
-    from tether.toolsets import load_toolset
+    from tether.core import (
+        Budget as Budget,
+    )
+    from tether.core import (
+        Compat as Compat,
+    )
+    from tether.core import (
+        Message as Message,
+    )
+    from tether.core import (
+        RunConfig as RunConfig,
+    )
+    from tether.core import (
+        Status as Status,
+    )
+    from tether.core import (
+        TetherError as TetherError,
+    )
+    from tether.core.errors import RunFailed as RunFailed
+    from tether.core.events import RunEvent as RunEvent
+    from tether.core.report import RunResult as RunResult
+    from tether.drivers.local.conversation import Conversation as Conversation
+    from tether.drivers.local.conversation import ConversationBudget as ConversationBudget
+    from tether.drivers.local.durable import decide as decide
+    from tether.drivers.local.runner import Agent as Agent
+    from tether.drivers.local.runner import Decision as Decision
+    from tether.models import (
+        AnthropicModel as AnthropicModel,
+    )
+    from tether.models import (
+        Model as Model,
+    )
+    from tether.models import (
+        ModelRequest as ModelRequest,
+    )
+    from tether.models import (
+        OpenAIChatModel as OpenAIChatModel,
+    )
+    from tether.models import (
+        ScriptedModel as ScriptedModel,
+    )
+    from tether.models.local import LocalModel as LocalModel
+    from tether.store import RunStore as RunStore
+    from tether.store import SQLiteStore as SQLiteStore
+    from tether.store import open_store as open_store
+    from tether.tools import (
+        Principal as Principal,
+    )
+    from tether.tools import (
+        Tool as Tool,
+    )
+    from tether.tools import (
+        ToolContext as ToolContext,
+    )
+    from tether.tools import (
+        ToolError as ToolError,
+    )
+    from tether.tools import (
+        tool as tool,
+    )
+    from tether.tools import (
+        tool_from_schema as tool_from_schema,
+    )
+    from tether.toolsets import load_toolset as load_toolset
 
 __version__ = "0.1.0"
 
+# The public surface: each name, and the module it comes from.
 _WHERE = {
     "Agent": "tether.drivers.local.runner",
-    "Decision": "tether.drivers.local.runner",
-    "RunEvent": "tether.drivers.local.runner",
-    "RunResult": "tether.core.report",
-    "RunFailed": "tether.core.errors",
-    "Conversation": "tether.drivers.local.conversation",
-    "ConversationBudget": "tether.drivers.local.conversation",
-    "decide": "tether.drivers.local.durable",
-    "LocalModel": "tether.models.local",
-    "SQLiteStore": "tether.store",
-    "RunStore": "tether.store",
-    "open_store": "tether.store",
+    "AnthropicModel": "tether.models",
     "Budget": "tether.core",
     "Compat": "tether.core",
+    "Conversation": "tether.drivers.local.conversation",
+    "ConversationBudget": "tether.drivers.local.conversation",
+    "Decision": "tether.drivers.local.runner",
+    "LocalModel": "tether.models.local",
     "Message": "tether.core",
-    "RunConfig": "tether.core",
-    "Status": "tether.core",
-    "TetherError": "tether.core",
-    "AnthropicModel": "tether.models",
     "Model": "tether.models",
     "ModelRequest": "tether.models",
     "OpenAIChatModel": "tether.models",
-    "ScriptedModel": "tether.models",
     "Principal": "tether.tools",
+    "RunConfig": "tether.core",
+    "RunEvent": "tether.core.events",
+    "RunFailed": "tether.core.errors",
+    "RunResult": "tether.core.report",
+    "RunStore": "tether.store",
+    "SQLiteStore": "tether.store",
+    "ScriptedModel": "tether.models",
+    "Status": "tether.core",
+    "TetherError": "tether.core",
     "Tool": "tether.tools",
     "ToolContext": "tether.tools",
     "ToolError": "tether.tools",
+    "decide": "tether.drivers.local.durable",
+    "load_toolset": "tether.toolsets",
+    "open_store": "tether.store",
     "tool": "tether.tools",
     "tool_from_schema": "tether.tools",
-    "load_toolset": "tether.toolsets",
 }
 
-__all__ = [
-    "Agent",
-    "AnthropicModel",
-    "Budget",
-    "Compat",
-    "Conversation",
-    "ConversationBudget",
-    "Decision",
-    "LocalModel",
-    "Message",
-    "Model",
-    "ModelRequest",
-    "OpenAIChatModel",
-    "Principal",
-    "RunConfig",
-    "RunEvent",
-    "RunFailed",
-    "RunResult",
-    "RunStore",
-    "SQLiteStore",
-    "ScriptedModel",
-    "Status",
-    "TetherError",
-    "Tool",
-    "ToolContext",
-    "ToolError",
-    "__version__",
-    "decide",
-    "load_toolset",
-    "open_store",
-    "tool",
-    "tool_from_schema",
-]
+__all__ = ["__version__", *_WHERE]  # made from the table: the names are written once
 
 
 def __getattr__(name: str) -> Any:
@@ -99,3 +125,7 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})

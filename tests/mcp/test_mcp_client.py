@@ -23,7 +23,8 @@ from mcp_helpers import gone, our_servers, server_argv, start_http_server
 
 from tether.core.budget import Budget
 from tether.core.machine import Status
-from tether.drivers.local.runner import Agent, RunResult
+from tether.core.report import RunResult
+from tether.drivers.local.runner import Agent
 from tether.mcp import MCPServerError, MCPToolset
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.store import SQLiteStore

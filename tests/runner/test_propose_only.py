@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tether.core.events import CALL_REJECTED, CALL_VALIDATED, RunEvent
 from tether.core.machine import Status
-from tether.drivers.local.runner import CALL_REJECTED, CALL_VALIDATED, PROPOSE_ONLY_REASON, Agent, RunEvent
+from tether.drivers.local.runner import PROPOSE_ONLY_REASON, Agent
 from tether.models.openai_chat import OpenAIChatModel
 from tether.store import SQLiteStore
 from tether.testing.fake_server import FakeServer

@@ -18,24 +18,25 @@ import pytest
 
 from tether.core.budget import Budget
 from tether.core.errors import ConfigurationError
-from tether.core.events import CALL_FINISHED, CALL_STARTED, TOOL_CALL_DELTA
-from tether.core.machine import PendingCall, Status
-from tether.core.messages import Message
-from tether.drivers.local.runner import (
+from tether.core.events import (
     APPROVAL_REQUESTED,
     CALL_EXECUTED,
+    CALL_FINISHED,
     CALL_REJECTED,
+    CALL_STARTED,
     CALL_VALIDATED,
     MODEL_REPLIED,
     RUN_FINISHED,
     RUN_STARTED,
     STEP_STARTED,
     TEXT,
-    Agent,
-    Decision,
+    TOOL_CALL_DELTA,
     RunEvent,
-    RunResult,
 )
+from tether.core.machine import PendingCall, Status
+from tether.core.messages import Message
+from tether.core.report import RunResult
+from tether.drivers.local.runner import Agent, Decision
 from tether.models.openai_chat import OpenAIChatModel
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.store import SQLiteStore

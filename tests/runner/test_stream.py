@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tether import Agent, OpenAIChatModel, Status, tool
-from tether.drivers.local.runner import CALL_EXECUTED, RunEvent
+from tether.core.events import CALL_EXECUTED, RunEvent
 from tether.drivers.local.stream import (
     ApprovalNeeded,
     CallFinished,

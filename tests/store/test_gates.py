@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
+from tether.core.events import APPROVAL_REQUESTED, CALL_RECOVERED, OUTCOME_RECORDED, RunEvent
 from tether.core.machine import PendingCall, Status
 from tether.drivers.local.durable import decide
-from tether.drivers.local.runner import APPROVAL_REQUESTED, CALL_RECOVERED, OUTCOME_RECORDED, Agent, Decision, RunEvent
+from tether.drivers.local.runner import Agent, Decision
 from tether.models.openai_chat import OpenAIChatModel
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.store import SQLiteStore

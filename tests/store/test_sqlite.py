@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 
 from tether.core.budget import RunConfig
+from tether.core.events import CALL_EXECUTED, INTENT_RECORDED, MODEL_REPLIED, OUTCOME_RECORDED, RunEvent
 from tether.core.machine import RunState, Status
 from tether.core.messages import Message
 from tether.drivers.local.durable import reconcile
-from tether.drivers.local.runner import CALL_EXECUTED, INTENT_RECORDED, MODEL_REPLIED, OUTCOME_RECORDED, Agent, RunEvent
+from tether.drivers.local.runner import Agent
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.store import REDACTED, LeaseHeld, RunNotFound, SQLiteStore, StoreError
 from tether.store.sql import MIGRATIONS

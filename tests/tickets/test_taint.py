@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from tether.cli.render import Renderer
+from tether.core.events import APPROVAL_REQUESTED, RunEvent
 from tether.core.machine import RunState, Status
-from tether.drivers.local.runner import APPROVAL_REQUESTED, Agent, RunEvent
+from tether.drivers.local.runner import Agent
 from tether.models.openai_chat import OpenAIChatModel
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.store import SQLiteStore

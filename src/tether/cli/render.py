@@ -10,8 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from tether.core.machine import Status
-from tether.drivers.local.runner import (
+from tether.core.events import (
     APPROVAL_REQUESTED,
     CALL_EXECUTED,
     CALL_REJECTED,
@@ -21,8 +20,9 @@ from tether.drivers.local.runner import (
     STEP_STARTED,
     TEXT,
     RunEvent,
-    RunResult,
 )
+from tether.core.machine import Status
+from tether.core.report import RunResult
 
 SHORT = 120
 SHORT_VALUE = 40  # an argument's string value longer than this is cut, saying how long it was

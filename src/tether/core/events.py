@@ -7,12 +7,28 @@ The runner emits them to listeners and, for durable runs, to the audit log;
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tether.core.envelope import outcome_code
 
 if TYPE_CHECKING:
     from tether.core.machine import PendingCall
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """One thing that happened in a run, as a driver reports it to listeners (``on_event``)."""
+
+    kind: str
+    run_id: str
+    step: int  # the step it belongs to; 0 before the first model request
+    data: dict[str, Any] = field(default_factory=dict)
+    at: float = 0.0  # when it happened (the agent's clock), logged as is even when saved later
+
+
+EventHandler = Callable[[RunEvent], None]
 
 RUN_STARTED = "run_started"
 STEP_STARTED = "step_started"

@@ -44,9 +44,10 @@ from typing import Any, Protocol
 
 from tether.core.budget import Compat
 from tether.core.errors import DatasetError, TetherError
+from tether.core.events import CALL_REJECTED, CALL_VALIDATED, RunEvent
 from tether.core.machine import Status
 from tether.core.messages import Message, ModelReply
-from tether.drivers.local.runner import CALL_REJECTED, CALL_VALIDATED, Agent, RunEvent
+from tether.drivers.local.runner import Agent
 from tether.eval.checker import Output, Verdict
 from tether.models.base import Model, ModelRequest
 from tether.tools import Tool

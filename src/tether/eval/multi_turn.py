@@ -456,8 +456,9 @@ def turn_budget() -> Budget:
 
 async def run_conversation(case: MultiTurnCase, model: Model, *, compat: Compat | None = None) -> CaseResult:
     """Each user turn a turn of one conversation, the calls executed on live instances; then the verdict."""
+    from tether.core.events import CALL_EXECUTED, CALL_REJECTED, CALL_VALIDATED, RunEvent
     from tether.drivers.local.conversation import Conversation
-    from tether.drivers.local.runner import CALL_EXECUTED, CALL_REJECTED, CALL_VALIDATED, Agent, RunEvent
+    from tether.drivers.local.runner import Agent
 
     started = time.perf_counter()
     recorder = StepRecorder(model)

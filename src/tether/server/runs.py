@@ -56,11 +56,11 @@ from typing import Any, TypeVar
 
 from tether.core.envelope import outcome_code
 from tether.core.errors import ApprovalMismatch, ConfigurationError
-from tether.core.events import TRANSIENT
+from tether.core.events import RUN_FINISHED, RUN_PAUSED, TEXT, TRANSIENT, RunEvent
 from tether.core.machine import PendingCall, RunState, Status
 from tether.core.redact import redact
 from tether.drivers.local.durable import decide
-from tether.drivers.local.runner import RUN_FINISHED, RUN_PAUSED, TEXT, Agent, Driver, RunEvent
+from tether.drivers.local.runner import Agent, Driver
 from tether.models.base import Model
 from tether.server.problems import Problem
 from tether.server.schedule import FairSlots

@@ -32,19 +32,61 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.core.budget import RunConfig
 from tether.core.errors import ConfigurationError, RunNotFound, TamperedRun
+from tether.core.events import EventHandler
 from tether.core.machine import RunState, Status
 from tether.core.messages import Message, Usage
 from tether.core.report import RunResult
 from tether.tools.context import Principal
 
 if TYPE_CHECKING:
-    from tether.drivers.local.runner import Agent, Driver, EventHandler
+    from tether.store.base import RunStore
+
+
+class TurnDriver(Protocol):
+    """What a conversation needs of the driver of one of its turns (``tether.drivers.local.runner.Driver``)."""
+
+    on_result: Callable[[RunResult], None] | None
+    prompt_from: int
+
+    async def run(self) -> RunResult: ...
+
+
+class _Principals(Protocol):
+    @property
+    def principal(self) -> Principal: ...
+
+
+class Conversing(Protocol):
+    """What a conversation needs of its agent (``tether.drivers.local.runner.Agent``)."""
+
+    @property
+    def store(self) -> RunStore | None: ...
+
+    @property
+    def config(self) -> RunConfig: ...
+
+    @property
+    def toolbox(self) -> _Principals: ...
+
+    def driver(
+        self,
+        prompt: str | Sequence[Message],
+        *,
+        run_id: str | None = None,
+        on_event: EventHandler | None = None,
+        deps: Any = None,
+        principal: Principal | None = None,
+        config: RunConfig | None = None,
+        turn: tuple[str, int, int] | None = None,
+        untrusted: Mapping[str, str] | None = None,
+    ) -> TurnDriver: ...
+
 
 __all__ = ["Conversation", "ConversationBudget"]
 
@@ -67,7 +109,7 @@ class Conversation:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Conversing,
         conversation_id: str,
         principal: Principal,
         budget: ConversationBudget,
@@ -99,7 +141,7 @@ class Conversation:
 
     def turn(
         self, text: str, *, deps: Any = None, on_event: EventHandler | None = None, run_id: str | None = None
-    ) -> Driver:
+    ) -> TurnDriver:
         """The driver of the next turn, for callers that drive it themselves (``send`` runs it)."""
         if self._waiting is not None:
             raise ConfigurationError(
@@ -163,7 +205,7 @@ class Conversation:
 
 
 def open_conversation(
-    agent: Agent,
+    agent: Conversing,
     conversation_id: str | None,
     principal: Principal | None,
     budget: ConversationBudget | None,

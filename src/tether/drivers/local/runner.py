@@ -19,7 +19,7 @@ import time
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.core import envelope, nesting
@@ -48,6 +48,8 @@ from tether.core.events import (
     TEXT,
     TOOL_CALL_DELTA,
     TRANSIENT,
+    EventHandler,
+    RunEvent,
     digest,
     outcome_event,
     reconciled_event,
@@ -92,44 +94,16 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 __all__ = [
-    "APPROVAL_DECIDED",
-    "APPROVAL_REQUESTED",
-    "CALL_EXECUTED",
-    "CALL_RECOVERED",
-    "CALL_REJECTED",
-    "CALL_VALIDATED",
-    "INTENT_RECORDED",
-    "MODEL_REPLIED",
-    "OUTCOME_RECORDED",
     "PROPOSE_ONLY_REASON",
-    "RECONCILED",
-    "RECONCILIATION_NEEDED",
-    "RUN_FINISHED",
-    "RUN_PAUSED",
-    "RUN_RESUMED",
-    "RUN_STARTED",
-    "STEP_STARTED",
     "SUSPENDED_REASON",
-    "TEXT",
     "Agent",
-    "CallReport",
+    "Approver",
     "Decision",
+    "DepsFactory",
     "Driver",
     "PrincipalResolver",
-    "RunEvent",
-    "RunResult",
-    "StepReport",
     "ToolChoice",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class RunEvent:
-    kind: str
-    run_id: str
-    step: int  # the step it belongs to; 0 before the first model request
-    data: dict[str, Any] = field(default_factory=dict)
-    at: float = 0.0  # when it happened (the agent's clock), logged as is even when saved later
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +112,6 @@ class Decision:
     reason: str | None = None
 
 
-EventHandler = Callable[[RunEvent], None]
 PROPOSE_ONLY_REASON = "propose_only: the calls of the first step were judged and recorded, not executed"
 SUSPENDED_REASON = "suspended: the process driving it is stopping; a resume carries it on"
 # Deps for a stored run that is resumed: given the run id and its principal (deps are never stored).
@@ -341,7 +314,7 @@ class Agent:
         """
         driver = self.driver(prompt, run_id=run_id, deps=deps, principal=principal)
         queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
-        translator = Translator(driver, queue.put_nowait)
+        translator = Translator(self.model.name, driver.arguments, self.clock, queue.put_nowait)
         driver.on_event = translator.feed
         driver.stream_model = True
         task = asyncio.create_task(driver.run())

@@ -22,7 +22,7 @@ of order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,13 +36,13 @@ from tether.core.events import (
     STEP_STARTED,
     TEXT,
     TOOL_CALL_DELTA,
+    RunEvent,
 )
 from tether.core.messages import Usage
 from tether.core.redact import redact
 
 if TYPE_CHECKING:
     from tether.core.report import RunResult
-    from tether.drivers.local.runner import Driver, RunEvent
 
 __all__ = [
     "ApprovalNeeded",
@@ -133,9 +133,17 @@ class RunFinished(StreamEvent):
 class Translator:
     """Turns a driver's events into typed stream events, handing each to ``put``."""
 
-    def __init__(self, driver: Driver, put: Callable[[StreamEvent], None]) -> None:
-        self.driver = driver
-        self.model = driver.agent.model.name
+    def __init__(
+        self,
+        model: str,
+        arguments: Mapping[str, dict[str, Any] | None],
+        clock: Callable[[], float],
+        put: Callable[[StreamEvent], None],
+    ) -> None:
+        """``arguments``: the driver's decoded arguments by call id (filled as calls are judged)."""
+        self.model = model
+        self.arguments = arguments
+        self.clock = clock
         self.put = put
         self._step_end: RunEvent | None = None  # the model reply of the current step
 
@@ -146,7 +154,7 @@ class Translator:
         call_id = event.data.get("id", "")
         arguments = event.data.get("arguments")
         if arguments is None:
-            arguments = self.driver.arguments.get(call_id)
+            arguments = self.arguments.get(call_id)
         return {
             **self._base(event),
             "call_id": call_id,
@@ -192,7 +200,7 @@ class Translator:
             usage = end.data.get("usage") or {}
             self.put(
                 StepFinished(
-                    **{**self._base(end), "at": self.driver.agent.clock() if at is None else at},
+                    **{**self._base(end), "at": self.clock() if at is None else at},
                     finish_reason=end.data.get("finish_reason"),
                     usage=Usage(usage.get("input_tokens", 0), usage.get("output_tokens", 0)),
                 )
