@@ -715,7 +715,7 @@ class Driver:
             else:
                 self._reject(p.call_id, p.tool, p.result or "")
         self._finished, self._untrusted = {}, set()
-        for batch in _batches(command.to_execute):
+        for batch in command.batches:
             if self._suspending:
                 return command  # the calls that ran are recorded; the others run when the run is resumed
             if len(batch) == 1:
@@ -978,14 +978,3 @@ def _output_spec(
             f"a tool is named {spec.tool_name!r}, the name of the final-answer tool; rename the tool"
         )
     return spec
-
-
-def _batches(calls: Sequence[PendingCall]) -> list[list[PendingCall]]:
-    """Consecutive read-only calls share a batch; each side-effecting call is alone."""
-    batches: list[list[PendingCall]] = []
-    for call in calls:
-        if call.read_only and batches and batches[-1][0].read_only:
-            batches[-1].append(call)
-        else:
-            batches.append([call])
-    return batches

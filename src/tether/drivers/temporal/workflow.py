@@ -238,17 +238,6 @@ class Reconciliation:
     result: str | None = None
 
 
-def _batches(calls: tuple[PendingCall, ...]) -> list[list[PendingCall]]:
-    """Consecutive read-only calls share a batch; each side-effecting call is alone (as the local driver)."""
-    batches: list[list[PendingCall]] = []
-    for call in calls:
-        if call.read_only and batches and batches[-1][0].read_only:
-            batches[-1].append(call)
-        else:
-            batches.append([call])
-    return batches
-
-
 def _json_object(text: str) -> dict[str, Any] | None:
     """``text`` decoded, when it is a JSON object; else None (as the local driver logs a call's arguments).
 
@@ -481,7 +470,7 @@ class RunWorkflow:
         self._announce(command)
         finished: dict[str, str] = dict(self._finished)
         untrusted: set[str] = set(self._untrusted)
-        for batch in _batches(command.to_execute):
+        for batch in command.batches:
             todo = [c for c in batch if c.call_id not in finished]
             if not todo:
                 continue
