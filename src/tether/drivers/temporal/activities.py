@@ -25,16 +25,15 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar, overload
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from tether.core.budget import estimate_usage
+from tether.core.budget import with_estimated_usage
 from tether.core.errors import ModelError
 from tether.core.machine import PendingCall, RunState
-from tether.core.messages import Message, ToolCall, Usage
+from tether.core.messages import Message, ToolCall
 from tether.drivers.temporal.workflow import (
     CALL_MODEL,
     RECONCILE,
@@ -219,9 +218,7 @@ class Activities:
             reply = await _heartbeating(self.model.complete(model_request))
         except ModelError as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
-        estimated = reply.usage == Usage() and request["counts_tokens"]
-        if estimated:
-            reply = replace(reply, usage=estimate_usage(messages, toolbox.specs, reply))
+        reply, estimated = with_estimated_usage(reply, messages, toolbox.specs, request["counts_tokens"])
         verdicts: list[dict[str, Any] | None] = []
         for wire in reply.tool_calls:
             if not (isinstance(wire.name, str) and isinstance(wire.arguments, str)):

@@ -49,7 +49,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from tether.core import envelope, nesting
+    from tether.core import envelope
     from tether.core.budget import RunConfig
     from tether.core.envelope import ErrorCode
     from tether.core.events import (
@@ -96,6 +96,7 @@ with workflow.unsafe.imports_passed_through():
         ToolsFinished,
     )
     from tether.core.messages import Message, ModelReply, ToolCall, Usage, WireToolCall
+    from tether.drivers.common import json_object
 
 T = TypeVar("T")
 
@@ -236,18 +237,6 @@ class Reconciliation:
     call_id: str
     executed: bool
     result: str | None = None
-
-
-def _json_object(text: str) -> dict[str, Any] | None:
-    """``text`` decoded, when it is a JSON object; else None (as the local driver logs a call's arguments).
-
-    Within the gate's depth: text it refused as too deep must not fail the workflow that reports the refusal.
-    """
-    try:
-        value = nesting.loads(text, nesting.MAX_DEPTH)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 @workflow.defn(name=WORKFLOW_NAME, failure_exception_types=[Exception])
@@ -527,7 +516,7 @@ class RunWorkflow:
             if call.id in self._announced or not content:
                 continue
             self._announced.add(call.id)
-            self._emit(CALL_REJECTED, **rejected_event(call.id, call.name, content, _json_object(call.arguments)))
+            self._emit(CALL_REJECTED, **rejected_event(call.id, call.name, content, json_object(call.arguments)))
 
     def _done(self, call: PendingCall, content: str, kind: str) -> str:
         self._emit(kind, **outcome_event(call, content))
