@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -130,9 +131,11 @@ def fitting(value: T, what: str) -> T:
     """``value`` if it fits in one Temporal payload; else a non-retryable error naming ``what`` and its size.
 
     A payload over the limit fails the same way on every attempt: retrying it
-    would ask the model again or run the tool again for nothing.
+    would ask the model again or run the tool again for nothing. Measured as
+    the SDK's converter encodes it: its JSON escapes each non-ASCII character
+    (six bytes for ``é``), so text can fit as UTF-8 and not as a payload.
     """
-    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    size = PayloadConverter.default.to_payloads([value])[0].ByteSize()
     if size > PAYLOAD_LIMIT_BYTES:
         raise ApplicationError(
             f"{what} is {size} bytes, more than a Temporal payload carries ({PAYLOAD_LIMIT_BYTES} bytes)",
