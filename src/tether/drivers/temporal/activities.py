@@ -177,13 +177,14 @@ class Activities:
         self.tools = list(tools)
         self.max_tokens = max_tokens
         Toolbox(self.tools)  # two tools of one name are refused now, not in the first run
-        self._toolboxes: dict[tuple[str, tuple[str, ...]], Toolbox] = {}
+        self._toolboxes: dict[Principal, Toolbox] = {}
 
     def toolbox(self, principal: dict[str, Any]) -> Toolbox:
-        key = (principal["id"], tuple(principal["scopes"]))
+        """The tools ``principal`` may use, built once per principal: its id, scopes and roles (tools read roles)."""
+        key = principal_from_dict(principal)
         found = self._toolboxes.get(key)
         if found is None:
-            found = self._toolboxes[key] = Toolbox(self.tools, principal_from_dict(principal))
+            found = self._toolboxes[key] = Toolbox(self.tools, key)
         return found
 
     def all(self) -> Sequence[Callable[..., Any]]:
