@@ -9,6 +9,7 @@ from temporalio.testing import ActivityEnvironment
 
 from tether.core.machine import PendingCall
 from tether.drivers.temporal.activities import Activities
+from tether.drivers.temporal.payloads import PrincipalData, RunToolRequest
 from tether.models.scripted import ScriptedModel
 from tether.store import SQLiteStore
 from tether.tools import ToolContext, tool
@@ -27,11 +28,10 @@ async def test_a_tool_is_told_the_principal_of_its_run_with_its_roles(temporal_s
     activities = Activities(ScriptedModel([]), [whoami], store)
     call = PendingCall("c1", "whoami", {}, None, read_only=True, execute=True)
     seen = []
-    for roles in (["agent"], ["admin"], ["agent"]):
-        principal = {"id": "ann", "scopes": ["*"], "roles": roles}
-        request = {"run_id": "r1", "call": call.to_dict(), "principal": principal, "deadline_at": None}
+    for roles in (("agent",), ("admin",), ("agent",)):
+        request = RunToolRequest("r1", call, PrincipalData("ann", ("*",), roles), None)
         result = await ActivityEnvironment().run(activities.run_tool, request)
-        seen.append(json.loads(result["content"])["result"]["roles"])
+        seen.append(json.loads(result.content)["result"]["roles"])
     store.close()
 
     assert seen == [["agent"], ["admin"], ["agent"]]
