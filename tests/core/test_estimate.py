@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 
 from tether.core import Begin, Budget, Message, ModelReplied, ModelReply, Run, RunConfig, RunState, Status, Usage
-from tether.core.budget import ESTIMATE_BYTES_PER_TOKEN, ESTIMATE_TOKENS_PER_MESSAGE, ESTIMATED_NOTE, estimate_usage
+from tether.core.budget import (
+    ESTIMATE_BYTES_PER_TOKEN,
+    ESTIMATE_TOKENS_PER_MESSAGE,
+    ESTIMATED_NOTE,
+    estimate_usage,
+    with_estimated_usage,
+)
 from tether.core.messages import WireToolCall
 from tether.tools import Toolbox, tool
 
@@ -68,3 +74,25 @@ def test_a_checkpoint_from_before_estimates_loads() -> None:
     data = run.state.to_dict()
     del data["usage_estimated"]
     assert RunState.from_dict(data).usage_estimated is False
+
+
+def test_a_reply_without_usage_is_estimated_when_a_token_budget_counts() -> None:
+    """The rule both drivers apply to every reply: all zeros means the provider reported no usage."""
+    messages = [Message("user", PROMPT)]
+    reply = ModelReply(1, "stop", content="3720")
+    counts_tokens = Budget(max_output_tokens=1000).counts_tokens
+
+    estimated, was_estimated = with_estimated_usage(reply, messages, TOOLBOX.specs, counts_tokens)
+
+    assert was_estimated is True
+    assert estimated.usage == estimate_usage(messages, TOOLBOX.specs, reply) != Usage()
+    assert (estimated.content, estimated.finish_reason) == (reply.content, reply.finish_reason)
+
+
+def test_reported_usage_or_a_budget_without_token_limits_is_kept() -> None:
+    messages = [Message("user", PROMPT)]
+    reported = ModelReply(1, "stop", content="3720", usage=Usage(0, 1))
+    silent = ModelReply(1, "stop", content="3720")
+
+    assert with_estimated_usage(reported, messages, (), Budget(max_total_tokens=10).counts_tokens) == (reported, False)
+    assert with_estimated_usage(silent, messages, (), Budget().counts_tokens) == (silent, False)

@@ -238,6 +238,42 @@ def test_several_calls_in_one_reply_are_answered_in_call_order() -> None:
     assert [m.content for m in tool_messages] == [ok(2), ok("sent"), ok(12)]
 
 
+def test_the_calls_to_execute_come_in_batches_a_read_never_crosses_a_write() -> None:
+    """Consecutive read-only calls share a batch (run concurrently); each side-effecting call is alone; call order.
+
+    A call the machine refused carries its result already: it is in no batch and does not split one.
+    """
+    run = started(budget(max_tool_calls=None))
+    command = reply(
+        run,
+        calls_reply(
+            wire("r1", "multiply", {"a": 1, "b": 1}),
+            wire("r2", "scale", {"x": 1.5}),
+            wire("w1", "send", {"to": "ann"}),
+            wire("w2", "send", {"to": "bob"}),
+            wire("r3", "multiply", {"a": 2, "b": 2}),
+            wire("bad", "nope", {}),
+            wire("r4", "multiply", {"a": 3, "b": 3}),
+            wire("w3", "send", {"to": "cy"}),
+        ),
+    )
+    assert isinstance(command, RunTools)
+
+    batches = [[p.call_id for p in batch] for batch in command.batches]
+
+    assert batches == [["r1", "r2"], ["w1"], ["w2"], ["r3", "r4"], ["w3"]]
+    assert all(isinstance(batch, tuple) for batch in command.batches)
+    assert [p for batch in command.batches for p in batch] == list(command.to_execute)
+
+
+def test_a_step_with_no_call_to_execute_has_no_batch() -> None:
+    run = started()
+    command = reply(run, calls_reply(wire("c1", "nope", {}), wire("c2", "multiply", {"a": "x", "b": 1})))
+    assert isinstance(command, RunTools)
+
+    assert command.batches == ()
+
+
 def test_driver_results_for_calls_not_marked_execute_are_ignored() -> None:
     # Only the host writes tool messages: a result for a rejected call does not replace its error.
     run = started()

@@ -36,6 +36,8 @@ async def test_a_start_the_workflow_cannot_read_fails_the_workflow(temporal_serv
 
 
 BIG = 3_000_000  # characters: over the 2 MiB a Temporal payload may carry
+# Characters of two UTF-8 bytes: 1.4 MB as text, under the limit; a payload escapes each one (\u00e9), 4.2 MB.
+ACCENTED = 700_000
 runs_of_dump: list[str] = []
 
 
@@ -47,7 +49,7 @@ def dump(name: str) -> str:
         name: The data set.
     """
     runs_of_dump.append(name)
-    return "y" * BIG
+    return "\u00e9" * ACCENTED if name == "accented" else "y" * BIG
 
 
 @pytest.mark.parametrize(
@@ -55,8 +57,10 @@ def dump(name: str) -> str:
     [
         ([text("x" * BIG)], "the model's reply is"),
         ([tool_calls([("c1", "dump", '{"name": "all"}')]), text("done")], "the result of call c1 (dump) is"),
+        ([text("\u00e9" * ACCENTED)], "the model's reply is"),
+        ([tool_calls([("c1", "dump", '{"name": "accented"}')]), text("done")], "the result of call c1 (dump) is"),
     ],
-    ids=["model_reply", "tool_result"],
+    ids=["model_reply", "tool_result", "model_reply_escaped", "tool_result_escaped"],
 )
 async def test_a_payload_over_the_limit_fails_the_workflow_at_once_and_the_store_says_why(
     temporal_server: DevServer, tmp_path: Path, script: list[Any], what: str

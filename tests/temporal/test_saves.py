@@ -7,8 +7,8 @@ the same save can arrive twice; the store must end as after one.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -18,26 +18,27 @@ from tether.core.machine import RunState
 from tether.core.messages import Message
 from tether.drivers.temporal.activities import save_run
 from tether.drivers.temporal.devserver import DevServer
+from tether.drivers.temporal.payloads import Creation, PrincipalData, SaveRequest
 from tether.store import SQLiteStore
 
-PRINCIPAL = {"id": "local", "scopes": [], "roles": []}
+PRINCIPAL = PrincipalData("local", ())
 
 
-def request(events_from: int, messages_from: int, messages: list[Message], events: int, **more: Any) -> dict[str, Any]:
+def request(events_from: int, messages_from: int, messages: list[Message], events: int) -> SaveRequest:
     state = RunState("run-1", RunConfig(), list(messages))
-    return {
-        "run_id": "run-1",
-        "create": {"principal": PRINCIPAL, "setup": {"engine": "temporal"}} if events_from == 0 else None,
-        "progress": state.progress(),
-        "config": state.config.to_dict(),
-        "events_from": events_from,
-        "events": [["step_started", {}, 1, 100.0 + events_from + i] for i in range(events)],
-        "messages_from": messages_from,
-        "messages": [m.to_dict() for m in messages],
-        "outcomes": [],
-        "intents": [],
-        "cleared": [],
-    } | more
+    return SaveRequest(
+        run_id="run-1",
+        create=Creation(PRINCIPAL, {"engine": "temporal"}) if events_from == 0 else None,
+        progress=state.progress(),
+        config=state.config,
+        events_from=events_from,
+        events=tuple(("step_started", {}, 1, 100.0 + events_from + i) for i in range(events)),
+        messages_from=messages_from,
+        messages=tuple(m.to_dict() for m in messages),
+        outcomes=(),
+        intents=(),
+        cleared=(),
+    )
 
 
 @pytest.fixture
@@ -87,7 +88,7 @@ def test_the_first_save_after_the_client_recorded_the_run_goes_on_from_its_recor
     run = Run.new("run-1", [Message("user", "hi")], _NoTools(), RunConfig())
     assert record_start(store, run, LOCAL_PRINCIPAL, "q") == {"events": 1, "messages": 1}
     assert (store.load("run-1").state.status.value, store.counts("run-1")) == ("ready", (1, 1))
-    first = request(1, 1, [], 2) | {"create": None}
+    first = replace(request(1, 1, [], 2), create=None)
     save_run(store, first)
     save_run(store, first)  # retried: nothing twice
     assert store.counts("run-1") == (3, 1)

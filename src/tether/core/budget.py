@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tether.core.errors import ConfigurationError
@@ -143,3 +143,19 @@ def estimate_usage(messages: Sequence[Message], tools: Sequence[Mapping[str, Any
         for part in (call.name, call.arguments):
             received += _tokens(part if isinstance(part, str) else json.dumps(part, default=str))
     return Usage(sent, received)
+
+
+def with_estimated_usage(
+    reply: ModelReply, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]], counts_tokens: bool
+) -> tuple[ModelReply, bool]:
+    """``reply`` as the run counts it, and whether its usage is a local estimate (``estimate_usage``).
+
+    A real request costs at least one input token, so a reply whose usage is
+    all zeros is one the provider reported no usage for. Its usage is
+    estimated from ``messages`` and ``tools`` (as sent) when the run's
+    budget limits tokens (``counts_tokens``, ``Budget.counts_tokens``);
+    otherwise the zeros stand.
+    """
+    if reply.usage != Usage() or not counts_tokens:
+        return reply, False
+    return replace(reply, usage=estimate_usage(messages, tools, reply)), True

@@ -233,6 +233,23 @@ class RunTools:
     def to_execute(self) -> tuple[PendingCall, ...]:
         return tuple(c for c in self.calls if c.execute)
 
+    @property
+    def batches(self) -> tuple[tuple[PendingCall, ...], ...]:
+        """The calls to execute as the driver runs them: each batch after the one before, its calls together.
+
+        Consecutive read-only calls share a batch (they may run concurrently);
+        each side-effecting call is a batch of its own; call order is kept. So
+        a read never moves across a write, and two writes never overlap. Both
+        drivers run calls this way: the rule is written here, once.
+        """
+        batches: list[list[PendingCall]] = []
+        for call in self.to_execute:
+            if call.read_only and batches and batches[-1][0].read_only:
+                batches[-1].append(call)
+            else:
+                batches.append([call])
+        return tuple(tuple(batch) for batch in batches)
+
 
 @dataclass(frozen=True, slots=True)
 class AwaitApproval:

@@ -19,11 +19,11 @@ import time
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tether.core import envelope, nesting
-from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig, estimate_usage
+from tether.core import envelope
+from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig, with_estimated_usage
 from tether.core.envelope import ErrorCode, outcome_code
 from tether.core.errors import ConfigurationError, ModelError, TetherError, ToolDefinitionError
 from tether.core.events import (
@@ -76,9 +76,10 @@ from tether.core.machine import (
     Status,
     ToolsFinished,
 )
-from tether.core.messages import Message, ModelReply, Usage
+from tether.core.messages import Message, ModelReply
 from tether.core.report import CallReport, RunResult, StepReport, usage_dict
 from tether.drivers import tracing
+from tether.drivers.common import json_object as json_object  # re-exported: tether.cli.runs imports it from here
 from tether.drivers.local.conversation import Conversation, ConversationBudget, open_conversation
 from tether.drivers.local.stream import RunFinished, StreamEvent, Translator
 from tether.models.base import Model, ModelRequest
@@ -681,10 +682,8 @@ class Driver:
             return self._send(ModelFailed(f"{type(exc).__name__}: {exc}", clock()))
         finally:
             self._asking_model = False
-        # A real request costs at least one input token: all zeros means the provider reported no usage.
-        estimated = reply.usage == Usage() and self.state.config.budget.counts_tokens
-        if estimated:
-            reply = replace(reply, usage=estimate_usage(request.messages, request.tools, reply))
+        counts_tokens = self.state.config.budget.counts_tokens
+        reply, estimated = with_estimated_usage(reply, request.messages, request.tools, counts_tokens)
         self._note_reply(reply, estimated)
         return self._send(ModelReplied(reply, clock(), usage_estimated=estimated))
 
@@ -715,7 +714,7 @@ class Driver:
             else:
                 self._reject(p.call_id, p.tool, p.result or "")
         self._finished, self._untrusted = {}, set()
-        for batch in _batches(command.to_execute):
+        for batch in command.batches:
             if self._suspending:
                 return command  # the calls that ran are recorded; the others run when the run is resumed
             if len(batch) == 1:
@@ -888,18 +887,6 @@ def _renewed(store: RunStore, run_id: str) -> None:
         store.renew(run_id)
 
 
-def json_object(text: str) -> dict[str, Any] | None:
-    """``text`` decoded, when it is a JSON object no deeper than the gate accepts; else None.
-
-    The model wrote it: text the gate refused (a stored run's too) must not crash the report of the refusal.
-    """
-    try:
-        value = nesting.loads(text, nesting.MAX_DEPTH)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def _checked(model: Any, tools: Any, principal: Any) -> list[Tool]:
     """Misuse of ``Agent(...)`` fails here, naming the fix, not later inside a run."""
     if isinstance(model, str):
@@ -978,14 +965,3 @@ def _output_spec(
             f"a tool is named {spec.tool_name!r}, the name of the final-answer tool; rename the tool"
         )
     return spec
-
-
-def _batches(calls: Sequence[PendingCall]) -> list[list[PendingCall]]:
-    """Consecutive read-only calls share a batch; each side-effecting call is alone."""
-    batches: list[list[PendingCall]] = []
-    for call in calls:
-        if call.read_only and batches and batches[-1][0].read_only:
-            batches[-1].append(call)
-        else:
-            batches.append([call])
-    return batches

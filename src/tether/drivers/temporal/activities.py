@@ -25,25 +25,34 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar, overload
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from tether.core.budget import estimate_usage
+from tether.core.budget import with_estimated_usage
 from tether.core.errors import ModelError
-from tether.core.machine import PendingCall, RunState
-from tether.core.messages import Message, ToolCall, Usage
-from tether.drivers.temporal.workflow import (
-    CALL_MODEL,
-    RECONCILE,
-    RUN_TOOL,
-    SAVE,
-    fitting,
-    reply_to_dict,
-    verdict_to_dict,
+from tether.core.machine import RunState
+from tether.core.messages import Message, ToolCall
+from tether.drivers.temporal.payloads import (
+    CallModelRequest,
+    ModelAnswer,
+    ModelFailure,
+    ModelOutcome,
+    PrincipalData,
+    ReconcileAnswer,
+    ReconciledExecuted,
+    ReconciledNotExecuted,
+    ReconcileRequest,
+    ReplyData,
+    RunToolRequest,
+    SaveRequest,
+    ToolResult,
+    Unreconciled,
+    Verdict,
+    verdict_data,
 )
+from tether.drivers.temporal.workflow import CALL_MODEL, DEFAULT_HEARTBEAT_SECONDS, RECONCILE, RUN_TOOL, SAVE, fitting
 from tether.models.base import Model, ModelRequest
 from tether.tools.context import Principal, ToolContext
 from tether.tools.tool import Executed, NotExecuted, Tool
@@ -56,8 +65,8 @@ def principal_to_dict(principal: Principal) -> dict[str, Any]:
     return {"id": principal.id, "scopes": sorted(principal.scopes), "roles": sorted(principal.roles)}
 
 
-def principal_from_dict(data: dict[str, Any]) -> Principal:
-    return Principal(data["id"], frozenset(data["scopes"]), frozenset(data.get("roles", ())))
+def principal_from_data(data: PrincipalData) -> Principal:
+    return Principal(data.id, frozenset(data.scopes), frozenset(data.roles))
 
 
 async def _heartbeating(work: Awaitable[T]) -> T:
@@ -101,14 +110,14 @@ class _Tail(Sequence[Message]):
         return self.new[index - self.start]
 
 
-def save_run(store: Any, request: dict[str, Any]) -> None:
+def save_run(store: Any, request: SaveRequest) -> None:
     """Write what the workflow hands over since its last save, once, through the store's ``checkpoint``.
 
     ``request`` holds the run's progress (``RunState.progress``) and config,
     the counts of events and messages the store held before (``events_from``,
-    ``messages_from``), the new ``events`` ([kind, data, step, at]) and
-    ``messages``, and the ledger writes (``intents``, ``outcomes``,
-    ``cleared``); ``create`` (principal, setup) on the run's first save.
+    ``messages_from``), the new ``events`` and ``messages``, and the ledger
+    writes (``intents``, ``outcomes``, ``cleared``); ``create`` (principal,
+    setup) on the run's first save.
     A checkpoint is one transaction, so the store holds either the counts
     before it or the counts after: the first means write it, the second that
     an earlier attempt of this activity did (a retry appends nothing twice).
@@ -117,20 +126,18 @@ def save_run(store: Any, request: dict[str, Any]) -> None:
     Anything else means the store and the workflow disagree, which no retry
     mends.
     """
-    run_id = request["run_id"]
-    progress = request["progress"]
-    new = [Message.from_dict(m) for m in request["messages"]]
-    events = [(kind, data, step, at) for kind, data, step, at in request["events"]]
-    intents = [PendingCall.from_dict(call) for call in request["intents"]]
+    run_id = request.run_id
+    new = [Message.from_dict(m) for m in request.messages]
+    events = list(request.events)
+    intents = list(request.intents)
     state = RunState.from_dict(
-        {**progress, "run_id": run_id, "config": request["config"], "messages": [], "executed": {}}
+        {**request.progress, "run_id": run_id, "config": request.config.to_dict(), "messages": [], "executed": {}}
     )
-    before = (request["events_from"], request["messages_from"])
+    before = (request.events_from, request.messages_from)
     after = (before[0] + len(events), before[1] + len(new))
     stored = store.counts(run_id)
-    if stored == (0, 0) and request.get("create") is not None:
-        create = request["create"]
-        store.create_run(state, principal_from_dict(create["principal"]), create["setup"])
+    if stored == (0, 0) and request.create is not None:
+        store.create_run(state, principal_from_data(request.create.principal), request.create.setup)
     elif stored == (0, 0) and before != (0, 0):
         raise ApplicationError(
             f"run {run_id} is not in this worker's run store ({getattr(store, 'path', store)}): the process that"
@@ -160,12 +167,7 @@ def save_run(store: Any, request: dict[str, Any]) -> None:
         intents = [call for call in intents if store.ledger_entry(run_id, call.call_id) is None]
     state.messages = _Tail(before[1], new)  # type: ignore[assignment]
     store.checkpoint(
-        state,
-        events,
-        [(PendingCall.from_dict(call), content) for call, content in request["outcomes"]],
-        intents=intents,
-        cleared=request["cleared"],
-        release=True,
+        state, events, list(request.outcomes), intents=intents, cleared=list(request.cleared), release=True
     )
 
 
@@ -178,51 +180,49 @@ class Activities:
         self.tools = list(tools)
         self.max_tokens = max_tokens
         Toolbox(self.tools)  # two tools of one name are refused now, not in the first run
-        self._toolboxes: dict[tuple[str, tuple[str, ...]], Toolbox] = {}
+        self._toolboxes: dict[PrincipalData, Toolbox] = {}
 
-    def toolbox(self, principal: dict[str, Any]) -> Toolbox:
-        key = (principal["id"], tuple(principal["scopes"]))
-        found = self._toolboxes.get(key)
+    def toolbox(self, principal: PrincipalData) -> Toolbox:
+        """The tools ``principal`` may use, built once per principal: its id, scopes and roles (tools read roles)."""
+        found = self._toolboxes.get(principal)
         if found is None:
-            found = self._toolboxes[key] = Toolbox(self.tools, principal_from_dict(principal))
+            found = self._toolboxes[principal] = Toolbox(self.tools, principal_from_data(principal))
         return found
 
     def all(self) -> Sequence[Callable[..., Any]]:
         return [self.save, self.call_model, self.run_tool, self.reconcile]
 
     @activity.defn(name=SAVE)
-    async def save(self, request: dict[str, Any]) -> None:
+    async def save(self, request: SaveRequest) -> None:
         """Checkpoint the run in the store: before an effect, at a pause, at the end."""
         save_run(self.store, request)
 
     @activity.defn(name=CALL_MODEL)
-    async def call_model(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def call_model(self, request: CallModelRequest) -> ModelOutcome:
         """Save what happened since the last save, then one model request on the stored transcript,
         and the verdict on each call of the reply."""
-        toolbox = self.toolbox(request["principal"])
-        saved = request["save"]
+        toolbox = self.toolbox(request.principal)
+        saved = request.save
         save_run(self.store, saved)
-        messages = self.store.messages(saved["run_id"])
-        if len(messages) != saved["messages_from"] + len(saved["messages"]):
+        messages = self.store.messages(saved.run_id)
+        if len(messages) != saved.messages_from + len(saved.messages):
             raise ApplicationError(
-                f"run {saved['run_id']}: the store holds {len(messages)} messages, the workflow"
-                f" {saved['messages_from'] + len(saved['messages'])}",
+                f"run {saved.run_id}: the store holds {len(messages)} messages, the workflow"
+                f" {saved.messages_from + len(saved.messages)}",
                 type="StoreDiverged",
                 non_retryable=True,
             )
         timeout = None
-        if request["deadline_at"] is not None:
+        if request.deadline_at is not None:
             info = activity.info()
-            timeout = max(0.0, request["deadline_at"] - info.current_attempt_scheduled_time.timestamp())
+            timeout = max(0.0, request.deadline_at - info.current_attempt_scheduled_time.timestamp())
         model_request = ModelRequest(messages, toolbox.specs, max_tokens=self.max_tokens, timeout=timeout)
         try:
             reply = await _heartbeating(self.model.complete(model_request))
         except ModelError as exc:
-            return {"error": f"{type(exc).__name__}: {exc}"}
-        estimated = reply.usage == Usage() and request["counts_tokens"]
-        if estimated:
-            reply = replace(reply, usage=estimate_usage(messages, toolbox.specs, reply))
-        verdicts: list[dict[str, Any] | None] = []
+            return ModelFailure(f"{type(exc).__name__}: {exc}")
+        reply, estimated = with_estimated_usage(reply, messages, toolbox.specs, request.counts_tokens)
+        verdicts: list[Verdict | None] = []
         for wire in reply.tool_calls:
             if not (isinstance(wire.name, str) and isinstance(wire.arguments, str)):
                 verdicts.append(None)  # the machine refuses the reply before judging any call
@@ -230,17 +230,17 @@ class Activities:
             call = ToolCall(wire.id if isinstance(wire.id, str) else "", wire.name, wire.arguments)
             found = toolbox.offered.get(wire.name)
             timeout_s = found.timeout if found is not None else None
-            verdicts.append(verdict_to_dict(toolbox.check(call), wire.name, wire.arguments, timeout_s))
-        answer = {"reply": reply_to_dict(reply), "usage_estimated": estimated, "verdicts": verdicts}
+            verdicts.append(verdict_data(toolbox.check(call), wire.name, wire.arguments, timeout_s))
+        answer = ModelAnswer(ReplyData.of(reply), estimated, tuple(verdicts))
         return fitting(answer, "the model's reply")  # too large: not asked again, the workflow fails
 
     @activity.defn(name=RUN_TOOL)
-    async def run_tool(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def run_tool(self, request: RunToolRequest) -> ToolResult:
         """Run one accepted call; a side-effecting one heartbeats while it runs."""
-        toolbox = self.toolbox(request["principal"])
-        call = PendingCall.from_dict(request["call"])
-        work = asyncio.ensure_future(toolbox.execute(call, request["run_id"], request["deadline_at"]))
-        every = max(0.05, float(request.get("heartbeat_seconds") or 10.0) / 3)
+        toolbox = self.toolbox(request.principal)
+        call = request.call
+        work = asyncio.ensure_future(toolbox.execute(call, request.run_id, request.deadline_at))
+        every = max(0.05, (request.heartbeat_seconds or DEFAULT_HEARTBEAT_SECONDS) / 3)
         try:
             while not work.done():
                 activity.heartbeat()
@@ -250,18 +250,18 @@ class Activities:
             if not work.done():
                 work.cancel()
         outcome = work.result()
-        answer = {"content": outcome.content, "untrusted": outcome.untrusted}
+        answer = ToolResult(outcome.content, outcome.untrusted)
         return fitting(answer, f"the result of call {call.call_id} ({call.tool})")  # not run again for nothing
 
     @activity.defn(name=RECONCILE)
-    async def reconcile(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Ask the tool's ``reconcile`` hook what became of a call; ``known`` is False when it cannot tell."""
-        toolbox = self.toolbox(request["principal"])
-        call = PendingCall.from_dict(request["call"])
+    async def reconcile(self, request: ReconcileRequest) -> ReconcileAnswer:
+        """Ask the tool's ``reconcile`` hook what became of a call; ``Unreconciled`` when it cannot tell."""
+        toolbox = self.toolbox(request.principal)
+        call = request.call
         found = toolbox.offered.get(call.tool)
         if found is None or found.reconcile is None or call.arguments is None:
-            return {"known": False}
-        context = ToolContext(request["run_id"], call.call_id, toolbox.principal, None)
+            return Unreconciled()
+        context = ToolContext(request.run_id, call.call_id, toolbox.principal, None)
         hook, arguments = found.reconcile, call.arguments
         try:
             if inspect.iscoroutinefunction(hook):
@@ -271,12 +271,10 @@ class Activities:
                 if asyncio.iscoroutine(verdict):
                     verdict = await verdict
         except Exception:
-            return {"known": False}  # a failing hook knows nothing: leave the call to a person
+            return Unreconciled()  # a failing hook knows nothing: leave the call to a person
         if isinstance(verdict, Executed):
             result = result_envelope(verdict.result, found.max_result_chars)
-            return fitting(
-                {"known": True, "executed": True, "result": result}, f"the reconciled result of {call.call_id}"
-            )
+            return fitting(ReconciledExecuted(result), f"the reconciled result of {call.call_id}")
         if isinstance(verdict, NotExecuted):
-            return {"known": True, "executed": False}
-        return {"known": False}
+            return ReconciledNotExecuted()
+        return Unreconciled()

@@ -2,10 +2,12 @@
 
 Rules of this file:
 
-- It imports only ``temporalio.workflow``, ``tether.core``, ``tether.core.events``
-  (names and a digest) and the standard library. Never a tool module, a
-  model adapter or a store: the workflow is replayed from its history on any
-  worker, so everything it does must follow from that history alone.
+- It imports only ``temporalio``, ``tether.core``, ``tether.drivers.common``,
+  the payload types (``tether.drivers.temporal.payloads``, what crosses
+  between it and its activities) and the standard library. Never a tool
+  module, a model adapter or a store: the workflow is replayed from its
+  history on any worker, so everything it does must follow from that history
+  alone.
 - It never reads the clock; time comes from ``workflow.now()``.
 - What the host decided about a call (decoding, tool offered, schema,
   approval rule) is decided once, in the ``tether.call_model`` activity, and
@@ -42,16 +44,16 @@ import asyncio
 import json
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from tether.core import envelope, nesting
+    from tether.core import envelope
     from tether.core.budget import RunConfig
-    from tether.core.envelope import ErrorCode
     from tether.core.events import (
         APPROVAL_DECIDED,
         APPROVAL_REQUESTED,
@@ -95,7 +97,24 @@ with workflow.unsafe.imports_passed_through():
         Status,
         ToolsFinished,
     )
-    from tether.core.messages import Message, ModelReply, ToolCall, Usage, WireToolCall
+    from tether.core.messages import Message, ToolCall
+    from tether.drivers.common import json_object
+    from tether.drivers.temporal.payloads import (
+        AuditEvent,
+        CallModelRequest,
+        Creation,
+        ModelFailure,
+        ModelOutcome,
+        PrincipalData,
+        ReconcileAnswer,
+        ReconciledExecuted,
+        ReconcileRequest,
+        RunToolRequest,
+        SaveRequest,
+        ToolResult,
+        Unreconciled,
+        Verdict,
+    )
 
 T = TypeVar("T")
 
@@ -122,16 +141,18 @@ PAYLOAD_TOO_LARGE = "PayloadTooLarge"
 SAVE_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=5), maximum_attempts=20)
 
 
-# --- plain-data forms of what crosses the activity boundary ------------------------
+# --- what crosses the activity boundary (its types: payloads.py) -----------------------
 
 
 def fitting(value: T, what: str) -> T:
     """``value`` if it fits in one Temporal payload; else a non-retryable error naming ``what`` and its size.
 
     A payload over the limit fails the same way on every attempt: retrying it
-    would ask the model again or run the tool again for nothing.
+    would ask the model again or run the tool again for nothing. Measured as
+    the SDK's converter encodes it: its JSON escapes each non-ASCII character
+    (six bytes for ``é``), so text can fit as UTF-8 and not as a payload.
     """
-    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    size = PayloadConverter.default.to_payloads([value])[0].ByteSize()
     if size > PAYLOAD_LIMIT_BYTES:
         raise ApplicationError(
             f"{what} is {size} bytes, more than a Temporal payload carries ({PAYLOAD_LIMIT_BYTES} bytes)",
@@ -148,45 +169,6 @@ def failure_reason(error: BaseException) -> str:
     return str(getattr(error, "message", None) or error)
 
 
-def reply_to_dict(reply: ModelReply) -> dict[str, Any]:
-    return {
-        "choices": reply.choices,
-        "finish_reason": reply.finish_reason,
-        "content": reply.content,
-        "tool_calls": [
-            {"id": c.id, "type": c.type, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls
-        ],
-        "usage": [reply.usage.input_tokens, reply.usage.output_tokens],
-        "model": reply.model,
-    }
-
-
-def reply_from_dict(data: dict[str, Any]) -> ModelReply:
-    return ModelReply(
-        choices=data["choices"],
-        finish_reason=data["finish_reason"],
-        content=data["content"],
-        tool_calls=tuple(WireToolCall(c["id"], c["type"], c["name"], c["arguments"]) for c in data["tool_calls"]),
-        usage=Usage(*data["usage"]),
-        model=data["model"],
-    )
-
-
-def verdict_to_dict(verdict: Accepted | Rejected, name: str, arguments: str, timeout: float | None) -> dict[str, Any]:
-    """One call's verdict as recorded in history, with the call it judged and the tool's timeout."""
-    judged = {"name": name, "raw_arguments": arguments}
-    if isinstance(verdict, Rejected):
-        return judged | {"accepted": False, "code": verdict.code.value, "message": verdict.message}
-    return judged | {
-        "accepted": True,
-        "arguments": verdict.arguments,
-        "read_only": verdict.read_only,
-        "needs_approval": verdict.needs_approval,
-        "untrusted_output": verdict.untrusted_output,
-        "timeout": timeout,
-    }
-
-
 class RecordedCatalog:
     """The machine's ``Catalog``, answering from the verdicts the model activity recorded.
 
@@ -196,27 +178,21 @@ class RecordedCatalog:
     """
 
     def __init__(self) -> None:
-        self._verdicts: list[dict[str, Any] | None] = []
+        self._verdicts: tuple[Verdict | None, ...] = ()
         self._next = 0
         self.timeouts: dict[str, float | None] = {}  # call id -> the tool's timeout, for the activity's
 
-    def load(self, verdicts: list[dict[str, Any] | None]) -> None:
-        self._verdicts, self._next = list(verdicts), 0
+    def load(self, verdicts: tuple[Verdict | None, ...]) -> None:
+        self._verdicts, self._next = verdicts, 0
 
     def check(self, call: ToolCall) -> Accepted | Rejected:
         index, self._next = self._next, self._next + 1
         verdict = self._verdicts[index] if index < len(self._verdicts) else None
-        if verdict is None or verdict["name"] != call.name or verdict["raw_arguments"] != call.arguments:
+        if verdict is None or verdict.name != call.name or verdict.raw_arguments != call.arguments:
             raise ApplicationError(f"no recorded verdict for call {call.id} ({call.name})", non_retryable=True)
-        if not verdict["accepted"]:
-            return Rejected(ErrorCode(verdict["code"]), verdict["message"])
-        self.timeouts[call.id] = verdict["timeout"]
-        return Accepted(
-            arguments=verdict["arguments"],
-            read_only=verdict["read_only"],
-            needs_approval=verdict["needs_approval"],
-            untrusted_output=verdict["untrusted_output"],
-        )
+        if verdict.accepted:
+            self.timeouts[call.id] = verdict.timeout
+        return verdict.verdict()
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,29 +214,6 @@ class Reconciliation:
     result: str | None = None
 
 
-def _batches(calls: tuple[PendingCall, ...]) -> list[list[PendingCall]]:
-    """Consecutive read-only calls share a batch; each side-effecting call is alone (as the local driver)."""
-    batches: list[list[PendingCall]] = []
-    for call in calls:
-        if call.read_only and batches and batches[-1][0].read_only:
-            batches[-1].append(call)
-        else:
-            batches.append([call])
-    return batches
-
-
-def _json_object(text: str) -> dict[str, Any] | None:
-    """``text`` decoded, when it is a JSON object; else None (as the local driver logs a call's arguments).
-
-    Within the gate's depth: text it refused as too deep must not fail the workflow that reports the refusal.
-    """
-    try:
-        value = nesting.loads(text, nesting.MAX_DEPTH)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 @workflow.defn(name=WORKFLOW_NAME, failure_exception_types=[Exception])
 class RunWorkflow:
     """One run; the workflow id is the run id."""
@@ -270,13 +223,13 @@ class RunWorkflow:
         self._machine: Run | None = None
         self._command: Command | None = None
         self._heartbeat = timedelta(seconds=DEFAULT_HEARTBEAT_SECONDS)
-        self._principal: dict[str, Any] = {}
+        self._principal: PrincipalData | None = None
         # Results of a step cut short by an unknown outcome, for when it goes on after the reconciliation.
         self._finished: dict[str, str] = {}
         self._untrusted: set[str] = set()
         # What the store has not been handed yet, and what it holds (see ``_save_request``).
-        self._log: list[list[Any]] = []  # audit events: [kind, data, step, at]
-        self._outcomes: list[list[Any]] = []  # ledger outcomes: [call, result]
+        self._log: list[AuditEvent] = []
+        self._outcomes: list[tuple[PendingCall, str]] = []  # ledger outcomes: the call, its result
         self._cleared: list[str] = []  # call ids found never to have run
         self._saved_events = 0
         self._saved_messages = 0
@@ -324,14 +277,14 @@ class RunWorkflow:
     async def _drive(self, start: dict[str, Any]) -> dict[str, Any]:
         messages = [Message.from_dict(m) for m in start["messages"]]
         config = RunConfig.from_dict(start["config"]) if start.get("config") else RunConfig()
-        self._principal = start["principal"]
+        self._principal = PrincipalData.from_dict(start["principal"])
         self._heartbeat = timedelta(seconds=start.get("heartbeat_seconds") or DEFAULT_HEARTBEAT_SECONDS)
         self._machine = Run.new(workflow.info().workflow_id, messages, self._catalog, config)
         if stored := start.get("stored"):  # the client recorded the run and its start: go on from there
             self._saved_events, self._saved_messages, self._created = stored["events"], stored["messages"], True
         else:
             prompt = "\n".join(m.content or "" for m in messages if m.role == "user")
-            self._emit(RUN_STARTED, principal=self._principal["id"], prompt=prompt)
+            self._emit(RUN_STARTED, principal=self._principal.id, prompt=prompt)
         command = self._send(Begin(self._now()))
         while True:
             match command:
@@ -380,39 +333,36 @@ class RunWorkflow:
     def _emit(self, kind: str, **data: Any) -> None:
         """Log an audit event; the next save writes it (the local driver's ``_emit`` for a stored run)."""
         assert self._machine is not None
-        self._log.append([kind, data, self._machine.state.steps, self._now()])
+        self._log.append((kind, data, self._machine.state.steps, self._now()))
 
-    def _save_request(self, intents: tuple[PendingCall, ...] = ()) -> dict[str, Any]:
+    def _save_request(self, intents: tuple[PendingCall, ...] = ()) -> SaveRequest:
         """What the store lacks: the events, messages and ledger writes since the last save, and where they go."""
-        assert self._machine is not None
+        assert self._machine is not None and self._principal is not None
         s = self._machine.state
         create = None
         if not self._created:
-            create = {
-                "principal": self._principal,
-                "setup": {"engine": ENGINE, "task_queue": workflow.info().task_queue},
-            }
-        return {
-            "run_id": s.run_id,
-            "create": create,
-            "progress": s.progress(),
-            "config": s.config.to_dict(),
-            "events_from": self._saved_events,
-            "events": list(self._log),
-            "messages_from": self._saved_messages,
-            "messages": [m.to_dict() for m in s.messages[self._saved_messages :]],
-            "outcomes": list(self._outcomes),
-            "intents": [c.to_dict() for c in intents],
-            "cleared": list(self._cleared),
-        }
+            create = Creation(self._principal, {"engine": ENGINE, "task_queue": workflow.info().task_queue})
+        return SaveRequest(
+            run_id=s.run_id,
+            create=create,
+            progress=s.progress(),
+            config=s.config,
+            events_from=self._saved_events,
+            events=tuple(self._log),
+            messages_from=self._saved_messages,
+            messages=tuple(m.to_dict() for m in s.messages[self._saved_messages :]),
+            outcomes=tuple(self._outcomes),
+            intents=intents,
+            cleared=tuple(self._cleared),
+        )
 
-    def _saved(self, request: dict[str, Any]) -> None:
+    def _saved(self, request: SaveRequest) -> None:
         """The store holds ``request`` now; what updates added meanwhile waits for the next save."""
-        del self._log[: len(request["events"])]
-        del self._outcomes[: len(request["outcomes"])]
-        del self._cleared[: len(request["cleared"])]
-        self._saved_events += len(request["events"])
-        self._saved_messages += len(request["messages"])
+        del self._log[: len(request.events)]
+        del self._outcomes[: len(request.outcomes)]
+        del self._cleared[: len(request.cleared)]
+        self._saved_events += len(request.events)
+        self._saved_messages += len(request.messages)
         self._created = True
 
     async def _save(self, intents: tuple[PendingCall, ...] = ()) -> None:
@@ -431,7 +381,7 @@ class RunWorkflow:
         return self._command
 
     async def _call_model(self, command: CallModel) -> Command:
-        assert self._machine is not None
+        assert self._machine is not None and self._principal is not None
         budget = self._machine.state.config.budget
         timeout = DEFAULT_MODEL_TIMEOUT_SECONDS
         if command.deadline_at is not None:
@@ -440,29 +390,21 @@ class RunWorkflow:
         self._announced = set()
         self._step_start = len(self._machine.state.messages)
         save = self._save_request()
-        answer = await workflow.execute_activity(
+        request = CallModelRequest(save, command.step, self._principal, command.deadline_at, budget.counts_tokens)
+        answer: ModelOutcome = await workflow.execute_activity(
             CALL_MODEL,
-            fitting(
-                {
-                    "save": save,
-                    "step": command.step,
-                    "principal": self._principal,
-                    "deadline_at": command.deadline_at,
-                    "counts_tokens": budget.counts_tokens,
-                },
-                "the run's save before the model request",
-            ),
-            result_type=dict,
+            fitting(request, "the run's save before the model request"),
+            result_type=cast(type, ModelOutcome),  # the converter reads a union (each class in turn)
             start_to_close_timeout=timedelta(seconds=timeout),
             heartbeat_timeout=self._heartbeat,  # a dead worker's request is retried elsewhere within seconds
             retry_policy=RetryPolicy(maximum_attempts=MODEL_ATTEMPTS),
         )
         self._saved(save)
-        if "error" in answer:
-            self._emit(MODEL_REPLIED, error=answer["error"])
-            return self._send(ModelFailed(answer["error"], self._now()))
-        self._catalog.load(answer["verdicts"])
-        reply = reply_from_dict(answer["reply"])
+        if isinstance(answer, ModelFailure):
+            self._emit(MODEL_REPLIED, error=answer.error)
+            return self._send(ModelFailed(answer.error, self._now()))
+        self._catalog.load(answer.verdicts)
+        reply = answer.reply.reply()
         usage = {"input_tokens": reply.usage.input_tokens, "output_tokens": reply.usage.output_tokens}
         self._emit(
             MODEL_REPLIED,
@@ -471,9 +413,9 @@ class RunWorkflow:
             tool_calls=len(reply.tool_calls),
             usage=usage
             | {"total_tokens": reply.usage.total_tokens}
-            | ({"estimated": True} if answer["usage_estimated"] else {}),
+            | ({"estimated": True} if answer.usage_estimated else {}),
         )
-        return self._send(ModelReplied(reply, self._now(), usage_estimated=answer["usage_estimated"]))
+        return self._send(ModelReplied(reply, self._now(), usage_estimated=answer.usage_estimated))
 
     async def _run_tools(self, command: RunTools) -> Command:
         """Run the step's calls; a side-effecting call that did not report back makes its outcome unknown."""
@@ -481,15 +423,15 @@ class RunWorkflow:
         self._announce(command)
         finished: dict[str, str] = dict(self._finished)
         untrusted: set[str] = set(self._untrusted)
-        for batch in _batches(command.to_execute):
+        for batch in command.batches:
             todo = [c for c in batch if c.call_id not in finished]
             if not todo:
                 continue
             if todo[0].read_only:
                 outcomes = await asyncio.gather(*(self._tool(c) for c in todo))
                 for call, outcome in zip(todo, outcomes, strict=True):
-                    finished[call.call_id] = self._executed(call, outcome["content"])
-                    if outcome["untrusted"]:
+                    finished[call.call_id] = self._executed(call, outcome.content)
+                    if outcome.untrusted:
                         untrusted.add(call.call_id)
                 continue
             call = todo[0]
@@ -505,8 +447,8 @@ class RunWorkflow:
                 self._finished, self._untrusted = finished, untrusted  # kept for after the reconciliation
                 self._emit(RECONCILIATION_NEEDED, ids=[call.call_id])
                 return self._send(OutcomeUnknown((call.call_id,), self._now()))
-            finished[call.call_id] = self._executed(call, outcome["content"])
-            if outcome["untrusted"]:
+            finished[call.call_id] = self._executed(call, outcome.content)
+            if outcome.untrusted:
                 untrusted.add(call.call_id)
         self._finished, self._untrusted = {}, set()
         return self._send(ToolsFinished(finished, self._now(), frozenset(untrusted)))
@@ -538,7 +480,7 @@ class RunWorkflow:
             if call.id in self._announced or not content:
                 continue
             self._announced.add(call.id)
-            self._emit(CALL_REJECTED, **rejected_event(call.id, call.name, content, _json_object(call.arguments)))
+            self._emit(CALL_REJECTED, **rejected_event(call.id, call.name, content, json_object(call.arguments)))
 
     def _done(self, call: PendingCall, content: str, kind: str) -> str:
         self._emit(kind, **outcome_event(call, content))
@@ -547,59 +489,49 @@ class RunWorkflow:
     def _executed(self, call: PendingCall, content: str) -> str:
         """Log an executed call and its ledger outcome (a side effect's with its own event, as the local driver)."""
         self._done(call, content, CALL_EXECUTED)
-        self._outcomes.append([call.to_dict(), content])
+        self._outcomes.append((call, content))
         if not call.read_only:
             self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool, digest=digest(content))
         return content
 
-    async def _tool(self, call: PendingCall) -> dict[str, Any]:
-        assert self._machine is not None
+    async def _tool(self, call: PendingCall) -> ToolResult:
+        assert self._machine is not None and self._principal is not None
         timeout = self._catalog.timeouts.get(call.call_id) or DEFAULT_TOOL_TIMEOUT_SECONDS
-        request = {
-            "run_id": self._machine.state.run_id,
-            "call": call.to_dict(),
-            "principal": self._principal,
-            "deadline_at": self._machine.deadline_at,
-            "heartbeat_seconds": self._heartbeat.total_seconds(),
-        }
-        limit = timedelta(seconds=timeout + TOOL_TIMEOUT_MARGIN_SECONDS)
-        if call.read_only:
-            policy = RetryPolicy(maximum_attempts=READ_ONLY_ATTEMPTS)
-            result: dict[str, Any] = await workflow.execute_activity(
-                RUN_TOOL,
-                request,
-                result_type=dict,
-                start_to_close_timeout=limit,
-                heartbeat_timeout=self._heartbeat,
-                retry_policy=policy,
-            )
-            return result
-        # Exactly one attempt: an effect is never repeated by a retry; a dead worker shows in a missed heartbeat.
-        result = await workflow.execute_activity(
+        request = RunToolRequest(
+            self._machine.state.run_id,
+            call,
+            self._principal,
+            self._machine.deadline_at,
+            self._heartbeat.total_seconds(),
+        )
+        # Exactly one attempt for an effect: it is never repeated by a retry; a dead worker shows in a missed heartbeat.
+        attempts = READ_ONLY_ATTEMPTS if call.read_only else 1
+        result: ToolResult = await workflow.execute_activity(
             RUN_TOOL,
             request,
-            result_type=dict,
-            start_to_close_timeout=limit,
+            result_type=ToolResult,
+            start_to_close_timeout=timedelta(seconds=timeout + TOOL_TIMEOUT_MARGIN_SECONDS),
             heartbeat_timeout=self._heartbeat,
-            retry_policy=RetryPolicy(maximum_attempts=1),
+            retry_policy=RetryPolicy(maximum_attempts=attempts),
         )
         return result
 
     async def _reconcile(self, command: AwaitReconciliation) -> Command:
         """Ask each unknown call's ``reconcile`` hook; without an answer, wait for a ``reconcile`` update."""
-        assert self._machine is not None
+        assert self._machine is not None and self._principal is not None
         self._reconciling = True
         try:
             for call in command.calls:
-                answer = await workflow.execute_activity(
+                answer: ReconcileAnswer = await workflow.execute_activity(
                     RECONCILE,
-                    {"run_id": self._machine.state.run_id, "call": call.to_dict(), "principal": self._principal},
-                    result_type=dict,
+                    ReconcileRequest(self._machine.state.run_id, call, self._principal),
+                    result_type=cast(type, ReconcileAnswer),  # the converter reads a union (each class in turn)
                     start_to_close_timeout=timedelta(seconds=DEFAULT_TOOL_TIMEOUT_SECONDS),
                     retry_policy=RetryPolicy(maximum_attempts=READ_ONLY_ATTEMPTS),
                 )
-                if answer.get("known") and self._machine.status is Status.AWAITING_RECONCILIATION:
-                    self._settle(call, answer["executed"], answer.get("result"), "reconcile hook")
+                if self._machine.status is Status.AWAITING_RECONCILIATION and not isinstance(answer, Unreconciled):
+                    result = answer.result if isinstance(answer, ReconciledExecuted) else None
+                    self._settle(call, answer.executed, result, "reconcile hook")
         finally:
             self._reconciling = False
         assert self._command is not None
@@ -612,7 +544,7 @@ class RunWorkflow:
         """Record what became of a call with an unknown outcome; the ledger write rides on the next save."""
         self._send(Reconciled(call.call_id, executed, self._now(), result))
         if executed and result is not None:
-            self._outcomes.append([call.to_dict(), result])
+            self._outcomes.append((call, result))
         elif not executed:
             self._cleared.append(call.call_id)
         self._emit(RECONCILED, **reconciled_event(call, executed, result, by))

@@ -1,0 +1,248 @@
+"""What crosses between the Temporal workflow and its activities: frozen dataclasses, the wire format of a run.
+
+The SDK's default data converter writes a dataclass as the JSON object of its
+fields (``dataclasses.asdict``, keys sorted) and reads one back by its type
+hints, ignoring keys it does not know. These fields are what every recorded
+history holds: a run recorded by an earlier worker must replay, and workers
+of two versions may share a task queue. So a field keeps its name and its
+shape, and a value that comes in several shapes is a union of classes, each
+with exactly the keys of its shape (``accepted``, ``known`` and ``executed``
+tell them apart), never one class with fields left null.
+
+The workflow imports this module in its sandbox: it imports only
+``tether.core`` and the standard library, and does nothing when imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tether.core.budget import RunConfig
+from tether.core.envelope import ErrorCode
+from tether.core.machine import Accepted, PendingCall, Rejected
+from tether.core.messages import ModelReply, Usage, WireToolCall
+
+# A JSON object in a form the core defines (``Message.to_dict``, ``RunState.progress``), or one that may hold
+# any JSON (an audit event's data, a call's decoded arguments): the core reads it, the wire only carries it.
+JSONObject = dict[str, Any]
+# An audit event for the store: kind, data, step, at (the local driver's ``RunEvent`` without its run id).
+AuditEvent = tuple[str, JSONObject, int, float]
+
+
+@dataclass(frozen=True, slots=True)
+class PrincipalData:
+    """Who the run acts for (``tether.tools.context.Principal``): scopes and roles sorted."""
+
+    id: str
+    scopes: tuple[str, ...]
+    roles: tuple[str, ...] = ()  # absent from runs started before principals had roles
+
+    @classmethod
+    def from_dict(cls, data: JSONObject) -> PrincipalData:
+        """From the workflow's start (``client.start_run``), which carries the principal as a plain object."""
+        return cls(data["id"], tuple(data["scopes"]), tuple(data.get("roles", ())))
+
+
+@dataclass(frozen=True, slots=True)
+class Creation:
+    """What the run's first save needs to create its row: its principal and setup (the engine, the queue)."""
+
+    principal: PrincipalData
+    setup: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class SaveRequest:
+    """What the store lacks since the workflow's last save (``activities.save_run``).
+
+    ``events_from`` and ``messages_from`` are the counts the store held
+    before; ``progress`` is ``RunState.progress()``, ``messages`` are
+    ``Message.to_dict()`` forms; ``create`` only on the run's first save.
+    """
+
+    run_id: str
+    create: Creation | None
+    progress: JSONObject
+    config: RunConfig
+    events_from: int
+    events: tuple[AuditEvent, ...]
+    messages_from: int
+    messages: tuple[JSONObject, ...]
+    outcomes: tuple[tuple[PendingCall, str], ...]  # the ledger's outcomes: the call, its result
+    intents: tuple[PendingCall, ...]
+    cleared: tuple[str, ...]  # call ids found never to have run
+
+
+@dataclass(frozen=True, slots=True)
+class CallModelRequest:
+    """The ``tether.call_model`` activity's input: a save, then one model request on the stored transcript."""
+
+    save: SaveRequest
+    step: int
+    principal: PrincipalData
+    deadline_at: float | None
+    counts_tokens: bool  # the run's budget limits tokens: a reply without usage gets an estimate
+
+
+@dataclass(frozen=True, slots=True)
+class WireCall:
+    """A tool call as the provider sent it (``WireToolCall``): each field may be any JSON, the machine judges it."""
+
+    id: Any
+    type: Any
+    name: Any
+    arguments: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyData:
+    """A model's reply (``ModelReply``); ``usage`` is [input tokens, output tokens]."""
+
+    choices: int
+    finish_reason: str | None
+    content: str | None
+    tool_calls: tuple[WireCall, ...]
+    usage: tuple[int, int]
+    model: str | None
+
+    @classmethod
+    def of(cls, reply: ModelReply) -> ReplyData:
+        calls = tuple(WireCall(c.id, c.type, c.name, c.arguments) for c in reply.tool_calls)
+        usage = (reply.usage.input_tokens, reply.usage.output_tokens)
+        return cls(reply.choices, reply.finish_reason, reply.content, calls, usage, reply.model)
+
+    def reply(self) -> ModelReply:
+        return ModelReply(
+            choices=self.choices,
+            finish_reason=self.finish_reason,
+            content=self.content,
+            tool_calls=tuple(WireToolCall(c.id, c.type, c.name, c.arguments) for c in self.tool_calls),
+            usage=Usage(*self.usage),
+            model=self.model,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptedCall:
+    """A call the worker's gates accepted, with the call it judged (``name``, ``raw_arguments``) and the
+    tool's timeout."""
+
+    name: str
+    raw_arguments: str
+    arguments: JSONObject
+    read_only: bool
+    needs_approval: bool
+    untrusted_output: bool
+    timeout: float | None
+    accepted: Literal[True] = True
+
+    def verdict(self) -> Accepted:
+        return Accepted(self.arguments, self.read_only, self.needs_approval, self.untrusted_output)
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedCall:
+    """A call the worker's gates refused, with the call it judged and the error the model is sent."""
+
+    name: str
+    raw_arguments: str
+    code: ErrorCode
+    message: str
+    accepted: Literal[False] = False
+
+    def verdict(self) -> Rejected:
+        return Rejected(self.code, self.message)
+
+
+Verdict = AcceptedCall | RejectedCall
+
+
+def verdict_data(verdict: Accepted | Rejected, name: str, arguments: str, timeout: float | None) -> Verdict:
+    """One call's verdict as recorded in history, with the call it judged and the tool's timeout."""
+    if isinstance(verdict, Rejected):
+        return RejectedCall(name, arguments, verdict.code, verdict.message)
+    return AcceptedCall(
+        name,
+        arguments,
+        verdict.arguments,
+        verdict.read_only,
+        verdict.needs_approval,
+        verdict.untrusted_output,
+        timeout,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelAnswer:
+    """The model's reply and the verdict on each of its calls, in wire order (None: a call the machine refuses
+    before judging any, its name or arguments not a string)."""
+
+    reply: ReplyData
+    usage_estimated: bool
+    verdicts: tuple[Verdict | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFailure:
+    """The model request failed (``ModelError``): its type and message."""
+
+    error: str
+
+
+ModelOutcome = ModelAnswer | ModelFailure
+
+
+@dataclass(frozen=True, slots=True)
+class RunToolRequest:
+    """The ``tether.run_tool`` activity's input: one accepted call to run."""
+
+    run_id: str
+    call: PendingCall
+    principal: PrincipalData
+    deadline_at: float | None
+    heartbeat_seconds: float | None = None  # absent: the default heartbeat
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A call's result envelope, and whether the tool marked it untrusted."""
+
+    content: str
+    untrusted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileRequest:
+    """The ``tether.reconcile`` activity's input: a call whose outcome is unknown."""
+
+    run_id: str
+    call: PendingCall
+    principal: PrincipalData
+
+
+@dataclass(frozen=True, slots=True)
+class Unreconciled:
+    """The tool's reconcile hook cannot tell (there is none, it failed, or it said neither): a person decides."""
+
+    known: Literal[False] = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReconciledNotExecuted:
+    """The hook says the call never took effect."""
+
+    known: Literal[True] = True
+    executed: Literal[False] = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReconciledExecuted:
+    """The hook says the call took effect: ``result`` is its result envelope."""
+
+    result: str
+    known: Literal[True] = True
+    executed: Literal[True] = True
+
+
+ReconcileAnswer = ReconciledExecuted | ReconciledNotExecuted | Unreconciled

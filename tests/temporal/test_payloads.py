@@ -1,0 +1,159 @@
+"""The activities' typed payloads (``drivers/temporal/payloads.py``) are the wire format recorded histories hold.
+
+Each payload of the recorded run (tests/temporal/histories/) reads into its
+type and writes back to the very bytes recorded; each shape the run does not
+hold (a refused call, a failed model request, a reconcile hook's answers) is
+written with exactly the keys the dicts before them had.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.common.v1 import Payload
+from temporalio.client import WorkflowHistory
+from temporalio.converter import PayloadConverter
+
+from tether.core.envelope import ErrorCode
+from tether.core.machine import PendingCall
+from tether.drivers.temporal.payloads import (
+    AcceptedCall,
+    CallModelRequest,
+    ModelAnswer,
+    ModelFailure,
+    ModelOutcome,
+    PrincipalData,
+    ReconcileAnswer,
+    ReconciledExecuted,
+    ReconciledNotExecuted,
+    ReconcileRequest,
+    RejectedCall,
+    ReplyData,
+    RunToolRequest,
+    SaveRequest,
+    ToolResult,
+    Unreconciled,
+    WireCall,
+)
+from tether.drivers.temporal.workflow import CALL_MODEL, RECONCILE, RUN_TOOL, SAVE
+
+HISTORY = Path(__file__).parent / "histories" / "order_with_approval.json"
+CONVERTER = PayloadConverter.default
+# activity -> the type of its input, the type of its result (None: it returns nothing)
+TYPES: dict[str, tuple[Any, Any]] = {
+    CALL_MODEL: (CallModelRequest, ModelOutcome),
+    RUN_TOOL: (RunToolRequest, ToolResult),
+    SAVE: (SaveRequest, None),
+    RECONCILE: (ReconcileRequest, ReconcileAnswer),
+}
+
+
+def recorded() -> Iterator[tuple[str, Payload, Payload | None]]:
+    """Each activity of the recorded run: its name, its input and its result."""
+    history = WorkflowHistory.from_json("recorded-run", json.loads(HISTORY.read_text()))
+    scheduled: dict[int, tuple[str, Payload]] = {}
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            attributes = event.activity_task_scheduled_event_attributes
+            [payload] = attributes.input.payloads
+            scheduled[event.event_id] = (attributes.activity_type.name, payload)
+        elif event.HasField("activity_task_completed_event_attributes"):
+            done = event.activity_task_completed_event_attributes
+            name, payload = scheduled.pop(done.scheduled_event_id)
+            [result] = done.result.payloads
+            yield name, payload, result if result.data else None
+    assert not scheduled
+
+
+def read(payload: Payload, hint: Any) -> Any:
+    return CONVERTER.from_payloads([payload], [hint])[0]
+
+
+def written(value: Any) -> bytes:
+    data: bytes = CONVERTER.to_payloads([value])[0].data
+    return data
+
+
+def test_every_recorded_payload_reads_into_its_type_and_writes_back_the_same_bytes() -> None:
+    seen = []
+    for name, payload, result in recorded():
+        request_type, result_type = TYPES[name]
+        request = read(payload, request_type)
+        assert isinstance(request, request_type)
+        assert written(request) == payload.data
+        if result_type is None:
+            assert result is None
+        else:
+            assert result is not None
+            answer = read(result, result_type)
+            assert not isinstance(answer, dict)
+            assert written(answer) == result.data
+        seen.append(name)
+
+    assert set(seen) == {CALL_MODEL, RUN_TOOL, SAVE}  # no reconcile in this run: its shapes are below
+    first = read(next(recorded())[1], CallModelRequest)
+    assert first.save.create is not None and first.save.create.principal == PrincipalData("local", ("*",))
+    assert isinstance(first.save.events[0][1], dict) and isinstance(first.save.config.budget.max_steps, int)
+
+
+ACCEPTED = AcceptedCall("price", '{"item": "tea"}', {"item": "tea"}, True, False, False, 30.0)
+REJECTED = RejectedCall("nope", "{}", ErrorCode.UNKNOWN_TOOL, "no tool named nope")
+REPLY = ReplyData(1, "tool_calls", None, (WireCall("c1", "function", "price", '{"item": "tea"}'),), (10, 5), "m")
+
+
+@pytest.mark.parametrize(
+    ("value", "hint", "wire"),
+    [
+        (ModelFailure("ModelTimeout: no reply"), ModelOutcome, {"error": "ModelTimeout: no reply"}),
+        (
+            REJECTED,
+            AcceptedCall | RejectedCall,
+            {
+                "name": "nope",
+                "raw_arguments": "{}",
+                "accepted": False,
+                "code": "unknown_tool",
+                "message": "no tool named nope",
+            },
+        ),
+        (Unreconciled(), ReconcileAnswer, {"known": False}),
+        (ReconciledNotExecuted(), ReconcileAnswer, {"known": True, "executed": False}),
+        (
+            ReconciledExecuted('{"ok": true}'),
+            ReconcileAnswer,
+            {"known": True, "executed": True, "result": '{"ok": true}'},
+        ),
+        (ToolResult("{}", True), ToolResult, {"content": "{}", "untrusted": True}),
+    ],
+    ids=["model_failure", "rejected_call", "unreconciled", "not_executed", "executed", "untrusted_result"],
+)
+def test_each_shape_has_exactly_the_keys_it_had_and_reads_back(value: Any, hint: Any, wire: dict[str, Any]) -> None:
+    payload = CONVERTER.to_payloads([value])[0]
+
+    assert json.loads(payload.data) == wire
+    assert read(payload, hint) == value
+
+
+def test_a_model_answer_reads_back_each_verdict_as_its_own_class() -> None:
+    answer = ModelAnswer(REPLY, False, (ACCEPTED, REJECTED, None))
+
+    back = read(CONVERTER.to_payloads([answer])[0], ModelOutcome)
+
+    assert back == answer
+    assert [type(v) for v in back.verdicts] == [AcceptedCall, RejectedCall, type(None)]
+    assert back.reply.reply().tool_calls[0].name == "price"
+
+
+def test_payloads_of_earlier_workers_read_with_the_defaults() -> None:
+    """A principal without roles, a tool request without a heartbeat: keys earlier workers did not write."""
+    call = PendingCall("c1", "price", {"item": "tea"}, "f", read_only=True, execute=True)
+    old = {"run_id": "r", "call": call.to_dict(), "principal": {"id": "ann", "scopes": ["*"]}, "deadline_at": None}
+
+    request = read(Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(old).encode()), RunToolRequest)
+
+    assert request == RunToolRequest("r", call, PrincipalData("ann", ("*",)), None)
+    assert request.heartbeat_seconds is None and request.principal.roles == ()
