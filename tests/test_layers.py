@@ -143,7 +143,8 @@ def test_no_modules_import_each_other_in_a_circle() -> None:
 
 
 def test_the_package_root_holds_only_init_main_and_py_typed() -> None:
-    assert sorted(p.name for p in (SRC / "tether").iterdir() if p.is_file()) == ["__init__.py", "__main__.py", "py.typed"]
+    files = sorted(p.name for p in (SRC / "tether").iterdir() if p.is_file())
+    assert files == ["__init__.py", "__main__.py", "py.typed"]
 
 
 # --- the checks themselves, on a module tree made for them -------------------------------------------
@@ -175,7 +176,8 @@ def test_a_clean_tree_passes(tree: Path) -> None:
 
 
 def test_an_upward_import_is_found_even_inside_a_function(tree: Path) -> None:
-    (tree / "pkg/low/c.py").write_text("VALUE = 1\n\n\ndef later() -> object:\n    from pkg.high import d\n\n    return d\n")
+    later = "def later() -> object:\n    from pkg.high import d\n\n    return d\n"
+    (tree / "pkg/low/c.py").write_text("VALUE = 1\n\n\n" + later)
     layers = [*SYNTHETIC_LAYERS, ("package", ("pkg",))]
     assert upward(tree, layers) == ["pkg.low.c:5 -> pkg.high.d (low imports high)"]
 
