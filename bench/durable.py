@@ -49,7 +49,7 @@ from tether.core.messages import ModelReply
 from tether.drivers.local.runner import Agent
 from tether.models.base import Model
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.store import SQLiteStore
+from tether.store import RunStore, SQLiteStore
 from tether.tools import tool
 from tether.toolsets import load_toolset
 
@@ -60,7 +60,7 @@ LAST = slice(LONG_STEPS - 1 - WINDOW, LONG_STEPS - 1)  # steps 180-199, the last
 GROWTH_TARGET = 1.2
 LONG_ANSWER = "done"
 
-StoreFactory = Callable[[], SQLiteStore | None]
+StoreFactory = Callable[[], RunStore | None]
 
 
 def durable_agent(model: Model, path: Path, budget: Budget | None = None) -> Agent:
@@ -80,7 +80,7 @@ def long_script() -> list[ModelReply]:
     return [*steps, reply_text(LONG_ANSWER)]
 
 
-async def long_run(store: SQLiteStore | None, on_step: Callable[[int], None] | None = None) -> list[float]:
+async def long_run(store: RunStore | None, on_step: Callable[[int], None] | None = None) -> list[float]:
     """Seconds per step of one 200-step run; ``on_step(n)`` is called as step n starts (n = 201: finished)."""
     budget = Budget(max_steps=LONG_STEPS, max_tool_calls=1000)
     agent = Agent(ScriptedModel(long_script()), load_toolset("calc"), budget=budget, store=store)
@@ -120,7 +120,7 @@ def bench_long(tmpdir: Path, repeats: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def growth_profile(store: SQLiteStore | None, top: int = 8) -> list[str]:
+def growth_profile(store: RunStore | None, top: int = 8) -> list[str]:
     """Lines naming the calls whose cumulative time grew most from steps 2-21 to steps 180-199."""
     first, last = cProfile.Profile(), cProfile.Profile()
     switches = {
@@ -197,7 +197,7 @@ def note(n: int) -> int:
     return n
 
 
-async def intent_run(store: SQLiteStore) -> list[float]:
+async def intent_run(store: RunStore) -> list[float]:
     """Seconds per step of one run whose every step but the last makes one side-effecting call."""
     script = [reply_calls((f"call{i}", "note", json.dumps({"n": i}))) for i in range(1, INTENT_STEPS)]
     budget = Budget(max_steps=INTENT_STEPS, max_tool_calls=1000)

@@ -27,7 +27,7 @@ from tether.core.report import RunResult
 from tether.drivers.local.runner import Agent
 from tether.mcp import MCPServerError, MCPToolset
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.store import SQLiteStore
+from tether.store import RunStore, SQLiteStore
 from tether.tools import Principal
 
 QUIET = open(os.devnull, "w")  # noqa: SIM115  (the server's own tracebacks for the failing tool)
@@ -46,7 +46,7 @@ def result_of(result: RunResult, call_id: str) -> dict[str, Any]:
     raise AssertionError(f"no call {call_id}")
 
 
-async def run(toolset: MCPToolset, *replies: Any, store: SQLiteStore | None = None, **options: Any) -> RunResult:
+async def run(toolset: MCPToolset, *replies: Any, store: RunStore | None = None, **options: Any) -> RunResult:
     # MCP output taints the run, so a later side-effecting call may wait for approval: in a store.
     store = store if store is not None else SQLiteStore(Path(tempfile.mkdtemp(prefix="tether-mcp-")) / "runs.db")
     agent = Agent(ScriptedModel([*replies, reply_text("done")]), toolset, store=store, **options)

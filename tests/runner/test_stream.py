@@ -23,7 +23,7 @@ from tether.drivers.local.stream import (
     TextDelta,
     ToolCallDelta,
 )
-from tether.store import SQLiteStore
+from tether.store import RunStore, SQLiteStore
 from tether.testing import FakeServer
 from tether.testing.fake_server import text, tool_calls
 
@@ -53,7 +53,7 @@ def squash(events: list[StreamEvent]) -> list[str]:
     return names
 
 
-async def collect(script: list[Any], tools: list[Any], store: SQLiteStore | None = None) -> tuple[list[Any], Any]:
+async def collect(script: list[Any], tools: list[Any], store: RunStore | None = None) -> tuple[list[Any], Any]:
     async with FakeServer(script) as server:
         model = OpenAIChatModel("fake-model", base_url=server.base_url, api_key="k")
         async with Agent(model, tools, store=store) as agent:

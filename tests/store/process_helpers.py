@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.store import SQLiteStore, StoredEvent
+from tether.store import RunStore, SQLiteStore, StoredEvent
 from tether.testing.fake_server import FakeServer
 
 HERE = Path(__file__).resolve().parent
@@ -96,7 +96,7 @@ class Bench:
     # --- what the processes left behind ---------------------------------------------
 
     @contextmanager
-    def store(self) -> Iterator[SQLiteStore]:
+    def store(self) -> Iterator[RunStore]:
         store = SQLiteStore(self.db)
         try:
             yield store
@@ -141,7 +141,7 @@ def after_last_resume(events: Sequence[StoredEvent]) -> list[StoredEvent]:
     return list(events[starts[-1] :])
 
 
-def assert_transcript(store: SQLiteStore, run_id: str, tool: str, answer: str, call_id: str = CALL) -> str:
+def assert_transcript(store: RunStore, run_id: str, tool: str, answer: str, call_id: str = CALL) -> str:
     """user, assistant with the one call, exactly one tool message for it, final assistant; returns the tool content."""
     messages = store.messages(run_id)
     assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"], messages

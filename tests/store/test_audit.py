@@ -32,7 +32,7 @@ from tether.drivers.local.durable import decide
 from tether.drivers.local.runner import Agent
 from tether.models.base import ModelRequest
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.store import LeaseHeld, RunNotFound, SQLiteStore, StoreError, TamperedRun
+from tether.store import LeaseHeld, RunNotFound, RunStore, SQLiteStore, StoreError, TamperedRun
 from tether.store.audit import GENESIS, SEALED_COLUMNS, chain_hash, seal
 from tether.tools import Principal, ToolContext, tool
 
@@ -244,7 +244,7 @@ def pristine_conversation(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
     return path, conversation_id, turns
 
 
-def refuses_to_go_on(store: SQLiteStore, conversation_id: str) -> bool:
+def refuses_to_go_on(store: RunStore, conversation_id: str) -> bool:
     """Whether the next turn of the conversation is refused (as tampered with, or as not there)."""
     agent = Agent(ScriptedModel([reply_text("never asked")]), [lookup, transfer], store=store)
     try:

@@ -9,7 +9,6 @@ would edit it, while the stores know nothing of it.
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -26,33 +25,39 @@ from tether.core.machine import RunState, Status
 from tether.core.messages import Message
 from tether.drivers.local.runner import Agent
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.store import AmbiguousRun, LeaseHeld, RunNotFound, StoreError, TamperedRun, open_store
+from tether.store import AmbiguousRun, LeaseHeld, RunNotFound, RunStore, StoreError, TamperedRun, open_store
+from tether.store.dialects import Dialect
+from tether.store.dialects.sqlite import SQLiteDialect
 from tether.tools import Principal, ToolContext, tool
-
-Store = Any  # SQLiteStore | PostgresStore: the contract is what both do
 
 
 class Backend:
-    """Stores on one database, and raw SQL on it (``?`` placeholders on both)."""
+    """Stores on one database, and raw SQL on it from a connection of the dialect's own, which the stores know
+    nothing of (``?`` placeholders, as the store writes them: the dialect translates)."""
 
     def __init__(self, kind: str, target: str) -> None:
         self.kind, self.target = kind, target
-        self.opened: list[Store] = []
+        self.opened: list[RunStore] = []
 
-    def open(self, **options: Any) -> Store:
+    def open(self, **options: Any) -> RunStore:
         store = open_store(self.target, **options)
         self.opened.append(store)
         return store
 
     def sql(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        dialect: Dialect
         if self.kind == "sqlite":
-            with sqlite3.connect(self.target, isolation_level=None) as db:
-                return db.execute(statement, params).fetchall()
-        import psycopg
+            dialect = SQLiteDialect(Path(self.target))
+        else:
+            from tether.store.dialects.postgres import PostgresDialect
 
-        with psycopg.connect(self.target, autocommit=True) as pg:
-            cursor = pg.execute(statement.replace("?", "%s").encode(), params)
-            return cursor.fetchall() if cursor.description else []
+            dialect = PostgresDialect(self.target, pool_size=1)
+        try:
+            with dialect.write() as tx:
+                cursor = tx.execute(statement, params)
+                return list(cursor.fetchall()) if statement.lstrip().upper().startswith("SELECT") else []
+        finally:
+            dialect.close()
 
     def close(self) -> None:
         for store in self.opened:
@@ -101,7 +106,7 @@ def two_tool_steps() -> ScriptedModel:
     )
 
 
-async def completed_run(store: Store, prompt: str = "please move 5") -> str:
+async def completed_run(store: RunStore, prompt: str = "please move 5") -> str:
     result = await Agent(two_tool_steps(), [lookup, transfer], store=store).run(prompt)
     assert result.status is Status.COMPLETED, result
     return result.run_id
@@ -111,7 +116,7 @@ def new_state(run_id: str, prompt: str = "hello") -> RunState:
     return RunState(run_id, RunConfig(), [Message("user", prompt)])
 
 
-def start_run(store: Store, state: RunState, principal: Principal | None = None) -> None:
+def start_run(store: RunStore, state: RunState, principal: Principal | None = None) -> None:
     store.create_run(state, principal or Principal("tester"), {"model": "scripted"})
     store.checkpoint(state, [("run_started", {})])
 
@@ -367,7 +372,7 @@ def test_of_many_stores_racing_for_one_expired_lease_exactly_one_wins(backend: B
     won: list[str] = []
     lost: list[str] = []
 
-    def race(store: Store) -> None:
+    def race(store: RunStore) -> None:
         barrier.wait()
         try:
             store.acquire("contested")

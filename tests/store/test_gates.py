@@ -25,7 +25,7 @@ from tether.drivers.local.durable import decide
 from tether.drivers.local.runner import Agent, Decision
 from tether.models.openai_chat import OpenAIChatModel
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.store import SQLiteStore
+from tether.store import RunStore, SQLiteStore
 from tether.testing.fake_server import FakeServer, tool_calls
 from tether.testing.fake_server import text as wire_text
 from tether.tools import Principal, ToolContext, tool
@@ -48,10 +48,10 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def stores(db_path: Path) -> Iterator[Callable[[], SQLiteStore]]:
-    opened: list[SQLiteStore] = []
+def stores(db_path: Path) -> Iterator[Callable[[], RunStore]]:
+    opened: list[RunStore] = []
 
-    def open_store() -> SQLiteStore:
+    def open_store() -> RunStore:
         opened.append(SQLiteStore(db_path))
         return opened[-1]
 
@@ -113,7 +113,7 @@ def tool_names(specs: Any) -> list[str]:
     return sorted(spec["function"]["name"] for spec in specs)
 
 
-def ledger_ids(store: SQLiteStore, run_id: str) -> set[str]:
+def ledger_ids(store: RunStore, run_id: str) -> set[str]:
     return {entry.call_id for entry in store.ledger(run_id)}
 
 
@@ -126,7 +126,7 @@ def tool_message(result: Any, call_id: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- scopes
 
 
-async def test_a_tool_outside_the_principals_scopes_is_never_offered(stores: Callable[[], SQLiteStore]) -> None:
+async def test_a_tool_outside_the_principals_scopes_is_never_offered(stores: Callable[[], RunStore]) -> None:
     model = ScriptedModel([reply_calls(("c1", "balance", '{"account": "a"}')), reply_text("100")])
     result = await Agent(model, TOOLS, principal=BOB, store=stores()).run("balance?")
 
@@ -138,7 +138,7 @@ async def test_a_tool_outside_the_principals_scopes_is_never_offered(stores: Cal
         assert names == ["balance", "escalate", "fetch_page", "transfer"]
 
 
-async def test_calling_a_tool_outside_the_scopes_executes_nothing(stores: Callable[[], SQLiteStore]) -> None:
+async def test_calling_a_tool_outside_the_scopes_executes_nothing(stores: Callable[[], RunStore]) -> None:
     store = stores()
     model = ScriptedModel([reply_calls(("c1", "delete_account", '{"account": "victim"}')), reply_text("ok")])
     result = await Agent(model, TOOLS, principal=BOB, store=store).run("delete victim")
@@ -154,7 +154,7 @@ async def test_calling_a_tool_outside_the_scopes_executes_nothing(stores: Callab
     assert "c1" not in store.load(result.run_id).state.executed
 
 
-async def test_over_http_the_request_never_names_the_forbidden_tool(stores: Callable[[], SQLiteStore]) -> None:
+async def test_over_http_the_request_never_names_the_forbidden_tool(stores: Callable[[], RunStore]) -> None:
     store = stores()
     script = [
         tool_calls([("c1", "delete_account", '{"account": "victim"}'), ("c2", "balance", '{"account": "a"}')]),
@@ -180,7 +180,7 @@ async def test_over_http_the_request_never_names_the_forbidden_tool(stores: Call
     assert ledger_ids(store, result.run_id) == {"c2"}
 
 
-async def test_a_principal_with_the_scope_is_offered_the_tool(stores: Callable[[], SQLiteStore]) -> None:
+async def test_a_principal_with_the_scope_is_offered_the_tool(stores: Callable[[], RunStore]) -> None:
     admin = Principal("carol", frozenset({"admin"}))
     model = ScriptedModel([reply_text("hi")])
     await Agent(model, TOOLS, principal=admin, store=stores()).run("hi")
@@ -188,7 +188,7 @@ async def test_a_principal_with_the_scope_is_offered_the_tool(stores: Callable[[
     assert "transfer" not in tool_names(model.requests[0].tools)
 
 
-async def test_a_resumed_run_keeps_its_principal_and_its_tool_list(stores: Callable[[], SQLiteStore]) -> None:
+async def test_a_resumed_run_keeps_its_principal_and_its_tool_list(stores: Callable[[], RunStore]) -> None:
     @tool(approval=True, scopes={"payments"})
     def pay(amount: int) -> str:
         """Needs approval."""
@@ -215,7 +215,7 @@ async def test_a_resumed_run_keeps_its_principal_and_its_tool_list(stores: Calla
 # ---------------------------------------------------------------- the principal
 
 
-async def test_tools_receive_the_principal_in_their_context(stores: Callable[[], SQLiteStore]) -> None:
+async def test_tools_receive_the_principal_in_their_context(stores: Callable[[], RunStore]) -> None:
     model = ScriptedModel(
         [
             reply_calls(("c1", "balance", '{"account": "a"}'), ("c2", "transfer", '{"amount": 1, "to": "x"}')),
@@ -233,7 +233,7 @@ async def test_tools_receive_the_principal_in_their_context(stores: Callable[[],
     assert by_id["c2"].idempotency_key == f"{result.run_id}:c2"
 
 
-async def test_tool_output_cannot_change_the_principal_or_the_tools(stores: Callable[[], SQLiteStore]) -> None:
+async def test_tool_output_cannot_change_the_principal_or_the_tools(stores: Callable[[], RunStore]) -> None:
     model = ScriptedModel(
         [
             reply_calls(("c1", "escalate", '{"note": "please"}')),
@@ -266,7 +266,7 @@ def tainted_script() -> ScriptedModel:
     )
 
 
-async def test_a_tainted_run_pauses_before_a_side_effect(stores: Callable[[], SQLiteStore]) -> None:
+async def test_a_tainted_run_pauses_before_a_side_effect(stores: Callable[[], RunStore]) -> None:
     store = stores()
     heard: list[RunEvent] = []
     result = await Agent(tainted_script(), TOOLS, principal=BOB, store=store).run("read it", on_event=heard.append)
@@ -283,7 +283,7 @@ async def test_a_tainted_run_pauses_before_a_side_effect(stores: Callable[[], SQ
     assert stored.tainted is True
 
 
-async def test_a_tainted_run_without_approval_stays_paused_on_resume(stores: Callable[[], SQLiteStore]) -> None:
+async def test_a_tainted_run_without_approval_stays_paused_on_resume(stores: Callable[[], RunStore]) -> None:
     paused = await Agent(tainted_script(), TOOLS, principal=BOB, store=stores()).run("read it")
     again = await Agent(ScriptedModel([]), TOOLS, store=stores()).resume(paused.run_id).run()
 
@@ -291,7 +291,7 @@ async def test_a_tainted_run_without_approval_stays_paused_on_resume(stores: Cal
     assert [e for e in effects if e[0] == "transfer"] == []
 
 
-async def test_a_tainted_run_with_a_denying_approver_denies_the_call(stores: Callable[[], SQLiteStore]) -> None:
+async def test_a_tainted_run_with_a_denying_approver_denies_the_call(stores: Callable[[], RunStore]) -> None:
     asked: list[PendingCall] = []
 
     async def deny(call: PendingCall) -> Decision:
@@ -314,7 +314,7 @@ async def test_a_tainted_run_with_a_denying_approver_denies_the_call(stores: Cal
     assert [(e.data["id"], e.data["approved"]) for e in decided] == [("c2", False)]
 
 
-async def test_an_untainted_run_needs_no_approval(stores: Callable[[], SQLiteStore]) -> None:
+async def test_an_untainted_run_needs_no_approval(stores: Callable[[], RunStore]) -> None:
     model = ScriptedModel(
         [
             reply_calls(("c1", "balance", '{"account": "a"}')),
@@ -327,7 +327,7 @@ async def test_an_untainted_run_needs_no_approval(stores: Callable[[], SQLiteSto
     assert ("transfer", 1, "x") in effects
 
 
-async def test_tool_output_cannot_approve_a_call(stores: Callable[[], SQLiteStore]) -> None:
+async def test_tool_output_cannot_approve_a_call(stores: Callable[[], RunStore]) -> None:
     """The injected text claims approval; only a decision event may approve."""
     store = stores()
     paused = await Agent(tainted_script(), TOOLS, principal=BOB, store=store).run("read it")
@@ -343,7 +343,7 @@ class Crash(BaseException):  # a listener's Exception no longer stops a run; a d
     """Stands in for the process dying right after an event was checkpointed."""
 
 
-async def test_a_call_recorded_before_a_crash_is_not_executed_again(stores: Callable[[], SQLiteStore]) -> None:
+async def test_a_call_recorded_before_a_crash_is_not_executed_again(stores: Callable[[], RunStore]) -> None:
     def crash_after_outcome(event: RunEvent) -> None:
         if event.kind == OUTCOME_RECORDED:
             raise Crash
@@ -376,7 +376,7 @@ async def test_a_call_recorded_before_a_crash_is_not_executed_again(stores: Call
     assert tool_message(result, "c1") == json.loads(entry.outcome)
 
 
-async def test_a_reused_call_id_after_resume_returns_the_recorded_result(stores: Callable[[], SQLiteStore]) -> None:
+async def test_a_reused_call_id_after_resume_returns_the_recorded_result(stores: Callable[[], RunStore]) -> None:
     @tool(approval=True, scopes={"payments"})
     def pay(amount: int) -> str:
         """Needs approval."""

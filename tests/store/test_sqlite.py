@@ -29,7 +29,7 @@ from tether.core.messages import Message
 from tether.drivers.local.durable import reconcile
 from tether.drivers.local.runner import Agent
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.store import REDACTED, LeaseHeld, RunNotFound, SQLiteStore, StoreError
+from tether.store import REDACTED, LeaseHeld, RunNotFound, RunStore, SQLiteStore, StoreError
 from tether.store.sql import MIGRATIONS
 from tether.tools import Principal, ToolContext, tool
 
@@ -47,11 +47,11 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def stores(db_path: Path) -> Iterator[Callable[..., SQLiteStore]]:
+def stores(db_path: Path) -> Iterator[Callable[..., RunStore]]:
     """Open stores on ``db_path``; all are closed at the end of the test."""
-    opened: list[SQLiteStore] = []
+    opened: list[RunStore] = []
 
-    def open_store(**options: Any) -> SQLiteStore:
+    def open_store(**options: Any) -> RunStore:
         store = SQLiteStore(db_path, **options)
         opened.append(store)
         return store
@@ -82,7 +82,7 @@ def new_state(run_id: str = "run-1", prompt: str = "hello") -> RunState:
     return RunState(run_id=run_id, config=RunConfig(), messages=[Message("user", prompt)])
 
 
-def start_run(store: SQLiteStore, state: RunState, principal: Principal | None = None) -> None:
+def start_run(store: RunStore, state: RunState, principal: Principal | None = None) -> None:
     """Register a run and write its first checkpoint (which takes the lease)."""
     store.create_run(state, principal or Principal("alice"), {})
     store.checkpoint(state)
@@ -127,7 +127,7 @@ def two_tool_steps() -> ScriptedModel:
     )
 
 
-async def completed_run(store: SQLiteStore) -> str:
+async def completed_run(store: RunStore) -> str:
     """A finished run with two tool steps, recorded in ``store``."""
     result = await Agent(two_tool_steps(), [lookup, transfer], store=store).run("please move 5")
     assert result.status is Status.COMPLETED, result
@@ -165,7 +165,7 @@ async def test_reopening_keeps_recorded_runs(db_path: Path) -> None:
         reopened.close()
 
 
-def test_wal_mode_is_on(stores: Callable[..., SQLiteStore], db_path: Path) -> None:
+def test_wal_mode_is_on(stores: Callable[..., RunStore], db_path: Path) -> None:
     stores()
     with raw(db_path) as db:
         (mode,) = db.execute("PRAGMA journal_mode").fetchone()
@@ -176,7 +176,7 @@ def test_wal_mode_is_on(stores: Callable[..., SQLiteStore], db_path: Path) -> No
 
 
 async def test_checkpoints_append_messages_and_never_rewrite_them(
-    stores: Callable[..., SQLiteStore], db_path: Path
+    stores: Callable[..., RunStore], db_path: Path
 ) -> None:
     store = stores()  # creates the tables the triggers guard
     with raw(db_path) as db:
@@ -209,7 +209,7 @@ async def test_checkpoints_append_messages_and_never_rewrite_them(
     assert count(db_path, "messages", result.run_id) == len(result.state.messages)
 
 
-def test_a_checkpoint_adds_exactly_the_new_messages(stores: Callable[..., SQLiteStore], db_path: Path) -> None:
+def test_a_checkpoint_adds_exactly_the_new_messages(stores: Callable[..., RunStore], db_path: Path) -> None:
     store = stores()
     state = new_state()
     start_run(store, state)
@@ -227,7 +227,7 @@ def test_a_checkpoint_adds_exactly_the_new_messages(stores: Callable[..., SQLite
     assert store.verify(state.run_id) == []
 
 
-async def test_the_runs_row_holds_no_transcript(stores: Callable[..., SQLiteStore], db_path: Path) -> None:
+async def test_the_runs_row_holds_no_transcript(stores: Callable[..., RunStore], db_path: Path) -> None:
     store = stores()
     prompt = marker("PROMPT")
     result = await Agent(two_tool_steps(), [lookup, transfer], store=store).run(prompt)
@@ -241,7 +241,7 @@ async def test_the_runs_row_holds_no_transcript(stores: Callable[..., SQLiteStor
 
 
 async def test_load_round_trips_the_state_with_executed_from_the_ledger(
-    stores: Callable[..., SQLiteStore], db_path: Path
+    stores: Callable[..., RunStore], db_path: Path
 ) -> None:
     store = stores()
     result = await Agent(two_tool_steps(), [lookup, transfer], store=store).run("please move 5")
@@ -260,7 +260,7 @@ async def test_load_round_trips_the_state_with_executed_from_the_ledger(
     assert loaded.principal == Principal("local")
 
 
-async def test_load_matches_the_drivers_final_state(stores: Callable[..., SQLiteStore]) -> None:
+async def test_load_matches_the_drivers_final_state(stores: Callable[..., RunStore]) -> None:
     store = stores()
     result = await Agent(two_tool_steps(), [lookup, transfer], store=store).run("please move 5")
     loaded = stores().load(result.run_id)
@@ -268,7 +268,7 @@ async def test_load_matches_the_drivers_final_state(stores: Callable[..., SQLite
     assert loaded.state.executed == result.state.executed
 
 
-async def test_load_round_trips_a_paused_run(stores: Callable[..., SQLiteStore]) -> None:
+async def test_load_round_trips_a_paused_run(stores: Callable[..., RunStore]) -> None:
     @tool(approval=True)
     def wire(amount: int) -> str:
         """Needs a person."""
@@ -290,7 +290,7 @@ class Crash(BaseException):
     """Stands in for the process dying inside a tool (a BaseException: no tool error envelope)."""
 
 
-async def test_load_round_trips_after_a_resume_that_reruns_a_read(stores: Callable[..., SQLiteStore]) -> None:
+async def test_load_round_trips_after_a_resume_that_reruns_a_read(stores: Callable[..., RunStore]) -> None:
     ticks = iter(range(100))
     crashed: list[bool] = []
 
@@ -327,7 +327,7 @@ async def test_load_round_trips_after_a_resume_that_reruns_a_read(stores: Callab
     assert loaded.state.executed["c1"][1] == c1_message.content  # the ledger agrees with the transcript
 
 
-def test_load_of_an_unknown_run_names_it(stores: Callable[..., SQLiteStore]) -> None:
+def test_load_of_an_unknown_run_names_it(stores: Callable[..., RunStore]) -> None:
     store = stores()
     with pytest.raises(RunNotFound, match="no-such-run"):
         store.load("no-such-run")
@@ -339,7 +339,7 @@ def test_load_of_an_unknown_run_names_it(stores: Callable[..., SQLiteStore]) -> 
 
 
 async def test_runs_are_logged_by_default_when_the_agent_has_a_store(
-    stores: Callable[..., SQLiteStore], db_path: Path
+    stores: Callable[..., RunStore], db_path: Path
 ) -> None:
     store = stores()
     run_id = await completed_run(store)
@@ -425,14 +425,14 @@ def login_arguments() -> str:
     return json.dumps({"user": "alice", **SECRET_VALUES, "headers": NESTED_SECRETS, "max_tokens": 77})
 
 
-async def paused_login_run(store: SQLiteStore) -> str:
+async def paused_login_run(store: RunStore) -> str:
     model = ScriptedModel([reply_calls(("c1", "login", login_arguments()), usage=(123, 45))])
     result = await Agent(model, [login], store=store).run("log me in")
     assert result.status is Status.AWAITING_APPROVAL, result
     return result.run_id
 
 
-async def test_secret_arguments_are_redacted_in_events(stores: Callable[..., SQLiteStore], db_path: Path) -> None:
+async def test_secret_arguments_are_redacted_in_events(stores: Callable[..., RunStore], db_path: Path) -> None:
     store = stores()
     run_id = await paused_login_run(store)
 
@@ -457,7 +457,7 @@ async def test_secret_arguments_are_redacted_in_events(stores: Callable[..., SQL
     assert "[redacted]" in events_text
 
 
-async def test_usage_counts_are_not_redacted(stores: Callable[..., SQLiteStore]) -> None:
+async def test_usage_counts_are_not_redacted(stores: Callable[..., RunStore]) -> None:
     store = stores()
     run_id = await paused_login_run(store)
     (replied,) = [e for e in store.events(run_id) if e.kind == MODEL_REPLIED]
@@ -465,7 +465,7 @@ async def test_usage_counts_are_not_redacted(stores: Callable[..., SQLiteStore])
 
 
 async def test_runs_show_never_prints_a_secret_argument(
-    stores: Callable[..., SQLiteStore], db_path: Path, tmp_path: Path
+    stores: Callable[..., RunStore], db_path: Path, tmp_path: Path
 ) -> None:
     store = stores()
     run_id = await paused_login_run(store)
@@ -497,7 +497,7 @@ def content_model(answer: str, step_text: str) -> ScriptedModel:
     return ScriptedModel([reply_calls(("c1", "lookup", '{"key": "k"}'), content=step_text), reply_text(answer)])
 
 
-async def content_run(store: SQLiteStore, prompt: str, answer: str, step_text: str, secret: str) -> str:
+async def content_run(store: RunStore, prompt: str, answer: str, step_text: str, secret: str) -> str:
     @tool(read_only=True, name="lookup")
     def marked_lookup(key: str) -> str:
         """Return a marked result."""
@@ -509,7 +509,7 @@ async def content_run(store: SQLiteStore, prompt: str, answer: str, step_text: s
 
 
 async def test_without_log_content_no_user_or_model_text_reaches_the_events(
-    stores: Callable[..., SQLiteStore], db_path: Path
+    stores: Callable[..., RunStore], db_path: Path
 ) -> None:
     prompt, reply, step_text, result_text = marker("PROMPT"), marker("REPLY"), marker("STEP"), marker("RESULT")
     store = stores()  # log_content defaults to False
@@ -527,7 +527,7 @@ async def test_without_log_content_no_user_or_model_text_reaches_the_events(
 
 
 async def test_with_log_content_model_text_and_results_reach_the_events(
-    stores: Callable[..., SQLiteStore], db_path: Path
+    stores: Callable[..., RunStore], db_path: Path
 ) -> None:
     reply, step_text, result_text = marker("REPLY"), marker("STEP"), marker("RESULT")
     store = stores(log_content=True)
@@ -538,16 +538,14 @@ async def test_with_log_content_model_text_and_results_reach_the_events(
         assert value in events_text
 
 
-async def test_with_log_content_the_prompt_reaches_the_events(
-    stores: Callable[..., SQLiteStore], db_path: Path
-) -> None:
+async def test_with_log_content_the_prompt_reaches_the_events(stores: Callable[..., RunStore], db_path: Path) -> None:
     prompt = marker("PROMPT")
     store = stores(log_content=True)
     await content_run(store, prompt, "reply", "step", "result")
     assert prompt in table_text(db_path, "events")
 
 
-async def test_log_content_still_redacts_secrets_in_text(stores: Callable[..., SQLiteStore], db_path: Path) -> None:
+async def test_log_content_still_redacts_secrets_in_text(stores: Callable[..., RunStore], db_path: Path) -> None:
     key = "sk-" + uuid.uuid4().hex
     store = stores(log_content=True)
     await content_run(store, "hello", f"your key is {key}", "step", f"Bearer {uuid.uuid4().hex}")
@@ -559,14 +557,14 @@ async def test_log_content_still_redacts_secrets_in_text(stores: Callable[..., S
 # ---------------------------------------------------------------------- verify
 
 
-async def test_verify_passes_on_an_untouched_run(stores: Callable[..., SQLiteStore]) -> None:
+async def test_verify_passes_on_an_untouched_run(stores: Callable[..., RunStore]) -> None:
     store = stores()
     run_id = await completed_run(store)
     assert store.verify(run_id) == []
     assert stores().verify(run_id) == []  # and from a fresh instance
 
 
-async def test_verify_checks_each_run_on_its_own(stores: Callable[..., SQLiteStore], db_path: Path) -> None:
+async def test_verify_checks_each_run_on_its_own(stores: Callable[..., RunStore], db_path: Path) -> None:
     store = stores()
     first, second = await completed_run(store), await completed_run(store)
     with raw(db_path) as db:
@@ -668,7 +666,7 @@ TAMPERING: dict[str, Tamper] = {
 
 
 @pytest.mark.parametrize("tamper", list(TAMPERING.values()), ids=list(TAMPERING))
-async def test_verify_finds_tampering(tamper: Tamper, stores: Callable[..., SQLiteStore], db_path: Path) -> None:
+async def test_verify_finds_tampering(tamper: Tamper, stores: Callable[..., RunStore], db_path: Path) -> None:
     store = stores()
     run_id = await completed_run(store)
     assert store.verify(run_id) == []
@@ -681,9 +679,7 @@ async def test_verify_finds_tampering(tamper: Tamper, stores: Callable[..., SQLi
         assert all(isinstance(p, str) and p for p in problems)
 
 
-async def test_verify_finds_an_appended_event_with_valid_links(
-    stores: Callable[..., SQLiteStore], db_path: Path
-) -> None:
+async def test_verify_finds_an_appended_event_with_valid_links(stores: Callable[..., RunStore], db_path: Path) -> None:
     """Appended by someone who can compute the hashes: only the run's head (count and last hash) can tell."""
     store = stores()
     run_id = await completed_run(store)
@@ -700,7 +696,7 @@ async def test_verify_finds_an_appended_event_with_valid_links(
     assert store.verify(run_id) != []
 
 
-async def test_verify_reports_event_data_that_is_not_json(stores: Callable[..., SQLiteStore], db_path: Path) -> None:
+async def test_verify_reports_event_data_that_is_not_json(stores: Callable[..., RunStore], db_path: Path) -> None:
     store = stores()
     run_id = await completed_run(store)
     with raw(db_path) as db:
@@ -712,7 +708,7 @@ async def test_verify_reports_event_data_that_is_not_json(stores: Callable[..., 
 # ---------------------------------------------------------------------- leases
 
 
-def test_a_second_store_cannot_take_a_live_lease(stores: Callable[..., SQLiteStore]) -> None:
+def test_a_second_store_cannot_take_a_live_lease(stores: Callable[..., RunStore]) -> None:
     first, second = stores(), stores()
     assert first.owner != second.owner
     state = new_state("leased-run")
@@ -728,19 +724,19 @@ def test_a_second_store_cannot_take_a_live_lease(stores: Callable[..., SQLiteSto
         first.acquire("leased-run")
 
 
-def test_the_holder_may_acquire_again(stores: Callable[..., SQLiteStore]) -> None:
+def test_the_holder_may_acquire_again(stores: Callable[..., RunStore]) -> None:
     store = stores()
     start_run(store, new_state("mine"))
     store.acquire("mine")
     store.acquire("mine")
 
 
-def test_acquiring_an_unknown_run_names_it(stores: Callable[..., SQLiteStore]) -> None:
+def test_acquiring_an_unknown_run_names_it(stores: Callable[..., RunStore]) -> None:
     with pytest.raises(RunNotFound, match="ghost-run"):
         stores().acquire("ghost-run")
 
 
-def test_an_unexpired_lease_is_respected_whatever_its_pid(stores: Callable[..., SQLiteStore], db_path: Path) -> None:
+def test_an_unexpired_lease_is_respected_whatever_its_pid(stores: Callable[..., RunStore], db_path: Path) -> None:
     """A pid says nothing about the owner: in another PID namespace the same number is another process."""
     first, second = stores(), stores()
     start_run(first, new_state("orphan"))
@@ -753,7 +749,7 @@ def test_an_unexpired_lease_is_respected_whatever_its_pid(stores: Callable[..., 
 
 
 def test_an_expired_lease_is_taken_over_even_if_its_pid_is_alive(
-    stores: Callable[..., SQLiteStore], db_path: Path
+    stores: Callable[..., RunStore], db_path: Path
 ) -> None:
     """A restarted service may get the dead owner's pid (pid 1 in a container): the pid is alive, the owner is not."""
     first, second = stores(), stores()
@@ -769,9 +765,7 @@ def test_an_expired_lease_is_taken_over_even_if_its_pid_is_alive(
     assert owner == second.owner
 
 
-def test_a_lease_of_another_host_is_respected_until_it_expires(
-    db_path: Path, stores: Callable[..., SQLiteStore]
-) -> None:
+def test_a_lease_of_another_host_is_respected_until_it_expires(db_path: Path, stores: Callable[..., RunStore]) -> None:
     """A holder whose lock this machine cannot see (another host, or a tether from before run locks:
     ``lease_locked = 0``) keeps the run until its lease expires."""
     now = [1_000_000.0]
@@ -789,9 +783,7 @@ def test_a_lease_of_another_host_is_respected_until_it_expires(
     store.acquire("remote")
 
 
-def test_a_checkpoint_after_losing_the_lease_raises_lease_held(
-    stores: Callable[..., SQLiteStore], db_path: Path
-) -> None:
+def test_a_checkpoint_after_losing_the_lease_raises_lease_held(stores: Callable[..., RunStore], db_path: Path) -> None:
     first, second = stores(), stores()
     state = new_state("stolen")
     start_run(first, state)
@@ -811,7 +803,7 @@ def test_a_checkpoint_after_losing_the_lease_raises_lease_held(
 
 
 def test_a_checkpoint_after_the_lease_expired_and_was_taken_raises_lease_held(
-    stores: Callable[..., SQLiteStore],
+    stores: Callable[..., RunStore],
 ) -> None:
     now = [1_000_000.0]
     first = stores(clock=lambda: now[0], lease_seconds=10)
@@ -824,7 +816,7 @@ def test_a_checkpoint_after_the_lease_expired_and_was_taken_raises_lease_held(
         first.checkpoint(state, [("step_started", {})])
 
 
-async def test_resuming_a_run_driven_elsewhere_raises_lease_held(stores: Callable[..., SQLiteStore]) -> None:
+async def test_resuming_a_run_driven_elsewhere_raises_lease_held(stores: Callable[..., RunStore]) -> None:
     holder = stores()
     start_run(holder, new_state("busy"), Principal("local"))
     agent = Agent(ScriptedModel([reply_text("hi")]), [], store=stores())
@@ -832,7 +824,7 @@ async def test_resuming_a_run_driven_elsewhere_raises_lease_held(stores: Callabl
         agent.resume("busy")
 
 
-async def test_a_finished_run_releases_its_lease(stores: Callable[..., SQLiteStore], db_path: Path) -> None:
+async def test_a_finished_run_releases_its_lease(stores: Callable[..., RunStore], db_path: Path) -> None:
     run_id = await completed_run(stores())
     with raw(db_path) as db:
         (owner, until) = db.execute("SELECT lease_owner, lease_until FROM runs WHERE id = ?", (run_id,)).fetchone()

@@ -16,14 +16,14 @@ from tether.drivers.temporal.client import start_run
 from tether.drivers.temporal.devserver import DevServer
 from tether.drivers.temporal.worker import make_worker
 from tether.models.openai_chat import OpenAIChatModel
-from tether.store import SQLiteStore
+from tether.store import RunStore, SQLiteStore
 from tether.testing import FakeServer
 from tether.testing.fake_server import text, tool_calls
 
 PRICES = tool_calls([("c1", "price", '{"item": "tea"}'), ("c2", "price", '{"item": "coffee"}')])
 
 
-def recorded(store: SQLiteStore, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+def recorded(store: RunStore, run_id: str) -> list[tuple[str, dict[str, Any]]]:
     return [(e.kind, e.data) for e in store.events(run_id)]
 
 

@@ -19,7 +19,7 @@ from tether.core.messages import Message
 from tether.drivers.temporal.activities import save_run
 from tether.drivers.temporal.devserver import DevServer
 from tether.drivers.temporal.payloads import Creation, PrincipalData, SaveRequest
-from tether.store import SQLiteStore
+from tether.store import RunStore, SQLiteStore
 
 PRINCIPAL = PrincipalData("local", ())
 
@@ -42,11 +42,11 @@ def request(events_from: int, messages_from: int, messages: list[Message], event
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SQLiteStore:
+def store(tmp_path: Path) -> RunStore:
     return SQLiteStore(tmp_path / "runs.db")
 
 
-def test_a_retried_save_appends_nothing_twice(store: SQLiteStore) -> None:
+def test_a_retried_save_appends_nothing_twice(store: RunStore) -> None:
     first = request(0, 0, [Message("user", "hi")], 2)
     save_run(store, first)
     save_run(store, first)  # the retry of the run's first save, which created it
@@ -60,7 +60,7 @@ def test_a_retried_save_appends_nothing_twice(store: SQLiteStore) -> None:
     assert store.load("run-1").setup["engine"] == "temporal"
 
 
-def test_a_save_that_does_not_follow_the_store_fails_for_good(store: SQLiteStore) -> None:
+def test_a_save_that_does_not_follow_the_store_fails_for_good(store: RunStore) -> None:
     save_run(store, request(0, 0, [Message("user", "hi")], 2))
     with pytest.raises(ApplicationError, match="holds 2 events and 1 messages, the workflow expected 4") as refused:
         save_run(store, request(4, 1, [Message("assistant", "hello")], 1))
@@ -70,7 +70,7 @@ def test_a_save_that_does_not_follow_the_store_fails_for_good(store: SQLiteStore
     assert store.verify("run-1") == []
 
 
-def test_a_decision_on_a_temporal_run_without_temporal_is_refused(store: SQLiteStore) -> None:
+def test_a_decision_on_a_temporal_run_without_temporal_is_refused(store: RunStore) -> None:
     from tether.core.errors import ApprovalMismatch
     from tether.drivers.local.durable import decide
 
@@ -80,7 +80,7 @@ def test_a_decision_on_a_temporal_run_without_temporal_is_refused(store: SQLiteS
     assert store.counts("run-1") == (1, 1)  # nothing written
 
 
-def test_the_first_save_after_the_client_recorded_the_run_goes_on_from_its_record(store: SQLiteStore) -> None:
+def test_the_first_save_after_the_client_recorded_the_run_goes_on_from_its_record(store: RunStore) -> None:
     from tether.core.machine import Run
     from tether.drivers.temporal.client import _NoTools, record_start
     from tether.tools.context import LOCAL_PRINCIPAL
