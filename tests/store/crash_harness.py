@@ -42,7 +42,7 @@ class CrashingRenderer(render.Renderer):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-render.Renderer = CrashingRenderer  # type: ignore[misc]
+cli_run.Renderer = CrashingRenderer  # type: ignore[misc]  # what `tether run` renders with
 
 if CRASH_AT == "record_outcome":
     # Right after the checkpoint carrying a side effect's outcome commits, before any checkpoint that follows it.

@@ -9,6 +9,7 @@ or ``tether run PROMPT --continue ID`` goes on with it later.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import os
@@ -18,8 +19,11 @@ from typing import Any
 import click
 
 from tether.cli.common import agent_of, api_key_option, conversation_setup, db_option, fail, given_base_url, open_store
+from tether.cli.render import Renderer
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
 from tether.core.errors import TetherError
+from tether.drivers.local.runner import Decision
+from tether.tools import Principal
 
 HISTORY_FILE = "chat_history"
 
@@ -33,8 +37,6 @@ def _readline(store_path: Path) -> None:
     history = store_path.parent / HISTORY_FILE
     with contextlib.suppress(OSError):
         readline.read_history_file(history)
-    import atexit
-
     atexit.register(_save_history, readline, history)
 
 
@@ -76,8 +78,7 @@ def chat(
       tether chat --tools calc
       tether chat --continue 3f2a...
     """
-    from tether.tools import Principal
-    from tether.toolsets import toolset_reference
+    from tether.toolsets import toolset_reference  # the toolsets load pydantic: not for every start
 
     root = files_root or os.environ.get("TETHER_FILES_ROOT")
     options = {"model": model, "base_url": base_url, "toolsets": toolsets, "files_root": files_root}
@@ -106,8 +107,6 @@ def chat(
 
 
 async def _ask(call: Any) -> Any:
-    from tether.drivers.local.runner import Decision
-
     arguments = json.dumps(call.arguments, ensure_ascii=False)
     try:
         answer = await asyncio.to_thread(input, f"  approve {call.tool}({arguments})? [y/N] ")
@@ -118,8 +117,6 @@ async def _ask(call: Any) -> Any:
 
 
 async def _session(agent: Any, conversation: Any) -> None:
-    from tether.cli.render import Renderer
-
     renderer = Renderer(click.echo)
     try:
         while True:

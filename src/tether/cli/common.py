@@ -20,6 +20,12 @@ import click
 from tether.core.budget import Budget
 from tether.core.errors import ApprovalMismatch, ConfigurationError, RunNotFound
 from tether.core.machine import Status
+from tether.drivers.local.runner import Agent, approval_reason
+from tether.store import open_store as open_run_store
+
+# Imported inside the functions that use them, so that `tether --help` and the commands that need none of
+# them do not load them: tether.models (aiohttp, about 100 ms; llama_cpp for the embedded model),
+# tether.toolsets (pydantic, about 50 ms) and tether.mcp (the MCP client).
 
 EXIT_CODES: dict[Status, int] = {
     Status.COMPLETED: 0,
@@ -74,8 +80,6 @@ def fail(message: str, code: int = EXIT_CONFIGURATION) -> NoReturn:
 
 def open_store(db: str | None, log_content: bool = False, *, lease_seconds: float | None = None) -> Any:
     """The run store ``--db`` (else ``$TETHER_DB``) names: a ``postgresql://`` url or a SQLite file."""
-    from tether.store import open_store as open_run_store
-
     leases = {} if lease_seconds is None else {"lease_seconds": lease_seconds}
     return open_run_store(db, log_content=log_content, **leases)
 
@@ -268,8 +272,6 @@ def provider_of(setup: dict[str, Any]) -> Any:
 
 def agent_of(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, budget: Budget) -> Any:
     """The Agent a setup describes; the same setup rebuilds it on resume."""
-    from tether.drivers.local.runner import Agent, approval_reason
-
     provider_of(setup)  # first: an unknown provider is reported before anything is built
     tools = load_tools(tuple(setup["toolsets"]), setup.get("files_root")) + mcp_tools(setup)
     if store is None and (why := approval_reason(tools)):

@@ -57,7 +57,7 @@ def tools(toolsets: tuple[str, ...], files_root: str | None) -> None:
 @cli.command("self-check")
 def self_check() -> None:
     """Run offline scenarios against tether's own fake server and report each."""
-    from tether.cli.selfcheck import run_self_check
+    from tether.cli.selfcheck import run_self_check  # the fake server and the HTTP model: aiohttp
 
     ok = asyncio.run(run_self_check(click.echo))
     if not ok:

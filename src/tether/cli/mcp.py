@@ -8,6 +8,7 @@ import click
 
 from tether.cli.common import fail
 from tether.core.errors import ConfigurationError, TetherError
+from tether.tools.context import Principal
 
 
 @click.group()
@@ -68,8 +69,6 @@ def serve(toolsets: tuple[str, ...], files_root: str | None, principal_id: str, 
         from tether.toolsets import load_toolset
     except ImportError:
         fail("tether mcp serve needs the mcp extra: pip install 'tether[mcp]'", ConfigurationError.exit_code)
-    from tether.tools.context import Principal
-
     if not principal_id.strip():
         fail("--principal must not be empty")
     principal = Principal(principal_id, scopes=frozenset(scopes))

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.core.machine import Status
+from tether.core.redact import redact
 from tether.drivers.local.runner import (
     APPROVAL_REQUESTED,
     CALL_EXECUTED,
@@ -45,8 +46,6 @@ def _shortened(value: Any) -> Any:
 
 def arguments_preview(arguments: dict[str, Any] | None) -> str:
     """A call's arguments on one line: secrets redacted, long values cut; empty when not a JSON object."""
-    from tether.core.redact import redact
-
     if arguments is None:
         return ""
     return short(json.dumps(_shortened(redact(arguments)), ensure_ascii=False))

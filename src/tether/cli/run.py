@@ -28,16 +28,17 @@ from tether.cli.common import (
     open_store,
     with_mcp_options,
 )
+from tether.cli.render import Renderer
 from tether.cli.temporal import run_on_temporal, task_queue_option, temporal_option
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
 from tether.core.errors import ConfigurationError, TetherError
 from tether.core.machine import Status
+from tether.core.redact import redact
+from tether.tools import Principal
 
 
 def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
     """Run a driver to its end or pause, print it, and exit with the status's code."""
-    from tether.cli.render import Renderer
-
     renderer = None if as_json else Renderer(click.echo, stream=stream)
 
     async def go() -> Any:
@@ -79,8 +80,6 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
 
 def _json_result(result: Any) -> dict[str, Any]:
     """``tether run --json``: the run's report, redacted, each pending call with the commands that decide it."""
-    from tether.core.redact import redact
-
     data: dict[str, Any] = redact(result.to_dict())
     for call in data["pending"]:
         where = f"{result.run_id} {call['id']}"
@@ -218,8 +217,7 @@ def run(
     15 loop_detected, 16 repair_exhausted, 17 model_error, 18 cancelled,
     20 awaiting_approval, 21 awaiting_reconciliation.
     """
-    from tether.tools import Principal
-    from tether.toolsets import toolset_reference
+    from tether.toolsets import toolset_reference  # the toolsets load pydantic: not for every start
 
     if prompt == "-":
         prompt = sys.stdin.read().rstrip()
