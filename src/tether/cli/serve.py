@@ -86,7 +86,7 @@ def serve(
         from tether.server.runs import open_run_store
         from tether.server.settings import Settings, run_store
         from tether.tickets.db import TicketsDB
-        from tether.tickets.db import seed as seed_tickets
+        from tether.tickets.seed_data import seed as seed_tickets
     except ImportError as exc:
         fail(f"the service needs the server extra: pip install 'tether[server]' ({exc.name} is missing)")
     log_level = os.environ.get("TETHER_LOG_LEVEL", "info")
@@ -151,7 +151,8 @@ def tickets() -> None:
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=Path("tickets.db"), show_default=True)
 def seed_command(db: Path) -> None:
     """Create the tickets database with demo users (alice, bob, carol, dave; password <name>-pass)."""
-    from tether.tickets.db import TicketsDB, seed
+    from tether.tickets.db import TicketsDB
+    from tether.tickets.seed_data import seed
 
     try:
         with TicketsDB(db) as tickets_db:
