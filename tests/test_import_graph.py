@@ -113,3 +113,11 @@ def test_no_modules_of_tether_import_each_other_in_a_circle() -> None:
     found = [part for part in circles(graph(SRC)) if not all(m.startswith(UNDER_WAY) for m in part)]
 
     assert found == []
+
+
+def test_only_the_entry_point_imports_the_cli() -> None:
+    """The CLI is a surface at the top: no other part of tether (the service included) imports it."""
+    edges = graph(SRC)
+    importers = {name for name, out in edges.items() if any(m.startswith("tether.cli") for m in out)}
+
+    assert {name for name in importers if not name.startswith("tether.cli")} == {"tether.__main__"}
