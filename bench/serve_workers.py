@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "store"))
 from postgres_server import start
 
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
-from tether.tickets.db import TicketsDB, seed
+from tether.tickets.db import TicketsDB
+from tether.tickets.seed_data import seed
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "bench-" + "s" * 40

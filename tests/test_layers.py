@@ -209,3 +209,25 @@ def test_the_readme_layout_lists_every_package_in_its_layer() -> None:
     for folder, layer in listed.items():
         module = folder.removeprefix("src/").replace("/", ".")
         assert LAYERS[layer_of(module, LAYERS)][0] == layer, f"{folder} is listed under {layer}"
+
+
+def test_only_the_entry_point_imports_the_cli() -> None:
+    """The CLI is a surface at the top: no other part of tether (the service included) imports it."""
+    edges, _ = graph(SRC)
+    importers = {name for name, out in edges.items() if any(m.startswith("tether.cli") for m in out)}
+    assert {name for name in importers if not name.startswith("tether.cli")} == {"tether.__main__"}
+
+
+def test_a_circle_closed_inside_a_function_by_a_relative_import_is_found(tmp_path: Path) -> None:
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg.b import helper\n",
+        "pkg/b.py": "def helper():\n    from pkg import c\n",
+        "pkg/c.py": "from . import a\n",
+        "pkg/d.py": "import pkg.a\n",
+    }
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert circles(tmp_path) == [["pkg.a", "pkg.b", "pkg.c"]]

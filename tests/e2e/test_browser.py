@@ -133,7 +133,8 @@ def service(tmp_path: Path) -> Iterator[Service]:
     from tether.models.openai_chat import OpenAIChatModel
     from tether.server.settings import Settings
     from tether.testing import FakeServer
-    from tether.tickets.db import TicketsDB, seed
+    from tether.tickets.db import TicketsDB
+    from tether.tickets.seed_data import seed
 
     tickets_db, run_db = tmp_path / "tickets.db", tmp_path / "runs.db"
     with TicketsDB(tickets_db) as db:

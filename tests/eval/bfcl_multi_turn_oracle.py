@@ -23,7 +23,7 @@ pytest.importorskip("bfcl_eval", reason="pip install --no-deps bfcl-eval==2026.3
 
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
-from tether.eval.bfcl import tool_name
+from tether.eval.functions import tool_name
 from tether.eval.multi_turn import MultiTurnCase, bfcl_class, parse_call
 from tether.testing.fake_server import ReplySpec, raw, text, tool_calls
 

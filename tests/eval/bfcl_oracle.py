@@ -42,7 +42,7 @@ from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker  # noqa: E40
 from bfcl_eval.utils import is_empty_output, is_function_calling_format_output, is_java, is_js  # noqa: E402
 
 from tether.eval import Case  # noqa: E402
-from tether.eval.bfcl import tool_name  # noqa: E402
+from tether.eval.functions import tool_name  # noqa: E402
 from tether.testing.fake_server import ReplySpec, raw, text, tool_calls  # noqa: E402
 
 DATA = Path(next(iter(bfcl_eval.__path__))) / "data"

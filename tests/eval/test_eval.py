@@ -29,7 +29,7 @@ from tether.eval import (
     summarize,
     table,
 )
-from tether.eval.bfcl import tool_name
+from tether.eval.functions import tool_name
 from tether.testing.fake_server import raw, tool_calls
 
 

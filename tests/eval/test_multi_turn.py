@@ -18,7 +18,7 @@ from eval_helpers import eval_over_http
 
 from tether.core.messages import Message
 from tether.eval import MISTAKE, PASSED, CaseResult, MultiTurnCase, load, read_results
-from tether.eval.bfcl import _data_dir
+from tether.eval.functions import data_dir
 from tether.eval.multi_turn import (
     MAX_STEPS_PER_TURN,
     MULTI_TURN,
@@ -374,7 +374,7 @@ def test_a_scenario_a_bfcl_class_cannot_load_is_that_cases_error_and_the_others_
 def test_a_turn_that_is_not_one_user_message_is_a_precise_error(tmp_path: Path) -> None:
     from tether.eval import DatasetError
 
-    data = _data_dir()
+    data = data_dir()
     assert data is not None
     name = "BFCL_v4_multi_turn_base.json"
     entry, truth = (json.loads((data / d / name).read_text().splitlines()[0]) for d in (".", "possible_answer"))

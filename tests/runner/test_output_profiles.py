@@ -9,7 +9,7 @@ import pydantic
 import pytest
 
 from tether import Agent, Status
-from tether.cli.main import _model
+from tether.cli.common import model_of
 from tether.core.errors import ConfigurationError
 from tether.models.providers import PROVIDERS
 from tether.testing import FakeServer, ReplySpec, text, tool_calls
@@ -47,7 +47,7 @@ EXPECTED: dict[str, OutputMode] = {
 async def test_a_structured_run_through_each_profile_is_asked_the_profiles_way(name: str) -> None:
     with FakeServer(answer) as server:
         base_url = server.origin if PROVIDERS[name].protocol == "anthropic" else server.base_url
-        model = _model({"provider": name, "model": "fake", "base_url": base_url}, "sk-test")
+        model = model_of({"provider": name, "model": "fake", "base_url": base_url}, "sk-test")
         async with Agent(model, [], output_type=Invoice) as agent:
             result = await agent.run("Invoice ACME.")
     assert result.status is Status.COMPLETED, result
@@ -67,7 +67,7 @@ def test_every_profile_names_an_output_mode() -> None:
 
 async def test_the_agents_output_mode_overrides_the_profiles() -> None:
     with FakeServer(answer) as server:
-        model = _model({"provider": "openai", "model": "fake", "base_url": server.base_url}, "sk-test")
+        model = model_of({"provider": "openai", "model": "fake", "base_url": server.base_url}, "sk-test")
         assert model.output_mode == "native"
         async with Agent(model, [], output_type=Invoice, output_mode="tool") as agent:
             result = await agent.run("Invoice ACME.")

@@ -17,7 +17,8 @@ from server_harness import SECRET, Api, fake_model_factory, run_uvicorn
 
 from tether.server import Settings
 from tether.testing.fake_server import FakeServer
-from tether.tickets.db import TicketsDB, seed
+from tether.tickets.db import TicketsDB
+from tether.tickets.seed_data import seed
 
 
 @pytest.fixture(scope="session")

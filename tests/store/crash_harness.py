@@ -26,8 +26,8 @@ import signal
 import sys
 from typing import Any
 
-from tether.cli import main as cli_main
 from tether.cli import render
+from tether.cli import run as cli_run
 from tether.cli.main import main
 from tether.store import SQLiteStore, SQLStore
 
@@ -42,7 +42,7 @@ class CrashingRenderer(render.Renderer):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-render.Renderer = CrashingRenderer  # type: ignore[misc]
+cli_run.Renderer = CrashingRenderer  # type: ignore[misc]  # what `tether run` renders with
 
 if CRASH_AT == "record_outcome":
     # Right after the checkpoint carrying a side effect's outcome commits, before any checkpoint that follows it.
@@ -60,7 +60,7 @@ if lease := os.environ.get("CRASH_LEASE_SECONDS"):
     def open_store(db: str | None, log_content: bool = False) -> SQLStore:
         return SQLiteStore(db, log_content=log_content, lease_seconds=float(lease))
 
-    cli_main.open_store = open_store
+    cli_run.open_store = open_store
 
 if __name__ == "__main__":
     sys.argv = ["tether", *sys.argv[1:]]

@@ -26,7 +26,8 @@ def _meta_valid(schema: Any) -> bool:
 
 
 def test_every_converted_bfcl_schema_is_plainly_valid_and_really_valid() -> None:
-    from tether.eval.bfcl import language_of, parameters_schema
+    from tether.eval.bfcl import language_of
+    from tether.eval.functions import parameters_schema
 
     files = sorted(BFCL.glob("BFCL_v4_*.json"))
     assert files, f"fixture missing: {BFCL}"

@@ -9,6 +9,7 @@ or ``tether run PROMPT --continue ID`` goes on with it later.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import os
@@ -17,9 +18,12 @@ from typing import Any
 
 import click
 
-from tether.cli.common import api_key_option, db_option, fail, open_store
+from tether.cli.common import agent_of, api_key_option, conversation_setup, db_option, fail, given_base_url, open_store
+from tether.cli.render import Renderer
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
 from tether.core.errors import TetherError
+from tether.drivers.local.runner import Decision
+from tether.tools import Principal
 
 HISTORY_FILE = "chat_history"
 
@@ -33,8 +37,6 @@ def _readline(store_path: Path) -> None:
     history = store_path.parent / HISTORY_FILE
     with contextlib.suppress(OSError):
         readline.read_history_file(history)
-    import atexit
-
     atexit.register(_save_history, readline, history)
 
 
@@ -76,16 +78,14 @@ def chat(
       tether chat --tools calc
       tether chat --continue 3f2a...
     """
-    from tether.cli.main import _agent, _base_url, conversation_setup
-    from tether.tools import Principal
-    from tether.toolsets import toolset_reference
+    from tether.toolsets import toolset_reference  # the toolsets load pydantic: not for every start
 
     root = files_root or os.environ.get("TETHER_FILES_ROOT")
     options = {"model": model, "base_url": base_url, "toolsets": toolsets, "files_root": files_root}
     try:
         setup = {
             "model": model or os.environ.get("OPENAI_MODEL"),
-            "base_url": _base_url(base_url, "OPENAI_BASE_URL"),
+            "base_url": given_base_url(base_url, "OPENAI_BASE_URL"),
             "stream": False,
             "toolsets": [toolset_reference(t) for t in toolsets],
             "files_root": os.path.abspath(root) if root else None,
@@ -96,7 +96,7 @@ def chat(
             setup = conversation_setup(
                 store, conversation_id, setup, {k for k, v in options.items() if v}, Principal(principal)
             )
-        agent = _agent(setup, api_key, store, Principal(principal), Budget(max_steps=max_steps))
+        agent = agent_of(setup, api_key, store, Principal(principal), Budget(max_steps=max_steps))
         conversation = agent.conversation(conversation_id)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
@@ -107,8 +107,6 @@ def chat(
 
 
 async def _ask(call: Any) -> Any:
-    from tether.drivers.local.runner import Decision
-
     arguments = json.dumps(call.arguments, ensure_ascii=False)
     try:
         answer = await asyncio.to_thread(input, f"  approve {call.tool}({arguments})? [y/N] ")
@@ -119,8 +117,6 @@ async def _ask(call: Any) -> Any:
 
 
 async def _session(agent: Any, conversation: Any) -> None:
-    from tether.cli.render import Renderer
-
     renderer = Renderer(click.echo)
     try:
         while True:

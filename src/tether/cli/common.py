@@ -1,17 +1,31 @@
-"""What the CLI's commands share: exit codes, errors, common options, the store."""
+"""What the CLI's commands share: exit codes, errors, common options, the store, and what a run is built from.
+
+A run's setup (model, endpoint, provider, toolsets, MCP servers) is a plain dict, stored with the run:
+``agent_of`` builds the same agent from it for ``tether run``, ``tether chat`` and ``tether resume``.
+The commands import from here, never from ``tether.cli.main``, which only assembles them.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
-from tether.core.errors import ApprovalMismatch, ConfigurationError
+from tether.core.budget import Budget
+from tether.core.errors import ApprovalMismatch, ConfigurationError, RunNotFound
 from tether.core.machine import Status
+from tether.drivers.local.runner import Agent, approval_reason
+from tether.store import open_store as open_run_store
+
+# Imported inside the functions that use them, so that `tether --help` and the commands that need none of
+# them do not load them: tether.models (aiohttp, about 100 ms; llama_cpp for the embedded model),
+# tether.toolsets (pydantic, about 50 ms) and tether.mcp (the MCP client).
 
 EXIT_CODES: dict[Status, int] = {
     Status.COMPLETED: 0,
@@ -66,8 +80,6 @@ def fail(message: str, code: int = EXIT_CONFIGURATION) -> NoReturn:
 
 def open_store(db: str | None, log_content: bool = False, *, lease_seconds: float | None = None) -> Any:
     """The run store ``--db`` (else ``$TETHER_DB``) names: a ``postgresql://`` url or a SQLite file."""
-    from tether.store import open_store as open_run_store
-
     leases = {} if lease_seconds is None else {"lease_seconds": lease_seconds}
     return open_run_store(db, log_content=log_content, **leases)
 
@@ -100,3 +112,228 @@ json_option = click.option(
     help='Print one JSON object; a failure too: {"error": {"code", "message", "exit"}} on stdout.',
 )
 api_key_option = click.option("--api-key", help="API key [env: OPENAI_API_KEY].")
+
+
+# Shared by `tether run` (--mcp, --mcp-url): the MCP servers whose tools join the run's toolsets.
+mcp_options: list[Callable[[Any], Any]] = [
+    click.option(
+        "--mcp",
+        "mcp_commands",
+        multiple=True,
+        metavar='"COMMAND ARGS"',
+        help="Start an MCP server (stdio) and offer its tools (repeatable). Needs tether[mcp].",
+    ),
+    click.option(
+        "--mcp-url",
+        "mcp_urls",
+        multiple=True,
+        metavar="URL",
+        help="Offer the tools of the MCP server at URL (streamable HTTP; repeatable).",
+    ),
+    click.option(
+        "--mcp-read-only",
+        "mcp_read_only",
+        multiple=True,
+        metavar="TOOL",
+        help="Treat this MCP tool as read-only (repeatable). A server's readOnlyHint is never trusted: "
+        "without this every MCP tool is side-effecting.",
+    ),
+]
+
+
+def with_mcp_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(mcp_options):
+        command = option(command)
+    return command
+
+
+def mcp_tools(setup: dict[str, Any]) -> list[Any]:
+    """Connect to the MCP servers a setup names; their tools, untrusted and side-effecting unless configured."""
+    commands, urls = setup.get("mcp") or [], setup.get("mcp_urls") or []
+    if not commands and not urls:
+        return []
+    from tether.mcp import MCPToolset
+
+    read_only = set(setup.get("mcp_read_only") or [])
+    toolsets: list[Any] = []
+    try:
+        for command in commands:
+            toolsets.append(MCPToolset.stdio(command, read_only=read_only.__contains__))
+        for url in urls:
+            toolsets.append(MCPToolset.http(url, read_only=read_only.__contains__))
+        listed = {t.name for toolset in toolsets for t in toolset}
+        unknown = sorted(read_only - listed)
+        if unknown:
+            raise ConfigurationError(f"--mcp-read-only names tools no MCP server lists: {', '.join(unknown)}")
+    except BaseException:
+        for toolset in toolsets:
+            toolset.close()
+        raise
+    return [t for toolset in toolsets for t in toolset]
+
+
+def load_tools(names: tuple[str, ...], files_root: str | None) -> list[Any]:
+    """The tools of the toolsets ``names`` (registered names or importable modules), in order."""
+    from tether.toolsets import load_toolset
+
+    tools: list[Any] = []
+    for name in names:
+        tools.extend(load_toolset(name, files_root=files_root))
+    return tools
+
+
+def _no_endpoint() -> ConfigurationError:
+    """Nothing names a model or an endpoint, and the embedded model cannot stand in."""
+    local = os.environ.get("TETHER_LOCAL", "")
+    if local.lower() in ("off", "0", "no", "false"):  # the values tether.models.local obeys
+        hint = f"; the embedded model is turned off (TETHER_LOCAL={local})"
+    else:
+        hint = ", or pip install 'tether[local]' for an embedded model"
+    return ConfigurationError(
+        "no model endpoint configured: set OPENAI_BASE_URL and OPENAI_MODEL for an OpenAI-compatible "
+        "server, or OPENAI_API_KEY and OPENAI_MODEL for api.openai.com (or pass --base-url/--model)" + hint
+    )
+
+
+def _endpoint(setup: dict[str, Any], model: str | None, api_key: str | None) -> tuple[str, str | None, str | None]:
+    """The model name, base URL and key of an OpenAI-compatible endpoint that something named, all of it set."""
+    base_url = setup.get("base_url")  # the setup holds it as the run began (--base-url or OPENAI_BASE_URL)
+    if not base_url and not api_key:
+        named = f"the model {model!r} (--model or OPENAI_MODEL)" if model else f"--provider {setup.get('provider')}"
+        raise ConfigurationError(
+            f"{named} is named but no endpoint is: set OPENAI_BASE_URL (or --base-url) for an OpenAI-compatible "
+            "server, or OPENAI_API_KEY (or --api-key) for api.openai.com; the embedded model answers only "
+            "when no model, endpoint, key or provider is named"
+        )
+    if not model:
+        raise ConfigurationError("no model named: set OPENAI_MODEL or pass --model")
+    return model, base_url, api_key
+
+
+def model_of(setup: dict[str, Any], api_key: str | None) -> Any:
+    """The model a setup names: an HTTP endpoint, or the embedded local model when nothing names one.
+
+    Anything that names a model or an endpoint (--model, --base-url, --api-key, --provider, or
+    OPENAI_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY) rules the embedded model out: an endpoint that is
+    incomplete is a configuration error saying what to set, never a silent switch to another model.
+    """
+    if provider_of(setup).protocol == "anthropic":
+        from tether.models.anthropic import AnthropicModel
+
+        return AnthropicModel(
+            setup.get("model"),
+            base_url=setup.get("base_url"),
+            api_key=api_key,
+            stream=setup.get("stream", False),
+            output_mode=provider_of(setup).output_mode,
+        )
+    from tether.models.local import default_model_path, local_available
+
+    api_key = api_key or os.environ.get("OPENAI_API_KEY")
+    model = setup.get("model") or os.environ.get("OPENAI_MODEL")
+    named = model or setup.get("base_url") or api_key or setup.get("provider") not in (None, "local")
+    if setup.get("local_model") or not named:
+        if not setup.get("local_model") and not local_available():
+            raise _no_endpoint()
+        from tether.models.local import LocalModel
+
+        path = setup.get("local_model") or str(default_model_path())
+        setup["local_model"] = path
+        setup["provider"] = setup.get("provider") or "local"
+        click.echo(
+            f"using the local model {Path(path).stem} (nothing names a model or an endpoint); "
+            "a model this small gives weak answers: set OPENAI_BASE_URL and OPENAI_MODEL for a real one",
+            err=True,
+        )
+        return LocalModel(path, output_mode=provider_of(setup).output_mode)
+    from tether.models.openai_chat import OpenAIChatModel
+
+    name, url, key = _endpoint(setup, model, api_key)
+    profile = provider_of(setup)
+    stream = setup.get("stream", False)
+    return OpenAIChatModel(
+        name,
+        base_url=url,
+        api_key=key,
+        stream=stream,
+        compat=profile.wire,
+        output_mode=profile.output_mode,
+        strict_tools=profile.strict_tools,
+    )
+
+
+def provider_of(setup: dict[str, Any]) -> Any:
+    """The provider profile a setup names (strict defaults when it names none)."""
+    from tether.models.providers import Provider, provider
+
+    name = setup.get("provider")
+    return provider(name) if name else Provider("default")
+
+
+def agent_of(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, budget: Budget) -> Any:
+    """The Agent a setup describes; the same setup rebuilds it on resume."""
+    provider_of(setup)  # first: an unknown provider is reported before anything is built
+    tools = load_tools(tuple(setup["toolsets"]), setup.get("files_root")) + mcp_tools(setup)
+    if store is None and (why := approval_reason(tools)):
+        raise ConfigurationError(f"{why}: a run that waits for approval is kept in the run store; drop --no-log")
+    model = model_of(setup, api_key)  # the embedded model brings the local profile with it
+    return Agent(
+        model, tools, budget=budget, compat=provider_of(setup).compat, store=store, setup=setup, principal=principal
+    )
+
+
+def given_base_url(flag: str | None, variable: str) -> str | None:
+    """``--base-url``, else ``$variable``: checked before anything is recorded, naming where it came from."""
+    from tether.models.http import checked_base_url
+
+    value = flag or os.environ.get(variable)
+    if value:
+        checked_base_url(value, "--base-url" if flag else variable)
+    return value
+
+
+# What a conversation keeps from its first turn, with the option that would name something else.
+PINNED = {
+    "model": "--model",
+    "base_url": "--base-url",
+    "provider": "--provider",
+    "toolsets": "--tools",
+    "mcp": "--mcp",
+    "mcp_urls": "--mcp-url",
+    "local_model": "--local-model",
+    "files_root": "--files-root",
+}
+
+
+def conversation_setup(
+    store: Any, conversation_id: str, setup: dict[str, Any], given: set[str], principal: Any
+) -> dict[str, Any]:
+    """The setup a conversation goes on with: its first turn's, as ``resume`` uses a run's own.
+
+    ``given`` names the ``setup`` keys the user set by option (``PINNED``): one that names something else
+    than the conversation runs with (another model, endpoint, provider, toolset) is a configuration error,
+    never a silent switch. A conversation with no turn yet takes ``setup`` as it is. Another principal's
+    conversation is not there (``RunNotFound``, as for a missing id): nothing of it is read for them.
+    """
+    stored = store.load_conversation(conversation_id)
+    if stored.principal.id != principal.id:
+        raise RunNotFound(f"no conversation {conversation_id} in {store.path}")
+    turns = stored.turns
+    if not turns:
+        return setup
+    recorded = dict(store.load(turns[0][0]).setup)
+    for key in sorted(given & PINNED.keys()):
+        if setup.get(key) != recorded.get(key):
+            flag = PINNED[key]
+            raise ConfigurationError(
+                f"conversation {conversation_id} runs with {flag} {_shown(recorded.get(key))}, not "
+                f"{_shown(setup.get(key))}: leave {flag} out to go on with it, or start a new conversation"
+            )
+    recorded["stream"] = setup.get("stream", False)  # how the turn is shown, not what runs it
+    return recorded
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return " ".join(value) or "(none)"
+    return "(none)" if value is None else str(value)

@@ -1,7 +1,8 @@
-"""The ``tether`` command.
+"""The ``tether`` command: the group, assembled from the commands' modules.
 
-Every run's status maps to one exit code (``EXIT_CODES``), so scripts can
-tell a completed run from a truncated or refused one without parsing text.
+Each command lives in its own module (``run``, ``chat``, ``runs``, ``eval``,
+``serve``, ``temporal``, ``mcp``) and takes what they share from
+``tether.cli.common``; none imports this one.
 """
 
 from __future__ import annotations
@@ -9,481 +10,24 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
-from pathlib import Path
-from typing import Any, NoReturn
 
 import click
 
 from tether.cli.chat import chat
-from tether.cli.common import (
-    EXIT_CODES,
-    EXIT_INTERNAL,
-    EXIT_NOT_WAITING,
-    api_key_option,
-    db_option,
-    fail,
-    json_option,
-    open_store,
-)
+from tether.cli.common import EXIT_INTERNAL, fail, load_tools
 from tether.cli.eval import eval_command
-from tether.cli.mcp import mcp, mcp_tools, with_mcp_options
+from tether.cli.mcp import mcp
+from tether.cli.run import resume, run
 from tether.cli.runs import approve, deny, reconcile, runs
 from tether.cli.serve import kb, serve, tickets
-from tether.cli.temporal import dev_server, run_on_temporal, task_queue_option, temporal_option, worker
-from tether.core.budget import DEFAULT_MAX_STEPS, Budget
-from tether.core.errors import ConfigurationError, RunNotFound, TetherError
-from tether.core.machine import Status
+from tether.cli.temporal import dev_server, worker
+from tether.core.errors import TetherError
 
 
 @click.group()
 @click.version_option(package_name="tether")
 def cli() -> None:
     """tether runs tool-calling agents: the model proposes; the host disposes."""
-
-
-def _tools(names: tuple[str, ...], files_root: str | None) -> list[Any]:
-    from tether.toolsets import load_toolset
-
-    tools: list[Any] = []
-    for name in names:
-        tools.extend(load_toolset(name, files_root=files_root))
-    return tools
-
-
-def _no_endpoint() -> ConfigurationError:
-    """Nothing names a model or an endpoint, and the embedded model cannot stand in."""
-    local = os.environ.get("TETHER_LOCAL", "")
-    if local.lower() in ("off", "0", "no", "false"):  # the values tether.models.local obeys
-        hint = f"; the embedded model is turned off (TETHER_LOCAL={local})"
-    else:
-        hint = ", or pip install 'tether[local]' for an embedded model"
-    return ConfigurationError(
-        "no model endpoint configured: set OPENAI_BASE_URL and OPENAI_MODEL for an OpenAI-compatible "
-        "server, or OPENAI_API_KEY and OPENAI_MODEL for api.openai.com (or pass --base-url/--model)" + hint
-    )
-
-
-def _endpoint(setup: dict[str, Any], model: str | None, api_key: str | None) -> tuple[str, str | None, str | None]:
-    """The model name, base URL and key of an OpenAI-compatible endpoint that something named, all of it set."""
-    base_url = setup.get("base_url")  # the setup holds it as the run began (--base-url or OPENAI_BASE_URL)
-    if not base_url and not api_key:
-        named = f"the model {model!r} (--model or OPENAI_MODEL)" if model else f"--provider {setup.get('provider')}"
-        raise ConfigurationError(
-            f"{named} is named but no endpoint is: set OPENAI_BASE_URL (or --base-url) for an OpenAI-compatible "
-            "server, or OPENAI_API_KEY (or --api-key) for api.openai.com; the embedded model answers only "
-            "when no model, endpoint, key or provider is named"
-        )
-    if not model:
-        raise ConfigurationError("no model named: set OPENAI_MODEL or pass --model")
-    return model, base_url, api_key
-
-
-def _model(setup: dict[str, Any], api_key: str | None) -> Any:
-    """The model a setup names: an HTTP endpoint, or the embedded local model when nothing names one.
-
-    Anything that names a model or an endpoint (--model, --base-url, --api-key, --provider, or
-    OPENAI_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY) rules the embedded model out: an endpoint that is
-    incomplete is a configuration error saying what to set, never a silent switch to another model.
-    """
-    if _provider(setup).protocol == "anthropic":
-        from tether.models.anthropic import AnthropicModel
-
-        return AnthropicModel(
-            setup.get("model"),
-            base_url=setup.get("base_url"),
-            api_key=api_key,
-            stream=setup.get("stream", False),
-            output_mode=_provider(setup).output_mode,
-        )
-    from tether.models.local import default_model_path, local_available
-
-    api_key = api_key or os.environ.get("OPENAI_API_KEY")
-    model = setup.get("model") or os.environ.get("OPENAI_MODEL")
-    named = model or setup.get("base_url") or api_key or setup.get("provider") not in (None, "local")
-    if setup.get("local_model") or not named:
-        if not setup.get("local_model") and not local_available():
-            raise _no_endpoint()
-        from tether.models.local import LocalModel
-
-        path = setup.get("local_model") or str(default_model_path())
-        setup["local_model"] = path
-        setup["provider"] = setup.get("provider") or "local"
-        click.echo(
-            f"using the local model {Path(path).stem} (nothing names a model or an endpoint); "
-            "a model this small gives weak answers: set OPENAI_BASE_URL and OPENAI_MODEL for a real one",
-            err=True,
-        )
-        return LocalModel(path, output_mode=_provider(setup).output_mode)
-    from tether.models.openai_chat import OpenAIChatModel
-
-    name, url, key = _endpoint(setup, model, api_key)
-    profile = _provider(setup)
-    stream = setup.get("stream", False)
-    return OpenAIChatModel(
-        name,
-        base_url=url,
-        api_key=key,
-        stream=stream,
-        compat=profile.wire,
-        output_mode=profile.output_mode,
-        strict_tools=profile.strict_tools,
-    )
-
-
-def _provider(setup: dict[str, Any]) -> Any:
-    """The provider profile a setup names (strict defaults when it names none)."""
-    from tether.models.providers import Provider, provider
-
-    name = setup.get("provider")
-    return provider(name) if name else Provider("default")
-
-
-def _agent(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, budget: Budget) -> Any:
-    """The Agent a setup describes; the same setup rebuilds it on resume."""
-    from tether.drivers.local.runner import Agent, approval_reason
-
-    _provider(setup)  # first: an unknown provider is reported before anything is built
-    tools = _tools(tuple(setup["toolsets"]), setup.get("files_root")) + mcp_tools(setup)
-    if store is None and (why := approval_reason(tools)):
-        raise ConfigurationError(f"{why}: a run that waits for approval is kept in the run store; drop --no-log")
-    model = _model(setup, api_key)  # the embedded model brings the local profile with it
-    return Agent(
-        model, tools, budget=budget, compat=_provider(setup).compat, store=store, setup=setup, principal=principal
-    )
-
-
-def _base_url(flag: str | None, variable: str) -> str | None:
-    """``--base-url``, else ``$variable``: checked before anything is recorded, naming where it came from."""
-    from tether.models.http import checked_base_url
-
-    value = flag or os.environ.get(variable)
-    if value:
-        checked_base_url(value, "--base-url" if flag else variable)
-    return value
-
-
-# What a conversation keeps from its first turn, with the option that would name something else.
-PINNED = {
-    "model": "--model",
-    "base_url": "--base-url",
-    "provider": "--provider",
-    "toolsets": "--tools",
-    "mcp": "--mcp",
-    "mcp_urls": "--mcp-url",
-    "local_model": "--local-model",
-    "files_root": "--files-root",
-}
-
-
-def conversation_setup(
-    store: Any, conversation_id: str, setup: dict[str, Any], given: set[str], principal: Any
-) -> dict[str, Any]:
-    """The setup a conversation goes on with: its first turn's, as ``resume`` uses a run's own.
-
-    ``given`` names the ``setup`` keys the user set by option (``PINNED``): one that names something else
-    than the conversation runs with (another model, endpoint, provider, toolset) is a configuration error,
-    never a silent switch. A conversation with no turn yet takes ``setup`` as it is. Another principal's
-    conversation is not there (``RunNotFound``, as for a missing id): nothing of it is read for them.
-    """
-    stored = store.load_conversation(conversation_id)
-    if stored.principal.id != principal.id:
-        raise RunNotFound(f"no conversation {conversation_id} in {store.path}")
-    turns = stored.turns
-    if not turns:
-        return setup
-    recorded = dict(store.load(turns[0][0]).setup)
-    for key in sorted(given & PINNED.keys()):
-        if setup.get(key) != recorded.get(key):
-            flag = PINNED[key]
-            raise ConfigurationError(
-                f"conversation {conversation_id} runs with {flag} {_shown(recorded.get(key))}, not "
-                f"{_shown(setup.get(key))}: leave {flag} out to go on with it, or start a new conversation"
-            )
-    recorded["stream"] = setup.get("stream", False)  # how the turn is shown, not what runs it
-    return recorded
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, list):
-        return " ".join(value) or "(none)"
-    return "(none)" if value is None else str(value)
-
-
-def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
-    """Run a driver to its end or pause, print it, and exit with the status's code."""
-    from tether.cli.render import Renderer
-
-    renderer = None if as_json else Renderer(click.echo, stream=stream)
-
-    async def go() -> Any:
-        try:
-            return await start(renderer).run()
-        finally:
-            await agent.aclose()
-
-    try:
-        result = asyncio.run(go())
-    except KeyboardInterrupt:
-        fail("interrupted", EXIT_CODES[Status.CANCELLED])
-    except TetherError as exc:
-        fail(str(exc), exc.exit_code)
-    if as_json:
-        click.echo(json.dumps(_json_result(result), ensure_ascii=False))
-    else:
-        assert renderer is not None
-        renderer.finish(result)
-    if result.status is Status.AWAITING_APPROVAL:
-        for call in result.state.undecided():
-            why = f" needs approval: {call.approval_reason};" if call.approval_reason else ""
-            click.echo(
-                f"paused: call {call.call_id} {call.tool}{why} approve with `tether approve {result.run_id} "
-                f"{call.call_id}` or deny with `tether deny {result.run_id} {call.call_id}`",
-                err=True,
-            )
-    elif result.status is Status.AWAITING_RECONCILIATION:
-        for call_id in result.state.unknown:
-            click.echo(
-                f"paused: the outcome of call {call_id} is unknown; record it with `tether reconcile "
-                f"{result.run_id} {call_id} --executed RESULT_JSON | --not-executed`",
-                err=True,
-            )
-    elif result.status is not Status.COMPLETED:
-        click.echo(f"error: run {result.run_id} ended {result.status.value}: {result.reason}", err=True)
-    sys.exit(EXIT_CODES.get(result.status, EXIT_INTERNAL))
-
-
-def _json_result(result: Any) -> dict[str, Any]:
-    """``tether run --json``: the run's report, redacted, each pending call with the commands that decide it."""
-    from tether.core.redact import redact
-
-    data: dict[str, Any] = redact(result.to_dict())
-    for call in data["pending"]:
-        where = f"{result.run_id} {call['id']}"
-        if result.status is Status.AWAITING_APPROVAL:
-            call.update(approve=f"tether approve {where}", deny=f"tether deny {where}")
-        else:
-            call.update(
-                executed=f"tether reconcile {where} --executed RESULT_JSON",
-                not_executed=f"tether reconcile {where} --not-executed",
-            )
-    return data
-
-
-@cli.command()
-@click.argument("prompt")
-@click.option(
-    "--tools",
-    "toolsets",
-    multiple=True,
-    metavar="NAME_OR_MODULE",
-    help="A toolset: calc, files, clock, or an importable module (repeatable).",
-)
-@with_mcp_options
-@click.option("--model", help="Model name [env: OPENAI_MODEL, or ANTHROPIC_MODEL with --provider anthropic].")
-@click.option(
-    "--base-url",
-    help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env: OPENAI_BASE_URL, "
-    "or ANTHROPIC_BASE_URL with --provider anthropic].",
-)
-@api_key_option
-@click.option(
-    "--max-steps",
-    type=click.IntRange(min=1),
-    default=DEFAULT_MAX_STEPS,
-    show_default=True,
-    help="Model requests allowed in this run.",
-)
-@click.option(
-    "--files-root",
-    type=click.Path(file_okay=False),
-    help="Root for the files toolset [env: TETHER_FILES_ROOT].",
-)
-@click.option(
-    "--local-model",
-    type=click.Path(dir_okay=False, exists=True),
-    help="Run this GGUF file in-process instead of an endpoint [env: TETHER_LOCAL_MODEL].",
-)
-@click.option(
-    "--provider",
-    envvar="TETHER_PROVIDER",
-    metavar="NAME",
-    help="A provider profile (tether.models.providers): openai, llama-cpp-python, snowflake, or anthropic "
-    "(the Messages API; key from ANTHROPIC_API_KEY) [env: TETHER_PROVIDER].",
-)
-@click.option(
-    "--max-total-tokens",
-    type=click.IntRange(min=1),
-    help="Tokens (input and output) allowed in this run; counted locally when the provider reports none.",
-)
-@click.option("--principal", default="local", show_default=True, help="Who the run acts for.")
-@click.option("--scope", "scopes", multiple=True, help="A scope the principal holds (repeatable; default: all).")
-@click.option("--stream", is_flag=True, help="Stream the model's replies.")
-@db_option
-@click.option("--no-log", is_flag=True, help="Do not record this run in the run store.")
-@click.option("--log-content", is_flag=True, help="Keep prompts, replies and results in the audit events.")
-@click.option(
-    "--continue", "conversation_id", metavar="CONVERSATION", help="Run PROMPT as the next turn of a conversation."
-)
-@click.option(
-    "--engine",
-    type=click.Choice(["local", "temporal"]),
-    default="local",
-    show_default=True,
-    help="Drive the run here, or as a Temporal workflow on `tether worker` processes.",
-)
-@temporal_option
-@task_queue_option
-@click.option("--no-wait", is_flag=True, help="With --engine temporal: print the run id and return at once.")
-@json_option
-def run(
-    prompt: str,
-    toolsets: tuple[str, ...],
-    mcp_commands: tuple[str, ...],
-    mcp_urls: tuple[str, ...],
-    mcp_read_only: tuple[str, ...],
-    model: str | None,
-    base_url: str | None,
-    api_key: str | None,
-    max_steps: int,
-    files_root: str | None,
-    local_model: str | None,
-    provider: str | None,
-    max_total_tokens: int | None,
-    principal: str,
-    scopes: tuple[str, ...],
-    stream: bool,
-    db: str | None,
-    no_log: bool,
-    log_content: bool,
-    conversation_id: str | None,
-    engine: str,
-    temporal_address: str | None,
-    task_queue: str,
-    no_wait: bool,
-    as_json: bool,
-) -> None:
-    """Run PROMPT as an agent with the given tools (PROMPT `-`: read it from standard input).
-
-    The run is recorded in the run store (unless --no-log), so a paused or
-    crashed run can be resumed with `tether resume RUN`.
-
-    With no model, endpoint, key or provider named (options or OPENAI_*
-    variables) the embedded model answers; once any is named, an incomplete
-    endpoint is a configuration error. --continue goes on with the model and
-    tools the conversation began with; an option naming others is refused.
-
-    \b
-    Examples:
-      tether run "What is 248 times 15?" --tools calc
-      tether run "List the files" --tools files --files-root ./docs --json
-      tether run "What is 248 times 15?" --tools calc --provider anthropic --model claude-sonnet-4-5
-      tether run "What is 2+2?" --tools calc --provider snowflake
-      tether run "Find the notes" --mcp "npx -y @modelcontextprotocol/server-filesystem ." --mcp-read-only search_files
-      tether run "And times 2?" --continue CONVERSATION   (see tether chat)
-      git log -5 | tether run - --model gpt-4o-mini
-      tether run "What is 248 times 15?" --engine temporal --temporal 127.0.0.1:7233 --task-queue tether
-
-    With --engine temporal the tools and the model are the workers' (`tether
-    worker`); this process sends the prompt, the principal and the budget.
-    Given a run store (--db or TETHER_DB, the workers' one), it records the
-    run there first, so `tether runs list` shows it before a worker takes it.
-
-    Exit status: 0 completed, 3 configuration error, 10 max_steps,
-    11 budget_exhausted, 12 truncated, 13 content_filtered, 14 protocol_error,
-    15 loop_detected, 16 repair_exhausted, 17 model_error, 18 cancelled,
-    20 awaiting_approval, 21 awaiting_reconciliation.
-    """
-    from tether.tools import Principal
-    from tether.toolsets import toolset_reference
-
-    if prompt == "-":
-        prompt = sys.stdin.read().rstrip()
-        if not prompt:
-            fail("no prompt on standard input (tether run - reads it from there)")
-    root = files_root or os.environ.get("TETHER_FILES_ROOT")
-    env = "ANTHROPIC" if provider == "anthropic" else "OPENAI"
-    try:
-        setup = {
-            "model": model or os.environ.get(f"{env}_MODEL"),
-            "base_url": _base_url(base_url, f"{env}_BASE_URL"),
-            "stream": stream,
-            # Stored with the run and read again by `resume`, maybe elsewhere: paths are absolute.
-            "toolsets": [toolset_reference(t) for t in toolsets],
-            "mcp": list(mcp_commands),
-            "mcp_urls": list(mcp_urls),
-            "mcp_read_only": list(mcp_read_only),
-            "files_root": os.path.abspath(root) if root else None,
-            "local_model": os.path.abspath(local_model) if local_model else None,
-            "provider": provider,
-        }
-    except TetherError as exc:
-        fail(str(exc), exc.exit_code)
-    given = {"model": model, "base_url": base_url, "provider": provider, "toolsets": toolsets}
-    given |= {"mcp": mcp_commands, "mcp_urls": mcp_urls, "local_model": local_model, "files_root": files_root}
-    who = Principal(principal, frozenset(scopes)) if scopes else Principal(principal)
-    budget = Budget(max_steps=max_steps, max_total_tokens=max_total_tokens)
-    if engine == "temporal":
-        run_on_temporal(
-            prompt,
-            address=temporal_address,
-            task_queue=task_queue,
-            principal=who,
-            budget=budget,
-            wait=not no_wait,
-            as_json=as_json,
-            db=None if no_log else db,
-            record=not no_log,
-            log_content=log_content,
-        )
-    try:
-        if conversation_id and no_log:
-            raise ConfigurationError("--continue needs the run store, where the conversation is: drop --no-log")
-        store = None if no_log else open_store(db, log_content)
-        if conversation_id:
-            setup = conversation_setup(store, conversation_id, setup, {k for k, v in given.items() if v}, who)
-        agent = _agent(setup, api_key, store, who, budget)
-        conversation = agent.conversation(conversation_id) if conversation_id else None
-    except TetherError as exc:
-        fail(str(exc), exc.exit_code)
-    if conversation is not None:
-        _drive(agent, lambda renderer: conversation.turn(prompt, on_event=renderer), as_json, stream)
-    _drive(agent, lambda renderer: agent.driver(prompt, on_event=renderer), as_json, stream)
-
-
-@cli.command()
-@click.argument("run_id")
-@api_key_option
-@db_option
-@json_option
-def resume(run_id: str, api_key: str | None, db: str | None, as_json: bool) -> None:
-    """Carry on a paused or interrupted run from its last checkpoint.
-
-    Side-effecting calls whose outcome is unknown are never run again
-    blindly: their tool's reconcile hook decides, or the run waits for
-    `tether reconcile`. RUN_ID may be a unique prefix of the run id.
-
-    Exit status: the resumed run's, as for `tether run`; 7 when the run has
-    already ended (there is nothing to resume).
-
-    \b
-    Example:
-      tether resume 3f2a
-    """
-    try:
-        store = open_store(db)
-        run_id = store.resolve(run_id)
-        stored = store.load(run_id)
-        if stored.state.status.terminal:
-            fail(
-                f"run {run_id} already ended {stored.state.status.value}; there is nothing to resume",
-                EXIT_NOT_WAITING,
-            )
-        store.log_content = bool(stored.setup.get("log_content"))  # logged as it began
-        agent = _agent(stored.setup, api_key, store, stored.principal, stored.state.config.budget)
-    except TetherError as exc:
-        fail(str(exc), exc.exit_code)
-    _drive(agent, lambda renderer: agent.resume(run_id, on_event=renderer), as_json, stored.setup.get("stream", False))
 
 
 @cli.command()
@@ -497,7 +41,7 @@ def tools(toolsets: tuple[str, ...], files_root: str | None) -> None:
       tether tools calc clock
     """
     try:
-        found = _tools(toolsets, files_root or os.environ.get("TETHER_FILES_ROOT") or ".")
+        found = load_tools(toolsets, files_root or os.environ.get("TETHER_FILES_ROOT") or ".")
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     for t in found:
@@ -513,7 +57,7 @@ def tools(toolsets: tuple[str, ...], files_root: str | None) -> None:
 @cli.command("self-check")
 def self_check() -> None:
     """Run offline scenarios against tether's own fake server and report each."""
-    from tether.cli.selfcheck import run_self_check
+    from tether.cli.selfcheck import run_self_check  # the fake server and the HTTP model: aiohttp
 
     ok = asyncio.run(run_self_check(click.echo))
     if not ok:
@@ -521,6 +65,8 @@ def self_check() -> None:
     click.echo("self-check passed")
 
 
+cli.add_command(run)
+cli.add_command(resume)
 cli.add_command(runs)
 cli.add_command(chat)
 cli.add_command(serve)

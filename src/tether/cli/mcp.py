@@ -1,72 +1,14 @@
-"""``tether mcp ...`` and the ``--mcp``/``--mcp-url`` options of ``tether run``."""
+"""``tether mcp ...``: tether toolsets served to MCP clients (``tether run --mcp`` is in ``tether.cli.common``)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any
 
 import click
 
 from tether.cli.common import fail
 from tether.core.errors import ConfigurationError, TetherError
-
-# Shared by `tether run`: the MCP servers whose tools join the run's toolsets.
-mcp_options: list[Callable[[Any], Any]] = [
-    click.option(
-        "--mcp",
-        "mcp_commands",
-        multiple=True,
-        metavar='"COMMAND ARGS"',
-        help="Start an MCP server (stdio) and offer its tools (repeatable). Needs tether[mcp].",
-    ),
-    click.option(
-        "--mcp-url",
-        "mcp_urls",
-        multiple=True,
-        metavar="URL",
-        help="Offer the tools of the MCP server at URL (streamable HTTP; repeatable).",
-    ),
-    click.option(
-        "--mcp-read-only",
-        "mcp_read_only",
-        multiple=True,
-        metavar="TOOL",
-        help="Treat this MCP tool as read-only (repeatable). A server's readOnlyHint is never trusted: "
-        "without this every MCP tool is side-effecting.",
-    ),
-]
-
-
-def with_mcp_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(mcp_options):
-        command = option(command)
-    return command
-
-
-def mcp_tools(setup: dict[str, Any]) -> list[Any]:
-    """Connect to the MCP servers a setup names; their tools, untrusted and side-effecting unless configured."""
-    commands, urls = setup.get("mcp") or [], setup.get("mcp_urls") or []
-    if not commands and not urls:
-        return []
-    from tether.mcp import MCPToolset
-
-    read_only = set(setup.get("mcp_read_only") or [])
-    toolsets: list[Any] = []
-    try:
-        for command in commands:
-            toolsets.append(MCPToolset.stdio(command, read_only=read_only.__contains__))
-        for url in urls:
-            toolsets.append(MCPToolset.http(url, read_only=read_only.__contains__))
-        listed = {t.name for toolset in toolsets for t in toolset}
-        unknown = sorted(read_only - listed)
-        if unknown:
-            raise ConfigurationError(f"--mcp-read-only names tools no MCP server lists: {', '.join(unknown)}")
-    except BaseException:
-        for toolset in toolsets:
-            toolset.close()
-        raise
-    return [t for toolset in toolsets for t in toolset]
+from tether.tools.context import Principal
 
 
 @click.group()
@@ -127,8 +69,6 @@ def serve(toolsets: tuple[str, ...], files_root: str | None, principal_id: str, 
         from tether.toolsets import load_toolset
     except ImportError:
         fail("tether mcp serve needs the mcp extra: pip install 'tether[mcp]'", ConfigurationError.exit_code)
-    from tether.tools.context import Principal
-
     if not principal_id.strip():
         fail("--principal must not be empty")
     principal = Principal(principal_id, scopes=frozenset(scopes))

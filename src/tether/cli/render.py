@@ -22,6 +22,7 @@ from tether.core.events import (
     RunEvent,
 )
 from tether.core.machine import Status
+from tether.core.redact import redact
 from tether.core.report import RunResult
 
 SHORT = 120
@@ -45,8 +46,6 @@ def _shortened(value: Any) -> Any:
 
 def arguments_preview(arguments: dict[str, Any] | None) -> str:
     """A call's arguments on one line: secrets redacted, long values cut; empty when not a JSON object."""
-    from tether.core.redact import redact
-
     if arguments is None:
         return ""
     return short(json.dumps(_shortened(redact(arguments)), ensure_ascii=False))

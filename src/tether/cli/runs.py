@@ -14,10 +14,12 @@ import click
 
 from tether.cli.common import db_option, fail, json_option, open_store
 from tether.cli.render import arguments_preview, short
-from tether.cli.temporal import temporal_run_option
+from tether.cli.temporal import decide_on_temporal, reconcile_on_temporal, temporal_run_option
 from tether.core.errors import TetherError
 from tether.core.redact import redact
-from tether.drivers.local.runner import json_object
+from tether.drivers.common import json_object
+from tether.drivers.local.durable import decide
+from tether.drivers.local.durable import reconcile as settle_call
 from tether.store.records import omitted
 
 EXIT_VERIFY_FAILED = 6
@@ -236,8 +238,6 @@ def _decide(
     db: str | None,
     as_json: bool,
 ) -> None:
-    from tether.drivers.local.durable import decide
-
     try:
         store = open_store(db)
         run_id = store.resolve(run_id)
@@ -276,8 +276,6 @@ def approve(
     has no such pending call or the fingerprint names other arguments.
     """
     if temporal_address:
-        from tether.cli.temporal import decide_on_temporal
-
         decide_on_temporal(
             temporal_address, run_id, call_id, approved=True, reason=reason, fingerprint=fingerprint, as_json=as_json
         )
@@ -301,8 +299,6 @@ def deny(
     no such pending call.
     """
     if temporal_address:
-        from tether.cli.temporal import decide_on_temporal
-
         decide_on_temporal(
             temporal_address, run_id, call_id, approved=False, reason=reason, fingerprint=None, as_json=as_json
         )
@@ -339,8 +335,6 @@ def reconcile(
       tether reconcile RUN CALL --executed '{"id": 42}'
       tether reconcile RUN CALL --not-executed
     """
-    from tether.drivers.local.durable import reconcile as settle_call
-
     if (result_json is None) == (not not_executed):
         fail("give exactly one of --executed RESULT_JSON or --not-executed", 2)
     result: Any = None
@@ -350,8 +344,6 @@ def reconcile(
         except ValueError as exc:
             fail(f"--executed takes a JSON value: {exc.args[0]}", 2)
     if temporal_address:
-        from tether.cli.temporal import reconcile_on_temporal
-
         reconcile_on_temporal(temporal_address, run_id, call_id, result_json, as_json=as_json)
     try:
         store = open_store(db)

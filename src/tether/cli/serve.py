@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import secrets
-from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from tether.cli.common import fail, seconds
 from tether.core.errors import TetherError
-
-if TYPE_CHECKING:
-    from tether.server.settings import Settings
 
 
 @click.command()
@@ -80,66 +73,24 @@ def serve(
       tether serve --db postgresql://tether@db/tether --workers 4 --tickets-db tickets.db ...
     """
     try:
-        import uvicorn
-
-        from tether.server.app import create_app
-        from tether.server.runs import open_run_store
-        from tether.server.settings import Settings, run_store
-        from tether.tickets.db import TicketsDB
-        from tether.tickets.db import seed as seed_tickets
+        from tether.server.launch import serve as serve_tickets
     except ImportError as exc:
         fail(f"the service needs the server extra: pip install 'tether[server]' ({exc.name} is missing)")
-    log_level = os.environ.get("TETHER_LOG_LEVEL", "info")
     try:
-        settings = Settings.from_env(base_url=base_url, model=model)
-        settings = replace(
-            settings,
-            tickets_db=tickets_db or settings.tickets_db,
-            run_db=run_store(run_db) if run_db else settings.run_db,
-            kb_index=kb_index or settings.kb_index,
-            lease_seconds=lease_seconds or settings.lease_seconds,
+        serve_tickets(
+            host=host,
+            port=port,
+            base_url=base_url,
+            model=model,
+            tickets_db=tickets_db,
+            run_db=run_db,
+            kb_index=kb_index,
+            seed=seed,
+            workers=workers,
+            lease_seconds=lease_seconds,
         )
-        if workers > 1 and not settings.shared_store:
-            fail(
-                f"--workers {workers} needs a run store several processes can share: "
-                f"--db postgresql://... (or TETHER_RUN_DB); the SQLite file {settings.run_db} serves one process"
-            )
-        if seed:
-            with TicketsDB(settings.tickets_db) as db:
-                seed_tickets(db)
-        if workers == 1:
-            app = create_app(settings)
-        else:
-            open_run_store(settings).close()  # migrated once, and a wrong url said here rather than N times
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
-    if workers == 1:
-        uvicorn.run(app, host=host, port=port, log_level=log_level)
-        return
-    # Each worker process builds the app from the environment (main_app): hand it what the options say.
-    _export(settings, base_url, model)
-    uvicorn.run("tether.server.app:main_app", factory=True, workers=workers, host=host, port=port, log_level=log_level)
-
-
-def _export(settings: Settings, base_url: str | None, model: str | None) -> None:
-    """Put the settings the options gave into the environment the worker processes inherit."""
-    env = os.environ
-    env["TETHER_TICKETS_DB"] = str(settings.tickets_db)
-    env["TETHER_RUN_DB"] = str(settings.run_db)
-    env["TETHER_LEASE_SECONDS"] = repr(settings.lease_seconds)
-    if settings.kb_index is not None:
-        env["TETHER_KB_INDEX"] = str(settings.kb_index)
-    if base_url:
-        env["OPENAI_BASE_URL"] = base_url
-    if model:
-        env["OPENAI_MODEL"] = model
-    if not settings.jwt_secret:
-        click.echo(
-            "warning: TETHER_JWT_SECRET is not set: the workers share a random secret made now; "
-            "tokens stop working when the service restarts",
-            err=True,
-        )
-        env["TETHER_JWT_SECRET"] = secrets.token_urlsafe(48)
 
 
 @click.group()
@@ -151,7 +102,8 @@ def tickets() -> None:
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=Path("tickets.db"), show_default=True)
 def seed_command(db: Path) -> None:
     """Create the tickets database with demo users (alice, bob, carol, dave; password <name>-pass)."""
-    from tether.tickets.db import TicketsDB, seed
+    from tether.tickets.db import TicketsDB
+    from tether.tickets.seed_data import seed
 
     try:
         with TicketsDB(db) as tickets_db:

@@ -26,6 +26,8 @@ from tether.cli.common import (
     api_key_option,
     db_option,
     fail,
+    load_tools,
+    model_of,
     open_store,
     report_failure,
     seconds,
@@ -154,8 +156,6 @@ def worker(
     _require_sdk()
     if not temporal_address:
         _fail("no Temporal server: pass --temporal HOST:PORT or set TETHER_TEMPORAL")
-    from tether.cli.main import _model, _tools
-
     env = "ANTHROPIC" if provider == "anthropic" else "OPENAI"
     setup = {
         "model": model or os.environ.get(f"{env}_MODEL"),
@@ -163,8 +163,8 @@ def worker(
         "provider": provider,
     }
     try:
-        tools = _tools(toolsets, files_root or os.environ.get("TETHER_FILES_ROOT"))
-        chat = _model(setup, api_key)
+        tools = load_tools(toolsets, files_root or os.environ.get("TETHER_FILES_ROOT"))
+        chat = model_of(setup, api_key)
         store = open_store(db, log_content, lease_seconds=lease_seconds)
     except TetherError as exc:
         _fail(str(exc), exc.exit_code)
@@ -220,7 +220,7 @@ def dev_server(port: int, db_filename: str | None) -> None:
       tether dev-server --db-filename temporal.db
       tether worker --temporal 127.0.0.1:7233 --tools calc     # in another terminal
     """
-    from tether.drivers.temporal.devserver import DevServer, port_free, temporal_binary
+    from tether.drivers.temporal.devserver import DevServer, port_free, temporal_binary  # ~3 ms, for dev-server alone
 
     host = "127.0.0.1"
     try:

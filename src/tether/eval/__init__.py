@@ -15,18 +15,10 @@ failures are sorted, ``tether.eval.report`` for report.html and comparing runs.
 """
 
 from tether.core.errors import DatasetError
-from tether.eval.bfcl import (
-    MULTI_TURN,
-    SINGLE_TURN,
-    Case,
-    bfcl_name,
-    load,
-    parameters_schema,
-    tool_from_document,
-    tool_name,
-)
+from tether.eval.bfcl import SINGLE_TURN, Case, load
 from tether.eval.checker import Verdict, check
 from tether.eval.dataset import TetherCase, load_cases, load_dataset
+from tether.eval.functions import bfcl_name, parameters_schema, tool_from_document, tool_name
 from tether.eval.harness import (
     ERROR,
     MISTAKE,
@@ -42,7 +34,7 @@ from tether.eval.harness import (
     summarize,
     table,
 )
-from tether.eval.multi_turn import MultiTurnCase, check_turns
+from tether.eval.multi_turn import MULTI_TURN, MultiTurnCase, check_turns
 
 __all__ = [
     "ERROR",

@@ -55,12 +55,14 @@ from tether.core.budget import Budget, Compat
 from tether.core.errors import DatasetError, TetherError
 from tether.core.machine import Status
 from tether.core.messages import Message, ModelReply
-from tether.eval.bfcl import MULTI_TURN, _data_dir, bfcl_name, tool_from_document
 from tether.eval.checker import Output, Verdict
+from tether.eval.functions import bfcl_name, data_dir, tool_from_document
 from tether.eval.harness import ERROR, MISTAKE, PASSED, REFUSED, REPLY_REFUSED, CaseResult
 from tether.models.base import Model, ModelRequest
 from tether.tools import Tool, ToolError
 
+# BFCL's multi-turn categories (tether.eval.bfcl loads their files, this module runs and scores their cases).
+MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 MAX_STEPS_PER_TURN = 20  # BFCL's MAXIMUM_STEP_LIMIT
 RESULT_CHARS = 1_000_000  # BFCL shows a result whole (long_context's reach ~32k characters, tether's default 20k)
 ADDED_FUNCTIONS_PROMPT = "I have updated some more functions you can choose from. What about now?"
@@ -365,11 +367,11 @@ def function_docs(classes: Sequence[str], data: Path) -> list[dict[str, Any]]:
     return docs
 
 
-def _func_doc_dir(path: Path) -> Path:
+def func_doc_dir(path: Path) -> Path:
     """Where ``multi_turn_func_doc/`` is: beside the dataset, else in the installed bfcl-eval."""
     if (path.parent / "multi_turn_func_doc").is_dir():
         return path.parent
-    data = _data_dir()
+    data = data_dir()
     if data is None or not (data / "multi_turn_func_doc").is_dir():
         raise DatasetError(f"{path}: BFCL's multi_turn_func_doc/ is not beside it and bfcl-eval is not installed")
     return data
@@ -588,6 +590,7 @@ __all__ = [
     "check_turns",
     "execute",
     "executed_turns",
+    "func_doc_dir",
     "instantiate",
     "make_case",
     "methods",

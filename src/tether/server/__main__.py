@@ -1,6 +1,6 @@
-"""``python -m tether.server``: the same as ``tether serve``."""
+"""``python -m tether.server``: the service, started as ``tether serve`` starts it (``tether.server.launch``)."""
 
-from tether.cli.serve import serve
+from tether.server.launch import main
 
 if __name__ == "__main__":
-    serve(prog_name="python -m tether.server")
+    main()

@@ -12,18 +12,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.testing.fake_server import (
-        SCENARIOS,
-        FakeServer,
-        Raw,
-        Reply,
-        ReplySpec,
-        Responder,
-        raw,
-        text,
-        tool_calls,
-    )
+    from tether.testing.fake_server import SCENARIOS, FakeServer
     from tether.testing.replay import ReplayServer
+    from tether.testing.replies import Raw, Reply, ReplySpec, Responder, raw, text, tool_calls
 
 __all__ = [
     "SCENARIOS",
@@ -38,7 +29,11 @@ __all__ = [
     "tool_calls",
 ]
 
-_HOME = {name: "tether.testing.fake_server" for name in __all__} | {"ReplayServer": "tether.testing.replay"}
+_HOME = {name: "tether.testing.replies" for name in __all__} | {
+    "SCENARIOS": "tether.testing.fake_server",
+    "FakeServer": "tether.testing.fake_server",
+    "ReplayServer": "tether.testing.replay",
+}
 
 
 def __getattr__(name: str) -> Any:

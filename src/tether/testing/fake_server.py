@@ -6,9 +6,10 @@ header handling are exactly what breaks against providers, and only bytes on
 a socket exercise them. The same server backs the benchmark (fixed latency,
 many concurrent clients) and can run as a separate process.
 
-Replies come from a *script*: either a list of reply specs consumed one per
-request (a request past the end gets HTTP 500, so over-calls are noticed), or
-a responder ``(request_json) -> ReplySpec`` for stateless scenarios such as
+Replies come from a *script*: either a list of reply specs
+(``tether.testing.replies``) consumed one per request (a request past the end
+gets HTTP 500, so over-calls are noticed), or a responder
+``(request_json) -> ReplySpec`` for stateless scenarios such as
 :data:`SCENARIOS` ``["multiply"]``. A spec is rendered as a ``chat.completion``
 object, or as ``chat.completion.chunk`` SSE events when the request says
 ``"stream": true``. The same scripts answer ``POST /v1/messages`` in the
@@ -35,82 +36,34 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
 from aiohttp import web
 from multidict import CIMultiDict
 
-# ---------------------------------------------------------------- reply specs
+from tether.testing import messages_wire as wire
+from tether.testing.replies import Raw, Reply, ReplySpec, Responder, pieces, raw, text, tool_calls
 
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """A well-formed assistant reply; rendered streamed or not, as the request asks."""
-
-    content: str | None = None
-    tool_calls: tuple[tuple[str, str, str], ...] = ()  # (id, name, raw arguments string)
-    finish_reason: str = "stop"
-    usage: tuple[int, int] | None = (10, 5)  # (prompt_tokens, completion_tokens)
-    latency: float = 0.0
-    # Streamed only: sent as `data: {"error": ...}` halfway through, then the stream ends.
-    stream_error: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Raw:
-    """An arbitrary reply: HTTP errors, malformed bodies, hand-written SSE."""
-
-    body: Mapping[str, Any] | str
-    status: int = 200
-    headers: tuple[tuple[str, str], ...] = ()
-    latency: float = 0.0
-
-
-ReplySpec = Reply | Raw
-Responder = Callable[[dict[str, Any]], ReplySpec]
-
-
-def text(
-    content: str,
-    finish_reason: str = "stop",
-    usage: tuple[int, int] | None = (10, 5),
-    *,
-    latency: float = 0.0,
-    stream_error: Mapping[str, Any] | None = None,
-) -> Reply:
-    """A wire reply with text only, for ``FakeServer`` (``ScriptedModel`` takes ``reply_text``)."""
-    return Reply(content, (), finish_reason, usage, latency, stream_error)
-
-
-def tool_calls(
-    calls: Iterable[tuple[str, str, str]],
-    finish_reason: str = "tool_calls",
-    usage: tuple[int, int] | None = (10, 5),
-    *,
-    content: str | None = None,
-    latency: float = 0.0,
-    stream_error: Mapping[str, Any] | None = None,
-) -> Reply:
-    """A wire reply with tool calls, for ``FakeServer`` (``ScriptedModel`` takes ``reply_calls``).
-
-    Calls are ``(id, name, arguments)``; arguments stay a raw string so tests can send bad JSON.
-    """
-    return Reply(content, tuple(calls), finish_reason, usage, latency, stream_error)
-
-
-def raw(
-    body: Mapping[str, Any] | str,
-    status: int = 200,
-    headers: Mapping[str, str] | None = None,
-    *,
-    latency: float = 0.0,
-) -> Raw:
-    """A dict is sent as JSON; a string is sent as-is (``application/json`` unless headers say otherwise)."""
-    return Raw(body, status, tuple((headers or {}).items()), latency)
-
+__all__ = [  # the reply specs too, which tests have always imported from here
+    "SCENARIOS",
+    "FakeServer",
+    "Raw",
+    "Reply",
+    "ReplySpec",
+    "Responder",
+    "ServerBase",
+    "completion_body",
+    "main",
+    "multiply",
+    "pieces",
+    "raw",
+    "send_sse",
+    "stream_events",
+    "text",
+    "tool_calls",
+]
 
 # ------------------------------------------------------------------ scenarios
 
@@ -135,12 +88,6 @@ SCENARIOS: dict[str, Responder] = {"multiply": multiply}
 
 def _usage(usage: tuple[int, int]) -> dict[str, int]:
     return {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
-
-
-def pieces(s: str, n: int = 3) -> list[str]:
-    # Several pieces per string, so clients must really concatenate fragments.
-    size = max(1, -(-len(s) // n))
-    return [s[i : i + size] for i in range(0, len(s), size)]
 
 
 def completion_body(reply: Reply, ident: str, model: str) -> dict[str, Any]:
@@ -364,8 +311,6 @@ class FakeServer(ServerBase):
         return await send_sse(request, (f"data: {p}\n\n" for p in payloads))
 
     async def _handle_messages(self, request: web.Request) -> web.StreamResponse:
-        from tether.testing import messages_wire as wire
-
         found = await self._spec(request, _messages_error, wire.chat_request)
         if isinstance(found, web.Response):
             return found

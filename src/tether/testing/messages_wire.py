@@ -19,7 +19,7 @@ import functools
 import json
 from typing import Any
 
-from tether.testing.fake_server import Reply, pieces
+from tether.testing.replies import Reply, pieces
 
 STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "content_filter": "refusal"}
 

@@ -7,9 +7,9 @@ from tether.tickets.db import (
     TicketPage,
     TicketsDB,
     User,
-    seed,
     verify_password,
 )
+from tether.tickets.seed_data import seed
 from tether.tickets.tools import KnowledgeSource, Snippet, ticket_tools
 
 __all__ = [

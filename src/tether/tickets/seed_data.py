@@ -1,14 +1,14 @@
 """The seed data: four users and twenty support tickets of a small SaaS product.
 
-Plain values only, so the seed is the same on every machine; ``seed()`` in
-``tether.tickets.db`` writes them. Each user's password is ``<username>-pass``.
+Plain values only, so the seed is the same on every machine; ``seed()``
+writes them into a ``TicketsDB``. Each user's password is ``<username>-pass``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.tickets.db import Role, Status
+from tether.tickets.db import Role, Status, TicketsDB
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,3 +347,47 @@ TICKETS = (
         "after about 100 requests in a minute. The response headers show X-RateLimit-Limit: 100.",
     ),
 )
+
+
+def seed(db: TicketsDB) -> None:
+    """Write the seed users, tickets and comments into ``db``.
+
+    Deterministic apart from the password hashes' salts, and safe to run
+    again: rows already there are left as they are, and a user who exists
+    is not hashed again.
+    """
+    ids = {u.username: u.id for u in USERS}
+    # The package's own read and write: the seed's rows keep their fixed ids and times, which no public method takes.
+    existing = {row[0] for row in db._read("SELECT id FROM users")}
+    hashes = {u.id: db.hasher.hash(u.password) for u in USERS if u.id not in existing}
+    with db._write() as conn:
+        for u in USERS:
+            if u.id in hashes:
+                conn.execute(
+                    "INSERT OR IGNORE INTO users (id, username, password_hash, role, created_at)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (u.id, u.username, hashes[u.id], u.role, u.created_at),
+                )
+        comment_id = 0
+        for t in TICKETS:
+            conn.execute(
+                "INSERT OR IGNORE INTO tickets (id, title, body, status, reporter, assignee, created_at, updated_at,"
+                " closed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    t.id,
+                    t.title,
+                    t.body,
+                    t.status,
+                    ids[t.reporter],
+                    ids[t.assignee] if t.assignee else None,
+                    t.created_at,
+                    t.updated_at,
+                    t.closed_at,
+                ),
+            )
+            for c in t.comments:
+                comment_id += 1
+                conn.execute(
+                    "INSERT OR IGNORE INTO comments (id, ticket_id, author, body, created_at) VALUES (?, ?, ?, ?, ?)",
+                    (comment_id, t.id, ids[c.author], c.body, c.at),
+                )

@@ -79,7 +79,7 @@ from tether.core.machine import (
 from tether.core.messages import Message, ModelReply
 from tether.core.report import CallReport, RunResult, StepReport, usage_dict
 from tether.drivers import tracing
-from tether.drivers.common import json_object as json_object  # re-exported: tether.cli.runs imports it from here
+from tether.drivers.common import json_object
 from tether.drivers.local.conversation import Conversation, ConversationBudget, open_conversation
 from tether.drivers.local.stream import RunFinished, StreamEvent, Translator
 from tether.models.base import Model, ModelRequest
