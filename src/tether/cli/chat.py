@@ -23,18 +23,20 @@ from tether.cli.render import Renderer
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
 from tether.core.errors import TetherError
 from tether.drivers.local.runner import Decision
+from tether.store import default_path
 from tether.tools import Principal
 
 HISTORY_FILE = "chat_history"
 
 
-def _readline(store_path: Path) -> None:
-    """Line editing and a history kept beside the run store, when readline is there."""
+def _readline(store_path: Path | str) -> None:
+    """Line editing and a history kept beside the run store (a SQLite file's; else the default's), when readline
+    is there."""
     try:
         import readline
     except ImportError:  # pragma: no cover - not on every platform
         return
-    history = store_path.parent / HISTORY_FILE
+    history = (store_path if isinstance(store_path, Path) else default_path()).parent / HISTORY_FILE
     with contextlib.suppress(OSError):
         readline.read_history_file(history)
     atexit.register(_save_history, readline, history)

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -22,6 +22,11 @@ from tether.core.errors import ApprovalMismatch, ConfigurationError, RunNotFound
 from tether.core.machine import Status
 from tether.drivers.local.runner import Agent, approval_reason
 from tether.store import open_store as open_run_store
+
+if TYPE_CHECKING:
+    from tether.drivers.local.runner import Agent
+    from tether.store.base import RunStore
+    from tether.tools.context import Principal
 
 # Imported inside the functions that use them, so that `tether --help` and the commands that need none of
 # them do not load them: tether.models (aiohttp, about 100 ms; llama_cpp for the embedded model),
@@ -78,7 +83,7 @@ def fail(message: str, code: int = EXIT_CONFIGURATION) -> NoReturn:
     sys.exit(code)
 
 
-def open_store(db: str | None, log_content: bool = False, *, lease_seconds: float | None = None) -> Any:
+def open_store(db: str | None, log_content: bool = False, *, lease_seconds: float | None = None) -> RunStore:
     """The run store ``--db`` (else ``$TETHER_DB``) names: a ``postgresql://`` url or a SQLite file."""
     leases = {} if lease_seconds is None else {"lease_seconds": lease_seconds}
     return open_run_store(db, log_content=log_content, **leases)
@@ -270,7 +275,9 @@ def provider_of(setup: dict[str, Any]) -> Any:
     return provider(name) if name else Provider("default")
 
 
-def agent_of(setup: dict[str, Any], api_key: str | None, store: Any, principal: Any, budget: Budget) -> Any:
+def agent_of(
+    setup: dict[str, Any], api_key: str | None, store: RunStore | None, principal: Principal, budget: Budget
+) -> Agent:
     """The Agent a setup describes; the same setup rebuilds it on resume."""
     provider_of(setup)  # first: an unknown provider is reported before anything is built
     tools = load_tools(tuple(setup["toolsets"]), setup.get("files_root")) + mcp_tools(setup)
@@ -306,7 +313,7 @@ PINNED = {
 
 
 def conversation_setup(
-    store: Any, conversation_id: str, setup: dict[str, Any], given: set[str], principal: Any
+    store: RunStore, conversation_id: str, setup: dict[str, Any], given: set[str], principal: Principal
 ) -> dict[str, Any]:
     """The setup a conversation goes on with: its first turn's, as ``resume`` uses a run's own.
 

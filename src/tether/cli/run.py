@@ -262,7 +262,7 @@ def run(
         if conversation_id and no_log:
             raise ConfigurationError("--continue needs the run store, where the conversation is: drop --no-log")
         store = None if no_log else open_store(db, log_content)
-        if conversation_id:
+        if conversation_id and store is not None:
             setup = conversation_setup(store, conversation_id, setup, {k for k, v in given.items() if v}, who)
         agent = agent_of(setup, api_key, store, who, budget)
         conversation = agent.conversation(conversation_id) if conversation_id else None

@@ -142,10 +142,9 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     state = stored.state
+    waiting = [p for p in state.pending if p.execute and (p.needs_approval or p.call_id in state.unknown)]
     pending = [
-        {"id": p.call_id, "tool": p.tool, "arguments": p.arguments, "fingerprint": p.fingerprint}
-        for p in state.pending
-        if p.execute and (p.needs_approval or p.call_id in state.unknown)
+        {"id": p.call_id, "tool": p.tool, "arguments": p.arguments, "fingerprint": p.fingerprint} for p in waiting
     ]
     if as_json:
         _emit_json(
@@ -172,9 +171,9 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
     start = events[0].at if events else stored.created_at
     for e in events:
         click.echo(f"  +{e.at - start:8.3f}s  step {e.step}  {_describe(e.kind, redact(e.data))}")
-    for p in pending:
-        args = arguments_preview(p["arguments"]) or "null"
-        click.echo(f"  pending: call {p['id']} {p['tool']} {args}  fingerprint {p['fingerprint'][:12]}")
+    for call in waiting:
+        args = arguments_preview(call.arguments) or "null"
+        click.echo(f"  pending: call {call.call_id} {call.tool} {args}  fingerprint {(call.fingerprint or '')[:12]}")
     if state.output is not None:
         click.echo(f"answer: {state.output}")
 

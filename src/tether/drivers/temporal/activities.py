@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -57,6 +57,9 @@ from tether.models.base import Model, ModelRequest
 from tether.tools.context import Principal, ToolContext
 from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, result_envelope
+
+if TYPE_CHECKING:
+    from tether.store.base import RunStore
 
 T = TypeVar("T")
 
@@ -110,7 +113,7 @@ class _Tail(Sequence[Message]):
         return self.new[index - self.start]
 
 
-def save_run(store: Any, request: SaveRequest) -> None:
+def save_run(store: RunStore, request: SaveRequest) -> None:
     """Write what the workflow hands over since its last save, once, through the store's ``checkpoint``.
 
     ``request`` holds the run's progress (``RunState.progress``) and config,
@@ -174,7 +177,7 @@ def save_run(store: Any, request: SaveRequest) -> None:
 class Activities:
     """The activities a worker offers for one model and one set of tools."""
 
-    def __init__(self, model: Model, tools: Iterable[Tool], store: Any, *, max_tokens: int | None = None) -> None:
+    def __init__(self, model: Model, tools: Iterable[Tool], store: RunStore, *, max_tokens: int | None = None) -> None:
         self.model = model
         self.store = store  # a SQLiteStore or PostgresStore, shared by the activities of this worker
         self.tools = list(tools)

@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
@@ -40,6 +40,9 @@ from tether.core.messages import Message, ToolCall
 from tether.drivers.temporal.activities import principal_to_dict
 from tether.drivers.temporal.workflow import ENGINE, WORKFLOW_NAME, Decision, Reconciliation
 from tether.tools.context import LOCAL_PRINCIPAL, Principal
+
+if TYPE_CHECKING:
+    from tether.store.base import RunStore
 
 # One query waits this long for its answer: a worker that died holding the run never answers it.
 QUERY_TIMEOUT = timedelta(seconds=5)
@@ -72,7 +75,7 @@ class _NoTools:
         raise AssertionError(f"call {call.id} judged outside a worker")
 
 
-def record_start(store: Any, run: Run, principal: Principal, task_queue: str) -> dict[str, int]:
+def record_start(store: RunStore, run: Run, principal: Principal, task_queue: str) -> dict[str, int]:
     """Record a run about to start in ``store``, as the workflow would at its first save: the run, its prompt
     and its ``run_started`` event. What the store holds now, for the workflow to go on from."""
     state = run.state
@@ -84,7 +87,7 @@ def record_start(store: Any, run: Run, principal: Principal, task_queue: str) ->
     return {"events": 1, "messages": len(state.messages)}
 
 
-def _record_not_started(store: Any, run: Run, error: BaseException) -> None:
+def _record_not_started(store: RunStore, run: Run, error: BaseException) -> None:
     """The server refused the start of a run already recorded: the run ends cancelled, saying why."""
     reason = f"the Temporal server did not start the run: {error}"
     now = time.time()
@@ -105,7 +108,7 @@ async def start_run(
     config: RunConfig | None = None,
     system: str | None = None,
     heartbeat_seconds: float | None = None,
-    store: Any = None,
+    store: RunStore | None = None,
 ) -> WorkflowHandle[Any, dict[str, Any]]:
     """Start a run as a workflow whose id is the run id; its result is the run's summary.
 

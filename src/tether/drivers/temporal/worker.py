@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.worker import (
@@ -19,6 +19,9 @@ from tether.drivers.temporal.activities import Activities
 from tether.drivers.temporal.workflow import RunWorkflow
 from tether.models.base import Model
 from tether.tools.tool import Tool
+
+if TYPE_CHECKING:
+    from tether.store.base import RunStore
 
 # When a worker holding a run's sticky cache dies, the next workflow task waits this long before any
 # worker may take it (Temporal's default is 10 s).
@@ -58,7 +61,7 @@ def make_worker(
     model: Model,
     tools: Iterable[Tool],
     *,
-    store: Any = None,
+    store: RunStore | None = None,
     max_tokens: int | None = None,
     heartbeat_seconds: float | None = None,
 ) -> Worker:
