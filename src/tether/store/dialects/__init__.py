@@ -16,12 +16,14 @@ operating system or the database when the driver dies):
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["Cursor", "Dialect", "RunLocks", "Tx"]
+__all__ = ["Cursor", "Dialect", "HeldLocks", "RunLocks", "Tx", "lock_key"]
 
 
 class Cursor(Protocol):
@@ -59,6 +61,57 @@ class RunLocks(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def lock_key(run_id: str) -> int:
+    """A run's lock as a number: the first 62 bits of its id's SHA-256 (collisions are out of reach)."""
+    return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "big") >> 2
+
+
+class HeldLocks:
+    """``RunLocks`` with the bookkeeping done: which runs this store holds, one caller at a time.
+
+    A dialect says how to take (``_take``, at once or not at all) and give
+    back (``_give``) one run's lock, and whether another holder has one
+    (``held_elsewhere``); ``_forget`` is for a dialect whose locks went away
+    with their connection.
+    """
+
+    def __init__(self) -> None:
+        self._held: set[str] = set()
+        self._guard = threading.Lock()
+
+    def _take(self, run_id: str) -> bool:
+        raise NotImplementedError
+
+    def _give(self, run_id: str) -> None:
+        raise NotImplementedError
+
+    def _forget(self) -> None:
+        self._held.clear()
+
+    def _close(self) -> None:
+        """Let go of every lock at once (close what holds them)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        with self._guard:
+            self._close()
+            self._forget()
+
+    def try_lock(self, run_id: str) -> bool:
+        with self._guard:
+            if run_id not in self._held:
+                if not self._take(run_id):
+                    return False
+                self._held.add(run_id)
+            return True
+
+    def unlock(self, run_id: str) -> None:
+        with self._guard:
+            if run_id in self._held:
+                self._held.discard(run_id)
+                self._give(run_id)
 
 
 class Dialect(Protocol):

@@ -24,8 +24,6 @@ with its pool). Select it with ``--db postgresql://...`` or ``TETHER_DB``.
 
 from __future__ import annotations
 
-import hashlib
-import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -35,7 +33,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from tether.core.errors import ConfigurationError
-from tether.store.dialects import Cursor
+from tether.store.dialects import Cursor, HeldLocks, lock_key
 
 __all__ = ["URL_SCHEMES", "AdvisoryRunLocks", "PostgresDialect", "is_postgres_url", "location"]
 
@@ -91,82 +89,63 @@ class _Tx:
             cursor.executemany(translated(sql), rows)
 
 
-def lock_key(run_id: str) -> int:
-    """The run's advisory lock: a signed 64-bit digest of its id."""
-    return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "big", signed=True)
-
-
-class AdvisoryRunLocks:
+class AdvisoryRunLocks(HeldLocks):
     """Session advisory locks, one per run, on one connection this store keeps for them alone."""
 
     def __init__(self, url: str, options: dict[str, Any]) -> None:
+        super().__init__()
         self._url, self._options = url, options
         self._db: psycopg.Connection[Any] | None = None
-        self._held: set[str] = set()
-        self._guard = threading.Lock()
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._db is None or self._db.closed or self._db.broken:
-            self._held.clear()  # a dropped connection took its locks with it
+            self._forget()  # a dropped connection took its locks with it
             self._db = psycopg.connect(make_conninfo(self._url, **KEEPALIVE), **self._options)
             self._db.execute(_SERVER_KEEPALIVE.encode())
         return self._db
 
-    def try_lock(self, run_id: str) -> bool:
-        with self._guard:
-            if run_id in self._held:
-                return True
-            row = self._connection().execute("SELECT pg_try_advisory_lock(%s)", (lock_key(run_id),)).fetchone()
-            if row is None or not row[0]:
-                return False
-            self._held.add(run_id)
-            return True
+    def _take(self, run_id: str) -> bool:
+        row = self._connection().execute("SELECT pg_try_advisory_lock(%s)", (lock_key(run_id),)).fetchone()
+        return row is not None and bool(row[0])
 
-    def unlock(self, run_id: str) -> None:
-        with self._guard:
-            if run_id not in self._held:
-                return
-            self._held.discard(run_id)
-            if self._db is not None and not self._db.closed and not self._db.broken:
-                self._db.execute("SELECT pg_advisory_unlock(%s)", (lock_key(run_id),))
+    def _give(self, run_id: str) -> None:
+        if self._db is not None and not self._db.closed and not self._db.broken:
+            self._db.execute("SELECT pg_advisory_unlock(%s)", (lock_key(run_id),))
 
     def held_elsewhere(self, run_ids: Collection[str]) -> set[str]:
         keys = {lock_key(r): r for r in run_ids}
         if not keys:
             return set()
         with self._guard:
-            db = self._connection()
             # A bigint advisory key shows as its high and low 32 bits; our own session's locks do not count.
-            rows = db.execute(
-                "SELECT (classid::bigint << 32) | objid::bigint FROM pg_locks WHERE locktype = 'advisory'"
-                " AND objsubid = 1 AND granted AND database = (SELECT oid FROM pg_database"
-                " WHERE datname = current_database()) AND pid <> pg_backend_pid()"
-            ).fetchall()
-        held = set()
-        for (value,) in rows:
-            signed = value - (1 << 64) if value >= 1 << 63 else value
-            if signed in keys:
-                held.add(keys[signed])
-        return held
+            rows = (
+                self._connection()
+                .execute(
+                    "SELECT (classid::bigint << 32) | objid::bigint FROM pg_locks WHERE locktype = 'advisory'"
+                    " AND objsubid = 1 AND granted AND database = (SELECT oid FROM pg_database"
+                    " WHERE datname = current_database()) AND pid <> pg_backend_pid()"
+                )
+                .fetchall()
+            )
+        return {keys[value] for (value,) in rows if value in keys}
 
-    def close(self) -> None:
-        with self._guard:
-            if self._db is not None:
-                self._db.close()  # the server lets go of every lock of this session
-                self._db = None
-            self._held.clear()
+    def _close(self) -> None:
+        if self._db is not None:
+            self._db.close()  # the server lets go of every lock of this session
+            self._db = None
 
 
 class PostgresDialect:
-    name = "postgres"
-    remote = True
-    errors: tuple[type[BaseException], ...] = (psycopg.Error, PoolTimeout)
+    """A PostgreSQL database (its url), which any number of processes and hosts share."""
+
     tokens: ClassVar[dict[str, str]] = {
         "id": 'TEXT COLLATE "C"',  # bytewise, so a range over ids finds a prefix (resolve)
         "real": "DOUBLE PRECISION",
         "without_rowid": "",
         "principal_id": "((principal::jsonb) ->> 'id')",
     }
+    name, remote = "postgres", True
+    errors: tuple[type[BaseException], ...] = (psycopg.Error, PoolTimeout)
     for_update = " FOR UPDATE"
 
     def __init__(self, url: str, *, pool_size: int = 4, connect_timeout: float = 10.0) -> None:

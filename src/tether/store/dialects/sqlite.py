@@ -18,18 +18,16 @@ it belongs to the open file, not to a pid, so pid reuse, a container's pid
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import sqlite3
 import struct
-import threading
 import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tether.store.dialects import Cursor
+from tether.store.dialects import Cursor, HeldLocks, lock_key
 
 __all__ = ["FileRunLocks", "SQLiteDialect", "connect", "immediate"]
 
@@ -37,7 +35,6 @@ __all__ = ["FileRunLocks", "SQLiteDialect", "connect", "immediate"]
 _OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None)
 _OFD_GETLK: int | None = getattr(fcntl, "F_OFD_GETLK", None)
 _FLOCK = "hhqqixxxx"  # struct flock on 64-bit Linux: type, whence, start, len, pid (0 for OFD locks)
-_LOCK_SPAN = 1 << 62  # lock offsets: the run id's digest modulo this (collisions are out of reach)
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -118,11 +115,7 @@ class _Tx:
         self._db.executemany(sql, rows)
 
 
-def _offset(run_id: str) -> int:
-    return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "big") % _LOCK_SPAN
-
-
-class FileRunLocks:
+class FileRunLocks(HeldLocks):
     """One byte of ``<database>.locks`` per run, locked with an open-file-description lock.
 
     The file is opened once per store, so each store is a holder of its own
@@ -132,39 +125,28 @@ class FileRunLocks:
     """
 
     def __init__(self, database: Path) -> None:
+        super().__init__()
         self._fd: int | None = None
-        self._held: set[str] = set()
-        self._guard = threading.Lock()
         if _OFD_SETLK is not None and str(database) != ":memory:":
             self._fd = os.open(f"{database}.locks", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
-    def _fcntl(self, command: int, kind: int, run_id: str) -> int:
-        assert self._fd is not None
-        request = struct.pack(_FLOCK, kind, os.SEEK_SET, _offset(run_id), 1, 0)
-        answer = fcntl.fcntl(self._fd, command, request)
-        return int(struct.unpack(_FLOCK, answer)[0])
+    def _fcntl(self, command: int | None, kind: int, run_id: str) -> int:
+        assert self._fd is not None and command is not None
+        request = struct.pack(_FLOCK, kind, os.SEEK_SET, lock_key(run_id), 1, 0)
+        return int(struct.unpack(_FLOCK, fcntl.fcntl(self._fd, command, request))[0])
 
-    def try_lock(self, run_id: str) -> bool:
-        with self._guard:
-            if self._fd is None or run_id in self._held:
-                self._held.add(run_id)
-                return True
-            assert _OFD_SETLK is not None
-            try:
-                self._fcntl(_OFD_SETLK, fcntl.F_WRLCK, run_id)
-            except OSError:  # EAGAIN/EACCES: another open file (a live driver) has it
-                return False
-            self._held.add(run_id)
+    def _take(self, run_id: str) -> bool:
+        if self._fd is None:
             return True
+        try:
+            self._fcntl(_OFD_SETLK, fcntl.F_WRLCK, run_id)
+        except OSError:  # EAGAIN/EACCES: another open file (a live driver) has it
+            return False
+        return True
 
-    def unlock(self, run_id: str) -> None:
-        with self._guard:
-            if run_id not in self._held:
-                return
-            self._held.discard(run_id)
-            if self._fd is not None:
-                assert _OFD_SETLK is not None
-                self._fcntl(_OFD_SETLK, fcntl.F_UNLCK, run_id)
+    def _give(self, run_id: str) -> None:
+        if self._fd is not None:
+            self._fcntl(_OFD_SETLK, fcntl.F_UNLCK, run_id)
 
     def held_elsewhere(self, run_ids: Collection[str]) -> set[str]:
         if self._fd is None or _OFD_GETLK is None:
@@ -172,12 +154,10 @@ class FileRunLocks:
         with self._guard:
             return {r for r in run_ids if self._fcntl(_OFD_GETLK, fcntl.F_WRLCK, r) != fcntl.F_UNLCK}
 
-    def close(self) -> None:
-        with self._guard:
-            if self._fd is not None:
-                os.close(self._fd)  # drops every lock this store held
-                self._fd = None
-            self._held.clear()
+    def _close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # drops every lock this store held
+            self._fd = None
 
 
 class SQLiteDialect:
