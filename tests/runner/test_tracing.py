@@ -206,3 +206,42 @@ def test_the_extras_are_imported_only_when_used() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_with_no_tracer_provider_configured_a_run_makes_no_span_at_all() -> None:
+    """OpenTelemetry installed, nobody listening (the API's stand-in provider): not one tracer is asked for,
+    so no span, attribute dict or context switch is made; setting a provider turns spans on for later runs."""
+    script = textwrap.dedent(
+        """
+        import asyncio, json
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from tether.models.scripted import ScriptedModel, reply_calls, reply_text
+        from tether.drivers.local.runner import Agent
+        from tether.toolsets import load_toolset
+
+        asked = []
+        for cls in (trace.ProxyTracerProvider, TracerProvider):
+            real = cls.get_tracer
+            def spy(self, *args, __real=real, **kwargs):
+                asked.append(type(self).__name__)
+                return __real(self, *args, **kwargs)
+            cls.get_tracer = spy
+
+        def run():
+            model = ScriptedModel([reply_calls(("c1", "multiply", '{"a": 248, "b": 15}')), reply_text("3720")])
+            return asyncio.run(Agent(model, load_toolset("calc")).run("What is 248 times 15?"))
+
+        unheard = run()
+        before = list(asked)
+        trace.set_tracer_provider(TracerProvider())
+        heard = run()
+        print(json.dumps({"status": [unheard.status.value, heard.status.value], "before": before, "after": asked}))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["status"] == ["completed", "completed"]
+    assert found["before"] == []
+    assert found["after"] and set(found["after"]) == {"TracerProvider"}

@@ -82,6 +82,17 @@ def _trace_api() -> Any:
     return _api or None
 
 
+def active() -> bool:
+    """Whether a span would go anywhere: OpenTelemetry is there and a tracer provider other than its defaults
+    (the proxy that stands in until the application sets one, the no-op one) is configured. A driver asks
+    once per drive; when not, it makes no span, attribute dict or context at all."""
+    trace = _trace_api()
+    if trace is None:
+        return False
+    provider = _settings["provider"] or trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
 def _tracer() -> Any:
     trace = _trace_api()
     if trace is None:
@@ -118,9 +129,19 @@ def _error(span: Any, exc: BaseException) -> None:
     span.set_status(_trace_api().Status(_trace_api().StatusCode.ERROR, type(exc).__name__))
 
 
-async def traced_run(run_id: str, model: Model, resumed: bool, drive: Callable[[], Awaitable[RunResult]]) -> RunResult:
-    """One ``invoke_agent`` span around a drive of the run, and its lifecycle in the log."""
+async def traced_run(
+    run_id: str, model: Model, resumed: bool, drive: Callable[[], Awaitable[RunResult]], *, traced: bool = True
+) -> RunResult:
+    """One ``invoke_agent`` span around a drive of the run (with ``traced``), and its lifecycle in the log."""
     logger.info("run %s %s", run_id, "resumed" if resumed else "started")
+    if not traced:
+        try:
+            result = await drive()
+        except BaseException as exc:
+            logger.info("run %s interrupted: %s", run_id, type(exc).__name__)
+            raise
+        _log_end(run_id, result)
+        return result
     attributes = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": "tether",
@@ -140,11 +161,17 @@ async def traced_run(run_id: str, model: Model, resumed: bool, drive: Callable[[
             usage = result.usage
             span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
             span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+    _log_end(run_id, result)
+    return result
+
+
+def _log_end(run_id: str, result: RunResult) -> None:
+    if not logger.isEnabledFor(logging.INFO):
+        return
     if result.status.terminal:
         logger.info("run %s ended %s%s", run_id, result.status.value, f": {result.reason}" if result.reason else "")
     else:
         logger.info("run %s paused %s", run_id, result.status.value)
-    return result
 
 
 async def traced_chat(model: Model, request: ModelRequest, run_id: str) -> ModelReply:

@@ -371,6 +371,7 @@ class Driver:
         self._cleared: list[str] = []  # call ids found never to have run, for the next checkpoint
         self._lease_timer: asyncio.TimerHandle | None = None
         self._renewal: asyncio.Future[None] | None = None  # a renewal on a thread (a remote store)
+        self._traced = False  # spans for this drive (``tracing.active()``, at each ``run``)
         self._suspending = False  # stop at the next safe point and hand the run on (``suspend``)
         self._task: asyncio.Task[Any] | None = None  # the task driving, while it does
         self._asking_model = False
@@ -468,7 +469,9 @@ class Driver:
 
     async def run(self) -> RunResult:
         resumed = self.state.status is not Status.READY
-        return await tracing.traced_run(self.state.run_id, self.agent.model, resumed, self._run)
+        # Decided once a drive: with no tracer provider configured, no span, attribute or context is made.
+        self._traced = tracing.active()
+        return await tracing.traced_run(self.state.run_id, self.agent.model, resumed, self._run, traced=self._traced)
 
     async def _run(self) -> RunResult:
         self._task = asyncio.current_task()
@@ -669,7 +672,10 @@ class Driver:
         await self._flush()
         self._asking_model = True
         try:
-            reply = await tracing.traced_chat(self.agent.model, request, self.state.run_id)
+            if self._traced:
+                reply = await tracing.traced_chat(self.agent.model, request, self.state.run_id)
+            else:
+                reply = await self.agent.model.complete(request)
         except asyncio.CancelledError:
             if self._cancelled_to_suspend:
                 self._cancelled_to_suspend = False
@@ -748,7 +754,8 @@ class Driver:
     def _reject(self, call_id: str, tool: str, content: str) -> None:
         self._reported.add(call_id)
         arguments = self._arguments_sent(call_id)
-        tracing.refused_call(call_id, tool, content, self.state.run_id, arguments)
+        if self._traced:
+            tracing.refused_call(call_id, tool, content, self.state.run_id, arguments)
         self._emit(CALL_REJECTED, **rejected_event(call_id, tool, content, arguments))
 
     def _arguments_sent(self, call_id: str) -> dict[str, Any] | None:
@@ -793,11 +800,10 @@ class Driver:
             await self._flush(intent=call)  # on disk, fsynced, before the effect can happen
         self._emit(CALL_STARTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
         started = time.perf_counter()
-        outcome = await tracing.traced_call(
-            call,
-            run_id,
-            self.toolbox.execute(call, run_id, self.run_machine.deadline_at, principal=principal, deps=self.deps),
+        executing = self.toolbox.execute(
+            call, run_id, self.run_machine.deadline_at, principal=principal, deps=self.deps
         )
+        outcome = await (tracing.traced_call(call, run_id, executing) if self._traced else executing)
         content = outcome.content
         if outcome.untrusted:
             self._untrusted.add(call.call_id)
