@@ -355,3 +355,32 @@ async def test_side_effecting_timeout_is_not_retryable() -> None:
         "message": "stuck did not finish within 0.05s; its effect is unknown, do not repeat it",
         "retryable": False,
     }
+
+
+async def test_a_plain_function_runs_on_a_worker_thread_unless_declared_inline() -> None:
+    """A function that may block never holds up the loop; one declared ``inline`` skips the thread hop."""
+    import threading
+
+    from tether.core.machine import PendingCall
+    from tether.tools import Toolbox
+
+    seen: dict[str, int] = {}
+
+    @tool(read_only=True)
+    def blocking(x: int) -> int:
+        """May block."""
+        seen["blocking"] = threading.get_ident()
+        return x
+
+    @tool(read_only=True, inline=True)
+    def quick(x: int) -> int:
+        """Only computes."""
+        seen["quick"] = threading.get_ident()
+        return x
+
+    box = Toolbox([blocking, quick])
+    for name in ("blocking", "quick"):
+        result = await box.execute(PendingCall("c1", name, {"x": 3}, "fp", read_only=True, execute=True), "r1")
+        assert result.content == '{"ok": true, "result": 3}'
+    assert seen["quick"] == threading.get_ident()
+    assert seen["blocking"] != threading.get_ident()

@@ -83,6 +83,7 @@ class Tool:
     approval: Approval = False
     reconcile: Reconcile | None = None
     untrusted_output: bool = False
+    inline: bool = False  # a plain function runs on the event loop, not a worker thread (it must not block)
     # How to call ``function``: its argument model and the context parameter.
     args_model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
     context_param: str | None = field(default=None, repr=False)
@@ -567,6 +568,7 @@ def tool(
     approval: Approval = False,
     reconcile: Reconcile | None = None,
     untrusted_output: bool = False,
+    inline: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -583,6 +585,7 @@ def tool(
     approval: Approval = False,
     reconcile: Reconcile | None = None,
     untrusted_output: bool = False,
+    inline: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a typed function as a tool.
 
@@ -595,9 +598,15 @@ def tool(
     taints the run, and side-effecting calls then need approval. A tool that
     knows per result calls ``context.mark_untrusted()`` instead.
 
+    A plain (not ``async``) function runs on a worker thread, so that one
+    that blocks (a file, a socket, a database) never holds up the event
+    loop; ``inline=True`` runs it on the loop instead, saving the thread hop
+    (tens of microseconds), for a function that only computes. An ``async``
+    function always runs on the loop.
+
     Example::
 
-        @tool(read_only=True)
+        @tool(read_only=True, inline=True)
         def multiply(a: int, b: int) -> int:
             '''Multiply two integers.'''
             return a * b
@@ -612,6 +621,7 @@ def tool(
         "approval": approval,
         "reconcile": reconcile,
         "untrusted_output": untrusted_output,
+        "inline": inline,
     }
 
     def wrap(fn: Callable[..., Any]) -> Tool:

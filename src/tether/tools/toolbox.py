@@ -163,6 +163,8 @@ class Toolbox:
             async with asyncio.timeout(limit):  # no extra task, unlike wait_for
                 if found.is_async:
                     result = await found.function(**kwargs)
+                elif found.inline:  # declared not to block: no thread hop
+                    result = found.function(**kwargs)
                 else:  # a sync tool may block: keep it off the event loop
                     result = await asyncio.to_thread(found.function, **kwargs)
         except TimeoutError:

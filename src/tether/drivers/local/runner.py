@@ -372,6 +372,7 @@ class Driver:
         self._lease_timer: asyncio.TimerHandle | None = None
         self._renewal: asyncio.Future[None] | None = None  # a renewal on a thread (a remote store)
         self._traced = False  # spans for this drive (``tracing.active()``, at each ``run``)
+        self._quiet = False  # no store and no listener for this drive: its events are not even made
         self._suspending = False  # stop at the next safe point and hand the run on (``suspend``)
         self._task: asyncio.Task[Any] | None = None  # the task driving, while it does
         self._asking_model = False
@@ -407,6 +408,8 @@ class Driver:
         return self.run().__await__()
 
     def _emit(self, kind: str, **data: Any) -> None:
+        if self._quiet:
+            return  # no store to log it, no listener to hear it: never made
         event = RunEvent(kind, self.state.run_id, self.state.steps, data, self.agent.clock())
         if self.store is None or (kind in TRANSIENT and not self._unsaved):
             self._deliver(event)
@@ -475,6 +478,7 @@ class Driver:
 
     async def _run(self) -> RunResult:
         self._task = asyncio.current_task()
+        self._quiet = self.store is None and self.on_event is None
         if self.store is not None:
             self._renew_lease_later()
         try:
@@ -714,7 +718,8 @@ class Driver:
         self.arguments.update((p.call_id, p.arguments) for p in command.calls)
         for p in command.calls:
             if p.execute:
-                self._emit(CALL_VALIDATED, **validated_event(p))
+                if not self._quiet:
+                    self._emit(CALL_VALIDATED, **validated_event(p))
             elif self.state.executed.get(p.call_id, [None, None])[1] == p.result:
                 self._done(p, p.result or "", CALL_RECOVERED)  # reconciled as executed, or a reused call id
             else:
@@ -753,10 +758,13 @@ class Driver:
 
     def _reject(self, call_id: str, tool: str, content: str) -> None:
         self._reported.add(call_id)
+        if self._quiet and not self._traced:
+            return
         arguments = self._arguments_sent(call_id)
         if self._traced:
             tracing.refused_call(call_id, tool, content, self.state.run_id, arguments)
-        self._emit(CALL_REJECTED, **rejected_event(call_id, tool, content, arguments))
+        if not self._quiet:
+            self._emit(CALL_REJECTED, **rejected_event(call_id, tool, content, arguments))
 
     def _arguments_sent(self, call_id: str) -> dict[str, Any] | None:
         """A call's arguments as the model wrote them, when they are a JSON object (only then can keys be redacted)."""
@@ -829,7 +837,8 @@ class Driver:
     def _done(self, call: PendingCall, content: str, kind: str) -> str:
         self._reported.add(call.call_id)
         self._finished[call.call_id] = content
-        self._emit(kind, **outcome_event(call, content))
+        if not self._quiet:  # the outcome's digest is for the audit log and listeners only
+            self._emit(kind, **outcome_event(call, content))
         return content
 
     async def _ask_approver(self, command: AwaitApproval) -> Command | None:
