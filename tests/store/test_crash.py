@@ -40,22 +40,28 @@ def script(tool: str) -> list[object]:
 @dataclass(frozen=True)
 class Case:
     at: str  # the CRASH_AT point
-    # The last event committed before the process died; for (e), only that it was committed: a driver may
-    # store outcome_recorded together with the events that follow it, and is killed on hearing of it.
+    # The last event committed before the process died; "" where only its being committed is asserted: the
+    # driver stores an effect's outcome together with the events that follow it (the checkpoint before the
+    # next model request), and is killed on hearing of the first.
     last_event: str
     intent: bool  # the ledger holds the intent...
     outcome: bool  # ...and the outcome
     effect_before_resume: bool
+    status: str = "awaiting_tools"  # the run's stored status, where last_event names the last event
+    asked: int = 1  # model requests made before the crash
 
 
+# A step commits three times around one side effect: before the model is asked, with the call's intent
+# (fsynced, with the reply and its verdicts), and with its outcome before the next model request.
 CASES = {
-    "a_before_intent": Case("call_validated", "call_validated", False, False, False),
+    # Asked, not yet answered: the reply and its calls exist nowhere; resume asks again.
+    "a_before_intent": Case("step_started", "step_started", False, False, False, "awaiting_model", 0),
     "b_after_intent": Case("intent_recorded", "intent_recorded", True, False, False),
+    # The effect happened, its outcome is not recorded: an unknown outcome for the reconcile hook.
     "c_during_execution": Case("tool", "intent_recorded", True, False, True),
-    "d_before_outcome": Case("call_executed", "call_executed", True, False, True),
     "e_after_outcome": Case("outcome_recorded", "", True, True, True),
-    # (e) again, at the earliest moment: the outcome is in the ledger, the state still awaits the tool.
-    "e_outcome_committed_state_not": Case("record_outcome", "outcome_recorded", True, True, True),
+    # (e) again, at the earliest moment: the checkpoint holding the outcome has just committed.
+    "e_outcome_committed_state_not": Case("record_outcome", "", True, True, True),
 }
 
 
@@ -68,7 +74,7 @@ def crash(b: Bench, case: Case) -> str:
         stored = store.load(run_id)
         events = kinds(store.events(run_id))
         if case.last_event:
-            assert stored.state.status.value == "awaiting_tools"
+            assert stored.state.status.value == case.status
             assert events[-1] == case.last_event
         else:  # the step's tools may be finished in the stored state (then the tool message is stored too)
             assert "outcome_recorded" in events
@@ -77,7 +83,7 @@ def crash(b: Bench, case: Case) -> str:
         assert (entry is not None) == case.intent
         assert (entry is not None and entry.outcome is not None) == case.outcome
     assert len(b.effects_of(run_id)) == (1 if case.effect_before_resume else 0)
-    assert len(b.server.requests) == 1
+    assert len(b.server.requests) == case.asked
     return run_id
 
 
@@ -117,7 +123,7 @@ def test_resume_after_sigkill_takes_effect_exactly_once(tmp_path: Path, name: st
         assert resumed_kinds[-1] == "run_finished" and after[-1].data["status"] == "completed"
         # Over the whole run, the tool was started at most once.
         assert kinds(events).count("call_executed") <= 1
-        if case.at == "call_validated":
+        if case.at == "step_started":
             assert "reconciliation_needed" not in resumed_kinds
             assert resumed_kinds.count("intent_recorded") == 1
             assert resumed_kinds.count("call_executed") == 1
@@ -129,7 +135,7 @@ def test_resume_after_sigkill_takes_effect_exactly_once(tmp_path: Path, name: st
             assert settled.data == {"id": CALL, "tool": "close_ticket", "executed": False, "by": "reconcile hook"}
             assert resumed_kinds.index("reconciled") < resumed_kinds.index("call_executed")
             assert resumed_kinds.count("call_executed") == 1
-        elif case.at in ("tool", "call_executed"):
+        elif case.at == "tool":
             # Unknown outcome: the hook finds the effect; the tool does not run again.
             assert resumed_kinds[1] == "reconciliation_needed"
             assert after[1].data["ids"] == [CALL]
@@ -149,10 +155,10 @@ def test_resume_after_sigkill_takes_effect_exactly_once(tmp_path: Path, name: st
                 assert "call_recovered" in resumed_kinds
 
 
-@pytest.mark.parametrize("at", ["tool", "call_executed"])
-def test_without_a_hook_a_person_reconciles_executed(tmp_path: Path, at: str) -> None:
+def test_without_a_hook_a_person_reconciles_executed(tmp_path: Path) -> None:
+    """Killed inside the tool, right after the effect: its outcome is known to no one but a person."""
     with bench(tmp_path, script("close_ticket_by_hand")) as b:
-        run_id = crash(b, Case(at, "intent_recorded" if at == "tool" else at, True, False, True))
+        run_id = crash(b, Case("tool", "intent_recorded", True, False, True))
 
         waiting = b.resume(run_id)
         assert waiting.code == 21, waiting

@@ -373,6 +373,7 @@ class Driver:
         self._renewal: asyncio.Future[None] | None = None  # a renewal on a thread (a remote store)
         self._traced = False  # spans for this drive (``tracing.active()``, at each ``run``)
         self._quiet = False  # no store and no listener for this drive: its events are not even made
+        self._effect_unsaved = False  # a side effect's outcome is waiting for the next commit
         self._suspending = False  # stop at the next safe point and hand the run on (``suspend``)
         self._task: asyncio.Task[Any] | None = None  # the task driving, while it does
         self._asking_model = False
@@ -448,6 +449,7 @@ class Driver:
         events, self._unsaved = self._unsaved, []
         outcomes, self._outcomes = self._outcomes, []
         cleared, self._cleared = self._cleared, []
+        self._effect_unsaved = False
         await self._stored(
             self.store.checkpoint,
             self.state,
@@ -728,6 +730,8 @@ class Driver:
         for batch in command.batches:
             if self._suspending:
                 return command  # the calls that ran are recorded; the others run when the run is resumed
+            if self._effect_unsaved and batch[0].read_only:
+                await self._flush()  # an effect's outcome is not left unsaved while reads take their time
             if len(batch) == 1:
                 await self._invoke(batch[0])
             else:
@@ -800,12 +804,12 @@ class Driver:
             self._reject(call.call_id, call.tool, content)
             return content
         if store is not None and not call.read_only:
-            await self._flush()  # a read has no effect to protect: its events ride on the next checkpoint
             entry = await self._stored(store.ledger_entry, run_id, call.call_id)
             if entry is not None and entry.outcome is not None:
                 return self._done(call, entry.outcome, CALL_RECOVERED)
             self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
-            await self._flush(intent=call)  # on disk, fsynced, before the effect can happen
+            # One commit with whatever the step has not saved yet, on disk (fsynced) before the effect can happen.
+            await self._flush(intent=call)
         self._emit(CALL_STARTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
         started = time.perf_counter()
         executing = self.toolbox.execute(
@@ -825,13 +829,13 @@ class Driver:
             duration=duration,
         )
         self._done(call, content, CALL_EXECUTED)
-        if store is not None and not call.read_only:
-            await self._flush()
+        if store is not None:
+            # The outcome rides on the next commit: the next call's intent, the checkpoint before the next model
+            # request, or the end; before a read-only batch that may take a while, its own (``_run_tools``).
             self._outcomes.append((call, content))
-            self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool, digest=digest(content))
-            await self._flush()  # its own commit: the effect has happened
-        elif store is not None:
-            self._outcomes.append((call, content))  # a read-only result rides on the next checkpoint
+            if not call.read_only:
+                self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool, digest=digest(content))
+                self._effect_unsaved = True
         return content
 
     def _done(self, call: PendingCall, content: str, kind: str) -> str:
