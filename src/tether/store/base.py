@@ -85,6 +85,7 @@ class RunStore(Protocol):
         cleared: Sequence[str] = (),
         release: bool = False,
         durable: bool = False,
+        sync: bool = True,
     ) -> None:
         """Save the state with its audit events and ledger writes, in one transaction.
 
@@ -98,8 +99,13 @@ class RunStore(Protocol):
         fsyncs whatever the checkpoint holds (a service answering 202 for a
         new run). Raises ``LeaseHeld`` if another driver took the run,
         ``TamperedRun`` if its row was changed outside tether since the last
-        checkpoint.
+        checkpoint. ``sync=False`` returns once an intent is committed; the
+        caller then awaits ``synced()`` before the effect (group commit).
         """
+
+    async def synced(self) -> None:
+        """Return once every commit this store made before the call is on disk; concurrent callers share
+        one sync (group commit)."""
 
     # --- conversations ---
 

@@ -38,8 +38,10 @@ it, connects, and supplies the few words the databases spell differently.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -96,6 +98,10 @@ _RUN_HEAD = f"SELECT {', '.join(SEALED_COLUMNS)}, seal, lease_owner FROM runs WH
 _CONVERSATION = f"SELECT {', '.join(CONVERSATION_SEALED)}, seal FROM conversations WHERE id = ?"
 _TURNS = f"SELECT {', '.join(TURN_COLUMNS)} FROM runs WHERE conversation_id = ? ORDER BY turn"
 _LEDGER_ROW = "SELECT call_id, tool, fingerprint, intent_at, outcome, outcome_at FROM ledger"
+_UPDATE_RUN = (
+    "UPDATE runs SET updated_at = ?, status = ?, meta = ?, message_count = ?, message_hash = ?,"
+    " event_count = ?, event_hash = ?, seal = ?, lease_owner = ?, lease_until = ?"
+)
 
 
 # --- migrations: one ordered history for both dialects, each step applied once and recorded ----------
@@ -274,6 +280,21 @@ class SQLStore:
             raise StoreError(f"cannot open the run store at {self.path}: {exc} (set TETHER_DB or --db)") from None
         self._new: dict[str, tuple[str, str, str]] = {}  # runs registered but not yet written
         self._turns: dict[str, Turn] = {}  # new runs that are turns: conversation, turn, history
+        # Group commit (``synced``): commits made, commits known to be on disk, the one sync in flight.
+        self._commits = 0
+        self._on_disk = 0
+        self._counting = threading.Lock()
+        self._syncing: asyncio.Future[None] | None = None
+        self.syncs = 0  # disk syncs made for group commits (what bench/overhead.py reports per run)
+        # Runs this store holds: their row's sealed columns and seal as it last wrote them (``_save``).
+        self._heads: dict[str, tuple[dict[str, Any], str]] = {}
+        self._written: tuple[str, dict[str, Any], str] = ("", {}, "")
+        same = self.dialect.tokens["same"]
+        self._update_known = (
+            _UPDATE_RUN
+            + " WHERE id = ? AND lease_owner = ? AND seal = ? AND "
+            + " AND ".join(f"{c} {same} ?" for c in SEALED_COLUMNS)
+        )
 
     def close(self) -> None:
         self.dialect.close()
@@ -355,6 +376,7 @@ class SQLStore:
         now = self.clock()
         locks = self.dialect.locks
         locked = False
+        self._heads.pop(run_id, None)  # whatever another driver wrote since, read afresh
         try:
             with self._write() as tx:
                 row = tx.execute(
@@ -397,6 +419,7 @@ class SQLStore:
                 raise LeaseHeld(f"run {run_id}: this process no longer holds its lease")
 
     def release(self, run_id: str) -> None:
+        self._heads.pop(run_id, None)
         try:
             with self._write() as tx:
                 tx.execute(
@@ -418,21 +441,34 @@ class SQLStore:
         cleared: Sequence[str] = (),
         release: bool = False,
         durable: bool = False,
+        sync: bool = True,
     ) -> None:
-        """Save the state with its audit events and ledger writes, in one transaction (``RunStore.checkpoint``)."""
+        """Save the state with its audit events and ledger writes, in one transaction (``RunStore.checkpoint``).
+
+        ``sync=False``: a checkpoint with ``intents`` returns once committed, and the caller awaits
+        ``synced()`` before the effect (group commit); otherwise it returns once on disk.
+        """
         now = self.clock()
         run_id = state.run_id
+        durable = durable or (bool(intents) and self.durable_intents and sync)
         try:
-            with self._write(durable=durable or (bool(intents) and self.durable_intents)) as tx:
+            with self._write(durable=durable) as tx:
                 self._save(tx, state, events, outcomes, intents, cleared, release, now)
         except BaseException:
+            self._heads.pop(run_id, None)  # read it afresh next time
             if run_id in self._new:
                 self.dialect.locks.unlock(run_id)  # never written: nobody holds it
             raise
+        with self._counting:
+            self._commits += 1
         self._new.pop(run_id, None)
         self._turns.pop(run_id, None)
         if release:
+            self._heads.pop(run_id, None)  # another driver may write it next
             self.dialect.locks.unlock(run_id)
+        else:
+            _, sealed, new_seal = self._written
+            self._heads[run_id] = (sealed, new_seal)
 
     def _save(
         self,
@@ -448,14 +484,11 @@ class SQLStore:
         run_id = state.run_id
         if run_id in self._new:
             self._insert_run(tx, state, now)
-        head = tx.execute(_RUN_HEAD + self.dialect.for_update, (run_id,)).fetchone()
-        if head is None:
-            raise RunNotFound(f"no run {run_id} in {self.path}")
-        if head[-1] != self.owner:
-            raise LeaseHeld(f"run {run_id}: this process no longer holds its lease")
-        sealed = dict(zip(SEALED_COLUMNS, head, strict=False))
-        if problem := seal_problem(self.audit_key, run_id, head[:-2], head[-2]):
-            raise TamperedRun(f"run {run_id}: {problem}; see tether runs verify {run_id}")
+        known = self._heads.get(run_id)
+        if known is None:
+            sealed, was = self._read_head(tx, run_id)
+        else:
+            sealed, was = dict(known[0]), known[1]
         messages, message_hash = message_rows(state, sealed["message_count"], sealed["message_hash"])
         chained = chain_events(state, events, sealed["event_count"], sealed["event_hash"], now, self.log_content)
         sealed.update(
@@ -467,23 +500,29 @@ class SQLStore:
             event_count=chained.count,
             event_hash=chained.head,
         )
-        tx.execute(
-            "UPDATE runs SET updated_at = ?, status = ?, meta = ?, message_count = ?, message_hash = ?,"
-            " event_count = ?, event_hash = ?, seal = ?, lease_owner = ?, lease_until = ? WHERE id = ?",
-            (
-                now,
-                state.status.value,
-                sealed["meta"],
-                len(state.messages),
-                message_hash,
-                chained.count,
-                chained.head,
-                seal(self.audit_key, run_id, tuple(sealed[c] for c in SEALED_COLUMNS)),
-                None if release else self.owner,
-                None if release else now + self.lease_seconds,
-                run_id,
-            ),
+        new_seal = seal(self.audit_key, run_id, tuple(sealed[c] for c in SEALED_COLUMNS))
+        values = (
+            now,
+            state.status.value,
+            sealed["meta"],
+            len(state.messages),
+            message_hash,
+            chained.count,
+            chained.head,
+            new_seal,
+            None if release else self.owner,
+            None if release else now + self.lease_seconds,
         )
+        if known is None:  # just read and checked, under the row's lock
+            tx.execute(_UPDATE_RUN + " WHERE id = ?", (*values, run_id))
+        else:
+            # The row as this store last wrote it, column by column, or nothing: one statement instead of a
+            # read and a write; when something else changed it, the read says what (lease lost, tampered).
+            updated = tx.execute(self._update_known, (*values, run_id, self.owner, was, *known[0].values()))
+            if updated.rowcount != 1:
+                self._read_head(tx, run_id)
+                raise TamperedRun(f"run {run_id}: its row changed outside tether; see tether runs verify {run_id}")
+        self._written = (run_id, sealed, new_seal)
         if messages:
             tx.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)", messages)
         if chained.rows:
@@ -505,6 +544,46 @@ class SQLStore:
                 " SET outcome = excluded.outcome, outcome_at = excluded.outcome_at" + only_if_unknown,
                 (run_id, call.call_id, call.tool, call.fingerprint or "", at, outcome, at),
             )
+
+    def _read_head(self, tx: Tx, run_id: str) -> tuple[dict[str, Any], str]:
+        """The run's sealed columns and seal, read under its lock and checked: this store's lease, its seal."""
+        head = tx.execute(_RUN_HEAD + self.dialect.for_update, (run_id,)).fetchone()
+        if head is None:
+            raise RunNotFound(f"no run {run_id} in {self.path}")
+        if head[-1] != self.owner:
+            raise LeaseHeld(f"run {run_id}: this process no longer holds its lease")
+        if problem := seal_problem(self.audit_key, run_id, head[:-2], head[-2]):
+            raise TamperedRun(f"run {run_id}: {problem}; see tether runs verify {run_id}")
+        return dict(zip(SEALED_COLUMNS, head, strict=False)), head[-2]
+
+    async def synced(self) -> None:
+        """Return once every commit this store made before the call is on disk (group commit).
+
+        At most one sync is in flight: the drivers that reach an intent while
+        it runs share the next one, so N runs reaching their intents together
+        pay one fsync (a run alone waits for no one). The sync runs on a
+        thread, never holding up the event loop.
+        """
+        if not self.durable_intents:
+            return  # measuring what durability costs (bench/durable.py)
+        target = self._commits
+        while self._on_disk < target:
+            if self._syncing is None:
+                self._syncing = asyncio.ensure_future(self._sync_once())
+            await asyncio.shield(self._syncing)
+
+    async def _sync_once(self) -> None:
+        try:
+            with self._counting:
+                upto = self._commits
+            try:
+                await asyncio.to_thread(self.dialect.sync)
+            except self.dialect.errors as exc:
+                raise StoreError(f"run store {self.path}: cannot make its commits durable: {exc}") from None
+            self.syncs += 1
+            self._on_disk = max(self._on_disk, upto)
+        finally:
+            self._syncing = None
 
     # --- conversations ------------------------------------------------------------
 

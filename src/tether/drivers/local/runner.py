@@ -458,7 +458,10 @@ class Driver:
             intents=() if intent is None else [intent],
             cleared=cleared,
             release=release,
+            sync=intent is None,
         )
+        if intent is not None:
+            await self.store.synced()  # one disk sync shared by the runs reaching an intent together
         for event in events:
             self._deliver(event)
 

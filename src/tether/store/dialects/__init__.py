@@ -122,7 +122,8 @@ class Dialect(Protocol):
 
     @property
     def tokens(self) -> dict[str, str]:
-        """The schema's words: ``{id}``, ``{real}``, ``{without_rowid}``, ``{principal_id}``."""
+        """The SQL's words: ``{id}``, ``{real}``, ``{without_rowid}``, ``{principal_id}`` in the schema;
+        ``same``, equality that holds for NULL and NULL."""
         ...
 
     @property
@@ -147,6 +148,10 @@ class Dialect(Protocol):
 
     def columns(self, tx: Tx, table: str) -> set[str]:
         """The names of ``table``'s columns."""
+        ...
+
+    def sync(self) -> None:
+        """Make every commit made so far durable (called on a thread, for a group of commits at once)."""
         ...
 
     def lock_migrations(self, tx: Tx) -> None:

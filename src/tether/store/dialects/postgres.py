@@ -143,6 +143,7 @@ class PostgresDialect:
         "real": "DOUBLE PRECISION",
         "without_rowid": "",
         "principal_id": "((principal::jsonb) ->> 'id')",
+        "same": "IS NOT DISTINCT FROM",  # equal, NULL to NULL included
     }
     name, remote = "postgres", True
     errors: tuple[type[BaseException], ...] = (psycopg.Error, PoolTimeout)
@@ -192,6 +193,12 @@ class PostgresDialect:
             (table,),
         )
         return {row[0] for row in rows}
+
+    def sync(self) -> None:
+        """One transaction committed with ``synchronous_commit=on``: the server flushes its WAL through it,
+        and so through every commit made before it (``synchronous_commit=off`` ones included)."""
+        with self._pool.connection() as db, db.transaction():
+            db.execute("SELECT txid_current()")  # a transaction id: its commit is a WAL record to flush
 
     def lock_migrations(self, tx: Any) -> None:
         tx.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
