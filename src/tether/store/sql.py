@@ -288,7 +288,6 @@ class SQLStore:
         self.syncs = 0  # disk syncs made for group commits (what bench/overhead.py reports per run)
         # Runs this store holds: their row's sealed columns and seal as it last wrote them (``_save``).
         self._heads: dict[str, tuple[dict[str, Any], str]] = {}
-        self._written: tuple[str, dict[str, Any], str] = ("", {}, "")
         same = self.dialect.tokens["same"]
         self._update_known = (
             _UPDATE_RUN
@@ -453,7 +452,7 @@ class SQLStore:
         durable = durable or (bool(intents) and self.durable_intents and sync)
         try:
             with self._write(durable=durable) as tx:
-                self._save(tx, state, events, outcomes, intents, cleared, release, now)
+                written = self._save(tx, state, events, outcomes, intents, cleared, release, now)
         except BaseException:
             self._heads.pop(run_id, None)  # read it afresh next time
             if run_id in self._new:
@@ -467,8 +466,7 @@ class SQLStore:
             self._heads.pop(run_id, None)  # another driver may write it next
             self.dialect.locks.unlock(run_id)
         else:
-            _, sealed, new_seal = self._written
-            self._heads[run_id] = (sealed, new_seal)
+            self._heads[run_id] = written
 
     def _save(
         self,
@@ -480,7 +478,8 @@ class SQLStore:
         cleared: Sequence[str],
         release: bool,
         now: float,
-    ) -> None:
+    ) -> tuple[dict[str, Any], str]:
+        """Write the checkpoint in ``tx``; the run row's sealed columns and seal as written."""
         run_id = state.run_id
         if run_id in self._new:
             self._insert_run(tx, state, now)
@@ -522,7 +521,7 @@ class SQLStore:
             if updated.rowcount != 1:
                 self._read_head(tx, run_id)
                 raise TamperedRun(f"run {run_id}: its row changed outside tether; see tether runs verify {run_id}")
-        self._written = (run_id, sealed, new_seal)
+        written = (sealed, new_seal)
         if messages:
             tx.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)", messages)
         if chained.rows:
@@ -544,6 +543,7 @@ class SQLStore:
                 " SET outcome = excluded.outcome, outcome_at = excluded.outcome_at" + only_if_unknown,
                 (run_id, call.call_id, call.tool, call.fingerprint or "", at, outcome, at),
             )
+        return written
 
     def _read_head(self, tx: Tx, run_id: str) -> tuple[dict[str, Any], str]:
         """The run's sealed columns and seal, read under its lock and checked: this store's lease, its seal."""

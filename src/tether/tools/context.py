@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic
-
-from typing_extensions import TypeVar  # a default (PEP 696): a bare ToolContext means ToolContext[Any]
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 ALL_SCOPES = "*"
 
@@ -29,7 +27,12 @@ class Principal:
 LOCAL_PRINCIPAL = Principal("local")
 
 
-DepsT = TypeVar("DepsT", default=Any)
+if TYPE_CHECKING:  # a default (PEP 696): a bare ToolContext means ToolContext[Any] to a type checker
+    from typing_extensions import TypeVar as DefaultedTypeVar
+
+    DepsT = DefaultedTypeVar("DepsT", default=Any)
+else:  # at run time the default changes nothing, and typing_extensions costs milliseconds to import
+    DepsT = TypeVar("DepsT")
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,8 +80,6 @@ from tether.core.messages import Message, ModelReply
 from tether.core.report import CallReport, RunResult, StepReport, usage_dict
 from tether.drivers import tracing
 from tether.drivers.common import json_object
-from tether.drivers.local.conversation import Conversation, ConversationBudget, open_conversation
-from tether.drivers.local.stream import RunFinished, StreamEvent, Translator
 from tether.models.base import Model, ModelRequest
 from tether.models.base import output_mode as checked_output_mode
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
@@ -90,6 +88,8 @@ from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, result_envelope
 
 if TYPE_CHECKING:
+    from tether.drivers.local.conversation import Conversation, ConversationBudget
+    from tether.drivers.local.stream import StreamEvent
     from tether.store.base import RunStore
 
 T = TypeVar("T")
@@ -238,6 +238,8 @@ class Agent:
         budget: ConversationBudget | None = None,
     ) -> Conversation:
         """A new conversation, or (with a store) the stored one named ``conversation_id`` to go on with."""
+        from tether.drivers.local.conversation import open_conversation  # loaded by the agents that converse
+
         return open_conversation(self, conversation_id, principal, budget)
 
     def toolbox_for(self, principal: Principal) -> Toolbox:
@@ -314,6 +316,8 @@ class Agent:
         ``cancelled``).
         """
         driver = self.driver(prompt, run_id=run_id, deps=deps, principal=principal)
+        from tether.drivers.local.stream import RunFinished, Translator  # loaded by the agents that stream
+
         queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
         translator = Translator(self.model.name, driver.arguments, self.clock, queue.put_nowait)
         driver.on_event = translator.feed
