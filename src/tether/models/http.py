@@ -288,11 +288,7 @@ class HTTPModel:
                     raise http_error(response.status, text, wait, self.key_variable)
                 if body.get("stream") and response.content_type == "text/event-stream":
                     return await read_stream(response)
-                size = response.content_length
-                if size is not None and size <= self.max_reply_bytes:
-                    raw = await response.read()  # bounded by its Content-Length: read in one go
-                else:
-                    raw = await read_within(response.content, self.max_reply_bytes)
+                raw = await read_within(response.content, self.max_reply_bytes)
         except ReplyTooLarge as exc:
             raise ReplyTooLarge(exc.max_bytes, type(self).__name__) from None  # the reader knows no adapter
         except aiohttp.ClientConnectorError as exc:
