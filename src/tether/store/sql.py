@@ -98,6 +98,7 @@ _RUN_HEAD = f"SELECT {', '.join(SEALED_COLUMNS)}, seal, lease_owner FROM runs WH
 _CONVERSATION = f"SELECT {', '.join(CONVERSATION_SEALED)}, seal FROM conversations WHERE id = ?"
 _TURNS = f"SELECT {', '.join(TURN_COLUMNS)} FROM runs WHERE conversation_id = ? ORDER BY turn"
 _LEDGER_ROW = "SELECT call_id, tool, fingerprint, intent_at, outcome, outcome_at FROM ledger"
+GROUP_WAIT = 0.001  # seconds a group commit waits for more intents, while other runs are being driven
 _UPDATE_RUN = (
     "UPDATE runs SET updated_at = ?, status = ?, meta = ?, message_count = ?, message_hash = ?,"
     " event_count = ?, event_hash = ?, seal = ?, lease_owner = ?, lease_until = ?"
@@ -574,6 +575,10 @@ class SQLStore:
 
     async def _sync_once(self) -> None:
         try:
+            if len(self._heads) > 1:
+                # Other runs are being driven here and may reach their intents in a moment: wait a little
+                # (``GROUP_WAIT``) for them to share this sync. A run alone never waits.
+                await asyncio.sleep(GROUP_WAIT)
             with self._counting:
                 upto = self._commits
             try:
