@@ -17,10 +17,23 @@ SECRET_KEY = re.compile(r"pass(word|wd)?|token(?!s)|secret|api[_-]?key|authoriza
 SECRET_TEXT = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]{8,}|sk-[A-Za-z0-9_-]{8,}")
 
 
+_SECRET_KEYS: dict[str, bool] = {}  # a key's verdict, once: events and arguments repeat the same few keys
+
+
+def secret_key(key: str) -> bool:
+    """Whether a mapping key names a credential (``api_key``, ``Authorization``, ...)."""
+    found = _SECRET_KEYS.get(key)
+    if found is None:
+        found = bool(SECRET_KEY.search(key))
+        if len(_SECRET_KEYS) < 4096:  # keys chosen by models are not all kept
+            _SECRET_KEYS[key] = found
+    return found
+
+
 def redact(value: Any) -> Any:
     """A copy of ``value`` with every secret-looking entry replaced."""
     if isinstance(value, dict):
-        return {k: REDACTED if isinstance(k, str) and SECRET_KEY.search(k) else redact(v) for k, v in value.items()}
+        return {k: REDACTED if isinstance(k, str) and secret_key(k) else redact(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
     if isinstance(value, str):

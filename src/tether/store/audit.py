@@ -24,6 +24,7 @@ from typing import Any
 from tether.core.events import CALL_EXECUTED, CALL_VALIDATED, INTENT_RECORDED, OUTCOME_RECORDED, RECONCILED
 
 GENESIS = "0" * 64
+_TEXT = json.JSONEncoder(ensure_ascii=False).encode  # made once: json.dumps with options makes one per call
 AUDIT_KEY_ENV = "TETHER_AUDIT_KEY"
 # The columns of a run's row that its seal covers: all but the id (sealed on its own) and the lease.
 SEALED_COLUMNS = (
@@ -56,7 +57,7 @@ def chain_hash(prev: str, *fields: object) -> str:
 
 def seal(key: str | None, run_id: str, row: Sequence[object]) -> str:
     """The seal of a run's row: ``row`` holds the ``SEALED_COLUMNS`` values; an HMAC when there is a key."""
-    text = json.dumps([run_id, *row], ensure_ascii=False).encode()
+    text = _TEXT([run_id, *row]).encode()
     if key:
         return KEYED + hmac.new(key.encode(), text, hashlib.sha256).hexdigest()
     return UNKEYED + hashlib.sha256(text).hexdigest()

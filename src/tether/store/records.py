@@ -19,7 +19,7 @@ from tether.core.budget import RunConfig
 from tether.core.errors import AmbiguousRun, LeaseHeld, StoreError, TamperedRun
 from tether.core.events import CALL_EXECUTED, INTENT_RECORDED, OUTCOME_RECORDED, RECONCILED, digest
 from tether.core.machine import PendingCall, RunState
-from tether.core.redact import REDACTED, SECRET_KEY, redact
+from tether.core.redact import REDACTED, redact, secret_key
 from tether.store.audit import GENESIS, SEALED_COLUMNS, chain_hash, ledger_problems, seal, seal_problem
 from tether.tools.context import Principal
 
@@ -100,8 +100,13 @@ class StoredRun:
     updated_at: float
 
 
+# Made once: ``json.dumps`` with options builds a new encoder on every call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_TEXT = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL(value)
 
 
 def decode(text: str, run_id: str, what: str) -> Any:
@@ -123,7 +128,7 @@ def principal_from(data: dict[str, Any]) -> Principal:
 
 def meta_text(state: RunState) -> str:
     # The growing parts live in their own tables. Sealed as the stored text, so no need for sorted keys.
-    return json.dumps(state.progress(), ensure_ascii=False)
+    return _TEXT(state.progress())
 
 
 def registration(
@@ -172,7 +177,7 @@ def event_data(data: dict[str, Any], log_content: bool) -> dict[str, Any]:
     for key, value in data.items():
         if not log_content and key in CONTENT_KEYS and value:
             value = omitted(value)
-        elif SECRET_KEY.search(key):
+        elif secret_key(key):
             value = REDACTED
         elif isinstance(value, dict | list | str):
             value = redact(value)
@@ -205,7 +210,7 @@ def chain_events(
         step, at = (int(event[2]), float(event[3])) if len(event) == 4 else (state.steps, now)
         if (kind in OUTCOME_EVENTS or kind == INTENT_RECORDED) and isinstance(data.get("id"), str):
             chained.logged_at.setdefault((kind, data["id"]), at)
-        body = json.dumps(event_data(data, log_content), ensure_ascii=False)  # the hash covers this text
+        body = _TEXT(event_data(data, log_content))  # the hash covers this text
         seq += 1
         new_hash = chain_hash(head, run_id, seq, repr(at), kind, step, body)
         chained.rows.append((run_id, seq, at, kind, step, body, head, new_hash))
