@@ -24,17 +24,17 @@ class ErrorCode(StrEnum):
 RETRYABLE = frozenset({ErrorCode.INVALID_JSON, ErrorCode.UNKNOWN_TOOL, ErrorCode.INVALID_ARGUMENTS, ErrorCode.TIMEOUT})
 
 
+_TEXT = json.JSONEncoder(ensure_ascii=False).encode  # made once: json.dumps with options makes one per call
+
+
 def ok(result: Any) -> str:
-    return json.dumps({"ok": True, "result": result}, ensure_ascii=False)
+    return _TEXT({"ok": True, "result": result})
 
 
 def error(code: ErrorCode, message: str, retryable: bool | None = None) -> str:
     if retryable is None:
         retryable = code in RETRYABLE
-    return json.dumps(
-        {"ok": False, "error": {"code": code.value, "message": message, "retryable": retryable}},
-        ensure_ascii=False,
-    )
+    return _TEXT({"ok": False, "error": {"code": code.value, "message": message, "retryable": retryable}})
 
 
 def outcome_code(content: str) -> str:

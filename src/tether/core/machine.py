@@ -340,9 +340,12 @@ def _last_step_succeeded(messages: list[Message]) -> bool:
     return results > 0
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode  # made once, not per call
+
+
 def fingerprint(tool: str, arguments: Mapping[str, Any]) -> str:
     """A stable digest of a tool name and its canonical arguments."""
-    canonical = json.dumps([tool, arguments], sort_keys=True, separators=(",", ":"))
+    canonical = _CANONICAL([tool, arguments])
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 

@@ -40,24 +40,33 @@ def truncate(text: str, limit: int) -> str:
     return f"{text[:limit]}…[truncated: showing {limit} of {len(text)} characters]"
 
 
+_TEXT = json.JSONEncoder(ensure_ascii=False).encode  # made once: json.dumps with options makes one per call
 _TOO_DEEP = envelope.error(ErrorCode.TOOL_FAILED, f"the tool returned a value nested more than {MAX_DEPTH} levels deep")
 
 
 def result_envelope(result: Any, limit: int) -> str:
-    """The ``ok`` envelope for a tool's return value, cut to ``limit``."""
-    from pydantic_core import PydanticSerializationError, to_jsonable_python
+    """The ``ok`` envelope for a tool's return value, cut to ``limit``.
 
+    A value JSON can write as it is (numbers, text, lists and dicts of them)
+    is written once; anything else (a model, a date, a set) goes through
+    pydantic's conversion first.
+    """
     try:
-        value = to_jsonable_python(result)
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError, PydanticSerializationError, RecursionError):
-        if value_nested_deeper(result, MAX_DEPTH):  # pydantic stops at a depth of its own, far deeper
-            return _TOO_DEEP
-        return envelope.error(ErrorCode.TOOL_FAILED, "the tool returned a value that is not JSON")
+        value, text = result, _TEXT(result)
+    except (TypeError, ValueError, RecursionError):
+        from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+        try:
+            value = to_jsonable_python(result)
+            text = _TEXT(value)
+        except (TypeError, ValueError, PydanticSerializationError, RecursionError):
+            if value_nested_deeper(result, MAX_DEPTH):  # pydantic stops at a depth of its own, far deeper
+                return _TOO_DEEP
+            return envelope.error(ErrorCode.TOOL_FAILED, "the tool returned a value that is not JSON")
     if nested_deeper(text, MAX_DEPTH):  # every reader of the envelope (the model's history, the store) walks it
         return _TOO_DEEP
     if len(text) <= limit:
-        return envelope.ok(value)
+        return f'{{"ok": true, "result": {text}}}'  # what envelope.ok(value) writes, without writing it again
     shown = value if isinstance(value, str) else text
     return envelope.ok(truncate(shown, limit))
 

@@ -1,0 +1,46 @@
+"""What the agent's import path loads: no run store, no sqlite3, no tracing SDK, no pydantic or jsonschema.
+
+Each check starts a fresh interpreter, so nothing another test imported counts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("sqlite3", "_sqlite3", "pydantic", "pydantic_core", "jsonschema", "opentelemetry", "psycopg", "llama_cpp")
+
+
+def loaded_after(code: str) -> list[str]:
+    probe = (
+        code
+        + "\nimport json, sys\n"
+        + f"heavy = {HEAVY!r}\n"
+        + "print(json.dumps(sorted({m for m in sys.modules if m.split('.')[0] in heavy or m.startswith('tether.store')"
+        + " or m.startswith('opentelemetry.sdk')})))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    found: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return found
+
+
+def test_importing_what_an_agent_needs_loads_nothing_heavy() -> None:
+    assert loaded_after("from tether import Agent, OpenAIChatModel, tool") == []
+
+
+def test_an_in_memory_run_loads_no_store_and_no_tracing_sdk() -> None:
+    code = """
+import asyncio
+from tether import Agent, ScriptedModel, tool_from_schema
+from tether.models.scripted import reply_calls, reply_text
+
+schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+          "required": ["a", "b"], "additionalProperties": False}
+multiply = tool_from_schema("multiply", schema, lambda a, b: a * b, read_only=True, inline=True)
+model = ScriptedModel([reply_calls(("c1", "multiply", '{"a": 248, "b": 15}')), reply_text("3720")])
+assert asyncio.run(Agent(model, [multiply]).run("248 * 15?")).output == "3720"
+"""
+    found = loaded_after(code)
+    assert [m for m in found if m.startswith(("tether.store", "sqlite3", "_sqlite3", "opentelemetry.sdk"))] == []
+    assert "pydantic" not in found  # a raw-schema tool with a JSON-native result needs no pydantic
