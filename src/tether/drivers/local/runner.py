@@ -284,7 +284,7 @@ class Agent:
         first: ``tether.core.history``) goes before the prompt; the Agent's ``system`` is then not added.
         """
         toolbox = self.toolbox_for(principal or self.toolbox.principal)
-        output = self.output_spec(output_type)
+        output = self.output if output_type is None else self.output_spec(output_type)
         messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
         new_from = 0 if turn is None else turn[2]  # where the run's own messages start: after a history
         if message_history is not None and (history := given_history(message_history, messages)):
