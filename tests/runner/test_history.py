@@ -327,3 +327,15 @@ async def test_a_history_keeps_its_untrusted_results_tainting_and_a_plain_list_c
     assert asked == ["the run read untrusted text from fetch_page"] * 2
     assert SENT == ["ann@example.com"]
     assert isinstance(calc.all_messages(), MessageHistory) and calc.all_messages().untrusted == {}
+
+
+async def test_fit_tokens_shortens_what_a_long_history_sends() -> None:
+    old = [Message("user", "old " * 200), Message("assistant", "noted " * 200)]
+    history = [Message("system", "Be kind."), *old, Message("user", "recent"), Message("assistant", "ok")]
+    async with FakeServer([text("fine")]) as server:
+        agent = Agent(model_on(server), history_processors=[fit_tokens(50)])
+        result = await agent.run("now?", message_history=history)
+        await agent.aclose()
+    sent = [m["content"] for m in server.requests[0]["messages"]]
+    assert sent == ["Be kind.", "recent", "ok", "now?"]
+    assert result.all_messages()[:5] == history  # the transcript keeps all of it
