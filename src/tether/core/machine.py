@@ -20,6 +20,13 @@ the machine, which then refuses all further input. On every model reply the
 checks run in the order of DESIGN.md §3: protocol invariants, stop reasons,
 per-call verdicts (decoding, tool offered, schema, call-id reuse, loop
 guard), budgets, the repair budget, approval.
+
+What the driver runs around a step reaches the machine only as data in its
+events: the verdict of the output validators on the answer a reply gives
+(``ModelReplied.validated``; the driver asks ``proposed_answer`` first),
+the untrusted results the request left out (``ModelReplied.hidden``: they
+do not taint the judging of that reply), and the calls whose tool raised
+``Retry`` (``ToolsFinished.retried``, counted per tool against its retries).
 """
 
 from __future__ import annotations
