@@ -25,6 +25,12 @@ PUBLIC = {
     "Conversation",
     "ConversationBudget",
     "decide",
+    "RunContext",
+    "Retry",
+    # message history
+    "messages_adapter",
+    "keep_last_turns",
+    "fit_tokens",
     # configuration and vocabulary
     "Budget",
     "Compat",

@@ -36,7 +36,8 @@ def expected_lines(block: str) -> list[str]:
 
 def test_the_readme_has_examples_for_each_feature() -> None:
     joined = "\n".join(BLOCKS)
-    for feature in ("run_sync", "output_type=", "conversation()", "deps=", "agent.stream(", "decide("):
+    features = ("run_sync", "output_type=", "conversation()", "deps=", "agent.stream(", "decide(")
+    for feature in (*features, "@agent.instructions", "@agent.output_validator", "message_history="):
         assert feature in joined, feature
 
 

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from tether.drivers.local.conversation import Conversation as Conversation
     from tether.drivers.local.conversation import ConversationBudget as ConversationBudget
     from tether.drivers.local.durable import decide as decide
+    from tether.drivers.local.history import fit_tokens as fit_tokens
+    from tether.drivers.local.history import keep_last_turns as keep_last_turns
+    from tether.drivers.local.history import messages_adapter as messages_adapter
     from tether.drivers.local.runner import Agent as Agent
     from tether.drivers.local.runner import Decision as Decision
     from tether.models import (
@@ -61,6 +64,12 @@ if TYPE_CHECKING:
     from tether.store import open_store as open_store
     from tether.tools import (
         Principal as Principal,
+    )
+    from tether.tools import (
+        Retry as Retry,
+    )
+    from tether.tools import (
+        RunContext as RunContext,
     )
     from tether.tools import (
         Tool as Tool,
@@ -96,7 +105,9 @@ _WHERE = {
     "ModelRequest": "tether.models",
     "OpenAIChatModel": "tether.models",
     "Principal": "tether.tools",
+    "Retry": "tether.tools",
     "RunConfig": "tether.core",
+    "RunContext": "tether.tools",
     "RunEvent": "tether.core.events",
     "RunFailed": "tether.core.errors",
     "RunResult": "tether.core.report",
@@ -109,7 +120,10 @@ _WHERE = {
     "ToolContext": "tether.tools",
     "ToolError": "tether.tools",
     "decide": "tether.drivers.local.durable",
+    "fit_tokens": "tether.drivers.local.history",
+    "keep_last_turns": "tether.drivers.local.history",
     "load_toolset": "tether.toolsets",
+    "messages_adapter": "tether.drivers.local.history",
     "open_store": "tether.store",
     "tool": "tether.tools",
     "tool_from_schema": "tether.tools",

@@ -128,6 +128,11 @@ def _message_tokens(message: Message) -> int:
     return count
 
 
+def estimate_tokens(messages: Sequence[Message]) -> int:
+    """The local estimate of ``messages``' tokens, counted as ``estimate_usage`` counts what a request sends."""
+    return sum(_message_tokens(m) for m in messages)
+
+
 def estimate_usage(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]], reply: ModelReply) -> Usage:
     """A conservative local count of a request's and its reply's tokens, for a provider that reports none.
 

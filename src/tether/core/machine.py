@@ -20,6 +20,13 @@ the machine, which then refuses all further input. On every model reply the
 checks run in the order of DESIGN.md §3: protocol invariants, stop reasons,
 per-call verdicts (decoding, tool offered, schema, call-id reuse, loop
 guard), budgets, the repair budget, approval.
+
+What the driver runs around a step reaches the machine only as data in its
+events: the verdict of the output validators on the answer a reply gives
+(``ModelReplied.validated``; the driver asks ``proposed_answer`` first),
+the untrusted results the request left out (``ModelReplied.hidden``: they
+do not taint the judging of that reply), and the calls whose tool raised
+``Retry`` (``ToolsFinished.retried``, counted per tool against its retries).
 """
 
 from __future__ import annotations
@@ -80,10 +87,21 @@ class Begin:
 
 
 @dataclass(frozen=True, slots=True)
+class Validated:
+    """What the driver's output validators said of the final answer a reply gives (``Run.proposed_answer``)."""
+
+    refused: str | None = None  # why the answer was refused: it goes back to the model as a correction
+    output: str | None = None  # the answer as the validators replaced it (its text or JSON), if they did
+
+
+@dataclass(frozen=True, slots=True)
 class ModelReplied:
     reply: ModelReply
     now: float
     usage_estimated: bool = False  # the provider reported no usage; the driver counted it locally
+    # Call ids of results left out of the request (history processors): what the model did not see cannot taint.
+    hidden: frozenset[str] = frozenset()
+    validated: Validated | None = None  # None: the run has no output validators
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +111,19 @@ class ModelFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class Retried:
+    """A tool asked for the call to be made again (``tether.Retry``): why, and how many retries the tool allows."""
+
+    message: str
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class ToolsFinished:
     results: Mapping[str, str]  # call id -> envelope JSON text
     now: float
     untrusted: frozenset[str] = frozenset()  # call ids whose result the tool marked untrusted
+    retried: Mapping[str, Retried] = field(default_factory=dict)  # call id -> the tool's Retry (its result is ours)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +321,10 @@ TRANSITIONS: dict[Status, dict[type[Any], frozenset[Status]]] = {
         Cancel: frozenset({Status.CANCELLED}),
     },
     Status.AWAITING_TOOLS: {
-        ToolsFinished: frozenset({Status.AWAITING_MODEL, Status.MAX_STEPS, Status.BUDGET_EXHAUSTED}),
+        # REPAIR_EXHAUSTED: a tool asked for more retries than it allows (``Retried``), one failed repair too many.
+        ToolsFinished: frozenset(
+            {Status.AWAITING_MODEL, Status.MAX_STEPS, Status.BUDGET_EXHAUSTED, Status.REPAIR_EXHAUSTED}
+        ),
         OutcomeUnknown: frozenset({Status.AWAITING_RECONCILIATION}),
         Cancel: frozenset({Status.CANCELLED}),
     },
@@ -376,6 +406,7 @@ class RunState:
     unknown: list[str] = field(default_factory=list)  # call ids awaiting reconciliation
     output: str | None = None
     reason: str | None = None
+    retries: dict[str, int] = field(default_factory=dict)  # tool -> how many times it raised Retry in this run
 
     def undecided(self) -> list[PendingCall]:
         """The calls of the current step that wait for an approval decision."""
@@ -396,7 +427,7 @@ class RunState:
         A store that appends messages and executed calls elsewhere saves only
         this at each checkpoint, so a step costs the same at step 200 as at step 1.
         """
-        return {
+        progress: dict[str, Any] = {
             "status": self.status.value,
             "started_at": self.started_at,
             "steps": self.steps,
@@ -415,6 +446,9 @@ class RunState:
             "output": self.output,
             "reason": self.reason,
         }
+        if self.retries:  # only once a tool asked for a retry: a checkpoint without one is as it always was
+            progress["retries"] = dict(self.retries)
+        return progress
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
@@ -440,6 +474,7 @@ class RunState:
             unknown=list(data.get("unknown", ())),
             output=data["output"],
             reason=data["reason"],
+            retries=dict(data.get("retries", {})),
         )
 
 
@@ -523,15 +558,15 @@ class Run:
                 return self._next_step(now)
             case ModelReplied(reply=reply, now=now, usage_estimated=estimated):
                 self.state.usage_estimated = self.state.usage_estimated or estimated
-                return self._on_reply(reply, now)
+                return self._on_reply(reply, now, event.hidden, event.validated)
             case ModelFailed(message=message, now=now):
                 # A model call cut short by the run's deadline is the budget's doing.
                 why = self._exhausted(now)
                 if why is not None:
                     return self._finish(Status.BUDGET_EXHAUSTED, None, why)
                 return self._finish(Status.MODEL_ERROR, None, message)
-            case ToolsFinished(results=results, now=now, untrusted=untrusted):
-                return self._on_tools_finished(results, now, untrusted)
+            case ToolsFinished(results=results, now=now, untrusted=untrusted, retried=retried):
+                return self._on_tools_finished(results, now, untrusted, retried)
             case ApprovalDecided():
                 return self._on_approval(event)
             case OutcomeUnknown(call_ids=call_ids):
@@ -607,7 +642,32 @@ class Run:
         s.status = Status.AWAITING_MODEL
         return self._call_model()
 
-    def _on_reply(self, reply: ModelReply, now: float) -> Command:
+    def proposed_answer(self, reply: ModelReply) -> str | None:
+        """The final answer ``reply`` would end the run with, for the driver's output validators; else None.
+
+        Nothing of the state changes: the driver asks before it sends
+        ``ModelReplied``, runs the validators on this answer, and sends their
+        verdict with the reply (``Validated``), which the judging below then
+        applies. The answer is the reply's text, or the arguments of its
+        first valid call of the final-answer tool.
+        """
+        calls = self._protocol_check(reply)
+        if isinstance(calls, str) or reply.finish_reason in ("length", "content_filter"):
+            return None
+        answer = self._answer
+        if not calls:
+            text = reply.content or ""
+            if answer is None or (answer.tool is None and answer.check_answer(text) is None):
+                return text
+            return None
+        if answer is None or answer.tool is None:
+            return None
+        valid = (c.arguments for c in calls if c.name == answer.tool and answer.check_answer(c.arguments) is None)
+        return next(valid, None)
+
+    def _on_reply(
+        self, reply: ModelReply, now: float, hidden: frozenset[str] = frozenset(), validated: Validated | None = None
+    ) -> Command:
         s = self.state
         s.usage = s.usage + reply.usage
         calls_or_error = self._protocol_check(reply)
@@ -620,12 +680,15 @@ class Run:
             return self._finish(Status.CONTENT_FILTERED, None, "the provider filtered the reply")
         s.messages.append(Message("assistant", reply.content, calls))
         if not calls and self._answer is not None:
-            return self._judge_text_answer(reply.content or "", now)
+            return self._judge_text_answer(reply.content or "", now, validated)
         if not calls:
-            return self._finish(Status.COMPLETED, reply.content or "", None)
-        return self._judge(calls, now)
+            if validated is not None and validated.refused is not None:
+                return self._refuse_answer(validated.refused, "give a corrected answer", now)
+            output = validated.output if validated is not None and validated.output is not None else reply.content
+            return self._finish(Status.COMPLETED, output or "", None)
+        return self._judge(calls, now, hidden, validated)
 
-    def _judge_text_answer(self, text: str, now: float) -> Command:
+    def _judge_text_answer(self, text: str, now: float, validated: Validated | None = None) -> Command:
         """A reply without calls in a run with an output type: a valid answer, or a repair."""
         assert self._answer is not None
         s, tool = self.state, self._answer.tool
@@ -633,9 +696,12 @@ class Run:
             problem = self._answer.check_answer(text)
         else:
             problem = Rejected(ErrorCode.INVALID_ARGUMENTS, f"give the final answer by calling the tool {tool}")
+        if problem is None and validated is not None and validated.refused is not None:
+            return self._refuse_answer(validated.refused, "reply with only the corrected JSON", now)
         if problem is None:
             s.failed_repairs = 0
-            return self._finish(Status.COMPLETED, text, None)
+            output = validated.output if validated is not None and validated.output is not None else text
+            return self._finish(Status.COMPLETED, output, None)
         s.failed_repairs += 1
         if s.failed_repairs > s.config.budget.max_repairs:
             return self._finish(
@@ -645,6 +711,18 @@ class Run:
         s.messages.append(
             Message("user", f"Your final answer is invalid ({problem.code.value}): {problem.message}. {fix}.")
         )
+        return self._next_step(now)
+
+    def _refuse_answer(self, why: str, fix: str, now: float) -> Command:
+        """An answer text the output validators refused (``tether.Retry``): a correction, counted as a failed repair."""
+        s = self.state
+        s.failed_repairs += 1
+        if s.failed_repairs > s.config.budget.max_repairs:
+            output = s.config.fallback_answer if self._answer is None else None
+            return self._finish(
+                Status.REPAIR_EXHAUSTED, output, f"{s.failed_repairs} answers in a row were refused: {why}"
+            )
+        s.messages.append(Message("user", f"Your final answer was refused: {why}. Please {fix}."))
         return self._next_step(now)
 
     def _protocol_check(self, reply: ModelReply) -> tuple[ToolCall, ...] | str:
@@ -683,19 +761,32 @@ class Run:
             calls.append(ToolCall(call_id, wire.name, wire.arguments))
         return tuple(calls)
 
-    def _judge(self, calls: tuple[ToolCall, ...], now: float) -> Command:
+    def _judge(
+        self,
+        calls: tuple[ToolCall, ...],
+        now: float,
+        hidden: frozenset[str] = frozenset(),
+        validated: Validated | None = None,
+    ) -> Command:
         """Turn each call into an executable call or a controlled error."""
         s, b = self.state, self.state.config.budget
         pending: list[PendingCall] = []
         repair_needed = False
         answer_tool = self._answer.tool if self._answer is not None else None
+        refused = validated.refused if validated is not None else None
         for call in calls:
             if call.name == answer_tool and answer_tool is not None:
                 assert self._answer is not None
                 problem = self._answer.check_answer(call.arguments)
-                if problem is None:
-                    return self._accept_answer_call(call, calls)
+                if problem is None and refused is None:
+                    output = validated.output if validated is not None else None
+                    return self._accept_answer_call(call, calls, output)
                 repair_needed = True
+                if problem is None:  # refused by the output validators: every valid answer of this reply
+                    note = f"answer refused: {refused}"
+                    result = envelope.error(ErrorCode.TOOL_FAILED, note, retryable=True)
+                    pending.append(PendingCall(call.id, call.name, None, None, result=result))
+                    continue
                 pending.append(_refused(PendingCall(call.id, call.name, None, None), problem.code, problem.message))
                 continue
             verdict = self._catalog.check(call)
@@ -731,7 +822,7 @@ class Run:
                 message = f"call id {call.id} was already used with other arguments; use a new id"
                 pending.append(_refused(base, ErrorCode.CALL_ID_REUSED, message))
             else:
-                why = self._approval_reason(call.name, verdict)
+                why = self._approval_reason(call.name, verdict, hidden)
                 pending.append(replace(base, execute=True, needs_approval=why is not None, approval_reason=why))
         s.pending = pending
         s.approvals = {}  # a decision binds one call of one step, never a later reuse of its id
@@ -763,22 +854,38 @@ class Run:
             return AwaitApproval(tuple(self.state.undecided()))
         return self._run_tools()
 
-    def _approval_reason(self, tool: str, verdict: Accepted) -> str | None:
+    def _approval_reason(self, tool: str, verdict: Accepted, hidden: frozenset[str] = frozenset()) -> str | None:
         """Why this call needs a person's approval, or None when it does not.
 
         A side-effecting call in a tainted run needs one whatever its tool
         says: text someone other than the principal wrote is in the history
         and may be steering the model.
         """
-        s = self.state
         reasons = []
         if verdict.needs_approval:
             reasons.append(f"{tool} requires approval")
-        if s.tainted and not verdict.read_only:
-            reasons.append(f"the run read untrusted text from {s.tainted_by or 'a tool'}")
+        if not verdict.read_only and (source := self._taint(hidden)) is not None:
+            reasons.append(f"the run read untrusted text from {source}")
         return "; ".join(reasons) or None
 
-    def _accept_answer_call(self, answer: ToolCall, calls: tuple[ToolCall, ...]) -> Finish:
+    def _taint(self, hidden: frozenset[str]) -> str | None:
+        """The tool whose untrusted result the model saw for this reply, if any.
+
+        Taint follows what is sent: a result left out of the request (``hidden``,
+        by a history processor) no longer taints. A run saved before results
+        were listed (tainted, with no ``untrusted``) stays tainted.
+        """
+        s = self.state
+        if not s.tainted:
+            return None
+        if hidden and s.untrusted:
+            seen = [tool for call_id, tool in s.untrusted.items() if call_id not in hidden]
+            if not seen:
+                return None
+            return s.tainted_by if s.tainted_by in seen else seen[0]
+        return s.tainted_by or "a tool"
+
+    def _accept_answer_call(self, answer: ToolCall, calls: tuple[ToolCall, ...], output: str | None = None) -> Finish:
         """A valid call of the final-answer tool ends the run; the step's other calls are not executed."""
         s = self.state
         s.pending = [
@@ -789,7 +896,7 @@ class Run:
         ]
         self._close_pending(ErrorCode.TOOL_FAILED, "not executed: the run ended")
         s.failed_repairs = 0
-        return self._finish(Status.COMPLETED, answer.arguments, None)
+        return self._finish(Status.COMPLETED, answer.arguments if output is None else output, None)
 
     def _run_tools(self) -> RunTools:
         s = self.state
@@ -857,17 +964,44 @@ class Run:
             return self._await_reconciliation()
         return self._run_tools()
 
-    def _on_tools_finished(self, results: Mapping[str, str], now: float, untrusted: frozenset[str]) -> Command:
+    def _on_tools_finished(
+        self, results: Mapping[str, str], now: float, untrusted: frozenset[str], retried: Mapping[str, Retried]
+    ) -> Command:
         s = self.state
+        spent: str | None = None  # why the step counts as a failed repair: a tool out of retries
         for p in s.pending:
             if p.execute:
                 missing = envelope.error(ErrorCode.TOOL_FAILED, "the tool produced no result")
-                content = self._record(p, results.get(p.call_id) or missing, p.call_id in untrusted)
+                content = results.get(p.call_id) or missing
+                if (retry := retried.get(p.call_id)) is not None:
+                    content, over = self._retry_result(p.tool, retry)
+                    spent = spent or over
+                content = self._record(p, content, p.call_id in untrusted)
             else:
                 content = p.result or ""
             s.messages.append(Message("tool", content, tool_call_id=p.call_id))
         s.pending = []
+        if spent is not None:
+            s.failed_repairs += 1
+            if s.failed_repairs > s.config.budget.max_repairs:
+                output = s.config.fallback_answer if self._answer is None else None
+                why = f"{spent}; {s.failed_repairs} failed repairs in a row"
+                return self._finish(Status.REPAIR_EXHAUSTED, output, why)
         return self._next_step(now)
+
+    def _retry_result(self, tool: str, retry: Retried) -> tuple[str, str | None]:
+        """The result of a call whose tool raised ``Retry``, and, past the tool's retries, why that is a failed repair.
+
+        Retries are counted per tool over the run. Within the tool's limit the
+        model gets the tool's message as a retryable ``tool_failed``; past it,
+        a ``tool_failed`` it should not retry, and the step counts as a failed
+        repair (``Budget.max_repairs``).
+        """
+        count = self.state.retries[tool] = self.state.retries.get(tool, 0) + 1
+        if count <= retry.limit:
+            return envelope.error(ErrorCode.TOOL_FAILED, retry.message, retryable=True), None
+        why = f"{tool} asked for a retry after its {retry.limit} allowed"
+        return envelope.error(ErrorCode.TOOL_FAILED, f"{retry.message} ({why}; do not call it again)", False), why
 
     def _record(self, call: PendingCall, content: str, untrusted: bool = False) -> str:
         """Note that ``call`` was executed with this result (``untrusted``: the tool marked it so)."""

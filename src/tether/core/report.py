@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.core.errors import RunFailed
+from tether.core.history import MessageHistory
 from tether.core.machine import RunState, Status
 from tether.core.messages import Usage
 
@@ -26,6 +27,14 @@ def _jsonable(value: Any) -> Any:
     from pydantic_core import to_jsonable_python
 
     return to_jsonable_python(value)
+
+
+def _untrusted(state: RunState) -> dict[str, str]:
+    """The results of ``state``'s messages that taint; a run saved before they were listed: every result."""
+    if state.untrusted or not state.tainted:
+        return state.untrusted
+    tool = state.tainted_by or "a tool"
+    return {m.tool_call_id: tool for m in state.messages if m.role == "tool" and m.tool_call_id}
 
 
 @dataclass(slots=True)
@@ -74,6 +83,7 @@ class RunResult:
     steps: list[StepReport]
     state: RunState
     listener_errors: int = 0  # how many times an on_event listener raised (the run went on)
+    new_from: int = 0  # where this run's own messages start in ``state.messages`` (after a history it was given)
 
     @property
     def usage(self) -> Usage:
@@ -83,6 +93,18 @@ class RunResult:
     def ok(self) -> bool:
         """Whether the run completed: only then is ``output`` an answer."""
         return self.status is Status.COMPLETED
+
+    def all_messages(self) -> MessageHistory:
+        """Every message of the run's transcript, a history it was given included (``run(..., message_history=)``).
+
+        Pass it as the next run's ``message_history`` to go on; its untrusted
+        results stay untrusted there. The per-request instructions are not in it.
+        """
+        return MessageHistory(self.state.messages, _untrusted(self.state))
+
+    def new_messages(self) -> MessageHistory:
+        """The messages this run added: from its prompt (and a system message it put first) to its end."""
+        return MessageHistory(self.state.messages[self.new_from :], _untrusted(self.state))
 
     def raise_for_status(self) -> RunResult:
         """This result if the run completed; else raise ``RunFailed`` naming the status and why."""

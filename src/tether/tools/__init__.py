@@ -1,12 +1,13 @@
 """tether.tools: declaring tools, strict decoding and validation, results."""
 
-from tether.tools.context import ALL_SCOPES, LOCAL_PRINCIPAL, Principal, ToolContext
+from tether.tools.context import ALL_SCOPES, LOCAL_PRINCIPAL, Principal, RunContext, ToolContext
 from tether.tools.decoding import InvalidJson, canonical, strict_loads
 from tether.tools.tool import (
     DEFAULT_MAX_RESULT_CHARS,
     DEFAULT_TIMEOUT,
     Executed,
     NotExecuted,
+    Retry,
     Tool,
     ToolError,
     tool,
@@ -23,6 +24,8 @@ __all__ = [
     "InvalidJson",
     "NotExecuted",
     "Principal",
+    "Retry",
+    "RunContext",
     "Tool",
     "ToolContext",
     "ToolError",

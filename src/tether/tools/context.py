@@ -75,3 +75,19 @@ class ToolContext(Generic[DepsT]):
 
 
 UNTRUSTED = "untrusted"
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext(Generic[DepsT]):
+    """What a run's instructions, output validators and history processors know of it (``RunContext[Deps]``).
+
+    Made for each use, before each model request (``step`` is the request's
+    number, from 1) or for each answer: ``deps`` and ``principal`` are the
+    run's (``agent.run(..., deps=..., principal=...)``); a resumed run gets
+    them again from ``agent.resume``.
+    """
+
+    run_id: str
+    principal: Principal
+    step: int
+    deps: DepsT = None  # type: ignore[assignment]  # None when the run was given no deps

@@ -125,11 +125,19 @@ class OutputSpec:
 
     def check_answer(self, text: str) -> Rejected | None:
         """``None`` when ``text`` is a valid answer; else the controlled error the model gets."""
+        last = self._last
+        if last is not None and last[0] == text:  # checked already (output validators ask before the machine)
+            return None
         try:
             self._last = (text, self._value(text))
         except _Invalid as exc:
             return exc.rejected
         return None
+
+    def encode(self, value: Any) -> str:
+        """An answer's JSON text for ``value`` (an output validator's replacement), as the model would have sent it."""
+        data = value if self._adapter is None else self._adapter.dump_python(value, mode="json")
+        return json.dumps({"result": data} if self.wrapped else data, ensure_ascii=False)
 
     def decode(self, text: str) -> Any:
         """The typed value of an answer that ``check_answer`` accepted."""

@@ -70,6 +70,25 @@ class ToolError(Exception):
     """
 
 
+class Retry(Exception):
+    """Raise to send ``message`` back to the model and have it try again.
+
+    From a tool: the call's result is a retryable ``tool_failed`` with the
+    message, up to the tool's ``retries`` per run (``@tool(retries=N)``);
+    past them it is ``tool_failed`` the model should not retry, and counts
+    as a failed repair. From an output validator (``Agent.output_validator``):
+    the answer is refused, the message goes back as a correction, and it
+    counts against the repair budget (``Budget.max_repairs``).
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+DEFAULT_RETRIES = 1
+
+
 @dataclass(frozen=True, slots=True)
 class Tool:
     name: str
@@ -84,6 +103,7 @@ class Tool:
     reconcile: Reconcile | None = None
     untrusted_output: bool = False
     inline: bool = False  # a plain function runs on the event loop, not a worker thread (it must not block)
+    retries: int = DEFAULT_RETRIES  # how many times per run the tool may raise Retry before it counts as a failure
     # How to call ``function``: its argument model and the context parameter.
     args_model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
     context_param: str | None = field(default=None, repr=False)
@@ -96,6 +116,8 @@ class Tool:
     strict_nulls: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.retries, int) or isinstance(self.retries, bool) or self.retries < 0:
+            raise ToolDefinitionError(f"tool {self.name}: retries must be a whole number, 0 or more")
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.function))
         made = strict_schema(self.parameters)
         if made is not None:
@@ -569,6 +591,7 @@ def tool(
     reconcile: Reconcile | None = None,
     untrusted_output: bool = False,
     inline: bool = False,
+    retries: int = DEFAULT_RETRIES,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -586,6 +609,7 @@ def tool(
     reconcile: Reconcile | None = None,
     untrusted_output: bool = False,
     inline: bool = False,
+    retries: int = DEFAULT_RETRIES,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a typed function as a tool.
 
@@ -603,6 +627,9 @@ def tool(
     loop; ``inline=True`` runs it on the loop instead, saving the thread hop
     (tens of microseconds), for a function that only computes. An ``async``
     function always runs on the loop.
+
+    A tool that raises ``Retry("why")`` sends ``why`` back to the model to
+    try again, up to ``retries`` times per run (1 unless given).
 
     Example::
 
@@ -622,6 +649,7 @@ def tool(
         "reconcile": reconcile,
         "untrusted_output": untrusted_output,
         "inline": inline,
+        "retries": retries,
     }
 
     def wrap(fn: Callable[..., Any]) -> Tool:

@@ -24,7 +24,7 @@ from tether.core.nesting import MAX_DEPTH, nested_deeper, value_nested_deeper
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
 from tether.tools.decoding import InvalidJson, strict_loads
 from tether.tools.strict import drop_nulls
-from tether.tools.tool import Tool, ToolError
+from tether.tools.tool import Retry, Tool, ToolError
 
 
 def _validation_error(exc: Exception) -> bool:
@@ -81,6 +81,7 @@ class ToolResult:
 
     content: str
     untrusted: bool
+    retry: str | None = None  # the tool raised Retry with this message (``content`` is then a retryable tool_failed)
 
 
 class Toolbox:
@@ -150,7 +151,12 @@ class Toolbox:
         if found is None or call.arguments is None:
             return ToolResult(envelope.error(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.tool!r}"), False)
         context: ToolContext[Any] = ToolContext(run_id, call.call_id, principal or self.principal, deadline_at, deps)
-        content = await self._run(found, call.arguments, context)
+        try:
+            content = await self._run(found, call.arguments, context)
+        except Retry as retry:
+            message = truncate(str(retry), 300)
+            content = envelope.error(ErrorCode.TOOL_FAILED, message, retryable=True)
+            return ToolResult(content, found.untrusted_output or context.untrusted, message)
         return ToolResult(content, found.untrusted_output or context.untrusted)
 
     @staticmethod
@@ -187,6 +193,8 @@ class Toolbox:
             )
         except ToolError as exc:
             return envelope.error(ErrorCode.TOOL_FAILED, truncate(str(exc), 300))
+        except Retry:
+            raise  # the caller counts it (``execute``)
         except Exception as exc:
             return envelope.error(ErrorCode.TOOL_FAILED, f"{found.name} failed ({type(exc).__name__})")
         return result_envelope(result, found.max_result_chars)

@@ -85,6 +85,8 @@ class Conversing(Protocol):
         config: RunConfig | None = None,
         turn: tuple[str, int, int] | None = None,
         untrusted: Mapping[str, str] | None = None,
+        output_type: Any = None,
+        instructions: Any = None,
     ) -> TurnDriver: ...
 
 
@@ -133,14 +135,34 @@ class Conversation:
         self._waiting: str | None = None  # the run of a turn that paused (for an approval)
 
     async def send(
-        self, text: str, *, deps: Any = None, on_event: EventHandler | None = None, run_id: str | None = None
+        self,
+        text: str,
+        *,
+        deps: Any = None,
+        on_event: EventHandler | None = None,
+        run_id: str | None = None,
+        output_type: Any = None,
+        instructions: Any = None,
     ) -> RunResult:
-        """Run one turn: ``text`` as the user's message after everything said so far."""
+        """Run one turn: ``text`` as the user's message after everything said so far.
+
+        ``output_type`` and ``instructions`` override the Agent's for this turn (as ``Agent.run``'s do).
+        """
         async with self._lock:
-            return await self.turn(text, deps=deps, on_event=on_event, run_id=run_id).run()
+            turn = self.turn(
+                text, deps=deps, on_event=on_event, run_id=run_id, output_type=output_type, instructions=instructions
+            )
+            return await turn.run()
 
     def turn(
-        self, text: str, *, deps: Any = None, on_event: EventHandler | None = None, run_id: str | None = None
+        self,
+        text: str,
+        *,
+        deps: Any = None,
+        on_event: EventHandler | None = None,
+        run_id: str | None = None,
+        output_type: Any = None,
+        instructions: Any = None,
     ) -> TurnDriver:
         """The driver of the next turn, for callers that drive it themselves (``send`` runs it)."""
         if self._waiting is not None:
@@ -166,6 +188,8 @@ class Conversation:
             config=self._turn_config(),
             turn=(self.id, self.turns + 1, len(self.messages)),
             untrusted=self.untrusted,
+            output_type=output_type,
+            instructions=instructions,
         )
         self.turns += 1
         driver.on_result = self._after_turn

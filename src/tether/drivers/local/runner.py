@@ -56,6 +56,7 @@ from tether.core.events import (
     rejected_event,
     validated_event,
 )
+from tether.core.history import given_history, untrusted_results
 from tether.core.machine import (
     ApprovalDecided,
     AwaitApproval,
@@ -70,19 +71,30 @@ from tether.core.machine import (
     OutcomeUnknown,
     PendingCall,
     Reconciled,
+    Retried,
     Run,
     RunState,
     RunTools,
     Status,
     ToolsFinished,
+    Validated,
 )
 from tether.core.messages import Message, ModelReply
 from tether.core.report import CallReport, RunResult, StepReport, usage_dict
 from tether.drivers import tracing
 from tether.drivers.common import json_object
+from tether.drivers.local.hooks import (
+    HistoryProcessor,
+    Hook,
+    InstructionFunction,
+    Instructions,
+    instructions_of,
+    request_messages,
+    validate_output,
+)
 from tether.models.base import Model, ModelRequest
 from tether.models.base import output_mode as checked_output_mode
-from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
+from tether.tools.context import LOCAL_PRINCIPAL, Principal, RunContext, ToolContext
 from tether.tools.output import OutputMode, OutputSpec
 from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, result_envelope
@@ -93,6 +105,7 @@ if TYPE_CHECKING:
     from tether.store.base import RunStore
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
     "PROPOSE_ONLY_REASON",
@@ -113,6 +126,7 @@ class Decision:
     reason: str | None = None
 
 
+_NOTHING_HIDDEN: frozenset[str] = frozenset()
 PROPOSE_ONLY_REASON = "propose_only: the calls of the first step were judged and recorded, not executed"
 SUSPENDED_REASON = "suspended: the process driving it is stopping; a resume carries it on"
 # Deps for a stored run that is resumed: given the run id and its principal (deps are never stored).
@@ -151,6 +165,8 @@ class Agent:
         output_mode: OutputMode | None = None,
         deps_factory: DepsFactory | None = None,
         strict_tools: bool | None = None,
+        instructions: Instructions | None = None,
+        history_processors: Sequence[HistoryProcessor] = (),
     ) -> None:
         """``propose_only=True`` ends every run after its first step's calls are judged.
 
@@ -176,6 +192,12 @@ class Agent:
         the optional ones nullable) where their schema allows. ``None`` (the default) does so only when the
         model says its server enforces it (``model.strict_tools``); otherwise each tool goes with its own
         schema. The host validates every call against the tool's own schema either way.
+
+        ``system`` is a system message put first in the run's transcript (stored with it; a run given a
+        ``message_history`` keeps the history's own). ``instructions`` (a string, a function of the run's
+        ``RunContext``, plain or async, or a list of them; more with ``@agent.instructions``) are evaluated
+        before each model request and sent with that request only, never stored: a resumed run computes
+        them again. ``history_processors`` rewrite what each request sends (``tether.drivers.local.hooks``).
         """
         self.propose_only = propose_only
         self.model = model
@@ -190,6 +212,9 @@ class Agent:
         self.strict_tools = bool(getattr(model, "strict_tools", False)) if strict_tools is None else strict_tools
         self.toolbox = Toolbox(self.tools, principal, strict=self.strict_tools)
         self.output = _output_spec(model, self.tools, output_type, output_mode, self.strict_tools)
+        self.output_mode = output_mode
+        self._output_type = output_type
+        self._outputs: dict[Any, OutputSpec | None] = {}  # the specs of per-run output types, each built once
         self.deps_factory = deps_factory
         self._toolboxes: dict[Principal, Toolbox] = {principal: self.toolbox}
         self.store = store
@@ -201,6 +226,41 @@ class Agent:
         self.tool_choice = tool_choice
         self.clock = clock
         self.resolve_principal = resolve_principal
+        self._instructions = instructions_of(instructions)
+        self.history_processors = tuple(Hook(p, 1, "a history processor") for p in history_processors)
+        self.output_validators: list[Hook] = []
+
+    def instructions(self, function: InstructionFunction) -> InstructionFunction:
+        """Add ``function`` (of the run's ``RunContext``, or of nothing) to the Agent's instructions.
+
+        Used as a decorator: ``@agent.instructions``.
+        """
+        self._instructions = (*self._instructions, *instructions_of(function))
+        return function
+
+    def output_validator(self, function: F) -> F:
+        """Check each run's final answer with ``function`` before the run takes it: ``@agent.output_validator``.
+
+        ``function(output)`` or ``function(ctx, output)``, plain or async, gets the answer (its typed value
+        with an ``output_type``, else its text) and may return a replacement (``None`` keeps it). Raising
+        ``tether.Retry("why")`` refuses it: ``why`` goes back to the model as a correction, which counts against
+        the repair budget (``Budget.max_repairs``); past it the run ends ``repair_exhausted``.
+        """
+        self.output_validators.append(Hook(function, 1, "an output validator"))
+        return function
+
+    def output_spec(self, output_type: Any) -> OutputSpec | None:
+        """The ``OutputSpec`` of a run's ``output_type`` (the Agent's for ``None``), built once per type."""
+        if output_type is None or output_type is self._output_type:
+            return self.output
+        try:
+            return self._outputs[output_type]
+        except TypeError:  # a JSON Schema dict: not a key
+            return _output_spec(self.model, self.tools, output_type, self.output_mode, self.strict_tools)
+        except KeyError:
+            spec = _output_spec(self.model, self.tools, output_type, self.output_mode, self.strict_tools)
+            self._outputs[output_type] = spec
+            return spec
 
     def driver(
         self,
@@ -213,22 +273,39 @@ class Agent:
         config: RunConfig | None = None,
         turn: tuple[str, int, int] | None = None,
         untrusted: Mapping[str, str] | None = None,
+        output_type: Any = None,
+        instructions: Instructions | None = None,
+        message_history: Sequence[Message] | None = None,
     ) -> Driver:
         """A driver for a new run. ``config`` overrides the Agent's; ``turn`` marks a conversation's turn,
-        ``untrusted`` the results among earlier turns' messages that taint it (``Run.new``)."""
+        ``untrusted`` the results among earlier turns' messages that taint it (``Run.new``).
+
+        ``output_type`` and ``instructions`` override the Agent's for this run. ``message_history`` (checked
+        first: ``tether.core.history``) goes before the prompt; the Agent's ``system`` is then not added.
+        """
         toolbox = self.toolbox_for(principal or self.toolbox.principal)
+        output = self.output if output_type is None else self.output_spec(output_type)
         messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
-        if self.system is not None and not (messages and messages[0].role == "system"):
+        new_from = 0 if turn is None else turn[2]  # where the run's own messages start: after a history
+        if message_history is not None and (history := given_history(message_history, messages)):
+            messages, new_from = [*history, *messages], len(history)
+            untrusted = {**untrusted_results(message_history), **(untrusted or {})}
+        if self.system is not None and not new_from and not (messages and messages[0].role == "system"):
             messages.insert(0, Message("system", self.system))
-        if self.output is not None and self.output.mode == "prompted":
+        if output is not None and output.mode == "prompted":
             at = 1 if messages and messages[0].role == "system" else 0
-            instructions = Message("system", self.output.instructions())
-            if instructions not in messages[: at + 1]:  # a conversation's later turn has it already
-                messages.insert(at, instructions)
-        run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, config or self.config, self.output, untrusted)
+            prompted = Message("system", output.instructions())
+            if prompted not in messages[: at + 1]:  # a conversation's later turn has it already
+                messages.insert(new_from if message_history else at, prompted)
+        run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, config or self.config, output, untrusted)
         if self.store is not None:
-            self.store.create_run(run.state, toolbox.principal, self.setup, turn=turn)
-        return Driver(self, run, toolbox, on_event, deps)
+            setup = {**self.setup, "new_from": new_from} if new_from else self.setup
+            self.store.create_run(run.state, toolbox.principal, setup, turn=turn)
+        driver = Driver(self, run, toolbox, on_event, deps)
+        driver.output, driver.prompt_from = output, new_from
+        if instructions is not None:
+            driver.instructions = instructions_of(instructions)
+        return driver
 
     def conversation(
         self,
@@ -249,11 +326,21 @@ class Agent:
             toolbox = self._toolboxes[principal] = Toolbox(self.tools, principal, strict=self.strict_tools)
         return toolbox
 
-    def resume(self, run_id: str, *, on_event: EventHandler | None = None, deps: Any = None) -> Driver:
+    def resume(
+        self,
+        run_id: str,
+        *,
+        on_event: EventHandler | None = None,
+        deps: Any = None,
+        output_type: Any = None,
+        instructions: Instructions | None = None,
+    ) -> Driver:
         """A driver for a stored run, under the principal it was started for.
 
         Deps are never stored: pass ``deps=``, or give the Agent a
-        ``deps_factory(run_id, principal)`` that rebuilds them.
+        ``deps_factory(run_id, principal)`` that rebuilds them. Nor are a run's
+        ``output_type`` and ``instructions``: the Agent's apply unless given
+        here again; instructions are computed afresh for each request.
         """
         if self.store is None:
             raise ValueError("resuming needs an Agent with a store")
@@ -266,7 +353,12 @@ class Agent:
         toolbox = self.toolbox_for(stored.principal)
         if deps is None and self.deps_factory is not None:
             deps = self.deps_factory(run_id, stored.principal)
-        return Driver(self, Run(stored.state, toolbox, self.output), toolbox, on_event, deps)
+        output = self.output_spec(output_type)
+        driver = Driver(self, Run(stored.state, toolbox, output), toolbox, on_event, deps)
+        driver.output, driver.prompt_from = output, int(stored.setup.get("new_from", 0))
+        if instructions is not None:
+            driver.instructions = instructions_of(instructions)
+        return driver
 
     async def run(
         self,
@@ -276,9 +368,22 @@ class Agent:
         on_event: EventHandler | None = None,
         deps: Any = None,
         principal: Principal | None = None,
+        output_type: Any = None,
+        instructions: Instructions | None = None,
+        message_history: Sequence[Message] | None = None,
     ) -> RunResult:
-        """Run to a finish or a pause. ``deps`` reach tools as ``context.deps``; ``principal`` overrides the Agent's."""
-        return await self.driver(prompt, run_id=run_id, on_event=on_event, deps=deps, principal=principal).run()
+        """Run to a finish or a pause. ``deps`` reach tools as ``context.deps``; ``principal``, ``output_type`` and
+        ``instructions`` override the Agent's; ``message_history`` goes before the prompt (see ``driver``)."""
+        return await self.driver(
+            prompt,
+            run_id=run_id,
+            on_event=on_event,
+            deps=deps,
+            principal=principal,
+            output_type=output_type,
+            instructions=instructions,
+            message_history=message_history,
+        ).run()
 
     def run_sync(
         self,
@@ -288,6 +393,9 @@ class Agent:
         on_event: EventHandler | None = None,
         deps: Any = None,
         principal: Principal | None = None,
+        output_type: Any = None,
+        instructions: Instructions | None = None,
+        message_history: Sequence[Message] | None = None,
     ) -> RunResult:
         """``run`` for a script without an event loop: ``agent.run_sync("...")``.
 
@@ -298,7 +406,18 @@ class Agent:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.run(prompt, run_id=run_id, on_event=on_event, deps=deps, principal=principal))
+            return asyncio.run(
+                self.run(
+                    prompt,
+                    run_id=run_id,
+                    on_event=on_event,
+                    deps=deps,
+                    principal=principal,
+                    output_type=output_type,
+                    instructions=instructions,
+                    message_history=message_history,
+                )
+            )
         raise ConfigurationError("run_sync was called inside a running event loop: use `await agent.run(...)` there")
 
     async def stream(
@@ -308,6 +427,9 @@ class Agent:
         run_id: str | None = None,
         deps: Any = None,
         principal: Principal | None = None,
+        output_type: Any = None,
+        instructions: Instructions | None = None,
+        message_history: Sequence[Message] | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Run and yield typed events as they happen (``tether.drivers.local.stream``); the last is ``RunFinished``.
 
@@ -315,7 +437,15 @@ class Agent:
         default. Leaving the loop early cancels the run (recorded as
         ``cancelled``).
         """
-        driver = self.driver(prompt, run_id=run_id, deps=deps, principal=principal)
+        driver = self.driver(
+            prompt,
+            run_id=run_id,
+            deps=deps,
+            principal=principal,
+            output_type=output_type,
+            instructions=instructions,
+            message_history=message_history,
+        )
         from tether.drivers.local.stream import RunFinished, Translator  # loaded by the agents that stream
 
         queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
@@ -387,6 +517,10 @@ class Driver:
         self.prompt_from = 0  # a conversation's turn: where its own messages start (the prompt event's text)
         self.arguments: dict[str, dict[str, Any] | None] = {}  # call id -> decoded arguments, for listeners
         self.listener_errors = 0
+        self.output: OutputSpec | None = agent.output  # this run's output type (``run(..., output_type=)``)
+        self.instructions: tuple[str | Hook, ...] = agent._instructions  # this run's (``run(..., instructions=)``)
+        self._retried: dict[str, Retried] = {}  # calls of the current step whose tool raised Retry
+        self._replaced: Any = None  # the answer as an output validator replaced it
 
     @property
     def state(self) -> RunState:
@@ -645,10 +779,14 @@ class Driver:
         value: Any = output
         if status is Status.REPAIR_EXHAUSTED and self.agent.fallback_answer is None:
             value = None  # the machine's fallback sentence would read like an answer
-        spec = self.agent.output
-        if spec is not None:  # only a completed run has an answer, and the machine has validated it
+        spec = self.output
+        if status is Status.COMPLETED and self._replaced is not None:
+            value = self._replaced  # an output validator's replacement, as it returned it
+        elif spec is not None:  # only a completed run has an answer, and the machine has validated it
             value = spec.decode(output) if status is Status.COMPLETED and output is not None else None
-        return RunResult(self.state.run_id, status, value, reason, self.steps, self.state, self.listener_errors)
+        return RunResult(
+            self.state.run_id, status, value, reason, self.steps, self.state, self.listener_errors, self.prompt_from
+        )
 
     async def _call_model(self, command: CallModel) -> Command:
         clock = self.agent.clock
@@ -666,13 +804,17 @@ class Driver:
         choice = self.agent.tool_choice
         policy = command.tool_choice if self.toolbox.specs else None  # a choice about no tools means nothing
         specs, response_format = self.toolbox.specs, None
-        spec = self.agent.output
+        spec = self.output
         if spec is not None and spec.mode == "tool":
             specs = [*specs, spec.tool_spec()]
         elif spec is not None and spec.mode == "native":
             response_format = spec.response_format()
+        messages: Sequence[Message] = command.messages
+        hidden = _NOTHING_HIDDEN
+        if self.instructions or self.agent.history_processors:
+            messages, hidden = await self._request_messages(command)
         request = ModelRequest(
-            command.messages,
+            messages,
             specs,
             max_tokens=self.agent.max_tokens,
             timeout=timeout,
@@ -704,7 +846,38 @@ class Driver:
         counts_tokens = self.state.config.budget.counts_tokens
         reply, estimated = with_estimated_usage(reply, request.messages, request.tools, counts_tokens)
         self._note_reply(reply, estimated)
-        return self._send(ModelReplied(reply, clock(), usage_estimated=estimated))
+        validated = await self._validated(reply) if self.agent.output_validators else None
+        return self._send(ModelReplied(reply, clock(), usage_estimated=estimated, hidden=hidden, validated=validated))
+
+    def _context(self, step: int) -> RunContext[Any]:
+        return RunContext(self.state.run_id, self.toolbox.principal, step, self.deps)
+
+    async def _request_messages(self, command: CallModel) -> tuple[Sequence[Message], frozenset[str]]:
+        """The messages this request sends (history processors, instructions), and the untrusted results left out."""
+        context = self._context(command.step)
+        processors, instructions = self.agent.history_processors, self.instructions
+        return await request_messages(command.messages, processors, instructions, context, self.state.untrusted)
+
+    async def _validated(self, reply: ModelReply) -> Validated | None:
+        """The output validators' verdict on the answer ``reply`` would end the run with (``Run.proposed_answer``)."""
+        self._replaced = None
+        answer = self.run_machine.proposed_answer(reply)
+        if answer is None:
+            return None
+        spec = self.output
+        value = spec.decode(answer) if spec is not None else answer
+        output, refused = await validate_output(self.agent.output_validators, self._context(self.state.steps), value)
+        if refused is not None:
+            return Validated(refused=refused)
+        if output is value:
+            return Validated()
+        if spec is None and not isinstance(output, str):
+            raise ConfigurationError(
+                f"an output validator returned {type(output).__name__} for a run without an output_type: "
+                "return the answer's text (a str), or None to keep it"
+            )
+        self._replaced = output
+        return Validated(output=output if spec is None else spec.encode(output))
 
     def _note_reply(self, reply: ModelReply, usage_estimated: bool) -> None:
         step = self.steps[-1]
@@ -733,7 +906,7 @@ class Driver:
                 self._done(p, p.result or "", CALL_RECOVERED)  # reconciled as executed, or a reused call id
             else:
                 self._reject(p.call_id, p.tool, p.result or "")
-        self._finished, self._untrusted = {}, set()
+        self._finished, self._untrusted, self._retried = {}, set(), {}
         for batch in command.batches:
             if self._suspending:
                 return command  # the calls that ran are recorded; the others run when the run is resumed
@@ -743,7 +916,8 @@ class Driver:
                 await self._invoke(batch[0])
             else:
                 await asyncio.gather(*(self._invoke(p) for p in batch))
-        next_command = self._send(ToolsFinished(dict(self._finished), self.agent.clock(), frozenset(self._untrusted)))
+        finished = ToolsFinished(dict(self._finished), self.agent.clock(), frozenset(self._untrusted), self._retried)
+        next_command = self._send(finished)
         self._sync_last_step()
         return next_command
 
@@ -826,6 +1000,9 @@ class Driver:
         content = outcome.content
         if outcome.untrusted:
             self._untrusted.add(call.call_id)
+        if outcome.retry is not None:  # the machine counts it against the tool's retries
+            found = self.toolbox.all.get(call.tool)
+            self._retried[call.call_id] = Retried(outcome.retry, found.retries if found is not None else 0)
         duration = time.perf_counter() - started
         self._emit(
             CALL_FINISHED,
@@ -977,13 +1154,11 @@ def _output_spec(
 
     The final-answer tool is a tool: in strict form only for a server that enforces it (``strict_tools``).
     """
-    if output_type is None:
-        if mode is not None:
-            raise ConfigurationError("output_mode needs an output_type")
-        return None
     supported = getattr(model, "output_modes", None)  # adapters say which modes they can send
     if mode is not None and supported is not None:
         mode = checked_output_mode(mode, supported, type(model).__name__)
+    if output_type is None:  # an output_mode alone is for the output types given per run
+        return None
     mode = mode or getattr(model, "output_mode", None) or "native"
     spec = OutputSpec(output_type, mode=mode, strict=strict_tools or mode != "tool")
     if spec.mode == "tool" and any(t.name == spec.tool_name for t in tools):
