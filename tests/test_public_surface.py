@@ -36,6 +36,7 @@ PUBLIC = {
     "Model",
     "ModelRequest",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "AnthropicModel",
     "LocalModel",
     "ScriptedModel",

@@ -53,6 +53,9 @@ if TYPE_CHECKING:
         OpenAIChatModel as OpenAIChatModel,
     )
     from tether.models import (
+        OpenAIResponsesModel as OpenAIResponsesModel,
+    )
+    from tether.models import (
         ScriptedModel as ScriptedModel,
     )
     from tether.models.local import LocalModel as LocalModel
@@ -95,6 +98,7 @@ _WHERE = {
     "Model": "tether.models",
     "ModelRequest": "tether.models",
     "OpenAIChatModel": "tether.models",
+    "OpenAIResponsesModel": "tether.models",
     "Principal": "tether.tools",
     "RunConfig": "tether.core",
     "RunEvent": "tether.core.events",
