@@ -266,3 +266,65 @@ async def test_a_recorded_reasoning_conversation_runs_and_sends_its_reasoning_ba
 
 def events_and_text(response: dict[str, Any], stream: bool) -> str:
     return "".join(sse(events_of(response))) if stream else json.dumps(response)
+
+
+ODD_VALUES: tuple[Any, ...] = (None, 0, True, "x", "failed", "refusal", [], {}, [None], {"type": None})
+
+
+def _mutations(value: Any, depth: int = 0) -> list[Any]:
+    """``value`` with one field (at most three levels down) replaced by an odd value, or removed: every way."""
+    out: list[Any] = []
+    if isinstance(value, dict) and depth < 3:
+        for key in value:
+            out += [{**value, key: odd} for odd in ODD_VALUES]
+            out.append({k: v for k, v in value.items() if k != key})
+            out += [{**value, key: inner} for inner in _mutations(value[key], depth + 1)]
+    elif isinstance(value, list) and depth < 3:
+        for index, element in enumerate(value):
+            out += [[*value[:index], inner, *value[index + 1 :]] for inner in _mutations(element, depth + 1)]
+    return out
+
+
+def _survives(reply: ModelReply, request: dict[str, Any]) -> None:
+    """The run judges the reply, and the next request renders from what the run kept."""
+    run = _run(reply, request)
+    messages_to_wire(run.state.messages, {"base_url": "b", "model": "m"})
+
+
+def test_every_mutation_of_every_recorded_reply_is_a_reply_or_a_precise_error(recorded_responses: Path) -> None:
+    """Shapes no recording holds: each recorded response and stream event with one field made odd or removed.
+
+    Bodies go through ``parse_response``, streams event by event through the assembler: each gives a reply
+    the run judges (and whose history renders again) or a ``ModelResponseError``, never another exception.
+    """
+    from tether.core import ModelResponseError
+    from tether.models.openai_responses import ResponseAssembler, parse_response
+
+    tried = errors = 0
+    for line in recorded_responses.read_text().splitlines():
+        interaction = json.loads(line)
+        response = interaction.get("response")
+        if isinstance(response, dict) and interaction["status"] == 200:
+            kept = ("status", "output", "usage", "incomplete_details", "error")
+            trimmed = {k: v for k, v in response.items() if k in kept}
+            for variant in _mutations(trimmed):
+                tried += 1
+                try:
+                    _survives(parse_response(variant, {"base_url": "b", "model": "m"}), interaction["request"])
+                except ModelResponseError:
+                    errors += 1
+        if "sse" in interaction:
+            events = _events(interaction["sse"])
+            for position, event in enumerate(events):
+                for variant in _mutations(event)[:60]:
+                    tried += 1
+                    assembler = ResponseAssembler(lambda piece: None, lambda *delta: None)
+                    try:
+                        for fed in [*events[:position], variant, *events[position + 1 :]]:
+                            assembler.feed(fed)
+                        reply = parse_response(assembler.response(), {"base_url": "b", "model": "m"})
+                        _survives(reply, interaction["request"])
+                    except ModelResponseError:
+                        errors += 1
+    print(tried, errors)
+    assert tried > 50_000 and 0 < errors < tried

@@ -206,7 +206,7 @@ def messages_to_wire(messages: Sequence[Message], origin: dict[str, str]) -> tup
             result = message.content or ""
             items.append({"type": "function_call_output", "call_id": message.tool_call_id, "output": result})
         else:
-            data = (message.provider_data or {}).get(PROVIDER_KEY)
+            data = message.provider_data.get(PROVIDER_KEY) if isinstance(message.provider_data, dict) else None
             replayed = None
             if (
                 isinstance(data, dict)
