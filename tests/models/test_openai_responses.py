@@ -320,22 +320,22 @@ async def test_reasoning_items_go_back_on_the_next_request_and_through_the_store
     with FakeServer(script) as server:
         store = SQLiteStore(tmp_path / "runs.db")
         async with Agent(model_for(server, "gpt-5", stream=stream), [multiply], store=store) as agent:
-            result = await agent.run("6 times 7?")
             conversation = agent.conversation()
+            result = await conversation.send("6 times 7?")
+        # The next turn by another agent, as in another process: the history comes from the store.
+        async with Agent(model_for(server, "gpt-5", stream=stream), [multiply], store=store) as agent:
+            later = await agent.conversation(conversation.id).send("And again?")
         sent = server.requests
-    assert result.status is Status.COMPLETED and result.output == "42"
+    assert result.status is later.status is Status.COMPLETED and result.output == "42"
     assert sent[0]["include"] == ["reasoning.encrypted_content"]
     # The reasoning item, then the very items that followed it, ids included; then the call's result.
-    assert sent[1]["input"][1:] == [*first["output"], {"type": "function_call_output", "call_id": "c1",
-                                                          "output": '{"ok": true, "result": 42}'}]  # fmt: skip
-    assert store.verify(result.run_id) == []
+    result_item = {"type": "function_call_output", "call_id": "c1", "output": '{"ok": true, "result": 42}'}
+    asked, again = {"role": "user", "content": "6 times 7?"}, {"role": "user", "content": "And again?"}
+    assert sent[1]["input"] == [asked, *first["output"], result_item]
+    assert sent[2]["input"] == [asked, *first["output"], result_item, *second["output"], again]
+    assert store.verify(result.run_id) == [] and store.verify(later.run_id) == []
     loaded = store.load(result.run_id).state.messages
     assert loaded == result.state.messages and loaded[1].provider_data is not None
-    # A resumed history (from the store) sends the same items again.
-    model = model_for(server, "gpt-5")
-    _, again = messages_to_wire(loaded, {"base_url": model.base_url, "model": "gpt-5"})
-    assert again[1 : 1 + len(first["output"])] == first["output"]
-    assert conversation is not None
 
 
 async def test_reasoning_goes_back_only_with_the_message_as_it_was_written() -> None:
