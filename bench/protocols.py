@@ -1,14 +1,16 @@
-"""What the Anthropic Messages adapter costs against the OpenAI adapter, on the same fake server.
+"""What the Anthropic Messages and OpenAI Responses adapters cost against the chat-completions adapter.
 
     python bench/protocols.py [--quick] [--json]
 
 One run is the ``multiply`` scenario of ``bench/run.py`` (two round trips:
 the model asks ``multiply(248, 15)``, then answers), by a default ``Agent``
-with the ``calc`` toolset over ``AnthropicModel`` (``/v1/messages``) and over
-``OpenAIChatModel`` (``/v1/chat/completions``), both against one fake server
-process, both on aiohttp. Batches alternate; medians of per-run host CPU and
-wall are compared, plain and streamed. Target: anthropic/openai CPU ≤ 1.2x.
-The exit status is always 0: a benchmark informs, it does not pass or fail.
+with the ``calc`` toolset over ``AnthropicModel`` (``/v1/messages``), over
+``OpenAIResponsesModel`` (``/v1/responses``) and over ``OpenAIChatModel``
+(``/v1/chat/completions``), all against one fake server process, all on
+aiohttp. Batches alternate; medians of per-run host CPU and wall are
+compared, plain and streamed. Target: anthropic/openai and responses/openai
+CPU ≤ 1.2x. The exit status is always 0: a benchmark informs, it does not
+pass or fail.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from run import compare, fake_server, sequential, tether_runner
 from tether.drivers.local.runner import Agent
 from tether.models.anthropic import AnthropicModel
 from tether.models.openai_chat import OpenAIChatModel
+from tether.models.openai_responses import OpenAIResponsesModel
 from tether.toolsets import load_toolset
 
 TARGET = 1.2
@@ -33,6 +36,9 @@ async def bench(base_url: str, stream: bool, batch: int, rounds: int) -> dict[st
     origin = base_url.removesuffix("/v1")
     agents = {
         "anthropic": Agent(AnthropicModel("fake", base_url=origin, api_key="x", stream=stream), load_toolset("calc")),
+        "responses": Agent(
+            OpenAIResponsesModel("fake", base_url=base_url, api_key="x", stream=stream), load_toolset("calc")
+        ),
         "openai": Agent(OpenAIChatModel("fake", base_url=base_url, api_key="x", stream=stream), load_toolset("calc")),
     }
     try:
@@ -57,15 +63,17 @@ def main() -> None:
     print(f"{runs} sequential runs per side in {rounds} alternating batches, medians per run")
     ratios = {}
     for mode, per_run in results.items():
-        a, o = per_run["anthropic"], per_run["openai"]
-        for measure in ("cpu", "wall"):
-            ratio = a[measure] / o[measure]
-            ratios[f"{mode}_{measure}"] = ratio
-            judged = verdict(ratio, TARGET) if measure == "cpu" else "(for orientation)"
-            print(
-                f"  {mode:8s} per-run {measure:4s} anthropic/openai = {ratio:.2f}x  {judged:24s}"
-                f"  anthropic {a[measure] * 1e3:.3f} ms, openai {o[measure] * 1e3:.3f} ms"
-            )
+        o = per_run["openai"]
+        for side in ("anthropic", "responses"):
+            a = per_run[side]
+            for measure in ("cpu", "wall"):
+                ratio = a[measure] / o[measure]
+                ratios[f"{side}_{mode}_{measure}"] = ratio
+                judged = verdict(ratio, TARGET) if measure == "cpu" else "(for orientation)"
+                print(
+                    f"  {mode:8s} per-run {measure:4s} {side}/openai = {ratio:.2f}x  {judged:24s}"
+                    f"  {side} {a[measure] * 1e3:.3f} ms, openai {o[measure] * 1e3:.3f} ms"
+                )
     if args.json:
         print(json.dumps({"ratios": ratios, "per_run": results}, indent=2))
 

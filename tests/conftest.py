@@ -10,6 +10,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO.parent / "shared" / "fixtures"
 RECORDED_OPENAI = FIXTURES / "recorded" / "openai_chat.jsonl"
 RECORDED_ANTHROPIC = FIXTURES / "recorded" / "anthropic_messages.jsonl"
+RECORDED_RESPONSES = FIXTURES / "recorded" / "openai_responses.jsonl"
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +25,13 @@ def recorded_anthropic() -> Path:
     if not RECORDED_ANTHROPIC.exists():
         pytest.fail(f"fixture missing: {RECORDED_ANTHROPIC} (tests read ../shared/fixtures in place)")
     return RECORDED_ANTHROPIC
+
+
+@pytest.fixture(scope="session")
+def recorded_responses() -> Path:
+    if not RECORDED_RESPONSES.exists():
+        pytest.fail(f"fixture missing: {RECORDED_RESPONSES} (tests read ../shared/fixtures in place)")
+    return RECORDED_RESPONSES
 
 
 @pytest.fixture(scope="session", autouse=True)

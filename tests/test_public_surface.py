@@ -42,6 +42,7 @@ PUBLIC = {
     "Model",
     "ModelRequest",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "AnthropicModel",
     "LocalModel",
     "ScriptedModel",

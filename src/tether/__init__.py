@@ -56,6 +56,9 @@ if TYPE_CHECKING:
         OpenAIChatModel as OpenAIChatModel,
     )
     from tether.models import (
+        OpenAIResponsesModel as OpenAIResponsesModel,
+    )
+    from tether.models import (
         ScriptedModel as ScriptedModel,
     )
     from tether.models.local import LocalModel as LocalModel
@@ -104,6 +107,7 @@ _WHERE = {
     "Model": "tether.models",
     "ModelRequest": "tether.models",
     "OpenAIChatModel": "tether.models",
+    "OpenAIResponsesModel": "tether.models",
     "Principal": "tether.tools",
     "Retry": "tether.tools",
     "RunConfig": "tether.core",

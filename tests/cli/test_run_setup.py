@@ -58,8 +58,10 @@ def echo(request: dict[str, Any]) -> ReplySpec:
         (["--model", "gpt-4o-mini"], {}, "the model 'gpt-4o-mini' (--model or OPENAI_MODEL)"),
         (["--provider", "openai"], {}, "--provider openai"),
         ([], {"TETHER_PROVIDER": "snowflake"}, "--provider snowflake"),
+        (["--protocol", "responses"], {}, "--protocol responses"),
+        ([], {"TETHER_PROTOCOL": "responses"}, "--protocol responses"),
     ],
-    ids=["OPENAI_MODEL", "--model", "--provider", "TETHER_PROVIDER"],
+    ids=["OPENAI_MODEL", "--model", "--provider", "TETHER_PROVIDER", "--protocol", "TETHER_PROTOCOL"],
 )
 def test_a_named_model_without_an_endpoint_is_a_configuration_error_not_the_embedded_model(
     argv: list[str], extra_env: dict[str, str], named: str, tmp_path: Path

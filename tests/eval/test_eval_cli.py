@@ -134,6 +134,19 @@ def test_the_provider_profile_builds_the_model_as_tether_run_does(tmp_path: Path
     assert all("max_tokens" in r and "messages" in r for r in server.requests)  # Messages API requests
 
 
+def test_protocol_responses_builds_the_model_as_tether_run_does(tmp_path: Path) -> None:
+    """``--protocol responses`` speaks OpenAI's Responses API, as ``tether run --protocol responses`` does."""
+    cases = load(FIXTURE)[:3]
+    with FakeServer(Oracle(cases, {c.id: oracle_output(c) for c in cases})) as server:
+        done = _tether_eval(server, tmp_path, "--protocol", "responses", "--json", limit=3)
+        out, err = done.communicate(timeout=60)
+    assert done.returncode == 0, err
+    assert json.loads(out.splitlines()[0])["passed"] == 3
+    assert len(server.requests) == 3
+    assert all("input" in r and "messages" not in r for r in server.requests)  # Responses API requests
+    assert all(t["type"] == "function" and "name" in t for r in server.requests for t in r["tools"])
+
+
 def test_the_eval_command_imports_no_pydantic_no_jsonschema_and_no_web_framework() -> None:
     """What ``tether eval`` loads before its first request is start-up time the whole eval waits for.
 

@@ -27,13 +27,14 @@ from tether.models.anthropic import AnthropicModel
 from tether.models.http import DEFAULT_MAX_REPLY_BYTES, HTTPModel
 from tether.models.local_format import FORMATS, native_messages
 from tether.models.openai_chat import OpenAIChatModel
+from tether.models.openai_responses import OpenAIResponsesModel
 from tether.testing import FakeServer, raw
 from tether.testing.fake_server import ServerBase, send_sse
 
 MiB = 1024 * 1024
 PIECE = 64 * 1024  # bytes of text per stream event or body write
 HELLO = ModelRequest([Message("user", "hi")])
-PROTOCOLS = ["openai", "anthropic"]
+PROTOCOLS = ["openai", "responses", "anthropic"]
 
 
 def openai_chunk(text: str, finish_reason: str | None = None) -> str:
@@ -49,6 +50,9 @@ def anthropic_event(data: dict[str, Any]) -> str:
     return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n"
 
 
+responses_event = anthropic_event  # the same framing: the event's type names it
+
+
 def stream_pieces(protocol: str, size: int | None, line: int = PIECE) -> Iterator[str]:
     """SSE text of about ``size`` bytes of answer text (None: endless), ``line`` bytes per event."""
     sent = 0
@@ -57,17 +61,25 @@ def stream_pieces(protocol: str, size: int | None, line: int = PIECE) -> Iterato
         yield anthropic_event(
             {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
         )
+    if protocol == "responses":
+        item = {"type": "message", "id": "msg_1", "role": "assistant", "content": []}
+        yield responses_event({"type": "response.output_item.added", "output_index": 0, "item": item})
     while size is None or sent < size:
         piece = "x" * line
         sent += line
         if protocol == "openai":
             yield openai_chunk(piece)
+        elif protocol == "responses":
+            delta = {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": piece}
+            yield responses_event(delta)
         else:
             yield anthropic_event(
                 {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
             )
     if protocol == "openai":
         yield openai_chunk("", "stop") + "data: [DONE]\n\n"
+    elif protocol == "responses":  # a terminal response without its output: the client assembles it
+        yield responses_event({"type": "response.completed", "response": {"status": "completed", "output": []}})
     else:
         yield anthropic_event({"type": "content_block_stop", "index": 0})
         yield anthropic_event(
@@ -83,6 +95,11 @@ def body_pieces(protocol: str, size: int) -> Iterator[str]:
             '{"choices": [{"index": 0, "message": {"role": "assistant", "content": "',
             '"}, "finish_reason": "stop"}]}',
         )
+    elif protocol == "responses":
+        head, tail = (
+            '{"status": "completed", "output": [{"type": "message", "content": [{"type": "output_text", "text": "',
+            '"}]}]}',
+        )
     else:
         head, tail = '{"type": "message", "content": [{"type": "text", "text": "', '"}], "stop_reason": "end_turn"}'
     yield head
@@ -92,7 +109,7 @@ def body_pieces(protocol: str, size: int) -> Iterator[str]:
 
 
 class Flood(ServerBase):
-    """Answers both dialects with a reply of ``size`` bytes of text (None: a stream that never ends)."""
+    """Answers every dialect with a reply of ``size`` bytes of text (None: a stream that never ends)."""
 
     def __init__(self, size: int | None, *, status: int = 200, line: int = PIECE) -> None:
         super().__init__()
@@ -106,11 +123,13 @@ class Flood(ServerBase):
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/v1/messages", self._handle)
+        app.router.add_post("/v1/responses", self._handle)
         return app
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        protocol = "anthropic" if request.path.endswith("/messages") else "openai"
+        endings = {"/messages": "anthropic", "/responses": "responses"}
+        protocol = next((p for end, p in endings.items() if request.path.endswith(end)), "openai")
         if body.get("stream") and self.status == 200:
             pieces = stream_pieces(protocol, self.size, self.line)
             try:
@@ -131,11 +150,13 @@ class Flood(ServerBase):
 def model(protocol: str, server: Flood | FakeServer, **options: Any) -> HTTPModel:
     if protocol == "openai":
         return OpenAIChatModel("m", base_url=server.base_url, api_key="k", max_retries=0, **options)
+    if protocol == "responses":
+        return OpenAIResponsesModel("m", base_url=server.base_url, api_key="k", max_retries=0, **options)
     return AnthropicModel("m", base_url=server.origin, api_key="k", max_retries=0, **options)
 
 
 def adapter_name(protocol: str) -> str:
-    return "OpenAIChatModel" if protocol == "openai" else "AnthropicModel"
+    return {"openai": "OpenAIChatModel", "responses": "OpenAIResponsesModel"}.get(protocol, "AnthropicModel")
 
 
 # ------------------------------------------------------------------ size
@@ -193,9 +214,11 @@ async def test_a_long_line_under_the_cap_is_read_whole(protocol: str) -> None:
     assert reply.content == "x" * 3 * MiB
 
 
-def test_the_default_cap_is_far_above_the_largest_recorded_reply(recorded_openai: Any, recorded_anthropic: Any) -> None:
+def test_the_default_cap_is_far_above_the_largest_recorded_reply(
+    recorded_openai: Any, recorded_anthropic: Any, recorded_responses: Any
+) -> None:
     largest = 0
-    for path in (recorded_openai, recorded_anthropic):
+    for path in (recorded_openai, recorded_anthropic, recorded_responses):
         for line in path.read_text(encoding="utf-8").splitlines():
             interaction = json.loads(line)
             reply = interaction.get("sse") or json.dumps(interaction.get("response"))
@@ -211,12 +234,15 @@ from tether.models import ModelRequest
 from tether.core import Message, ModelError
 from tether.models.anthropic import AnthropicModel
 from tether.models.openai_chat import OpenAIChatModel
+from tether.models.openai_responses import OpenAIResponsesModel
 
 protocol, url, stream = sys.argv[1], sys.argv[2], sys.argv[3] == "stream"
 
 async def main():
     if protocol == "openai":
         model = OpenAIChatModel("m", base_url=url + "/v1", api_key="k", max_retries=0, stream=stream)
+    elif protocol == "responses":
+        model = OpenAIResponsesModel("m", base_url=url + "/v1", api_key="k", max_retries=0, stream=stream)
     else:
         model = AnthropicModel("m", base_url=url, api_key="k", max_retries=0, stream=stream)
     request = ModelRequest([Message("user", "hi")])
@@ -281,6 +307,10 @@ async def test_a_reply_nested_too_deep_ends_the_run_model_error(protocol: str, s
     if protocol == "openai":
         body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}
         event = 'data: {"choices": [{"index": 0, "delta": {"content": "hi"}, "x": ' + deep(levels) + "}]}\n\n"
+    elif protocol == "responses":
+        part = {"type": "output_text", "text": "hi"}
+        body = {"status": "completed", "output": [{"type": "message", "content": [part]}]}
+        event = 'event: response.created\ndata: {"type": "response.created", "x": ' + deep(levels) + "}\n\n"
     else:
         body = {"type": "message", "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn"}
         event = (

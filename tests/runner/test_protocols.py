@@ -1,7 +1,7 @@
-"""The strict gates hold on both wire protocols: chat completions and Anthropic's Messages.
+"""The strict gates hold on all three wire protocols: chat completions, OpenAI's Responses and Anthropic's Messages.
 
-The same scripts are served by the fake server at ``/v1/chat/completions``
-and at ``/v1/messages``, streamed and not, and an ``Agent`` with a real HTTP
+The same scripts are served by the fake server at ``/v1/chat/completions``,
+``/v1/responses`` and ``/v1/messages``, streamed and not, and an ``Agent`` with a real HTTP
 adapter runs them: a cut reply with calls, a boolean for an integer, a
 repeated key, a reused call id and a loop end the same way on every path,
 and nothing that should not run ever runs.
@@ -20,12 +20,15 @@ from tether.core.report import RunResult
 from tether.drivers.local.runner import Agent
 from tether.models.anthropic import AnthropicModel
 from tether.models.openai_chat import OpenAIChatModel
+from tether.models.openai_responses import OpenAIResponsesModel
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
 from tether.tools import tool
 
 PATHS = [
     pytest.param("openai", False, id="chat"),
     pytest.param("openai", True, id="chat-stream"),
+    pytest.param("responses", False, id="responses"),
+    pytest.param("responses", True, id="responses-stream"),
     pytest.param("anthropic", False, id="messages"),
     pytest.param("anthropic", True, id="messages-stream"),
 ]
@@ -47,9 +50,11 @@ def _fresh_effects() -> None:
 
 async def run(script: list[ReplySpec], protocol: str, stream: bool, **options: Any) -> tuple[RunResult, list[Any]]:
     with FakeServer(script) as server:
-        model: OpenAIChatModel | AnthropicModel
+        model: OpenAIChatModel | OpenAIResponsesModel | AnthropicModel
         if protocol == "openai":
             model = OpenAIChatModel("fake", base_url=server.base_url, api_key="x", stream=stream, max_retries=0)
+        elif protocol == "responses":
+            model = OpenAIResponsesModel("fake", base_url=server.base_url, api_key="x", stream=stream, max_retries=0)
         else:
             model = AnthropicModel("fake", base_url=server.origin, api_key="x", stream=stream, max_retries=0)
         agent = Agent(model, [transfer], **options)
@@ -97,6 +102,10 @@ async def test_invalid_arguments_are_refused_and_never_run(
     if protocol == "anthropic":  # the refusal went back as an is_error tool_result
         (block,) = requests[1]["messages"][-1]["content"]
         assert block["tool_use_id"] == "c1" and block["is_error"] is True
+    if protocol == "responses":  # the call went back as written, the refusal as its function_call_output
+        call, result = requests[1]["input"][-2:]
+        assert call == {"type": "function_call", "call_id": "c1", "name": "transfer", "arguments": arguments}
+        assert result["call_id"] == "c1" and code(json.loads(result["output"])) == expected
 
 
 @pytest.mark.parametrize(("protocol", "stream"), PATHS)
@@ -133,3 +142,7 @@ async def test_parallel_calls_are_answered_in_order_in_one_turn(protocol: str, s
     if protocol == "anthropic":
         last = requests[1]["messages"][-1]
         assert last["role"] == "user" and [b["tool_use_id"] for b in last["content"]] == ["c1", "c2"]
+    if protocol == "responses":
+        sent = [(i["type"], i["call_id"]) for i in requests[1]["input"][1:]]
+        # The calls as one turn, then their results in order.
+        assert sent == [(kind, c) for kind in ("function_call", "function_call_output") for c in ("c1", "c2")]

@@ -18,7 +18,17 @@ from typing import Any
 
 import click
 
-from tether.cli.common import agent_of, api_key_option, conversation_setup, db_option, fail, given_base_url, open_store
+from tether.cli.common import (
+    agent_of,
+    api_key_option,
+    conversation_setup,
+    db_option,
+    env_prefix,
+    fail,
+    given_base_url,
+    open_store,
+    protocol_option,
+)
 from tether.cli.render import Renderer
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
 from tether.core.errors import TetherError
@@ -49,9 +59,10 @@ def _save_history(readline: Any, history: Path) -> None:
 
 @click.command()
 @click.option("--tools", "toolsets", multiple=True, metavar="NAME_OR_MODULE", help="A toolset (repeatable).")
-@click.option("--model", help="Model name [env: OPENAI_MODEL].")
-@click.option("--base-url", help="OpenAI-compatible endpoint [env: OPENAI_BASE_URL].")
+@click.option("--model", help="Model name [env: OPENAI_MODEL, or ANTHROPIC_MODEL with --protocol anthropic].")
+@click.option("--base-url", help="OpenAI-compatible endpoint [env: OPENAI_BASE_URL, or ANTHROPIC_BASE_URL].")
 @api_key_option
+@protocol_option
 @click.option("--max-steps", type=click.IntRange(min=1), default=DEFAULT_MAX_STEPS, show_default=True)
 @click.option("--files-root", type=click.Path(file_okay=False), help="Root for the files toolset.")
 @click.option("--principal", default="local", show_default=True, help="Who the conversation acts for.")
@@ -67,6 +78,7 @@ def chat(
     model: str | None,
     base_url: str | None,
     api_key: str | None,
+    protocol: str | None,
     max_steps: int,
     files_root: str | None,
     principal: str,
@@ -78,16 +90,20 @@ def chat(
     \b
     Examples:
       tether chat --tools calc
+      tether chat --tools calc --protocol responses --model gpt-5-mini
       tether chat --continue 3f2a...
     """
     from tether.toolsets import toolset_reference  # the toolsets load pydantic: not for every start
 
     root = files_root or os.environ.get("TETHER_FILES_ROOT")
-    options = {"model": model, "base_url": base_url, "toolsets": toolsets, "files_root": files_root}
+    options = {"model": model, "base_url": base_url, "protocol": protocol, "toolsets": toolsets}
+    options["files_root"] = files_root
+    env = env_prefix(None, protocol)
     try:
         setup = {
-            "model": model or os.environ.get("OPENAI_MODEL"),
-            "base_url": given_base_url(base_url, "OPENAI_BASE_URL"),
+            "model": model or os.environ.get(f"{env}_MODEL"),
+            "base_url": given_base_url(base_url, f"{env}_BASE_URL"),
+            "protocol": protocol,
             "stream": False,
             "toolsets": [toolset_reference(t) for t in toolsets],
             "files_root": os.path.abspath(root) if root else None,

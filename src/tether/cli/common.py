@@ -117,6 +117,20 @@ json_option = click.option(
     help='Print one JSON object; a failure too: {"error": {"code", "message", "exit"}} on stdout.',
 )
 api_key_option = click.option("--api-key", help="API key [env: OPENAI_API_KEY].")
+PROTOCOLS = ("openai", "responses", "anthropic")
+protocol_option = click.option(
+    "--protocol",
+    type=click.Choice(PROTOCOLS),
+    envvar="TETHER_PROTOCOL",
+    help="Wire protocol: openai (chat completions), responses (OpenAI's Responses API, POST /responses) or "
+    "anthropic (the Messages API) [env: TETHER_PROTOCOL; default: the provider profile's, else openai].",
+)
+
+
+def env_prefix(provider: str | None, protocol: str | None) -> str:
+    """Where the model, endpoint and key variables come from: ``ANTHROPIC`` for the Messages API, else ``OPENAI``."""
+    messages_api = protocol == "anthropic" if protocol else provider == "anthropic"
+    return "ANTHROPIC" if messages_api else "OPENAI"
 
 
 # Shared by `tether run` (--mcp, --mcp-url): the MCP servers whose tools join the run's toolsets.
@@ -204,11 +218,16 @@ def _endpoint(setup: dict[str, Any], model: str | None, api_key: str | None) -> 
     """The model name, base URL and key of an OpenAI-compatible endpoint that something named, all of it set."""
     base_url = setup.get("base_url")  # the setup holds it as the run began (--base-url or OPENAI_BASE_URL)
     if not base_url and not api_key:
-        named = f"the model {model!r} (--model or OPENAI_MODEL)" if model else f"--provider {setup.get('provider')}"
+        if model:
+            named = f"the model {model!r} (--model or OPENAI_MODEL)"
+        elif setup.get("provider"):
+            named = f"--provider {setup['provider']}"
+        else:
+            named = f"--protocol {setup.get('protocol')}"
         raise ConfigurationError(
             f"{named} is named but no endpoint is: set OPENAI_BASE_URL (or --base-url) for an OpenAI-compatible "
             "server, or OPENAI_API_KEY (or --api-key) for api.openai.com; the embedded model answers only "
-            "when no model, endpoint, key or provider is named"
+            "when no model, endpoint, key, provider or protocol is named"
         )
     if not model:
         raise ConfigurationError("no model named: set OPENAI_MODEL or pass --model")
@@ -218,11 +237,12 @@ def _endpoint(setup: dict[str, Any], model: str | None, api_key: str | None) -> 
 def model_of(setup: dict[str, Any], api_key: str | None) -> Any:
     """The model a setup names: an HTTP endpoint, or the embedded local model when nothing names one.
 
-    Anything that names a model or an endpoint (--model, --base-url, --api-key, --provider, or
+    Anything that names a model or an endpoint (--model, --base-url, --api-key, --provider, --protocol, or
     OPENAI_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY) rules the embedded model out: an endpoint that is
     incomplete is a configuration error saying what to set, never a silent switch to another model.
     """
-    if provider_of(setup).protocol == "anthropic":
+    protocol = protocol_of(setup)
+    if protocol == "anthropic":
         from tether.models.anthropic import AnthropicModel
 
         return AnthropicModel(
@@ -237,6 +257,7 @@ def model_of(setup: dict[str, Any], api_key: str | None) -> Any:
     api_key = api_key or os.environ.get("OPENAI_API_KEY")
     model = setup.get("model") or os.environ.get("OPENAI_MODEL")
     named = model or setup.get("base_url") or api_key or setup.get("provider") not in (None, "local")
+    named = named or setup.get("protocol") is not None
     if setup.get("local_model") or not named:
         if not setup.get("local_model") and not local_available():
             raise _no_endpoint()
@@ -256,6 +277,17 @@ def model_of(setup: dict[str, Any], api_key: str | None) -> Any:
     name, url, key = _endpoint(setup, model, api_key)
     profile = provider_of(setup)
     stream = setup.get("stream", False)
+    if protocol == "responses":
+        from tether.models.openai_responses import OpenAIResponsesModel
+
+        return OpenAIResponsesModel(
+            name,
+            base_url=url,
+            api_key=key,
+            stream=stream,
+            output_mode=profile.output_mode,
+            strict_tools=profile.strict_tools,
+        )
     return OpenAIChatModel(
         name,
         base_url=url,
@@ -268,18 +300,35 @@ def model_of(setup: dict[str, Any], api_key: str | None) -> Any:
 
 
 def provider_of(setup: dict[str, Any]) -> Any:
-    """The provider profile a setup names (strict defaults when it names none)."""
+    """The provider profile a setup names (strict defaults when it names none; ``--protocol anthropic`` alone
+    names the ``anthropic`` profile)."""
     from tether.models.providers import Provider, provider
 
-    name = setup.get("provider")
+    name = setup.get("provider") or ("anthropic" if setup.get("protocol") == "anthropic" else None)
     return provider(name) if name else Provider("default")
+
+
+def protocol_of(setup: dict[str, Any]) -> str:
+    """The wire protocol a setup names (``--protocol``), else its provider profile's.
+
+    OpenAI's two protocols share a profile's settings, so ``--protocol responses`` goes with any profile of
+    protocol ``openai``; a profile of the Messages API and an OpenAI protocol (or the other way round) do not mix.
+    """
+    profile = provider_of(setup)
+    protocol = setup.get("protocol") or profile.protocol
+    if protocol != profile.protocol and "anthropic" in (protocol, profile.protocol):
+        raise ConfigurationError(
+            f"--protocol {protocol} does not go with --provider {profile.name}, whose protocol is "
+            f"{profile.protocol}: leave one of them out"
+        )
+    return str(protocol)
 
 
 def agent_of(
     setup: dict[str, Any], api_key: str | None, store: RunStore | None, principal: Principal, budget: Budget
 ) -> Agent:
     """The Agent a setup describes; the same setup rebuilds it on resume."""
-    provider_of(setup)  # first: an unknown provider is reported before anything is built
+    protocol_of(setup)  # first: an unknown provider (or one the protocol contradicts) before anything is built
     tools = load_tools(tuple(setup["toolsets"]), setup.get("files_root")) + mcp_tools(setup)
     if store is None and (why := approval_reason(tools)):
         raise ConfigurationError(f"{why}: a run that waits for approval is kept in the run store; drop --no-log")
@@ -304,6 +353,7 @@ PINNED = {
     "model": "--model",
     "base_url": "--base-url",
     "provider": "--provider",
+    "protocol": "--protocol",
     "toolsets": "--tools",
     "mcp": "--mcp",
     "mcp_urls": "--mcp-url",

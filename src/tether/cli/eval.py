@@ -11,25 +11,32 @@ from typing import Any
 
 import click
 
-from tether.cli.common import EXIT_INTERNAL, api_key_option, fail, model_of, provider_of
+from tether.cli.common import EXIT_INTERNAL, api_key_option, fail, model_of, protocol_of, protocol_option, provider_of
 from tether.core.errors import TetherError
 
 DEFAULT_OUT = "eval-results"
 
 
 def _model(
-    model: str | None, base_url: str | None, api_key: str | None, local_model: str | None, provider: str | None
+    model: str | None,
+    base_url: str | None,
+    api_key: str | None,
+    local_model: str | None,
+    provider: str | None,
+    protocol: str | None,
 ) -> tuple[Any, Any]:
     """The model and its provider profile, built as ``tether run`` builds them.
 
-    The profile chooses the protocol (``anthropic``: the Messages API), the wire quirks and the output
-    mode. With no endpoint configured the embedded model is scored, as ``tether run`` answers with it
-    (saying so on stderr), and it brings the ``local`` profile with it.
+    The profile chooses the protocol (``anthropic``: the Messages API) unless ``--protocol`` names one
+    (``responses``: OpenAI's Responses API), the wire quirks and the output mode. With no endpoint
+    configured the embedded model is scored, as ``tether run`` answers with it (saying so on stderr), and
+    it brings the ``local`` profile with it.
     """
     setup: dict[str, Any] = {"model": model, "base_url": base_url or os.environ.get("OPENAI_BASE_URL")}
     setup["local_model"] = local_model
     setup["provider"] = provider or os.environ.get("TETHER_PROVIDER")
-    provider_of(setup)  # first: an unknown provider is reported before anything is built
+    setup["protocol"] = protocol
+    protocol_of(setup)  # first: an unknown provider (or one the protocol contradicts) before anything is built
     chosen = model_of(setup, api_key)
     return chosen, provider_of(setup)
 
@@ -68,6 +75,7 @@ def eval_command() -> None:
     help="A provider profile, as for tether run: openai, llama-cpp-python, snowflake, or anthropic "
     "[env: TETHER_PROVIDER].",
 )
+@protocol_option
 @click.option(
     "--local-model",
     type=click.Path(dir_okay=False, exists=True),
@@ -106,6 +114,7 @@ def run_command(
     base_url: str | None,
     api_key: str | None,
     provider: str | None,
+    protocol: str | None,
     local_model: str | None,
     concurrency: int,
     limit: int | None,
@@ -170,7 +179,7 @@ def run_command(
         for dataset in datasets:
             cases.extend(load_dataset(dataset, toolsets, allow_toolset_files=allow_toolset_files)[:limit])
         check_cases(cases)
-        chosen, profile = _model(model, base_url, api_key, local_model, provider)
+        chosen, profile = _model(model, base_url, api_key, local_model, provider, protocol)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
 

@@ -22,10 +22,12 @@ from tether.cli.common import (
     api_key_option,
     conversation_setup,
     db_option,
+    env_prefix,
     fail,
     given_base_url,
     json_option,
     open_store,
+    protocol_option,
     with_mcp_options,
 )
 from tether.cli.render import Renderer
@@ -134,6 +136,7 @@ def _json_result(result: Any) -> dict[str, Any]:
     help="A provider profile (tether.models.providers): openai, llama-cpp-python, snowflake, or anthropic "
     "(the Messages API; key from ANTHROPIC_API_KEY) [env: TETHER_PROVIDER].",
 )
+@protocol_option
 @click.option(
     "--max-total-tokens",
     type=click.IntRange(min=1),
@@ -172,6 +175,7 @@ def run(
     files_root: str | None,
     local_model: str | None,
     provider: str | None,
+    protocol: str | None,
     max_total_tokens: int | None,
     principal: str,
     scopes: tuple[str, ...],
@@ -191,10 +195,11 @@ def run(
     The run is recorded in the run store (unless --no-log), so a paused or
     crashed run can be resumed with `tether resume RUN`.
 
-    With no model, endpoint, key or provider named (options or OPENAI_*
-    variables) the embedded model answers; once any is named, an incomplete
-    endpoint is a configuration error. --continue goes on with the model and
-    tools the conversation began with; an option naming others is refused.
+    With no model, endpoint, key, provider or protocol named (options or
+    OPENAI_* variables) the embedded model answers; once any is named, an
+    incomplete endpoint is a configuration error. --continue goes on with
+    the model and tools the conversation began with; an option naming others
+    is refused.
 
     \b
     Examples:
@@ -202,6 +207,7 @@ def run(
       tether run "List the files" --tools files --files-root ./docs --json
       tether run "What is 248 times 15?" --tools calc --provider anthropic --model claude-sonnet-4-5
       tether run "What is 2+2?" --tools calc --provider snowflake
+      tether run "What is 248 times 15?" --tools calc --protocol responses --model gpt-5-mini
       tether run "Find the notes" --mcp "npx -y @modelcontextprotocol/server-filesystem ." --mcp-read-only search_files
       tether run "And times 2?" --continue CONVERSATION   (see tether chat)
       git log -5 | tether run - --model gpt-4o-mini
@@ -224,7 +230,7 @@ def run(
         if not prompt:
             fail("no prompt on standard input (tether run - reads it from there)")
     root = files_root or os.environ.get("TETHER_FILES_ROOT")
-    env = "ANTHROPIC" if provider == "anthropic" else "OPENAI"
+    env = env_prefix(provider, protocol)
     try:
         setup = {
             "model": model or os.environ.get(f"{env}_MODEL"),
@@ -238,10 +244,11 @@ def run(
             "files_root": os.path.abspath(root) if root else None,
             "local_model": os.path.abspath(local_model) if local_model else None,
             "provider": provider,
+            "protocol": protocol,
         }
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
-    given = {"model": model, "base_url": base_url, "provider": provider, "toolsets": toolsets}
+    given = {"model": model, "base_url": base_url, "provider": provider, "protocol": protocol, "toolsets": toolsets}
     given |= {"mcp": mcp_commands, "mcp_urls": mcp_urls, "local_model": local_model, "files_root": files_root}
     who = Principal(principal, frozenset(scopes)) if scopes else Principal(principal)
     budget = Budget(max_steps=max_steps, max_total_tokens=max_total_tokens)

@@ -25,10 +25,12 @@ from tether.cli.common import (
     EXIT_NOT_WAITING,
     api_key_option,
     db_option,
+    env_prefix,
     fail,
     load_tools,
     model_of,
     open_store,
+    protocol_option,
     report_failure,
     seconds,
 )
@@ -104,6 +106,7 @@ async def _connect(address: str) -> Any:
 @click.option("--base-url", help="OpenAI-compatible endpoint [env: OPENAI_BASE_URL].")
 @api_key_option
 @click.option("--provider", envvar="TETHER_PROVIDER", metavar="NAME", help="A provider profile [env: TETHER_PROVIDER].")
+@protocol_option
 @db_option
 @click.option("--log-content", is_flag=True, help="Keep prompts, replies and results in the audit events.")
 @click.option(
@@ -134,6 +137,7 @@ def worker(
     base_url: str | None,
     api_key: str | None,
     provider: str | None,
+    protocol: str | None,
     db: str | None,
     log_content: bool,
     heartbeat_seconds: float | None,
@@ -156,11 +160,12 @@ def worker(
     _require_sdk()
     if not temporal_address:
         _fail("no Temporal server: pass --temporal HOST:PORT or set TETHER_TEMPORAL")
-    env = "ANTHROPIC" if provider == "anthropic" else "OPENAI"
+    env = env_prefix(provider, protocol)
     setup = {
         "model": model or os.environ.get(f"{env}_MODEL"),
         "base_url": base_url or os.environ.get(f"{env}_BASE_URL"),
         "provider": provider,
+        "protocol": protocol,
     }
     try:
         tools = load_tools(toolsets, files_root or os.environ.get("TETHER_FILES_ROOT"))

@@ -678,7 +678,7 @@ class Run:
             return self._finish(Status.TRUNCATED, None, "the model's output was cut at its token limit")
         if reply.finish_reason == "content_filter":
             return self._finish(Status.CONTENT_FILTERED, None, "the provider filtered the reply")
-        s.messages.append(Message("assistant", reply.content, calls))
+        s.messages.append(Message("assistant", reply.content, calls, provider_data=reply.provider_data))
         if not calls and self._answer is not None:
             return self._judge_text_answer(reply.content or "", now, validated)
         if not calls:

@@ -31,10 +31,19 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Message:
+    """One message of a run's history.
+
+    ``provider_data`` is what an adapter must send back with an assistant
+    message and tether itself never reads (the Responses API's reasoning
+    items): plain JSON, keyed by the adapter that wrote it, stored with the
+    message. Another adapter ignores it.
+    """
+
     role: Role
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    provider_data: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -42,6 +51,8 @@ class Message:
             data["tool_calls"] = [c.to_dict() for c in self.tool_calls]
         if self.tool_call_id is not None:
             data["tool_call_id"] = self.tool_call_id
+        if self.provider_data is not None:
+            data["provider_data"] = self.provider_data
         return data
 
     @classmethod
@@ -51,6 +62,7 @@ class Message:
             content=data.get("content"),
             tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls", ())),
             tool_call_id=data.get("tool_call_id"),
+            provider_data=data.get("provider_data"),
         )
 
 
@@ -83,6 +95,8 @@ class ModelReply:
 
     ``choices`` counts the choices the response carried (0 is a protocol
     error). An empty ``tool_calls`` means the reply asked for no tool.
+    ``provider_data`` goes, unread, into the assistant message the reply
+    becomes (see ``Message``).
     """
 
     choices: int
@@ -91,3 +105,4 @@ class ModelReply:
     tool_calls: tuple[WireToolCall, ...] = ()
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
+    provider_data: dict[str, Any] | None = None

@@ -1,7 +1,7 @@
 """tether.models: adapters behind the one seam ``Model.complete``.
 
-``OpenAIChatModel`` and ``AnthropicModel`` are imported lazily so that
-``import tether.models`` does not pull in aiohttp.
+``OpenAIChatModel``, ``OpenAIResponsesModel`` and ``AnthropicModel`` are
+imported lazily so that ``import tether.models`` does not pull in aiohttp.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -12,8 +12,17 @@ from tether.models.scripted import ScriptedModel
 if TYPE_CHECKING:
     from tether.models.anthropic import AnthropicModel
     from tether.models.openai_chat import OpenAIChatModel, WireCompat
+    from tether.models.openai_responses import OpenAIResponsesModel
 
-__all__ = ["AnthropicModel", "Model", "ModelRequest", "OpenAIChatModel", "ScriptedModel", "WireCompat"]
+__all__ = [
+    "AnthropicModel",
+    "Model",
+    "ModelRequest",
+    "OpenAIChatModel",
+    "OpenAIResponsesModel",
+    "ScriptedModel",
+    "WireCompat",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -21,6 +30,10 @@ def __getattr__(name: str) -> Any:
         from tether.models import openai_chat
 
         return getattr(openai_chat, name)
+    if name == "OpenAIResponsesModel":
+        from tether.models.openai_responses import OpenAIResponsesModel
+
+        return OpenAIResponsesModel
     if name == "AnthropicModel":
         from tether.models.anthropic import AnthropicModel
 

@@ -3,7 +3,9 @@
 A profile switches wire quirks (``WireCompat``) and, rarely, protocol
 leniency (``Compat``) for one kind of server. The defaults are strict; a
 profile is chosen explicitly with ``--provider`` or ``TETHER_PROVIDER``.
-A profile also names its wire protocol: ``openai`` (``OpenAIChatModel``) or
+A profile also names its wire protocol: ``openai`` (``OpenAIChatModel``),
+``responses`` (``OpenAIResponsesModel``, OpenAI's Responses API; the CLI's
+``--protocol responses`` picks it with any ``openai`` profile) or
 ``anthropic`` (``AnthropicModel``, Anthropic's Messages API), and how a run
 with an ``output_type`` asks for its answer (``output_mode``): ``native``
 (``response_format`` with a ``json_schema``), ``tool`` (a final-answer tool)
@@ -12,7 +14,7 @@ overrides it. ``strict_tools`` says whether the server enforces OpenAI's
 strict mode on tool schemas: only then are tools sent in that form (every
 property required, the optional ones nullable, ``"strict": true``); every
 other provider gets each tool's own schema. ``None`` leaves it to the
-adapter (``OpenAIChatModel``: only for ``api.openai.com``).
+adapter (``OpenAIChatModel`` and ``OpenAIResponsesModel``: only for ``api.openai.com``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class Provider:
     name: str
-    protocol: Literal["openai", "anthropic"] = "openai"
+    protocol: Literal["openai", "responses", "anthropic"] = "openai"
     wire: WireCompat = field(default_factory=WireCompat)
     compat: Compat = field(default_factory=Compat)
     output_mode: OutputMode = "native"

@@ -1,4 +1,4 @@
-"""A local server speaking OpenAI's chat completions and Anthropic's Messages, scripted by tests.
+"""A local server speaking OpenAI's chat completions and Responses and Anthropic's Messages, scripted by tests.
 
 Why a real HTTP server rather than a mock of the adapter's client: the
 adapter's framing, SSE parsing, tool-call fragment assembly, status and
@@ -13,7 +13,8 @@ gets HTTP 500, so over-calls are noticed), or a responder
 :data:`SCENARIOS` ``["multiply"]``. A spec is rendered as a ``chat.completion``
 object, or as ``chat.completion.chunk`` SSE events when the request says
 ``"stream": true``. The same scripts answer ``POST /v1/messages`` in the
-Messages API's shape, streamed or not (see ``messages_wire``); responders
+Messages API's shape and ``POST /v1/responses`` in the Responses API's,
+streamed or not (see ``messages_wire`` and ``responses_wire``); responders
 read those requests rewritten in chat-completions form.
 
 Three ways to run it::
@@ -44,6 +45,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from tether.testing import messages_wire as wire
+from tether.testing import responses_wire
 from tether.testing.replies import Raw, Reply, ReplySpec, Responder, pieces, raw, text, tool_calls
 
 __all__ = [  # the reply specs too, which tests have always imported from here
@@ -231,7 +233,8 @@ class ServerBase:
 
 
 class FakeServer(ServerBase):
-    """POST ``{base_url}/chat/completions`` or ``{origin}/v1/messages`` answered from a script or a responder.
+    """POST ``{base_url}/chat/completions``, ``{base_url}/responses`` or ``{origin}/v1/messages`` answered from a
+    script or a responder.
 
     ``requests`` holds each request body as received, in either dialect.
     """
@@ -262,6 +265,7 @@ class FakeServer(ServerBase):
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/v1/messages", self._handle_messages)
+        app.router.add_post("/v1/responses", self._handle_responses)
         return app
 
     async def _spec(
@@ -321,6 +325,18 @@ class FakeServer(ServerBase):
         if not body.get("stream"):
             return web.Response(text=wire.message_text(spec, ident, model), content_type="application/json")
         return await send_sse(request, wire.sse(wire.stream_events(spec, ident, model)))
+
+    async def _handle_responses(self, request: web.Request) -> web.StreamResponse:
+        found = await self._spec(request, dialect=responses_wire.chat_request)
+        if isinstance(found, web.Response):
+            return found
+        body, spec = found
+        if isinstance(spec, Raw):
+            return _raw_response(spec)
+        ident, model = uuid.uuid4().hex[:24], str(body.get("model") or "fake-model")
+        if not body.get("stream"):
+            return web.json_response(responses_wire.response_body(spec, ident, model), dumps=_dumps)
+        return await send_sse(request, responses_wire.sse(responses_wire.stream_events(spec, ident, model)))
 
 
 def _raw_response(spec: Raw) -> web.Response:

@@ -5,7 +5,8 @@ Why: the fake server only says what we think providers say. The recordings in
 really said (empty tool-call ids, ``reasoning_content``, errors inside an SSE
 stream), so each adapter test can point at one of them. Interaction ``i`` (its
 0-based line number) answers ``POST /{i}/chat/completions`` (and, for the
-Anthropic recordings, ``POST /{i}/v1/messages``) with the recorded status and
+Anthropic recordings, ``POST /{i}/v1/messages``; for the Responses API's,
+``POST /{i}/responses``) with the recorded status and
 body — JSON as recorded, SSE text unchanged — so a client given
 ``base_url_for(i)`` as its base URL gets exactly that reply, whatever it sends.
 
@@ -31,7 +32,7 @@ from tether.testing.fake_server import ServerBase, send_sse
 
 
 class ReplayServer(ServerBase):
-    """POST ``{base_url_for(i)}/chat/completions`` or ``.../v1/messages`` replays recorded interaction ``i``."""
+    """POST ``{base_url_for(i)}/chat/completions`` (``/v1/messages``, ``/responses``) replays interaction ``i``."""
 
     def __init__(self, path: str | Path, *, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(host=host, port=port)
@@ -53,6 +54,7 @@ class ReplayServer(ServerBase):
         app = web.Application(client_max_size=64 * 1024**2)  # recorded requests can carry images
         app.router.add_post(r"/{index:\d+}/chat/completions", self._handle)
         app.router.add_post(r"/{index:\d+}/v1/messages", self._handle)
+        app.router.add_post(r"/{index:\d+}/responses", self._handle)
         return app
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
