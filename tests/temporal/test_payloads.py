@@ -8,6 +8,7 @@ written with exactly the keys the dicts before them had.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,6 +147,18 @@ def test_a_model_answer_reads_back_each_verdict_as_its_own_class() -> None:
     assert back == answer
     assert [type(v) for v in back.verdicts] == [AcceptedCall, RejectedCall, type(None)]
     assert back.reply.reply().tool_calls[0].name == "price"
+
+
+def test_a_reply_carries_what_its_adapter_sends_back() -> None:
+    """Reasoning items a Responses reply keeps go through the workflow's history and back into the message."""
+    kept = {"openai_responses": {"items": [{"type": "reasoning", "encrypted_content": "gAAA"}], "digest": "d"}}
+    reply = ReplyData.of(dataclasses.replace(REPLY.reply(), provider_data=kept))
+
+    back = read(CONVERTER.to_payloads([ModelAnswer(reply, False, ())])[0], ModelOutcome)
+
+    assert isinstance(back, ModelAnswer) and back.reply.reply().provider_data == kept
+    plain = read(CONVERTER.to_payloads([ModelAnswer(REPLY, False, ())])[0], ModelOutcome)
+    assert type(plain.reply) is ReplyData and "provider_data" not in json.loads(written(REPLY))
 
 
 def test_payloads_of_earlier_workers_read_with_the_defaults() -> None:

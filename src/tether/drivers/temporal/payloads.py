@@ -110,6 +110,10 @@ class ReplyData:
     def of(cls, reply: ModelReply) -> ReplyData:
         calls = tuple(WireCall(c.id, c.type, c.name, c.arguments) for c in reply.tool_calls)
         usage = (reply.usage.input_tokens, reply.usage.output_tokens)
+        if reply.provider_data is not None:
+            return ReplyWithData(
+                reply.choices, reply.finish_reason, reply.content, calls, usage, reply.model, reply.provider_data
+            )
         return cls(reply.choices, reply.finish_reason, reply.content, calls, usage, reply.model)
 
     def reply(self) -> ModelReply:
@@ -120,7 +124,16 @@ class ReplyData:
             tool_calls=tuple(WireToolCall(c.id, c.type, c.name, c.arguments) for c in self.tool_calls),
             usage=Usage(*self.usage),
             model=self.model,
+            provider_data=getattr(self, "provider_data", None),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyWithData(ReplyData):
+    """A reply with what its adapter sends back with the assistant message (``ModelReply.provider_data``:
+    reasoning items); a shape of its own, so replies without it are written as before."""
+
+    provider_data: JSONObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +191,7 @@ class ModelAnswer:
     """The model's reply and the verdict on each of its calls, in wire order (None: a call the machine refuses
     before judging any, its name or arguments not a string)."""
 
-    reply: ReplyData
+    reply: ReplyWithData | ReplyData  # the one with more keys first: the converter takes the first that reads
     usage_estimated: bool
     verdicts: tuple[Verdict | None, ...]
 
