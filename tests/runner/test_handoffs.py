@@ -277,6 +277,23 @@ def test_the_targets_output_type_applies_after_the_transfer() -> None:
     assert result.output == Refund(order="A1", amount=40)
 
 
+def test_a_runs_own_output_type_and_instructions_hold_whichever_agent_has_the_floor() -> None:
+    class Refund(BaseModel):
+        order: str
+        amount: int
+
+    script = [tool_calls([TRANSFER]), text('{"order": "A1", "amount": 40}')]
+    with FakeServer(script) as server:
+        triage, _ = agents(server)
+        result = triage.run_sync("refund A1", output_type=Refund, instructions="Be exact.")
+    first, second = server.requests
+    assert first["response_format"] == second["response_format"]
+    assert second["response_format"]["json_schema"]["schema"]["required"] == ["order", "amount"]
+    assert systems(first) == ["You are triage.", "Be exact."]
+    assert systems(second) == ["You are billing.", "Be exact."]
+    assert result.output == Refund(order="A1", amount=40)
+
+
 def test_a_cycle_hands_the_run_back() -> None:
     script = [
         tool_calls([("c1", "transfer_to_b", "{}")]),

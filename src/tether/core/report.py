@@ -66,7 +66,7 @@ class StepReport:
     agent: str | None = None  # the agent that asked this step's model, in a run whose agent has handoffs
 
     def to_dict(self) -> dict[str, Any]:
-        data = {
+        data: dict[str, Any] = {
             "step": self.step,
             "finish_reason": self.finish_reason,
             "content": self.content,
