@@ -27,6 +27,9 @@ PUBLIC = {
     "decide",
     "RunContext",
     "Retry",
+    # handoffs
+    "handoff",
+    "Handoff",
     # message history
     "messages_adapter",
     "keep_last_turns",

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from tether.drivers.local.conversation import Conversation as Conversation
     from tether.drivers.local.conversation import ConversationBudget as ConversationBudget
     from tether.drivers.local.durable import decide as decide
+    from tether.drivers.local.handoffs import Handoff as Handoff
+    from tether.drivers.local.handoffs import handoff as handoff
     from tether.drivers.local.history import fit_tokens as fit_tokens
     from tether.drivers.local.history import keep_last_turns as keep_last_turns
     from tether.drivers.local.history import messages_adapter as messages_adapter
@@ -102,6 +104,7 @@ _WHERE = {
     "Conversation": "tether.drivers.local.conversation",
     "ConversationBudget": "tether.drivers.local.conversation",
     "Decision": "tether.drivers.local.runner",
+    "Handoff": "tether.drivers.local.handoffs",
     "LocalModel": "tether.models.local",
     "Message": "tether.core",
     "Model": "tether.models",
@@ -125,6 +128,7 @@ _WHERE = {
     "ToolError": "tether.tools",
     "decide": "tether.drivers.local.durable",
     "fit_tokens": "tether.drivers.local.history",
+    "handoff": "tether.drivers.local.handoffs",
     "keep_last_turns": "tether.drivers.local.history",
     "load_toolset": "tether.toolsets",
     "messages_adapter": "tether.drivers.local.history",

@@ -97,7 +97,10 @@ def _describe(kind: str, data: dict[str, Any]) -> str:
     if kind == "model_replied":
         if "error" in data:
             return f"model error: {data['error']}"
-        return f"model replied: finish_reason={data.get('finish_reason')}, {data.get('tool_calls', 0)} call(s)"
+        by = f" by {data['agent']}" if "agent" in data else ""  # a run with handoffs names who answered
+        return f"model replied{by}: finish_reason={data.get('finish_reason')}, {data.get('tool_calls', 0)} call(s)"
+    if kind == "handoff":
+        return f"handoff: call {data.get('id')} hands the run from {data.get('from')} to {data.get('to')}"
     if kind in ("call_executed", "call_rejected", "call_recovered"):
         verb = {"call_executed": "executed", "call_rejected": "refused", "call_recovered": "recovered from ledger"}
         return f"{call}: {verb[kind]} -> {data.get('outcome')}"
@@ -160,6 +163,7 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
                 "pending": pending,
                 "events": [{"seq": e.seq, "at": e.at, "kind": e.kind, "step": e.step, "data": e.data} for e in events],
                 "messages": _transcript(state.messages, bool(stored.setup.get("log_content"))),
+                **({"last_agent": state.agent} if state.agent is not None else {}),
             }
         )
         return
@@ -193,6 +197,8 @@ def _transcript(messages: list[Any], logged: bool) -> list[dict[str, Any]]:
             ]
         if message.tool_call_id is not None:
             item["tool_call_id"] = message.tool_call_id
+        if message.agent is not None:
+            item["agent"] = message.agent
         out.append(item)
     return out
 

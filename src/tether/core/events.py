@@ -44,6 +44,7 @@ APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_DECIDED = "approval_decided"
 RECONCILIATION_NEEDED = "reconciliation_needed"
 RECONCILED = "reconciled"
+HANDOFF = "handoff"  # a transfer call ran: the agent it names has the floor from the next model request on
 RUN_RESUMED = "run_resumed"
 RUN_PAUSED = "run_paused"
 RUN_FINISHED = "run_finished"

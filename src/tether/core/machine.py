@@ -27,6 +27,14 @@ events: the verdict of the output validators on the answer a reply gives
 the untrusted results the request left out (``ModelReplied.hidden``: they
 do not taint the judging of that reply), and the calls whose tool raised
 ``Retry`` (``ToolsFinished.retried``, counted per tool against its retries).
+
+Handoffs (``tether.drivers.local.handoffs``): a catalog may accept a call
+as a transfer to another agent (``Accepted.handoff``). Only the first
+transfer of a reply is executed; a later one is refused. Once a transfer
+has run, the driver hands the run to its target (``Run.hand_off``): the
+state names the agent holding the floor (``RunState.agent``), each
+assistant message names the agent that wrote it, and later replies are
+judged against the target's catalog and answer check.
 """
 
 from __future__ import annotations
@@ -174,6 +182,7 @@ class Accepted:
     read_only: bool
     needs_approval: bool = False
     untrusted_output: bool = False
+    handoff: str | None = None  # the call transfers the run to the agent of this name
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,6 +416,7 @@ class RunState:
     output: str | None = None
     reason: str | None = None
     retries: dict[str, int] = field(default_factory=dict)  # tool -> how many times it raised Retry in this run
+    agent: str | None = None  # the agent holding the floor, in a run whose agent has handoffs
 
     def undecided(self) -> list[PendingCall]:
         """The calls of the current step that wait for an approval decision."""
@@ -448,6 +458,8 @@ class RunState:
         }
         if self.retries:  # only once a tool asked for a retry: a checkpoint without one is as it always was
             progress["retries"] = dict(self.retries)
+        if self.agent is not None:  # only in a run with handoffs: other checkpoints are as they always were
+            progress["agent"] = self.agent
         return progress
 
     @classmethod
@@ -475,6 +487,7 @@ class RunState:
             output=data["output"],
             reason=data["reason"],
             retries=dict(data.get("retries", {})),
+            agent=data.get("agent"),
         )
 
 
@@ -516,6 +529,13 @@ class Run:
     @property
     def status(self) -> Status:
         return self.state.status
+
+    def hand_off(self, agent: str, catalog: Catalog, answer: AnswerCheck | None = None) -> None:
+        """Give the floor to the agent named ``agent``: later replies are judged against its catalog and answer."""
+        if self._poisoned is not None:
+            raise RunPoisoned(f"run {self.state.run_id} refused input after: {self._poisoned}")
+        self.state.agent = agent
+        self._catalog, self._answer = catalog, answer
 
     def send(self, event: Event) -> Command:
         if self._poisoned is not None:
@@ -678,7 +698,7 @@ class Run:
             return self._finish(Status.TRUNCATED, None, "the model's output was cut at its token limit")
         if reply.finish_reason == "content_filter":
             return self._finish(Status.CONTENT_FILTERED, None, "the provider filtered the reply")
-        s.messages.append(Message("assistant", reply.content, calls, provider_data=reply.provider_data))
+        s.messages.append(Message("assistant", reply.content, calls, provider_data=reply.provider_data, agent=s.agent))
         if not calls and self._answer is not None:
             return self._judge_text_answer(reply.content or "", now, validated)
         if not calls:
@@ -774,6 +794,7 @@ class Run:
         repair_needed = False
         answer_tool = self._answer.tool if self._answer is not None else None
         refused = validated.refused if validated is not None else None
+        transfer: str | None = None  # the call of this reply that hands the run on: the first one wins
         for call in calls:
             if call.name == answer_tool and answer_tool is not None:
                 assert self._answer is not None
@@ -794,6 +815,12 @@ class Run:
                 repair_needed = True
                 pending.append(_refused(PendingCall(call.id, call.name, None, None), verdict.code, verdict.message))
                 continue
+            if verdict.handoff is not None:
+                if transfer is not None:
+                    note = f"not executed: call {transfer} of this reply already transfers the run"
+                    pending.append(_refused(PendingCall(call.id, call.name, None, None), ErrorCode.TOOL_FAILED, note))
+                    continue
+                transfer = call.id
             fp = fingerprint(call.name, verdict.arguments)
             if fp == s.last_signature:
                 s.repeats += 1

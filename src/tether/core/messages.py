@@ -37,6 +37,10 @@ class Message:
     message and tether itself never reads (the Responses API's reasoning
     items): plain JSON, keyed by the adapter that wrote it, stored with the
     message. Another adapter ignores it.
+
+    ``agent`` names the agent that wrote an assistant message, in a run
+    whose agent has handoffs (``tether.drivers.local.handoffs``); it is
+    stored with the message and never sent to a model.
     """
 
     role: Role
@@ -44,6 +48,7 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     provider_data: dict[str, Any] | None = None
+    agent: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -53,6 +58,8 @@ class Message:
             data["tool_call_id"] = self.tool_call_id
         if self.provider_data is not None:
             data["provider_data"] = self.provider_data
+        if self.agent is not None:
+            data["agent"] = self.agent
         return data
 
     @classmethod
@@ -63,6 +70,7 @@ class Message:
             tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls", ())),
             tool_call_id=data.get("tool_call_id"),
             provider_data=data.get("provider_data"),
+            agent=data.get("agent"),
         )
 
 

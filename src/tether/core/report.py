@@ -63,15 +63,19 @@ class StepReport:
     content: str | None = None
     usage: Usage = field(default_factory=Usage)
     calls: list[CallReport] = field(default_factory=list)
+    agent: str | None = None  # the agent that asked this step's model, in a run whose agent has handoffs
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "step": self.step,
             "finish_reason": self.finish_reason,
             "content": self.content,
             "usage": usage_dict(self.usage),
             "calls": [c.to_dict() for c in self.calls],
         }
+        if self.agent is not None:
+            data["agent"] = self.agent
+        return data
 
 
 @dataclass(slots=True)
@@ -84,6 +88,9 @@ class RunResult:
     state: RunState
     listener_errors: int = 0  # how many times an on_event listener raised (the run went on)
     new_from: int = 0  # where this run's own messages start in ``state.messages`` (after a history it was given)
+    # The name of the agent that had the floor when the run stopped: the one it started with, or the target of
+    # its last handoff (``tether.drivers.local.handoffs``).
+    last_agent: str | None = None
 
     @property
     def usage(self) -> Usage:
@@ -131,4 +138,5 @@ class RunResult:
             "steps": [s.to_dict() for s in self.steps],
             "pending": self.pending(),
             "usage": usage_dict(self.usage) | {"estimated": self.state.usage_estimated},
+            **({"last_agent": self.last_agent} if self.state.agent is not None else {}),
         }

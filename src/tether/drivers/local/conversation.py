@@ -26,6 +26,11 @@ Every gate of a run holds across its turns:
 - With a store, the conversation's row (principal, budget) is sealed and its
   turns chained; the whole chain is checked before each turn runs, and an
   edit anywhere in it stops the conversation (``TamperedRun``).
+
+After a handoff (``tether.drivers.local.handoffs``) the agent that had the
+floor when a turn ended answers the next one (``last_agent``), as a person
+chatting expects; a conversation opened again from the store goes on with
+it too, found by name in the handoff graph of the agent that opens it.
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ class Conversing(Protocol):
         untrusted: Mapping[str, str] | None = None,
         output_type: Any = None,
         instructions: Any = None,
+        floor: str | None = None,
     ) -> TurnDriver: ...
 
 
@@ -121,6 +127,7 @@ class Conversation:
         usage: Usage | None = None,
         stored: bool = False,
         untrusted: dict[str, str] | None = None,
+        last_agent: str | None = None,
     ) -> None:
         self.agent = agent
         self.id = conversation_id
@@ -133,6 +140,8 @@ class Conversation:
         self.untrusted = dict(untrusted or {})  # call id -> tool: results in ``messages`` others wrote
         self._lock = asyncio.Lock()  # turns of one conversation never overlap
         self._waiting: str | None = None  # the run of a turn that paused (for an approval)
+        # The agent that had the floor when the last turn ended, which answers the next (None: no handoffs).
+        self.last_agent = last_agent
 
     async def send(
         self,
@@ -190,6 +199,7 @@ class Conversation:
             untrusted=self.untrusted,
             output_type=output_type,
             instructions=instructions,
+            floor=self.last_agent,
         )
         self.turns += 1
         driver.on_result = self._after_turn
@@ -199,6 +209,7 @@ class Conversation:
     def _after_turn(self, result: RunResult) -> None:
         self.messages = result.state.messages
         self.untrusted = dict(result.state.untrusted)
+        self.last_agent = result.state.agent
         self._waiting = None if result.status.terminal else result.run_id
         self.usage = self.usage + result.usage
 
@@ -256,6 +267,7 @@ def open_conversation(
         )
     history: list[Message] = []
     untrusted: dict[str, str] = {}
+    last_agent = None
     if stored.turns:
         last_run, status = stored.turns[-1]
         if not Status(status).terminal:
@@ -264,7 +276,7 @@ def open_conversation(
                 f"finish it first with agent.resume({last_run!r}).run()"
             )
         last = store.load(last_run).state  # checked: the turn, its conversation and every earlier turn
-        history, untrusted = last.messages, _untrusted(last)
+        history, untrusted, last_agent = last.messages, _untrusted(last), last.agent
     return Conversation(
         agent,
         conversation_id,
@@ -275,6 +287,7 @@ def open_conversation(
         usage=Usage(*stored.usage),
         stored=True,
         untrusted=untrusted,
+        last_agent=last_agent,
     )
 
 

@@ -83,6 +83,16 @@ from tether.core.messages import Message, ModelReply
 from tether.core.report import CallReport, RunResult, StepReport, usage_dict
 from tether.drivers import tracing
 from tether.drivers.common import json_object
+from tether.drivers.local.handoffs import (
+    DEFAULT_NAME,
+    Floor,
+    Handoff,
+    checked_graph,
+    checked_name,
+    graph,
+    listed,
+    transfers,
+)
 from tether.drivers.local.hooks import (
     HistoryProcessor,
     Hook,
@@ -167,6 +177,9 @@ class Agent:
         strict_tools: bool | None = None,
         instructions: Instructions | None = None,
         history_processors: Sequence[HistoryProcessor] = (),
+        name: str = DEFAULT_NAME,
+        handoffs: Iterable[Agent | Handoff] = (),
+        handoff_description: str | None = None,
     ) -> None:
         """``propose_only=True`` ends every run after its first step's calls are judged.
 
@@ -198,7 +211,16 @@ class Agent:
         ``RunContext``, plain or async, or a list of them; more with ``@agent.instructions``) are evaluated
         before each model request and sent with that request only, never stored: a resumed run computes
         them again. ``history_processors`` rewrite what each request sends (``tether.drivers.local.hooks``).
+
+        ``handoffs`` (Agents, or ``handoff(agent, scopes=..., description=...)``) offer the model a
+        ``transfer_to_<name>`` tool per target, which hands the run to that agent (``tether.drivers.local.handoffs``);
+        ``name`` is this agent's (``"agent"`` unless given), ``handoff_description`` what a model offered a transfer
+        to it reads about it.
         """
+        self.name = checked_name(name)
+        self.handoff_description = handoff_description
+        self._handoffs: tuple[Handoff, ...] = ()
+        self._transfers: list[Tool] = []  # the transfer tool of each handoff
         self.propose_only = propose_only
         self.model = model
         self.tools = _checked(model, tools, principal)
@@ -229,6 +251,28 @@ class Agent:
         self._instructions = instructions_of(instructions)
         self.history_processors = tuple(Hook(p, 1, "a history processor") for p in history_processors)
         self.output_validators: list[Hook] = []
+        if handoffs:
+            self.add_handoffs(*listed(handoffs))
+
+    @property
+    def handoffs(self) -> tuple[Handoff, ...]:
+        """The transfers this agent offers its model, in the order given."""
+        return self._handoffs
+
+    def add_handoffs(self, *targets: Agent | Handoff) -> None:
+        """Offer the model a transfer to each of ``targets`` too: for a cycle (A→B→A), ``a.add_handoffs(b)``.
+
+        Checked at once (names, a tool of the same name, the graph it makes); every run checks its graph again.
+        """
+        found, tools = transfers(self.name, self.tools, (*self._handoffs, *targets))
+        checked_graph(self, approval_reason, found)
+        self._handoffs, self._transfers = found, tools
+        self.toolbox = Toolbox([*self.tools, *tools], self.toolbox.principal, strict=self.strict_tools)
+        self._toolboxes = {self.toolbox.principal: self.toolbox}
+
+    def handoff_graph(self) -> dict[str, Agent]:
+        """Every agent this one reaches by handoffs, itself first, by name (``result.last_agent`` is one)."""
+        return {name: agent for name, agent in graph(self).items() if isinstance(agent, Agent)}
 
     def instructions(self, function: InstructionFunction) -> InstructionFunction:
         """Add ``function`` (of the run's ``RunContext``, or of nothing) to the Agent's instructions.
@@ -276,13 +320,18 @@ class Agent:
         output_type: Any = None,
         instructions: Instructions | None = None,
         message_history: Sequence[Message] | None = None,
+        floor: str | None = None,
     ) -> Driver:
         """A driver for a new run. ``config`` overrides the Agent's; ``turn`` marks a conversation's turn,
         ``untrusted`` the results among earlier turns' messages that taint it (``Run.new``).
 
         ``output_type`` and ``instructions`` override the Agent's for this run. ``message_history`` (checked
         first: ``tether.core.history``) goes before the prompt; the Agent's ``system`` is then not added.
+        ``floor`` names the agent of this one's handoff graph that answers first (a conversation's next turn).
         """
+        handoffs = None
+        if self._handoffs or floor is not None:
+            handoffs = Floor.open(self, floor, output_type, instructions is not None, approval_reason)
         toolbox = self.toolbox_for(principal or self.toolbox.principal)
         output = self.output if output_type is None else self.output_spec(output_type)
         messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
@@ -305,6 +354,8 @@ class Agent:
         driver.output, driver.prompt_from = output, new_from
         if instructions is not None:
             driver.instructions = instructions_of(instructions)
+        if handoffs is not None:
+            handoffs.seat(driver)
         return driver
 
     def conversation(
@@ -323,7 +374,8 @@ class Agent:
         """The tools ``principal`` may use (one Toolbox per principal, built once)."""
         toolbox = self._toolboxes.get(principal)
         if toolbox is None:
-            toolbox = self._toolboxes[principal] = Toolbox(self.tools, principal, strict=self.strict_tools)
+            tools = [*self.tools, *self._transfers]
+            toolbox = self._toolboxes[principal] = Toolbox(tools, principal, strict=self.strict_tools)
         return toolbox
 
     def resume(
@@ -345,10 +397,13 @@ class Agent:
         if self.store is None:
             raise ValueError("resuming needs an Agent with a store")
         self.store.acquire(run_id)
+        handoffs = None
         try:
             stored = self.store.load(run_id)
+            if self._handoffs or stored.state.agent is not None:  # the floor: found in this agent's graph
+                handoffs = Floor.open(self, stored.state.agent, output_type, instructions is not None, approval_reason)
         except BaseException:
-            self.store.release(run_id)  # refused (tampered with, unreadable): leave the run as it was
+            self.store.release(run_id)  # refused (tampered with, unreadable, not ours): leave the run as it was
             raise
         toolbox = self.toolbox_for(stored.principal)
         if deps is None and self.deps_factory is not None:
@@ -358,6 +413,8 @@ class Agent:
         driver.output, driver.prompt_from = output, int(stored.setup.get("new_from", 0))
         if instructions is not None:
             driver.instructions = instructions_of(instructions)
+        if handoffs is not None:
+            handoffs.seat(driver)
         return driver
 
     async def run(
@@ -449,7 +506,8 @@ class Agent:
         from tether.drivers.local.stream import RunFinished, Translator  # loaded by the agents that stream
 
         queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
-        translator = Translator(self.model.name, driver.arguments, self.clock, queue.put_nowait)
+        speaker = driver.floor.name if driver.handoffs is not None else None
+        translator = Translator(driver.floor.model.name, driver.arguments, self.clock, queue.put_nowait, speaker)
         driver.on_event = translator.feed
         driver.stream_model = True
         task = asyncio.create_task(driver.run())
@@ -464,7 +522,12 @@ class Agent:
                     yield late
             clock = self.clock()
             yield RunFinished(
-                at=clock, run_id=result.run_id, step=result.state.steps, model=self.model.name, result=result
+                at=clock,
+                run_id=result.run_id,
+                step=result.state.steps,
+                model=translator.model,
+                agent=translator.agent,
+                result=result,
             )
         finally:
             if not task.done():
@@ -521,6 +584,8 @@ class Driver:
         self.instructions: tuple[str | Hook, ...] = agent._instructions  # this run's (``run(..., instructions=)``)
         self._retried: dict[str, Retried] = {}  # calls of the current step whose tool raised Retry
         self._replaced: Any = None  # the answer as an output validator replaced it
+        self.floor = agent  # the agent whose model, tools and instructions the run uses now (handoffs)
+        self.handoffs: Floor | None = None  # a run whose agent has handoffs: who has the floor
 
     @property
     def state(self) -> RunState:
@@ -785,7 +850,15 @@ class Driver:
         elif spec is not None:  # only a completed run has an answer, and the machine has validated it
             value = spec.decode(output) if status is Status.COMPLETED and output is not None else None
         return RunResult(
-            self.state.run_id, status, value, reason, self.steps, self.state, self.listener_errors, self.prompt_from
+            self.state.run_id,
+            status,
+            value,
+            reason,
+            self.steps,
+            self.state,
+            self.listener_errors,
+            self.prompt_from,
+            self.floor.name,
         )
 
     async def _call_model(self, command: CallModel) -> Command:
@@ -801,7 +874,9 @@ class Driver:
                 TOOL_CALL_DELTA, index=index, id=ident, tool=name, arguments=piece
             )
         timeout = None if command.deadline_at is None else max(0.0, command.deadline_at - clock())
-        choice = self.agent.tool_choice
+        if self.handoffs is not None:
+            command = self.handoffs.request(command)
+        choice = self.floor.tool_choice
         policy = command.tool_choice if self.toolbox.specs else None  # a choice about no tools means nothing
         specs, response_format = self.toolbox.specs, None
         spec = self.output
@@ -811,12 +886,12 @@ class Driver:
             response_format = spec.response_format()
         messages: Sequence[Message] = command.messages
         hidden = _NOTHING_HIDDEN
-        if self.instructions or self.agent.history_processors:
+        if self.instructions or self.floor.history_processors:
             messages, hidden = await self._request_messages(command)
         request = ModelRequest(
             messages,
             specs,
-            max_tokens=self.agent.max_tokens,
+            max_tokens=self.floor.max_tokens,
             timeout=timeout,
             tool_choice=policy or (choice(command.step) if callable(choice) else choice),
             on_text=on_text,
@@ -828,9 +903,9 @@ class Driver:
         self._asking_model = True
         try:
             if self._traced:
-                reply = await tracing.traced_chat(self.agent.model, request, self.state.run_id)
+                reply = await tracing.traced_chat(self.floor.model, request, self.state.run_id)
             else:
-                reply = await self.agent.model.complete(request)
+                reply = await self.floor.model.complete(request)
         except asyncio.CancelledError:
             if self._cancelled_to_suspend:
                 self._cancelled_to_suspend = False
@@ -846,7 +921,7 @@ class Driver:
         counts_tokens = self.state.config.budget.counts_tokens
         reply, estimated = with_estimated_usage(reply, request.messages, request.tools, counts_tokens)
         self._note_reply(reply, estimated)
-        validated = await self._validated(reply) if self.agent.output_validators else None
+        validated = await self._validated(reply) if self.floor.output_validators else None
         return self._send(ModelReplied(reply, clock(), usage_estimated=estimated, hidden=hidden, validated=validated))
 
     def _context(self, step: int) -> RunContext[Any]:
@@ -855,7 +930,7 @@ class Driver:
     async def _request_messages(self, command: CallModel) -> tuple[Sequence[Message], frozenset[str]]:
         """The messages this request sends (history processors, instructions), and the untrusted results left out."""
         context = self._context(command.step)
-        processors, instructions = self.agent.history_processors, self.instructions
+        processors, instructions = self.floor.history_processors, self.instructions
         return await request_messages(command.messages, processors, instructions, context, self.state.untrusted)
 
     async def _validated(self, reply: ModelReply) -> Validated | None:
@@ -866,7 +941,7 @@ class Driver:
             return None
         spec = self.output
         value = spec.decode(answer) if spec is not None else answer
-        output, refused = await validate_output(self.agent.output_validators, self._context(self.state.steps), value)
+        output, refused = await validate_output(self.floor.output_validators, self._context(self.state.steps), value)
         if refused is not None:
             return Validated(refused=refused)
         if output is value:
@@ -883,12 +958,17 @@ class Driver:
         step = self.steps[-1]
         step.finish_reason, step.content, step.usage = reply.finish_reason, reply.content, reply.usage
         usage = usage_dict(reply.usage) | ({"estimated": True} if usage_estimated else {})
+        speaker = {}
+        if self.handoffs is not None:  # who answered, in a run with handoffs
+            step.agent = self.floor.name
+            speaker = {"agent": step.agent}
         self._emit(
             MODEL_REPLIED,
             finish_reason=reply.finish_reason,
             content=reply.content,
             tool_calls=len(reply.tool_calls),
             usage=usage,
+            **speaker,
         )
 
     async def _run_tools(self, command: RunTools) -> Command:
@@ -917,6 +997,8 @@ class Driver:
             else:
                 await asyncio.gather(*(self._invoke(p) for p in batch))
         finished = ToolsFinished(dict(self._finished), self.agent.clock(), frozenset(self._untrusted), self._retried)
+        if self.handoffs is not None:  # a transfer that ran: the next model request is its target's
+            self.handoffs.after_tools(self, command, self._finished)
         next_command = self._send(finished)
         self._sync_last_step()
         return next_command

@@ -10,6 +10,7 @@ password or token). In the order a step produces them::
     ApprovalNeeded                      a call that waits for a decision
     CallStarted  CallFinished           per executed call (with its duration)
     StepFinished                        with the step's usage
+    HandedOff                           a transfer ran: another agent answers from the next step on
     ...
     RunFinished                         always last, with the RunResult
 
@@ -17,7 +18,9 @@ password or token). In the order a step produces them::
 (a partial JSON string cannot be redacted); the checked, redacted
 arguments come with ``CallValidated``. For a run with a store, events are
 delivered only once checkpointed, so they may arrive in bursts, never out
-of order.
+of order. In a run whose agent has handoffs, every event also names the
+``agent`` answering (else ``agent`` is None), and ``model`` is that
+agent's model.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from tether.core.events import (
     CALL_REJECTED,
     CALL_STARTED,
     CALL_VALIDATED,
+    HANDOFF,
     MODEL_REPLIED,
     STEP_STARTED,
     TEXT,
@@ -50,6 +54,7 @@ __all__ = [
     "CallRefused",
     "CallStarted",
     "CallValidated",
+    "HandedOff",
     "RunFinished",
     "StepFinished",
     "StepStarted",
@@ -65,6 +70,7 @@ class StreamEvent:
     run_id: str
     step: int
     model: str
+    agent: str | None = None  # the agent answering, in a run whose agent has handoffs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,6 +132,15 @@ class StepFinished(StreamEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HandedOff(StreamEvent):
+    """A transfer call ran: ``to_agent`` (also the event's ``agent``) answers from the next step on."""
+
+    call_id: str
+    from_agent: str
+    to_agent: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunFinished(StreamEvent):
     result: RunResult
 
@@ -139,16 +154,19 @@ class Translator:
         arguments: Mapping[str, dict[str, Any] | None],
         clock: Callable[[], float],
         put: Callable[[StreamEvent], None],
+        agent: str | None = None,
     ) -> None:
-        """``arguments``: the driver's decoded arguments by call id (filled as calls are judged)."""
+        """``arguments``: the driver's decoded arguments by call id (filled as calls are judged); ``agent``: the
+        one answering, in a run with handoffs."""
         self.model = model
+        self.agent = agent
         self.arguments = arguments
         self.clock = clock
         self.put = put
         self._step_end: RunEvent | None = None  # the model reply of the current step
 
     def _base(self, event: RunEvent) -> dict[str, Any]:
-        return {"at": event.at, "run_id": event.run_id, "step": event.step, "model": self.model}
+        return {"at": event.at, "run_id": event.run_id, "step": event.step, "model": self.model, "agent": self.agent}
 
     def _call(self, event: RunEvent) -> dict[str, Any]:
         call_id = event.data.get("id", "")
@@ -192,6 +210,10 @@ class Translator:
             self.put(CallStarted(**self._call(event)))
         elif kind == CALL_FINISHED:
             self.put(CallFinished(**self._call(event), outcome=data["outcome"], duration=data["duration"]))
+        elif kind == HANDOFF:
+            self.close_step(event.at)  # the step that is ending was the former agent's
+            self.model, self.agent = data["model"], data["to"]
+            self.put(HandedOff(**self._base(event), call_id=data["id"], from_agent=data["from"], to_agent=data["to"]))
 
     def close_step(self, at: float | None = None) -> None:
         """The StepFinished of the step that is ending, once its calls are done (at ``at``, else now)."""
