@@ -44,6 +44,7 @@ APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_DECIDED = "approval_decided"
 RECONCILIATION_NEEDED = "reconciliation_needed"
 RECONCILED = "reconciled"
+CHILD_RUN = "child_run"  # a call (a sub-agent) drives its child run: {"id": call id, "tool", "run": child run id}
 RUN_RESUMED = "run_resumed"
 RUN_PAUSED = "run_paused"
 RUN_FINISHED = "run_finished"
