@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from tether import Agent, Budget, Decision, OpenAIChatModel, Principal, Status, decide, tool
 from tether.core.errors import ConfigurationError, ToolDefinitionError
 from tether.core.machine import PendingCall
-from tether.drivers.local.stream import RunFinished
+from tether.drivers.local.stream import CallFinished, RunFinished
 from tether.drivers.local.subagents import MAX_DEPTH, AgentTool, child_run_id
 from tether.store import SQLiteStore
 from tether.testing import FakeServer
@@ -438,6 +438,11 @@ async def test_streaming_a_parent_forwards_the_childs_events_under_its_run_id() 
     mine = [name for name, of_child in kinds if not of_child]
     assert mine.count("StepStarted") == 2 and mine.count("StepFinished") == 2
     assert sum(1 for name, of_child in kinds if of_child and name == "StepFinished") == 2
+    # In order: the parent's first step finishes after its call, and the child's steps inside that call.
+    parent_steps = [i for i, (name, of_child) in enumerate(kinds) if name == "StepFinished" and not of_child]
+    delegation = next(i for i, e in enumerate(events) if isinstance(e, CallFinished) and e.run_id != child_id)
+    child_steps = [i for i, (name, of_child) in enumerate(kinds) if name == "StepFinished" and of_child]
+    assert child_steps[-1] < delegation < parent_steps[0]
     assert all(server.requests[i].get("stream") for i in range(4))
 
 

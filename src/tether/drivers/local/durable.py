@@ -14,14 +14,15 @@ resuming the run resumes the child.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
 from tether.core import envelope
-from tether.core.errors import ApprovalMismatch
+from tether.core.errors import ApprovalMismatch, RunNotFound
 from tether.core.events import APPROVAL_DECIDED, RECONCILED, reconciled_event
-from tether.core.machine import ApprovalDecided, PendingCall, Reconciled, Run, Status
+from tether.core.machine import ApprovalDecided, PendingCall, Reconciled, Run, RunState, Status
 from tether.drivers.local.subagents import MAX_DEPTH
 from tether.store.base import RunStore
 from tether.store.records import StoredRun
@@ -40,6 +41,25 @@ def _open(store: RunStore, run_id: str) -> tuple[StoredRun, Run]:
         raise ApprovalMismatch(f"run {run_id} is driven by Temporal workers: send it with --temporal HOST:PORT")
     # Deciding needs no tools: the machine only consults them when judging a reply.
     return stored, Run(stored.state, Toolbox([], stored.principal))
+
+
+def waiting_calls(store: RunStore, run_id: str, state: RunState | None = None) -> list[tuple[str, PendingCall]]:
+    """The calls a run waits on a person for, each with the run it belongs to: its own (undecided, or of
+    unknown outcome), then those of the child runs it waits with, and theirs (as stored, unchecked)."""
+    return _waiting(store, run_id, state or store.load(run_id, check=False).state, 0)
+
+
+def _waiting(store: RunStore, run_id: str, state: RunState, depth: int) -> list[tuple[str, PendingCall]]:
+    found: list[tuple[str, PendingCall]] = []
+    if state.status is Status.AWAITING_APPROVAL:
+        found = [(run_id, p) for p in state.undecided()]
+    elif state.status is Status.AWAITING_RECONCILIATION:
+        found = [(run_id, p) for p in state.pending if p.call_id in state.unknown]
+    if depth <= MAX_DEPTH:
+        for child in state.waiting_on.values():
+            with contextlib.suppress(RunNotFound):
+                found += _waiting(store, child, store.load(child, check=False).state, depth + 1)
+    return found
 
 
 def holder(store: RunStore, run_id: str, call_id: str) -> str:

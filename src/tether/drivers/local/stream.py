@@ -18,6 +18,11 @@ password or token). In the order a step produces them::
 arguments come with ``CallValidated``. For a run with a store, events are
 delivered only once checkpointed, so they may arrive in bursts, never out
 of order.
+
+A call of a sub-agent tool (``Agent.as_tool``) streams its child run's
+events too, in place, each with the child's ``run_id`` (``model`` still
+names the streaming agent's model): the child's steps start and finish
+within the parent's call, and the parent's step finishes after it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from tether.core.events import (
     CALL_STARTED,
     CALL_VALIDATED,
     MODEL_REPLIED,
+    RUN_FINISHED,
+    RUN_PAUSED,
     STEP_STARTED,
     TEXT,
     TOOL_CALL_DELTA,
@@ -145,7 +152,8 @@ class Translator:
         self.arguments = arguments
         self.clock = clock
         self.put = put
-        self._step_end: RunEvent | None = None  # the model reply of the current step
+        self._step_ends: dict[str, RunEvent] = {}  # run id -> the model reply of its current step (children too)
+        self._run_id: str | None = None  # the streaming run's: its first event's
 
     def _base(self, event: RunEvent) -> dict[str, Any]:
         return {"at": event.at, "run_id": event.run_id, "step": event.step, "model": self.model}
@@ -164,8 +172,10 @@ class Translator:
 
     def feed(self, event: RunEvent) -> None:
         kind, data = event.kind, event.data
+        if self._run_id is None:
+            self._run_id = event.run_id
         if kind == STEP_STARTED:
-            self.close_step(event.at)
+            self.close_step(event.at, event.run_id)
             self.put(StepStarted(**self._base(event)))
         elif kind == TEXT:
             self.put(TextDelta(**self._base(event), text=data["text"]))
@@ -180,7 +190,9 @@ class Translator:
                 )
             )
         elif kind == MODEL_REPLIED:
-            self._step_end = event
+            self._step_ends[event.run_id] = event
+        elif kind in (RUN_FINISHED, RUN_PAUSED) and event.run_id != self._run_id:
+            self.close_step(event.at, event.run_id)  # a child run's last step ends with it
         elif kind == CALL_VALIDATED:
             self.put(CallValidated(**self._call(event)))
         elif kind == CALL_REJECTED:
@@ -193,10 +205,15 @@ class Translator:
         elif kind == CALL_FINISHED:
             self.put(CallFinished(**self._call(event), outcome=data["outcome"], duration=data["duration"]))
 
-    def close_step(self, at: float | None = None) -> None:
-        """The StepFinished of the step that is ending, once its calls are done (at ``at``, else now)."""
-        end, self._step_end = self._step_end, None
-        if end is not None:
+    def close_step(self, at: float | None = None, run_id: str | None = None) -> None:
+        """The StepFinished of the step that is ending, once its calls are done (at ``at``, else now): of run
+        ``run_id``'s, else of every run's."""
+        ends = [self._step_ends.pop(run_id, None)] if run_id is not None else list(self._step_ends.values())
+        if run_id is None:
+            self._step_ends.clear()
+        for end in ends:
+            if end is None:
+                continue
             usage = end.data.get("usage") or {}
             self.put(
                 StepFinished(
