@@ -27,6 +27,7 @@ PUBLIC = {
     "decide",
     "RunContext",
     "Retry",
+    "AgentTool",
     # message history
     "messages_adapter",
     "keep_last_turns",

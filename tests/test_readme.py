@@ -13,16 +13,22 @@ from typing import Any
 import pytest
 
 from tether.testing import FakeServer
-from tether.testing.fake_server import ReplySpec, multiply, text
+from tether.testing.fake_server import ReplySpec, multiply, text, tool_calls
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCKS = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL)
 
 
 def readme_model(request: dict[str, Any]) -> ReplySpec:
-    """What the README's examples need: an invoice as JSON, the multiply scenario, else an echo."""
+    """What the README's examples need: an invoice as JSON, the multiply scenario, a call of the calculator
+    sub-agent and its answer quoted, else an echo."""
     if "response_format" in request:
         return text(json.dumps({"customer": "ACME", "total": 3720, "note": None}))
+    if any(t["function"]["name"] == "calculator" for t in request.get("tools", ())):
+        last = request["messages"][-1]
+        if last["role"] != "tool":
+            return tool_calls([("call_calc", "calculator", json.dumps({"input": last["content"]}))])
+        return text(f"The calculator says: {json.loads(last['content'])['result']}")
     if any(t["function"]["name"] == "multiply" for t in request.get("tools", ())):
         return multiply(request)
     users = [m["content"] for m in request["messages"] if m["role"] == "user"]
@@ -36,7 +42,7 @@ def expected_lines(block: str) -> list[str]:
 
 def test_the_readme_has_examples_for_each_feature() -> None:
     joined = "\n".join(BLOCKS)
-    features = ("run_sync", "output_type=", "conversation()", "deps=", "agent.stream(", "decide(")
+    features = ("run_sync", "output_type=", "conversation()", "deps=", "agent.stream(", "decide(", ".as_tool(")
     for feature in (*features, "@agent.instructions", "@agent.output_validator", "message_history="):
         assert feature in joined, feature
 
