@@ -66,9 +66,7 @@ CRASH_POINTS = ["child_run", "intent_recorded", "tool", "record_outcome"]
 
 
 @pytest.mark.parametrize("at", CRASH_POINTS)
-def test_a_tree_killed_around_the_childs_side_effect_resumes_with_exactly_one_effect(
-    tmp_path: Path, at: str
-) -> None:
+def test_a_tree_killed_around_the_childs_side_effect_resumes_with_exactly_one_effect(tmp_path: Path, at: str) -> None:
     with bench(tmp_path, SCRIPT) as b:
         died = run_tree(b, at)
         assert died.code == SIGKILLED, died
@@ -80,9 +78,7 @@ def test_a_tree_killed_around_the_childs_side_effect_resumes_with_exactly_one_ef
         effects_before = len(b.effects_of(child_id, CHILD_CALL))
         assert effects_before == (1 if at in ("tool", "record_outcome") else 0)
 
-        resumed = b.tether(
-            "resume", run_id, "--db", str(b.db), "--api-key", "x", OPENAI_BASE_URL=b.server.base_url
-        )
+        resumed = b.tether("resume", run_id, "--db", str(b.db), "--api-key", "x", OPENAI_BASE_URL=b.server.base_url)
         assert resumed.code == 0, resumed
         assert f"run {run_id}: completed" in resumed.out
 
