@@ -291,3 +291,34 @@ def test_a_call_the_tree_does_not_wait_on_is_refused_naming_the_parent(tmp_path:
     db, parent, _ = make_tree(tmp_path)
     refused = cli(db, "approve", parent, "r9")
     assert refused.returncode == 7 and f"run {parent} is completed, not awaiting_approval" in refused.stderr
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_tree_is_recorded_and_checked_on_either_database(
+    request: pytest.FixtureRequest, tmp_path: Path, kind: str
+) -> None:
+    from tether.models.scripted import ScriptedModel, reply_calls, reply_text
+    from tether.store import open_store
+
+    on_postgres = kind == "postgres"
+    target = request.getfixturevalue("postgres_server").schema_url() if on_postgres else str(tmp_path / "runs.db")
+    store = open_store(target)
+    try:
+        child_model = ScriptedModel([reply_calls(("a1", "add", '{"a": 1, "b": 2}')), reply_text("3")])
+        parent_model = ScriptedModel([reply_calls(("c1", "helper", '{"input": "1 + 2?"}')), reply_text("It is 3.")])
+        helper = Agent(child_model, [add]).as_tool(name="helper")
+        result = await Agent(parent_model, [helper], store=store).run("1 + 2?")
+        child = child_run_id(result.run_id, "c1")
+        assert result.output == "It is 3." and [c.run_id for c in store.children(result.run_id)] == [child]
+        assert store.verify(result.run_id) == [] and store.load(child).parent_id == result.run_id
+        assert (result.state.tool_calls, result.state.child_steps) == (2, 2)
+    finally:
+        store.close()
+    raw = open_store(target)  # a writer outside tether: the column set to another run's id, then to null
+    try:
+        with raw.dialect.write() as tx:  # type: ignore[attr-defined]
+            tx.execute("UPDATE runs SET parent_id = NULL WHERE id = ?", (child,))
+        assert any("does not match its seal" in p for p in raw.verify(child))
+        assert any(f"child run {child} is missing" in p for p in raw.verify(result.run_id))
+    finally:
+        raw.close()

@@ -190,7 +190,7 @@ def pause_reason(tools: Sequence[Tool], why: Callable[[Sequence[Tool]], str | No
     )
     for found in agents:
         child = found.agent
-        if child.approver is None and (reason := why(child.tools) or pause_reason(child.tools, why)):
+        if child.approver is None and (reason := why(child.tools)):  # its own sub-agents included
             return f"sub-agent tool {found.name!r} may pause: {reason}"
         if child.approver is None and taints is not None and _reaches(child, lambda u: not u.read_only):
             return (
