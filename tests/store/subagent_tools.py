@@ -16,3 +16,7 @@ from tether import Agent, OpenAIChatModel
 clerk = Agent(OpenAIChatModel("fake"), [crash_tools.close_ticket]).as_tool(
     name="clerk", description="A clerk who closes tickets; give it the whole request."
 )
+
+clerk_by_hand = Agent(OpenAIChatModel("fake"), [crash_tools.close_ticket_by_hand]).as_tool(
+    name="clerk_by_hand", description="A clerk whose unknown outcomes a person settles."
+)

@@ -104,6 +104,40 @@ def test_a_tree_killed_around_the_childs_side_effect_resumes_with_exactly_one_ef
             assert verified.code == 0 and "intact" in verified.out, verified
 
 
+def test_a_childs_unknown_outcome_is_settled_through_the_parent_with_the_cli(tmp_path: Path) -> None:
+    script = [
+        tool_calls([(PARENT_CALL, "clerk_by_hand", json.dumps({"input": "Close ticket T-1."}))]),
+        tool_calls([(CHILD_CALL, "close_ticket_by_hand", '{"ticket": "T-1"}')]),
+        text(CHILD_ANSWER),
+        text(ANSWER),
+    ]
+    with bench(tmp_path, script) as b:
+        assert run_tree(b, "intent_recorded").code == SIGKILLED  # the child's intent is on disk, no effect yet
+        run_id = parent_id(b)
+        child_id = child_run_id(run_id, PARENT_CALL)
+        env = {"OPENAI_BASE_URL": b.server.base_url}
+
+        waiting = b.tether("resume", run_id, "--db", str(b.db), "--api-key", "x", **env)
+        assert waiting.code == 21, waiting  # awaiting_reconciliation: the child's call has no hook
+        assert (
+            f"paused: the outcome of call {CHILD_CALL} in child run {child_id} is unknown; record it with "
+            f"`tether reconcile {run_id} {CHILD_CALL} --executed RESULT_JSON | --not-executed`"
+        ) in waiting.err
+        with b.store() as store:
+            assert store.load(run_id).state.waiting_on == {PARENT_CALL: child_id}
+
+        settled = b.tether("reconcile", run_id, CHILD_CALL, "--not-executed", "--db", str(b.db))
+        assert settled.code == 0, settled
+        done = b.tether("resume", run_id, "--db", str(b.db), "--api-key", "x", **env)
+        assert done.code == 0 and f"run {run_id}: completed" in done.out, done
+        assert len(b.effects_of(child_id, CHILD_CALL)) == 1 and len(b.effect_lines()) == 1
+        with b.store() as store:
+            assert store.load(child_id).state.status is Status.COMPLETED
+            content = assert_transcript(store, run_id, "clerk_by_hand", ANSWER, call_id=PARENT_CALL)
+            assert json.loads(content) == {"ok": True, "result": CHILD_ANSWER}
+            assert store.verify(run_id) == []
+
+
 # --- tampering ------------------------------------------------------------------------------------
 
 
