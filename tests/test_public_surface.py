@@ -30,6 +30,7 @@ PUBLIC = {
     # handoffs
     "handoff",
     "Handoff",
+    "AgentTool",
     # message history
     "messages_adapter",
     "keep_last_turns",

@@ -20,13 +20,19 @@ BLOCKS = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re
 
 
 def readme_model(request: dict[str, Any]) -> ReplySpec:
-    """What the README's examples need: an invoice as JSON, a transfer, the multiply scenario, else an echo."""
+    """What the README's examples need: an invoice as JSON, a transfer, a call of the calculator sub-agent and
+    its answer quoted, the multiply scenario, else an echo."""
     if "response_format" in request:
         return text(json.dumps({"customer": "ACME", "total": 3720, "note": None}))
     offered = [t["function"]["name"] for t in request.get("tools", ())]
     transfers = [name for name in offered if name.startswith("transfer_to_")]
     if transfers and request["messages"][-1]["role"] == "user":  # an agent with handoffs hands the prompt on
         return tool_calls([("call_1", transfers[0], "{}")])
+    if any(t["function"]["name"] == "calculator" for t in request.get("tools", ())):
+        last = request["messages"][-1]
+        if last["role"] != "tool":
+            return tool_calls([("call_calc", "calculator", json.dumps({"input": last["content"]}))])
+        return text(f"The calculator says: {json.loads(last['content'])['result']}")
     if any(t["function"]["name"] == "multiply" for t in request.get("tools", ())):
         return multiply(request)
     users = [m["content"] for m in request["messages"] if m["role"] == "user"]
@@ -40,7 +46,7 @@ def expected_lines(block: str) -> list[str]:
 
 def test_the_readme_has_examples_for_each_feature() -> None:
     joined = "\n".join(BLOCKS)
-    features = ("run_sync", "output_type=", "conversation()", "deps=", "agent.stream(", "decide(")
+    features = ("run_sync", "output_type=", "conversation()", "deps=", "agent.stream(", "decide(", ".as_tool(")
     for feature in (*features, "@agent.instructions", "@agent.output_validator", "message_history=", "handoffs="):
         assert feature in joined, feature
 

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from tether.drivers.local.history import messages_adapter as messages_adapter
     from tether.drivers.local.runner import Agent as Agent
     from tether.drivers.local.runner import Decision as Decision
+    from tether.drivers.local.subagents import AgentTool as AgentTool
     from tether.models import (
         AnthropicModel as AnthropicModel,
     )
@@ -98,6 +99,7 @@ __version__ = "0.1.0"
 # The public surface: each name, and the module it comes from.
 _WHERE = {
     "Agent": "tether.drivers.local.runner",
+    "AgentTool": "tether.drivers.local.subagents",
     "AnthropicModel": "tether.models",
     "Budget": "tether.core",
     "Compat": "tether.core",

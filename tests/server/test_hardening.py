@@ -237,7 +237,7 @@ async def test_listing_approvals_does_not_stall_the_service(api: Api) -> None:
         db.executemany(
             "INSERT INTO runs SELECT ?, created_at, updated_at + ?, status, principal, setup, config, meta,"
             " message_count, message_hash, event_count, event_hash, NULL, NULL, seal, conversation_id, turn, history,"
-            " lease_locked FROM runs WHERE id = ?",
+            " lease_locked, parent_id FROM runs WHERE id = ?",
             [(new, i + 1, run_id) for i, new in enumerate(ids)],
         )
         db.executemany(

@@ -6,6 +6,7 @@ and why a run failed is left to the one ``error:`` line on stderr.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -68,6 +69,10 @@ def call_line(data: dict[str, Any], arguments: dict[str, Any] | None) -> str:
     return f"call {data['id']} {data['tool']}" + (f" {preview}" if preview else "")
 
 
+def _indented(echo: Callable[..., Any], line: str, **options: Any) -> Any:
+    return echo("    " + line if line else line, **options)
+
+
 class Renderer:
     def __init__(self, echo: Callable[..., Any], stream: bool = False) -> None:
         self.echo = echo
@@ -75,13 +80,18 @@ class Renderer:
         self._streaming: list[str] = []  # this step's streamed text so far
         self._streamed = ""  # the last step's whole streamed text
         self._arguments: dict[str, dict[str, Any] | None] = {}  # call id -> validated arguments
+        self._top: str | None = None  # the run this renders (its first event's); others are its child runs
 
     def __call__(self, event: RunEvent) -> None:
         data = event.data
+        if self._top is None:
+            self._top = event.run_id
+        # A sub-agent's child run reports here too: its lines are indented under the call that drives it.
+        echo = self.echo if event.run_id == self._top else functools.partial(_indented, self.echo)
         if event.kind == RUN_STARTED:
-            self.echo(f"run {event.run_id}")  # first, so a run that dies can still be found
+            echo(f"run {event.run_id}")  # first, so a run that dies can still be found
         elif event.kind == STEP_STARTED:
-            self.echo(f"step {event.step}")
+            echo(f"step {event.step}")
         elif event.kind == TEXT and self.stream:
             self.echo(data["text"], nl=False)
             self._streaming.append(data["text"])
@@ -90,20 +100,20 @@ class Renderer:
                 self.echo("")
             self._streamed, self._streaming = "".join(self._streaming), []
             if "error" in data:
-                self.echo("  model: no reply")  # the error itself is the run's reason, printed once at the end
+                echo("  model: no reply")  # the error itself is the run's reason, printed once at the end
             else:
                 calls = f", {data['tool_calls']} call(s)" if data["tool_calls"] else ""
-                self.echo(f"  model: finish_reason={data['finish_reason']}{calls}")
+                echo(f"  model: finish_reason={data['finish_reason']}{calls}")
         elif event.kind == CALL_VALIDATED:
             self._arguments[data["id"]] = data.get("arguments")
         elif event.kind in (CALL_EXECUTED, CALL_REJECTED):
             summary = _result_summary(data["result"]) if "result" in data else ""
             verb = "ran" if event.kind == CALL_EXECUTED else "refused"
             arguments = self._arguments.get(data["id"], data.get("arguments"))
-            self.echo(f"  {call_line(data, arguments)}: {verb} -> {data['outcome']} {summary}".rstrip())
+            echo(f"  {call_line(data, arguments)}: {verb} -> {data['outcome']} {summary}".rstrip())
         elif event.kind == APPROVAL_REQUESTED:
             why = f": {data['reason']}" if data.get("reason") else ""
-            self.echo(f"  {call_line(data, data.get('arguments'))}: waiting for approval{why}")
+            echo(f"  {call_line(data, data.get('arguments'))}: waiting for approval{why}")
 
     def finish(self, result: RunResult) -> None:
         if result.output is not None and not (self.stream and self._streamed == result.output):

@@ -60,6 +60,8 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
     else:
         assert renderer is not None
         renderer.finish(result)
+    # The calls of the child runs it waits with (sub-agents) are decided through it, like its own.
+    of_children = [(f" in child run {c['run_id']}", c["id"], c["tool"]) for c in result.child_pending]
     if result.status is Status.AWAITING_APPROVAL:
         for call in result.state.undecided():
             why = f" needs approval: {call.approval_reason};" if call.approval_reason else ""
@@ -68,10 +70,17 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
                 f"{call.call_id}` or deny with `tether deny {result.run_id} {call.call_id}`",
                 err=True,
             )
-    elif result.status is Status.AWAITING_RECONCILIATION:
-        for call_id in result.state.unknown:
+        for where, call_id, tool in of_children:
             click.echo(
-                f"paused: the outcome of call {call_id} is unknown; record it with `tether reconcile "
+                f"paused: call {call_id} {tool}{where} needs approval; approve with `tether approve {result.run_id} "
+                f"{call_id}` or deny with `tether deny {result.run_id} {call_id}`",
+                err=True,
+            )
+    elif result.status is Status.AWAITING_RECONCILIATION:
+        unknown = [("", call_id) for call_id in result.state.unknown] + [(w, c) for w, c, _ in of_children]
+        for where, call_id in unknown:
+            click.echo(
+                f"paused: the outcome of call {call_id}{where} is unknown; record it with `tether reconcile "
                 f"{result.run_id} {call_id} --executed RESULT_JSON | --not-executed`",
                 err=True,
             )

@@ -18,8 +18,9 @@ from tether.cli.temporal import decide_on_temporal, reconcile_on_temporal, tempo
 from tether.core.errors import TetherError
 from tether.core.redact import redact
 from tether.drivers.common import json_object
-from tether.drivers.local.durable import decide
+from tether.drivers.local.durable import decide, waiting_calls
 from tether.drivers.local.durable import reconcile as settle_call
+from tether.drivers.local.subagents import MAX_DEPTH
 from tether.store.records import omitted
 
 EXIT_VERIFY_FAILED = 6
@@ -48,7 +49,8 @@ def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) 
     """List recent runs, newest first.
 
     Each line ends with the first line of the run's prompt when the run was
-    recorded with --log-content (otherwise its text is not shown).
+    recorded with --log-content (otherwise its text is not shown). A child
+    run (a sub-agent's) is marked with its parent: "child of RUN".
     """
     try:
         store = open_store(db)
@@ -63,9 +65,10 @@ def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) 
         prompt = f"  {short(prompts[r.run_id], PROMPT_SHOWN)}" if prompts.get(r.run_id) else ""
         turn = f"  conversation {r.conversation_id} turn {r.turn}" if r.conversation_id else ""
         engine = f"  on {r.engine}" if r.engine != "local" else ""
+        child = f"  child of {r.parent_id}" if r.parent_id else ""
         line = (
             f"{r.run_id}  {r.status:<24} {r.principal:<12} {r.steps:>3} step(s)  {_when(r.created_at)}"
-            f"{engine}{turn}{prompt}"
+            f"{engine}{turn}{child}{prompt}"
         )
         click.echo(line)
     if not found:
@@ -88,6 +91,7 @@ def _summary(r: Any, prompt: str | None) -> dict[str, Any]:
         "conversation_id": r.conversation_id,
         "turn": r.turn,
         "engine": r.engine,
+        "parent_id": r.parent_id,
     }
 
 
@@ -113,6 +117,8 @@ def _describe(kind: str, data: dict[str, Any]) -> str:
     if kind == "reconciled":
         what = "executed" if data.get("executed") else "not executed"
         return f"{call}: reconciled by {data.get('by')}: {what}"
+    if kind == "child_run":
+        return f"{call}: drives child run {data.get('run')}"
     if kind == "reconciliation_needed":
         return f"outcome unknown for call(s) {', '.join(data.get('ids', []))}"
     if kind in ("run_finished", "run_paused", "run_resumed"):
@@ -133,21 +139,29 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
     """Show a run's timeline: steps, calls, outcome codes, approvals, timings.
 
     Each event is shown at the step it belongs to and the time it happened.
-    With --json, also the transcript: message text where the run was
-    recorded with --log-content, a placeholder such as "<21 chars>" where not.
-    RUN_ID may be a unique prefix of the run id.
+    A run whose calls ran sub-agents shows its tree of child runs (status,
+    steps, usage), and the calls its waiting children wait on as its own
+    pending calls; a child run names its parent. With --json, also the
+    transcript: message text where the run was recorded with --log-content,
+    a placeholder such as "<21 chars>" where not. RUN_ID may be a unique
+    prefix of the run id.
     """
     try:
         store = open_store(db)
         run_id = store.resolve(run_id)
         stored = store.load(run_id, check=False)  # shown as stored; `runs verify` judges it
         events = store.events(run_id)
+        children = _tree(store, run_id, events)
+        of_children = [(r, p) for r, p in waiting_calls(store, run_id, stored.state) if r != run_id]
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     state = stored.state
     waiting = [p for p in state.pending if p.execute and (p.needs_approval or p.call_id in state.unknown)]
     pending = [
         {"id": p.call_id, "tool": p.tool, "arguments": p.arguments, "fingerprint": p.fingerprint} for p in waiting
+    ] + [
+        {"id": p.call_id, "tool": p.tool, "arguments": p.arguments, "fingerprint": p.fingerprint, "run_id": r}
+        for r, p in of_children
     ]
     if as_json:
         _emit_json(
@@ -156,6 +170,8 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
                 "status": state.status.value,
                 "principal": stored.principal.id,
                 "engine": stored.setup.get("engine", "local"),
+                "parent_id": stored.parent_id,
+                "children": children,
                 "output": state.output,
                 "reason": state.reason,
                 "steps": state.steps,
@@ -172,14 +188,56 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
         f"run {run_id}  {state.status.value}  principal {stored.principal.id}  started {_when(stored.created_at)}"
         + (f"  on {engine}" if engine != "local" else "")
     )
+    if stored.parent_id is not None:
+        click.echo(f"  child run of run {stored.parent_id}")
     start = events[0].at if events else stored.created_at
     for e in events:
         click.echo(f"  +{e.at - start:8.3f}s  step {e.step}  {_describe(e.kind, redact(e.data))}")
+    _show_tree(children, "  ")
     for call in waiting:
         args = arguments_preview(call.arguments) or "null"
         click.echo(f"  pending: call {call.call_id} {call.tool} {args}  fingerprint {(call.fingerprint or '')[:12]}")
+    for child, call in of_children:
+        args = arguments_preview(call.arguments) or "null"
+        click.echo(
+            f"  pending: call {call.call_id} {call.tool} {args}  fingerprint {(call.fingerprint or '')[:12]}"
+            f"  in child run {child}"
+        )
     if state.output is not None:
         click.echo(f"answer: {state.output}")
+
+
+def _tree(store: Any, run_id: str, events: list[Any], depth: int = 0) -> list[dict[str, Any]]:
+    """The run's child runs (sub-agents), each with the call that drove it, its status, steps, usage and children."""
+    calls = {e.data.get("run"): e.data for e in events if e.kind == "child_run"}
+    tree = []
+    for child in store.children(run_id):
+        usage = child.progress.get("usage", [0, 0])
+        call = calls.get(child.run_id, {})
+        below = _tree(store, child.run_id, store.events(child.run_id), depth + 1) if depth < MAX_DEPTH else []
+        tree.append(
+            {
+                "run_id": child.run_id,
+                "call_id": call.get("id"),
+                "tool": call.get("tool"),
+                "status": child.status,
+                "steps": child.steps,
+                "usage": {"input_tokens": usage[0], "output_tokens": usage[1]},
+                "children": below,
+            }
+        )
+    return tree
+
+
+def _show_tree(children: list[dict[str, Any]], indent: str) -> None:
+    for child in children:
+        by = f" (call {child['call_id']} {child['tool']})" if child["call_id"] else ""
+        used = child["usage"]
+        click.echo(
+            f"{indent}child run {child['run_id']}{by}: {child['status']}, {child['steps']} step(s), "
+            f"{used['input_tokens']} input and {used['output_tokens']} output tokens"
+        )
+        _show_tree(child["children"], indent + "  ")
 
 
 def _transcript(messages: list[Any], logged: bool) -> list[dict[str, Any]]:

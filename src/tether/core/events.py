@@ -45,6 +45,7 @@ APPROVAL_DECIDED = "approval_decided"
 RECONCILIATION_NEEDED = "reconciliation_needed"
 RECONCILED = "reconciled"
 HANDOFF = "handoff"  # a transfer call ran: the agent it names has the floor from the next model request on
+CHILD_RUN = "child_run"  # a call (a sub-agent) drives its child run: {"id": call id, "tool", "run": child run id}
 RUN_RESUMED = "run_resumed"
 RUN_PAUSED = "run_paused"
 RUN_FINISHED = "run_finished"

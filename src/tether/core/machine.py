@@ -35,6 +35,13 @@ has run, the driver hands the run to its target (``Run.hand_off``): the
 state names the agent holding the floor (``RunState.agent``), each
 assistant message names the agent that wrote it, and later replies are
 judged against the target's catalog and answer check.
+A call may run an agent of its own (a sub-agent): its *child run*. What the
+child spent reaches the machine with the step's results
+(``ToolsFinished.children``) and counts against this run's budget, whose
+remainder bounded the child; a child stopped by the budget stops this run
+with the same status. A child that waits for a person makes this run wait
+with it (``ChildPaused``, in the child's waiting status, with nothing
+undecided of its own) until a driver goes on with the step (``ChildResumed``).
 """
 
 from __future__ import annotations
@@ -127,11 +134,46 @@ class Retried:
 
 
 @dataclass(frozen=True, slots=True)
+class ChildRun:
+    """What the child run of a call (a sub-agent) did: its id, how it ended, and what it spent."""
+
+    run_id: str
+    status: Status
+    reason: str | None = None
+    steps: int = 0  # its model requests, its own children's included
+    tool_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    usage_estimated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ToolsFinished:
     results: Mapping[str, str]  # call id -> envelope JSON text
     now: float
     untrusted: frozenset[str] = frozenset()  # call ids whose result the tool marked untrusted
     retried: Mapping[str, Retried] = field(default_factory=dict)  # call id -> the tool's Retry (its result is ours)
+    children: Mapping[str, ChildRun] = field(default_factory=dict)  # call id -> the child run it ran, as it ended
+
+
+@dataclass(frozen=True, slots=True)
+class ChildPaused:
+    """Calls of the step ran child runs that wait for a person (their ``status``): the run waits with them.
+
+    The step's other calls are run again when it goes on (``ChildResumed``):
+    a side effect's outcome comes from the ledger, a read-only call runs
+    again, and a call that ran a child finds that child and carries it on.
+    """
+
+    children: Mapping[str, str]  # call id -> the id of its child run
+    status: Status  # AWAITING_APPROVAL or AWAITING_RECONCILIATION
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class ChildResumed:
+    """A driver goes on with the step whose child runs the run was waiting for."""
+
+    now: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +210,18 @@ class Reconciled:
     result: str | None = None  # the envelope, when executed
 
 
-Event = Begin | ModelReplied | ModelFailed | ToolsFinished | ApprovalDecided | Cancel | OutcomeUnknown | Reconciled
+Event = (
+    Begin
+    | ModelReplied
+    | ModelFailed
+    | ToolsFinished
+    | ApprovalDecided
+    | Cancel
+    | OutcomeUnknown
+    | Reconciled
+    | ChildPaused
+    | ChildResumed
+)
 
 
 # --- what the tools layer tells the machine about one call ------------------
@@ -304,7 +357,12 @@ class AwaitReconciliation:
     calls: tuple[PendingCall, ...]  # the calls whose outcome nobody knows yet
 
 
-Command = CallModel | RunTools | AwaitApproval | AwaitReconciliation | Finish
+@dataclass(frozen=True, slots=True)
+class AwaitChildren:
+    children: Mapping[str, str]  # call id -> the child run that waits for a person
+
+
+Command = CallModel | RunTools | AwaitApproval | AwaitReconciliation | AwaitChildren | Finish
 
 
 # --- the transition table ------------------------------------------------------
@@ -327,6 +385,7 @@ TRANSITIONS: dict[Status, dict[type[Any], frozenset[Status]]] = {
     },
     Status.AWAITING_APPROVAL: {
         ApprovalDecided: frozenset({Status.AWAITING_APPROVAL, Status.AWAITING_TOOLS, Status.BUDGET_EXHAUSTED}),
+        ChildResumed: frozenset({Status.AWAITING_TOOLS}),
         Cancel: frozenset({Status.CANCELLED}),
     },
     Status.AWAITING_TOOLS: {
@@ -335,10 +394,12 @@ TRANSITIONS: dict[Status, dict[type[Any], frozenset[Status]]] = {
             {Status.AWAITING_MODEL, Status.MAX_STEPS, Status.BUDGET_EXHAUSTED, Status.REPAIR_EXHAUSTED}
         ),
         OutcomeUnknown: frozenset({Status.AWAITING_RECONCILIATION}),
+        ChildPaused: frozenset({Status.AWAITING_APPROVAL, Status.AWAITING_RECONCILIATION}),
         Cancel: frozenset({Status.CANCELLED}),
     },
     Status.AWAITING_RECONCILIATION: {
         Reconciled: frozenset({Status.AWAITING_RECONCILIATION, Status.AWAITING_TOOLS}),
+        ChildResumed: frozenset({Status.AWAITING_TOOLS}),
         Cancel: frozenset({Status.CANCELLED}),
     },
     **{status: {} for status in _TERMINALS},
@@ -417,6 +478,8 @@ class RunState:
     reason: str | None = None
     retries: dict[str, int] = field(default_factory=dict)  # tool -> how many times it raised Retry in this run
     agent: str | None = None  # the agent holding the floor, in a run whose agent has handoffs
+    child_steps: int = 0  # model requests made by this run's child runs (sub-agents): they count against max_steps
+    waiting_on: dict[str, str] = field(default_factory=dict)  # call id -> the child run this run waits with
 
     def undecided(self) -> list[PendingCall]:
         """The calls of the current step that wait for an approval decision."""
@@ -460,6 +523,10 @@ class RunState:
             progress["retries"] = dict(self.retries)
         if self.agent is not None:  # only in a run with handoffs: other checkpoints are as they always were
             progress["agent"] = self.agent
+        if self.child_steps:  # only once a child run asked a model: likewise
+            progress["child_steps"] = self.child_steps
+        if self.waiting_on:
+            progress["waiting_on"] = dict(self.waiting_on)
         return progress
 
     @classmethod
@@ -488,6 +555,8 @@ class RunState:
             reason=data["reason"],
             retries=dict(data.get("retries", {})),
             agent=data.get("agent"),
+            child_steps=data.get("child_steps", 0),
+            waiting_on=dict(data.get("waiting_on", {})),
         )
 
 
@@ -526,6 +595,17 @@ class Run:
                 state.tainted, state.tainted_by = True, next(iter(state.untrusted.values()))
         return cls(state, catalog, answer)
 
+    def start_untrusted(self, source: str) -> None:
+        """Taint a run before it begins: its prompt was written by a run that read untrusted text.
+
+        A sub-agent's child run of a tainted run starts so (``source`` names
+        why, as ``tainted_by`` does): its side-effecting calls need approval
+        from its first step, whatever its own tools read.
+        """
+        if self.state.status is not Status.READY:
+            raise TransitionError(self.state.status.value, "start_untrusted")
+        self.state.tainted, self.state.tainted_by = True, source
+
     @property
     def status(self) -> Status:
         return self.state.status
@@ -561,6 +641,8 @@ class Run:
             return self._call_model()
         if s.status is Status.AWAITING_TOOLS:
             return self._run_tools()
+        if s.waiting_on and s.status in (Status.AWAITING_APPROVAL, Status.AWAITING_RECONCILIATION):
+            return AwaitChildren(dict(s.waiting_on))
         if s.status is Status.AWAITING_APPROVAL:
             return AwaitApproval(tuple(self.state.undecided()))
         if s.status is Status.AWAITING_RECONCILIATION:
@@ -585,8 +667,19 @@ class Run:
                 if why is not None:
                     return self._finish(Status.BUDGET_EXHAUSTED, None, why)
                 return self._finish(Status.MODEL_ERROR, None, message)
-            case ToolsFinished(results=results, now=now, untrusted=untrusted, retried=retried):
-                return self._on_tools_finished(results, now, untrusted, retried)
+            case ToolsFinished(results=results, now=now, untrusted=untrusted, retried=retried, children=children):
+                return self._on_tools_finished(results, now, untrusted, retried, children)
+            case ChildPaused(children=children, status=status):
+                if status not in (Status.AWAITING_APPROVAL, Status.AWAITING_RECONCILIATION) or not children:
+                    raise ApprovalMismatch(f"a run waits with child runs waiting for a person, not {status.value}")
+                self.state.waiting_on = dict(children)
+                self.state.status = status
+                return AwaitChildren(dict(children))
+            case ChildResumed():
+                if not self.state.waiting_on:
+                    raise ApprovalMismatch(f"run {self.state.run_id} waits with no child run")
+                self.state.waiting_on = {}
+                return self._run_tools()
             case ApprovalDecided():
                 return self._on_approval(event)
             case OutcomeUnknown(call_ids=call_ids):
@@ -607,6 +700,7 @@ class Run:
                     for p in s.pending
                 ]
                 self._close_pending(ErrorCode.TOOL_FAILED, "run cancelled before this call finished")
+                s.waiting_on = {}
                 return self._finish(Status.CANCELLED, None, reason)
         raise AssertionError(event)  # pragma: no cover - the table rejects unknown events
 
@@ -653,7 +747,7 @@ class Run:
 
     def _next_step(self, now: float) -> Command:
         s = self.state
-        if s.steps >= s.config.budget.max_steps:
+        if s.steps + s.child_steps >= s.config.budget.max_steps:
             return self._finish(Status.MAX_STEPS, None, f"max_steps {s.config.budget.max_steps} reached")
         why = self._exhausted(now)
         if why is not None:
@@ -857,7 +951,7 @@ class Run:
 
         to_execute = [p for p in pending if p.execute]
         refusal: tuple[Status, str] | None = None
-        if s.steps >= b.max_steps:
+        if s.steps + s.child_steps >= b.max_steps:
             refusal = (
                 Status.MAX_STEPS,
                 f"max_steps {b.max_steps} reached; calls of the last step are not executed",
@@ -992,7 +1086,12 @@ class Run:
         return self._run_tools()
 
     def _on_tools_finished(
-        self, results: Mapping[str, str], now: float, untrusted: frozenset[str], retried: Mapping[str, Retried]
+        self,
+        results: Mapping[str, str],
+        now: float,
+        untrusted: frozenset[str],
+        retried: Mapping[str, Retried],
+        children: Mapping[str, ChildRun],
     ) -> Command:
         s = self.state
         spent: str | None = None  # why the step counts as a failed repair: a tool out of retries
@@ -1008,6 +1107,8 @@ class Run:
                 content = p.result or ""
             s.messages.append(Message("tool", content, tool_call_id=p.call_id))
         s.pending = []
+        if children and (stopped := self._count_children(children)) is not None:
+            return stopped
         if spent is not None:
             s.failed_repairs += 1
             if s.failed_repairs > s.config.budget.max_repairs:
@@ -1015,6 +1116,27 @@ class Run:
                 why = f"{spent}; {s.failed_repairs} failed repairs in a row"
                 return self._finish(Status.REPAIR_EXHAUSTED, output, why)
         return self._next_step(now)
+
+    def _count_children(self, children: Mapping[str, ChildRun]) -> Finish | None:
+        """Add what the step's child runs spent to this run's; a child the budget stopped stops this run too.
+
+        The child ran with what remained of this run's budget, so its
+        budget stop is this run's: it ends with the same status, rather than
+        going on as if the child had answered.
+        """
+        s = self.state
+        stopped: tuple[str, ChildRun] | None = None
+        for call_id, child in children.items():
+            s.child_steps += child.steps
+            s.tool_calls += child.tool_calls
+            s.usage = s.usage + child.usage
+            s.usage_estimated = s.usage_estimated or child.usage_estimated
+            if stopped is None and child.status in (Status.BUDGET_EXHAUSTED, Status.MAX_STEPS):
+                stopped = (call_id, child)
+        if stopped is None:
+            return None
+        call_id, child = stopped
+        return self._finish(child.status, None, f"child run {child.run_id} of call {call_id}: {child.reason}")
 
     def _retry_result(self, tool: str, retry: Retried) -> tuple[str, str | None]:
         """The result of a call whose tool raised ``Retry``, and, past the tool's retries, why that is a failed repair.

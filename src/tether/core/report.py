@@ -91,6 +91,8 @@ class RunResult:
     # The name of the agent that had the floor when the run stopped: the one it started with, or the target of
     # its last handoff (``tether.drivers.local.handoffs``).
     last_agent: str | None = None
+    # A run waiting with its child runs (sub-agents): the calls they wait on, each naming its run (``pending``).
+    child_pending: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def usage(self) -> Usage:
@@ -120,14 +122,19 @@ class RunResult:
         return self
 
     def pending(self) -> list[dict[str, Any]]:
-        """The calls a paused run waits on a person for: an approval decision, or what became of them."""
+        """The calls a paused run waits on a person for: an approval decision, or what became of them.
+
+        A run waiting with a child run (a sub-agent) lists the child's calls, each with the ``run_id`` of the
+        run it belongs to; deciding one through this run (``decide(store, run_id, call_id, ...)``) records it there.
+        """
         state = self.state
         waiting = state.undecided() if self.status is Status.AWAITING_APPROVAL else []
         if self.status is Status.AWAITING_RECONCILIATION:
             waiting = [p for p in state.pending if p.call_id in state.unknown]
-        return [
+        own = [
             {"id": p.call_id, "tool": p.tool, "arguments": p.arguments, "fingerprint": p.fingerprint} for p in waiting
         ]
+        return own + [dict(call) for call in self.child_pending]
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -59,13 +59,14 @@ from tether.core.errors import ApprovalMismatch, ConfigurationError
 from tether.core.events import RUN_FINISHED, RUN_PAUSED, TEXT, TRANSIENT, RunEvent
 from tether.core.machine import PendingCall, RunState, Status
 from tether.core.redact import redact
-from tether.drivers.local.durable import decide
+from tether.drivers.local.durable import decide, waiting_calls
 from tether.drivers.local.runner import Agent, Driver
 from tether.models.base import Model
 from tether.server.problems import Problem
 from tether.server.schedule import FairSlots
 from tether.server.settings import DEFAULT_RUNS_RETRY_AFTER, Settings
 from tether.store import LeaseHeld, RunNotFound, RunStore, StoreError, TamperedRun, open_store
+from tether.store.records import StoredRun
 from tether.tickets.db import User
 from tether.tools.context import Principal
 from tether.tools.tool import Tool
@@ -110,6 +111,8 @@ class LiveRun:
     def on_event(self, event: RunEvent) -> None:
         if event.kind in TRANSIENT and event.kind != TEXT:
             return  # not stored, so no seq to resume from; the page shows calls from the stored events
+        if event.run_id != self.run_id:
+            return  # a child run's (a sub-agent's): numbered in its own log, not this run's
         seq = None
         if event.kind != TEXT:
             self.next_seq += 1
@@ -374,18 +377,28 @@ class RunService:
 
     async def owned_state(self, run_id: str, user: User) -> tuple[RunState, float | None, float | None]:
         """The run's state if ``user`` owns it; a 404 if it is missing *or* someone else's."""
+        stored = await self._owned(run_id, user)
+        return stored.state, stored.created_at, stored.updated_at
+
+    async def _owned(self, run_id: str, user: User) -> StoredRun:
         try:
             stored = await self.io(self.store.load, run_id, check=False)  # shown as stored; acting on it checks it
         except RunNotFound:
             raise _no_run(run_id) from None
         if stored.principal.id != user.id:
             raise _no_run(run_id)
-        return stored.state, stored.created_at, stored.updated_at
+        return stored
 
     async def view(self, run_id: str, user: User) -> dict[str, Any]:
-        state, created_at, updated_at = await self.owned_state(run_id, user)
+        stored = await self._owned(run_id, user)
+        state, created_at, updated_at = stored.state, stored.created_at, stored.updated_at
+        children = await self.io(self.store.children, run_id)
+        # A run waiting with child runs (sub-agents) waits on their calls: each names the run it belongs to.
+        waiting = await self.io(waiting_calls, self.store, run_id, state) if state.waiting_on else []
         return {
             "run_id": run_id,
+            "parent_id": stored.parent_id,
+            "children": [c.run_id for c in children],
             "status": state.status.value,
             "output": state.output,
             "reason": state.reason,
@@ -397,7 +410,8 @@ class RunService:
                 "total_tokens": state.usage.total_tokens,
             },
             "steps": _steps(state),
-            "pending_approvals": [_approval(run_id, call) for call in _pending_approvals(state)],
+            "pending_approvals": [_approval(run_id, call) for call in _pending_approvals(state)]
+            + [_approval(child, call) for child, call in waiting if child != run_id],
         }
 
     async def list_for(self, user: User, limit: int) -> list[dict[str, Any]]:
@@ -524,7 +538,10 @@ class RunService:
         except TamperedRun as exc:
             log.warning("%s", exc)
             raise Problem(409, f"run {run_id} fails its audit check and is not acted on; the error is logged") from None
-        if not any(c.id == call_id for m in stored.state.messages for c in m.tool_calls):
+        if not any(c.id == call_id for m in stored.state.messages for c in m.tool_calls) and not (
+            stored.state.waiting_on
+            and any(p.call_id == call_id for _, p in await self.io(waiting_calls, self.store, run_id, stored.state))
+        ):
             raise Problem(404, f"run {run_id} has no call {call_id}")
         try:
             call = await self.io(
@@ -543,6 +560,8 @@ class RunService:
             raise Problem(409, f"run {run_id} is being driven elsewhere; try again later") from None
         state = (await self.io(self.store.load, run_id)).state
         resumed = state.status is not Status.AWAITING_APPROVAL
+        if state.waiting_on:  # it waits with child runs: it goes on (and carries them on) once none waits on a person
+            resumed = not await self.io(waiting_calls, self.store, run_id, state)
         if resumed:
             try:
                 await self.io(self.store.acquire, run_id)  # before another process's scan can: this one drives it

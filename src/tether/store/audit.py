@@ -42,6 +42,7 @@ SEALED_COLUMNS = (
     "conversation_id",
     "turn",
     "history",
+    "parent_id",
 )
 KEYED, UNKEYED = "hmac-sha256:", "sha256:"
 
@@ -56,7 +57,15 @@ def chain_hash(prev: str, *fields: object) -> str:
 
 
 def seal(key: str | None, run_id: str, row: Sequence[object]) -> str:
-    """The seal of a run's row: ``row`` holds the ``SEALED_COLUMNS`` values; an HMAC when there is a key."""
+    """The seal of a run's row: ``row`` holds the ``SEALED_COLUMNS`` values; an HMAC when there is a key.
+
+    A run with no parent (``parent_id``, the last column, is null: every run
+    but a sub-agent's child run) is sealed without it, exactly as runs were
+    before child runs existed, so their seals still hold; a child run's seal
+    covers its parent, so moving it in (or out of) a tree breaks the seal.
+    """
+    if len(row) == len(SEALED_COLUMNS) and row[-1] is None:
+        row = row[:-1]
     text = _TEXT([run_id, *row]).encode()
     if key:
         return KEYED + hmac.new(key.encode(), text, hashlib.sha256).hexdigest()

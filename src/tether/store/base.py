@@ -50,14 +50,21 @@ class RunStore(Protocol):
     # --- runs and who drives them ---
 
     def create_run(
-        self, state: RunState, principal: Principal, setup: dict[str, Any], *, turn: Turn | None = None
+        self,
+        state: RunState,
+        principal: Principal,
+        setup: dict[str, Any],
+        *,
+        turn: Turn | None = None,
+        parent: str | None = None,
     ) -> None:
         """Register a new run; its row is written with its first checkpoint, in the same transaction.
 
         ``turn`` is (conversation id, turn number, messages inherited from
         earlier turns) for a conversation's turn: only the messages after
-        those are stored with this run. The setup records ``log_content``, so
-        a resumed run is logged as it began.
+        those are stored with this run. ``parent`` names the run whose call
+        started this one (a sub-agent's child run), sealed with the row. The
+        setup records ``log_content``, so a resumed run is logged as it began.
         """
 
     def acquire(self, run_id: str) -> None:
@@ -163,6 +170,10 @@ class RunStore(Protocol):
         ``statuses``, when given; with ``unleased`` only those no live driver holds (a run another may take)."""
         ...
 
+    def children(self, run_id: str) -> list[RunSummary]:
+        """The child runs a run's calls started (sub-agents), oldest first."""
+        ...
+
     def events(self, run_id: str, *, after: int = 0) -> list[StoredEvent]:
         """The run's audit events in order; only those numbered above ``after``, when given."""
         ...
@@ -172,8 +183,8 @@ class RunStore(Protocol):
         ...
 
     def verify(self, run_id: str) -> list[str]:
-        """Every break in what vouches for the run (its seal, its hash chains, its ledger and, for a
-        conversation's turn, the conversation and its earlier turns); empty when intact."""
+        """Every break in what vouches for the run (its seal, its hash chains, its ledger, its child runs and
+        theirs, and, for a conversation's turn, the conversation and its earlier turns); empty when intact."""
         ...
 
     def messages(self, run_id: str) -> list[Message]:

@@ -72,6 +72,7 @@ class RunSummary:
     conversation_id: str | None = None  # a conversation's turn: which, and its number
     turn: int | None = None
     engine: str = "local"  # what drives it: the local driver, or Temporal workers
+    parent_id: str | None = None  # a child run (a sub-agent's): the run whose call started it
 
     def undecided(self) -> list[PendingCall]:
         """The calls waiting for an approval decision (``RunState.undecided``), without loading the run."""
@@ -98,6 +99,7 @@ class StoredRun:
     setup: dict[str, Any]
     created_at: float
     updated_at: float
+    parent_id: str | None = None  # a child run (a sub-agent's): the run whose call started it
 
 
 # Made once: ``json.dumps`` with options builds a new encoder on every call.
@@ -149,16 +151,20 @@ CONVERSATION_SEALED = ("created_at", "updated_at", "principal", "budget", "turn_
 
 
 def first_row(
-    state: RunState, registered: tuple[str, str, str], now: float, turn: Turn | None = None
+    state: RunState,
+    registered: tuple[str, str, str],
+    now: float,
+    turn: Turn | None = None,
+    parent: str | None = None,
 ) -> tuple[object, ...]:
     """The ``SEALED_COLUMNS`` values of a run's row before its first checkpoint.
 
-    A conversation's turn stores only the messages after the ``history`` it inherits.
+    A conversation's turn stores only the messages after the ``history`` it inherits; a child run names its parent.
     """
     principal, setup, config = registered
     conversation_id, number, history = turn or (None, None, 0)
     row = (now, now, state.status.value, principal, setup, config, "{}", history, GENESIS, 0, GENESIS)
-    return (*row, conversation_id, number, history)
+    return (*row, conversation_id, number, history, parent)
 
 
 def message_rows(state: RunState, count: int, last: str) -> tuple[list[tuple[str, int, str, str]], str]:
@@ -280,7 +286,7 @@ def stored_run(
     executed: Iterable[tuple[str, str, str]],
     inherited: Sequence[Any] = (),
 ) -> StoredRun:
-    """A run rebuilt from its rows: ``row`` is (meta, principal, setup, created_at, updated_at, config),
+    """A run rebuilt from its rows: ``row`` is (meta, principal, setup, created_at, updated_at, config, parent_id),
     ``messages`` (seq, body) in order, ``executed`` the ledger's (call_id, fingerprint, outcome) with outcomes,
     ``inherited`` the decoded messages a conversation's turn takes from its earlier turns."""
     data = decode(row[0], run_id, "its saved state")
@@ -293,15 +299,18 @@ def stored_run(
     except (KeyError, TypeError, ValueError):
         raise StoreError(f"run {run_id}: its saved state is not readable (see tether runs verify)") from None
     principal = principal_from(decode(row[1], run_id, "its principal"))
-    return StoredRun(state, principal, decode(row[2], run_id, "its setup"), row[3], row[4])
+    parent = row[6] if len(row) > 6 else None
+    return StoredRun(state, principal, decode(row[2], run_id, "its setup"), row[3], row[4], parent)
 
 
 def summary(row: Sequence[Any]) -> RunSummary:
     """A ``RunSummary`` from (id, status, principal id, created_at, updated_at, meta, conversation_id, turn,
-    the setup's engine)."""
+    the setup's engine, parent_id)."""
     progress = json.loads(row[5])
     engine = row[8] or "local"
-    return RunSummary(row[0], row[1], row[2], row[3], row[4], progress["steps"], progress, row[6], row[7], engine)
+    return RunSummary(
+        row[0], row[1], row[2], row[3], row[4], progress["steps"], progress, row[6], row[7], engine, row[9]
+    )
 
 
 def ambiguous(prefix: str, found: Sequence[str]) -> AmbiguousRun:

@@ -52,6 +52,7 @@ from typing import Any
 
 from tether.core.budget import RunConfig
 from tether.core.errors import LeaseHeld, RunNotFound, StoreError, TamperedRun
+from tether.core.events import CHILD_RUN
 from tether.core.machine import PendingCall, RunState
 from tether.core.messages import Message
 from tether.store.audit import GENESIS, SEALED_COLUMNS, audit_key_from_env, seal, seal_problem
@@ -132,8 +133,11 @@ def _seal_conversations(store: SQLStore, tx: Tx) -> None:
     their seals, number 1, 2, … and act for its principal gets the chain of
     those turns and a seal. Any other is left unsealed, and so fails ``verify``.
     """
+    # The turns as they were then: runs had no parent column yet (m8), and no turn is a child run.
+    columns = ", ".join(c for c in TURN_COLUMNS if c != "parent_id")
     for conversation_id, *row in tx.execute(f"SELECT id, {', '.join(CONVERSATION_SEALED)} FROM conversations"):
-        turns = tx.execute(_TURNS, (conversation_id,)).fetchall()
+        rows = tx.execute(f"SELECT {columns} FROM runs WHERE conversation_id = ? ORDER BY turn", (conversation_id,))
+        turns = [(*turn[:-1], None, turn[-1]) for turn in rows.fetchall()]
         problems, head = turn_problems(store.audit_key, row[2], turns)
         if problems or not turns:
             continue  # nothing vouches for its principal
@@ -231,6 +235,15 @@ MIGRATIONS: list[Migration] = [
     # 0: it does not (it took the run when a stuck holder's lease expired, or it is a tether from before
     # run locks): its lease alone says, until it expires.
     Migration("m7_lease_locked", "ALTER TABLE runs ADD COLUMN lease_locked INTEGER NOT NULL DEFAULT 0"),
+    # A sub-agent's child run names the run whose call started it; sealed with it (``audit.seal``), and
+    # null (sealed as before) for every other run.
+    Migration(
+        "m8_child_runs",
+        """
+        ALTER TABLE runs ADD COLUMN parent_id {id} REFERENCES runs(id);
+        CREATE INDEX runs_by_parent ON runs (parent_id)
+        """,
+    ),
 ]
 
 # PostgreSQL databases made before the histories were merged recorded two steps of their own; they hold
@@ -281,6 +294,7 @@ class SQLStore:
             raise StoreError(f"cannot open the run store at {self.path}: {exc} (set TETHER_DB or --db)") from None
         self._new: dict[str, tuple[str, str, str]] = {}  # runs registered but not yet written
         self._turns: dict[str, Turn] = {}  # new runs that are turns: conversation, turn, history
+        self._parents: dict[str, str] = {}  # new runs that are child runs: their parent's id
         # Group commit (``synced``): commits made, commits known to be on disk, the one sync in flight.
         self._commits = 0
         self._on_disk = 0
@@ -342,11 +356,19 @@ class SQLStore:
     # --- runs, locks and leases -----------------------------------------------------
 
     def create_run(
-        self, state: RunState, principal: Principal, setup: dict[str, Any], *, turn: Turn | None = None
+        self,
+        state: RunState,
+        principal: Principal,
+        setup: dict[str, Any],
+        *,
+        turn: Turn | None = None,
+        parent: str | None = None,
     ) -> None:
         """Register a new run; its row is written with its first checkpoint (``RunStore.create_run``)."""
         if turn is not None:
             self._turns[state.run_id] = turn
+        if parent is not None:
+            self._parents[state.run_id] = parent
         self._new[state.run_id] = registration(state, principal, setup, self.log_content)
 
     def _insert_run(self, tx: Tx, state: RunState, now: float) -> None:
@@ -354,7 +376,7 @@ class SQLStore:
         turn = self._turns.get(run_id)
         if not self.dialect.locks.try_lock(run_id):
             raise LeaseHeld(f"run {run_id} is being driven by another process")
-        row = first_row(state, self._new[run_id], now, turn)
+        row = first_row(state, self._new[run_id], now, turn, self._parents.get(run_id))
         marks = ", ".join("?" * (len(row) + 5))
         tx.execute(
             f"INSERT INTO runs (id, {', '.join(SEALED_COLUMNS)}, seal, lease_owner, lease_until, lease_locked)"
@@ -463,6 +485,7 @@ class SQLStore:
             self._commits += 1
         self._new.pop(run_id, None)
         self._turns.pop(run_id, None)
+        self._parents.pop(run_id, None)
         if release:
             self._heads.pop(run_id, None)  # another driver may write it next
             self.dialect.locks.unlock(run_id)
@@ -678,7 +701,8 @@ class SQLStore:
             if check and (problems := self._verify(tx, run_id)):
                 raise tampered(run_id, problems)
             row = tx.execute(
-                "SELECT meta, principal, setup, created_at, updated_at, config FROM runs WHERE id = ?", (run_id,)
+                "SELECT meta, principal, setup, created_at, updated_at, config, parent_id FROM runs WHERE id = ?",
+                (run_id,),
             ).fetchone()
             if row is None:
                 raise RunNotFound(f"no run {run_id} in {self.path}")
@@ -753,7 +777,7 @@ class SQLStore:
         now = self.clock()
         query = (
             f"SELECT id, status, {principal}, created_at, updated_at, meta, conversation_id, turn,"
-            f" {self.dialect.json_text('setup', 'engine')}, lease_locked, lease_owner, lease_until FROM runs"
+            f" {self.dialect.json_text('setup', 'engine')}, parent_id, lease_locked, lease_owner, lease_until FROM runs"
         )
         where: list[str] = []
         params: tuple[Any, ...] = ()
@@ -776,7 +800,7 @@ class SQLStore:
         found = [summary(r) for r in rows]
         if unleased and found:
             locked = [
-                r[0] for r in rows if r[10] is not None and r[11] is not None and r[11] > now
+                r[0] for r in rows if r[11] is not None and r[12] is not None and r[12] > now
             ]  # leases that have not expired
             live = self.dialect.locks.held_elsewhere(locked)
             found = [s for s in found if s.run_id not in live]
@@ -813,7 +837,41 @@ class SQLStore:
             ).fetchall()
             for other, number in earlier:
                 problems += [f"turn {number} (run {other}): {p}" for p in self._run_problems(tx, other)]
+        return problems + self._tree_problems(tx, run_id, {run_id})
+
+    def _tree_problems(self, tx: Tx, run_id: str, seen: set[str]) -> list[str]:
+        """What is wrong with the run's child runs (sub-agents), and theirs: each one its log names must exist and
+        name it as parent, and each run naming it must pass its own checks.
+
+        A child's row is written before its parent logs it (``child_run``), so a crash in between leaves a child
+        the log does not name yet (the parent's resume logs it): that alone is no break.
+        """
+        problems: list[str] = []
+        rows = {r[0] for r in tx.execute("SELECT id FROM runs WHERE parent_id = ?", (run_id,)).fetchall()}
+        logged = tx.execute(
+            "SELECT seq, data FROM events WHERE run_id = ? AND kind = ? ORDER BY seq", (run_id, CHILD_RUN)
+        ).fetchall()
+        for seq, data in logged:
+            event = decode(data, run_id, f"event {seq}")
+            child = event.get("run") if isinstance(event, dict) else None
+            if child not in rows:
+                problems.append(f"event {seq}: child run {child} is missing, or names another parent")
+        for child in sorted(rows - seen):
+            seen.add(child)
+            found = self._run_problems(tx, child) + self._tree_problems(tx, child, seen)
+            problems += [f"child run {child}: {p}" for p in found]
         return problems
+
+    def children(self, run_id: str) -> list[RunSummary]:
+        """The child runs a run's calls started (sub-agents), oldest first (``RunStore.children``)."""
+        with self._read() as tx:
+            rows = tx.execute(
+                f"SELECT id, status, {self.dialect.json_text('principal', 'id')}, created_at, updated_at, meta,"
+                f" conversation_id, turn, {self.dialect.json_text('setup', 'engine')}, parent_id FROM runs"
+                " WHERE parent_id = ? ORDER BY created_at, id",
+                (run_id,),
+            ).fetchall()
+        return [summary(r) for r in rows]
 
     def _run_problems(self, tx: Tx, run_id: str) -> list[str]:
         head = tx.execute(f"SELECT {', '.join(SEALED_COLUMNS)}, seal FROM runs WHERE id = ?", (run_id,)).fetchone()

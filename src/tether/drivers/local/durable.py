@@ -5,18 +5,25 @@ outcome is unknown, possibly hours later and from another process. Each
 operation takes the run's lease, applies one event to the state machine,
 checkpoints with an audit event and lets go; ``tether resume`` (or
 ``Agent.resume``) then carries on.
+
+A run that waits with a child run (a sub-agent's, ``waiting_on``) lists the
+child's calls as its own; a decision given for the run about one of them is
+recorded on the run that holds the call (the child, or a child of it), and
+resuming the run resumes the child.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
 from tether.core import envelope
-from tether.core.errors import ApprovalMismatch
+from tether.core.errors import ApprovalMismatch, RunNotFound
 from tether.core.events import APPROVAL_DECIDED, RECONCILED, reconciled_event
-from tether.core.machine import ApprovalDecided, PendingCall, Reconciled, Run, Status
+from tether.core.machine import ApprovalDecided, PendingCall, Reconciled, Run, RunState, Status
+from tether.drivers.local.subagents import MAX_DEPTH
 from tether.store.base import RunStore
 from tether.store.records import StoredRun
 from tether.tools.toolbox import Toolbox
@@ -34,6 +41,49 @@ def _open(store: RunStore, run_id: str) -> tuple[StoredRun, Run]:
         raise ApprovalMismatch(f"run {run_id} is driven by Temporal workers: send it with --temporal HOST:PORT")
     # Deciding needs no tools: the machine only consults them when judging a reply.
     return stored, Run(stored.state, Toolbox([], stored.principal))
+
+
+def waiting_calls(store: RunStore, run_id: str, state: RunState | None = None) -> list[tuple[str, PendingCall]]:
+    """The calls a run waits on a person for, each with the run it belongs to: its own (undecided, or of
+    unknown outcome), then those of the child runs it waits with, and theirs (as stored, unchecked)."""
+    return _waiting(store, run_id, state or store.load(run_id, check=False).state, 0)
+
+
+def _waiting(store: RunStore, run_id: str, state: RunState, depth: int) -> list[tuple[str, PendingCall]]:
+    found: list[tuple[str, PendingCall]] = []
+    if state.status is Status.AWAITING_APPROVAL:
+        found = [(run_id, p) for p in state.undecided()]
+    elif state.status is Status.AWAITING_RECONCILIATION:
+        found = [(run_id, p) for p in state.pending if p.call_id in state.unknown]
+    if depth <= MAX_DEPTH:
+        for child in state.waiting_on.values():
+            with contextlib.suppress(RunNotFound):
+                found += _waiting(store, child, store.load(child, check=False).state, depth + 1)
+    return found
+
+
+def holder(store: RunStore, run_id: str, call_id: str) -> str:
+    """The run whose waiting call ``call_id`` is: ``run_id`` itself, or a child run it waits with that has it.
+
+    The run's own waiting calls come first, then each child it waits with (and theirs), in call order. Only
+    checked rows are followed, and only to a child that names the run as its parent. A run holding no such
+    call is its own holder: the decision is then refused there, naming the run.
+    """
+    return _holding(store, run_id, call_id, 0) or run_id
+
+
+def _holding(store: RunStore, run_id: str, call_id: str, depth: int) -> str | None:
+    state = store.load(run_id, check=False).state
+    if state.status is Status.AWAITING_APPROVAL and any(p.call_id == call_id for p in state.undecided()):
+        return run_id
+    if state.status is Status.AWAITING_RECONCILIATION and call_id in state.unknown:
+        return run_id
+    if depth > MAX_DEPTH or not state.waiting_on or store.verify(run_id):
+        return None  # the children a run that fails its check names lead nowhere (``_open`` refuses it)
+    for child in state.waiting_on.values():
+        if store.load(child, check=False).parent_id == run_id and (found := _holding(store, child, call_id, depth + 1)):
+            return found
+    return None
 
 
 def _pending(run: Run, call_id: str, status: Status) -> PendingCall:
@@ -56,11 +106,12 @@ def decide(
     fingerprint: str | None = None,
     clock: Callable[[], float] = time.time,
 ) -> PendingCall:
-    """Approve or deny one call of a run waiting in ``awaiting_approval``.
+    """Approve or deny one call of a run waiting in ``awaiting_approval`` (or of a child run it waits with).
 
     ``fingerprint``, when given, is the argument fingerprint the approver
     saw; a decision for other arguments is refused.
     """
+    run_id = holder(store, run_id, call_id)
     _, run = _open(store, run_id)
     try:
         call = _pending(run, call_id, Status.AWAITING_APPROVAL)
@@ -86,8 +137,9 @@ def reconcile(
     """Record what became of a call whose outcome was unknown.
 
     The ledger (the outcome, or the intent cleared) is written in the same
-    transaction as the state and the audit event.
+    transaction as the state and the audit event. A call of a child run the run waits with is recorded there.
     """
+    run_id = holder(store, run_id, call_id)
     _, run = _open(store, run_id)
     try:
         call = _pending(run, call_id, Status.AWAITING_RECONCILIATION)

@@ -60,10 +60,14 @@ from tether.core.history import given_history, untrusted_results
 from tether.core.machine import (
     ApprovalDecided,
     AwaitApproval,
+    AwaitChildren,
     AwaitReconciliation,
     Begin,
     CallModel,
     Cancel,
+    ChildPaused,
+    ChildResumed,
+    ChildRun,
     Command,
     Finish,
     ModelFailed,
@@ -83,6 +87,7 @@ from tether.core.messages import Message, ModelReply
 from tether.core.report import CallReport, RunResult, StepReport, usage_dict
 from tether.drivers import tracing
 from tether.drivers.common import json_object
+from tether.drivers.local import subagents
 from tether.drivers.local.handoffs import (
     DEFAULT_NAME,
     Floor,
@@ -107,7 +112,7 @@ from tether.models.base import output_mode as checked_output_mode
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, RunContext, ToolContext
 from tether.tools.output import OutputMode, OutputSpec
 from tether.tools.tool import Executed, NotExecuted, Tool
-from tether.tools.toolbox import Toolbox, result_envelope
+from tether.tools.toolbox import Toolbox, ToolResult, result_envelope
 
 if TYPE_CHECKING:
     from tether.drivers.local.conversation import Conversation, ConversationBudget
@@ -224,6 +229,7 @@ class Agent:
         self.propose_only = propose_only
         self.model = model
         self.tools = _checked(model, tools, principal)
+        subagents.check_tools(self.tools, store)
         if store is None and approver is None and not propose_only and (why := approval_reason(self.tools)):
             raise ConfigurationError(
                 f"{why}, but the Agent has neither an approver nor a store: pass approver=... (a function "
@@ -293,6 +299,16 @@ class Agent:
         self.output_validators.append(Hook(function, 1, "an output validator"))
         return function
 
+    def as_tool(self, name: str | None = None, description: str | None = None) -> subagents.AgentTool:
+        """This agent as a tool of another (a sub-agent): each call runs it as a child run of the caller's run.
+
+        The model calls it with ``{"input": "..."}``; the child runs on that input and its answer is the result.
+        The child shares its parent run's principal, store, taint, approver (unless it has its own) and budget
+        (what is left of it): ``tether.drivers.local.subagents``. ``name`` defaults to ``agent``, ``description``
+        to the agent's ``system`` message.
+        """
+        return subagents.agent_tool(self, name, description)
+
     def output_spec(self, output_type: Any) -> OutputSpec | None:
         """The ``OutputSpec`` of a run's ``output_type`` (the Agent's for ``None``), built once per type."""
         if output_type is None or output_type is self._output_type:
@@ -321,9 +337,11 @@ class Agent:
         instructions: Instructions | None = None,
         message_history: Sequence[Message] | None = None,
         floor: str | None = None,
+        parent: str | None = None,
     ) -> Driver:
         """A driver for a new run. ``config`` overrides the Agent's; ``turn`` marks a conversation's turn,
-        ``untrusted`` the results among earlier turns' messages that taint it (``Run.new``).
+        ``untrusted`` the results among earlier turns' messages that taint it (``Run.new``), ``parent`` the run
+        whose call this run is the child run of (a sub-agent's).
 
         ``output_type`` and ``instructions`` override the Agent's for this run. ``message_history`` (checked
         first: ``tether.core.history``) goes before the prompt; the Agent's ``system`` is then not added.
@@ -349,7 +367,7 @@ class Agent:
         run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, config or self.config, output, untrusted)
         if self.store is not None:
             setup = {**self.setup, "new_from": new_from} if new_from else self.setup
-            self.store.create_run(run.state, toolbox.principal, setup, turn=turn)
+            self.store.create_run(run.state, toolbox.principal, setup, turn=turn, parent=parent)
         driver = Driver(self, run, toolbox, on_event, deps)
         driver.output, driver.prompt_from = output, new_from
         if instructions is not None:
@@ -586,6 +604,13 @@ class Driver:
         self._replaced: Any = None  # the answer as an output validator replaced it
         self.floor = agent  # the agent whose model, tools and instructions the run uses now (handoffs)
         self.handoffs: Floor | None = None  # a run whose agent has handoffs: who has the floor
+        # Sub-agent calls (``subagents.delegate``): the agents of the runs above this one, this step's child runs,
+        # those waiting for a person (and the calls they wait on), the child being driven now.
+        self.lineage: tuple[Any, ...] = ()
+        self.children: dict[str, ChildRun] = {}
+        self.waiting: dict[str, tuple[str, Status]] = {}
+        self.child_pending: list[dict[str, Any]] = []
+        self.child: Driver | None = None
 
     @property
     def state(self) -> RunState:
@@ -603,6 +628,8 @@ class Driver:
         recorded, one that had not is run once).
         """
         self._suspending = True
+        if self.child is not None:
+            self.child.suspend()
         if self._asking_model and self._task is not None and not self._cancelled_to_suspend:
             self._cancelled_to_suspend = True
             self._task.cancel()
@@ -738,6 +765,9 @@ class Driver:
                     if next_command is None:
                         return self._pause("waiting for approval")
                     command = next_command
+                case AwaitChildren():
+                    waiting = ", ".join(f"{run} ({status.value})" for run, status in self.waiting.values())
+                    return self._pause(f"waiting with its child run {waiting or ', '.join(command.children.values())}")
                 case AwaitReconciliation():
                     next_command = await self._reconcile(command)
                     if next_command is None:
@@ -801,7 +831,10 @@ class Driver:
             if unknown:
                 self._emit(RECONCILIATION_NEEDED, ids=unknown)
                 return self._send(OutcomeUnknown(tuple(unknown), self.agent.clock()))
-        return self.run_machine.pending_command()
+        command = self.run_machine.pending_command()
+        if isinstance(command, AwaitChildren):  # the child runs it waited with may have been decided: go on
+            return self._send(ChildResumed(self.agent.clock()))
+        return command
 
     async def _reconcile(self, command: AwaitReconciliation) -> Command | None:
         """Ask each unknown call's ``reconcile`` hook; None when a person must decide."""
@@ -859,6 +892,7 @@ class Driver:
             self.listener_errors,
             self.prompt_from,
             self.floor.name,
+            list(self.child_pending),
         )
 
     async def _call_model(self, command: CallModel) -> Command:
@@ -987,16 +1021,33 @@ class Driver:
             else:
                 self._reject(p.call_id, p.tool, p.result or "")
         self._finished, self._untrusted, self._retried = {}, set(), {}
+        self.children, self.waiting, self.child_pending = {}, {}, []
         for batch in command.batches:
-            if self._suspending:
-                return command  # the calls that ran are recorded; the others run when the run is resumed
+            if self._suspending or self.waiting:
+                break  # the calls that ran are recorded; the others run when the run is resumed
             if self._effect_unsaved and batch[0].read_only:
                 await self._flush()  # an effect's outcome is not left unsaved while reads take their time
             if len(batch) == 1:
                 await self._invoke(batch[0])
+            elif any(isinstance(self.toolbox.all.get(p.tool), subagents.AgentTool) for p in batch):
+                for p in batch:  # a child run never runs beside another call: one at a time, in call order
+                    if not (self._suspending or self.waiting):
+                        await self._invoke(p)
             else:
                 await asyncio.gather(*(self._invoke(p) for p in batch))
-        finished = ToolsFinished(dict(self._finished), self.agent.clock(), frozenset(self._untrusted), self._retried)
+        if self.waiting:  # a child run waits for a person, and this run with it
+            status = next(iter(self.waiting.values()))[1]
+            children = {call_id: run for call_id, (run, _) in self.waiting.items()}
+            return self._send(ChildPaused(children, status, self.agent.clock()))
+        if self._suspending and any(p.call_id not in self._finished for p in command.to_execute):
+            return command
+        finished = ToolsFinished(
+            dict(self._finished),
+            self.agent.clock(),
+            frozenset(self._untrusted),
+            self._retried,
+            dict(self.children),
+        )
         if self.handoffs is not None:  # a transfer that ran: the next model request is its target's
             self.handoffs.after_tools(self, command, self._finished)
         next_command = self._send(finished)
@@ -1075,10 +1126,15 @@ class Driver:
             await self._flush(intent=call)
         self._emit(CALL_STARTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
         started = time.perf_counter()
-        executing = self.toolbox.execute(
-            call, run_id, self.run_machine.deadline_at, principal=principal, deps=self.deps
-        )
+        if isinstance(self.toolbox.all.get(call.tool), subagents.AgentTool):
+            executing: Awaitable[ToolResult | None] = subagents.delegate(self, call, principal)
+        else:
+            executing = self.toolbox.execute(
+                call, run_id, self.run_machine.deadline_at, principal=principal, deps=self.deps
+            )
         outcome = await (tracing.traced_call(call, run_id, executing) if self._traced else executing)
+        if outcome is None:  # its child run waits for a person, or was suspended: no outcome yet (``_run_tools``)
+            return ""
         content = outcome.content
         if outcome.untrusted:
             self._untrusted.add(call.call_id)
@@ -1200,8 +1256,8 @@ def approval_reason(tools: Sequence[Tool]) -> str | None:
     """Why a run with ``tools`` may pause for approval, or None when it never can.
 
     A tool declared with ``approval`` (a predicate too), or one with ``untrusted_output`` beside a
-    side-effecting one (taint). A tool that marks one result untrusted at run time
-    (``ToolContext.mark_untrusted``) cannot be seen here.
+    side-effecting one (taint), or a sub-agent that may pause (``subagents.pause_reason``). A tool that
+    marks one result untrusted at run time (``ToolContext.mark_untrusted``) cannot be seen here.
     """
     why = next((f"tool {t.name!r} needs approval" for t in tools if callable(t.approval) or t.approval), None)
     taints = next((t for t in tools if t.untrusted_output), None)
@@ -1211,7 +1267,7 @@ def approval_reason(tools: Sequence[Tool]) -> str | None:
             f"tool {taints.name!r} has untrusted output, so side-effecting calls (of {acts.name!r}) after it "
             "need approval"
         )
-    return why
+    return why or subagents.pause_reason(tools, approval_reason)
 
 
 async def _decision(approver: Approver, call: PendingCall) -> Decision | None:

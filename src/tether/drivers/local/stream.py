@@ -21,6 +21,11 @@ delivered only once checkpointed, so they may arrive in bursts, never out
 of order. In a run whose agent has handoffs, every event also names the
 ``agent`` answering (else ``agent`` is None), and ``model`` is that
 agent's model.
+
+A call of a sub-agent tool (``Agent.as_tool``) streams its child run's
+events too, in place, each with the child's ``run_id`` (``model`` still
+names the streaming agent's model): the child's steps start and finish
+within the parent's call, and the parent's step finishes after it.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from tether.core.events import (
     CALL_VALIDATED,
     HANDOFF,
     MODEL_REPLIED,
+    RUN_FINISHED,
+    RUN_PAUSED,
     STEP_STARTED,
     TEXT,
     TOOL_CALL_DELTA,
@@ -163,7 +170,8 @@ class Translator:
         self.arguments = arguments
         self.clock = clock
         self.put = put
-        self._step_end: RunEvent | None = None  # the model reply of the current step
+        self._step_ends: dict[str, RunEvent] = {}  # run id -> the model reply of its current step (children too)
+        self._run_id: str | None = None  # the streaming run's: its first event's
 
     def _base(self, event: RunEvent) -> dict[str, Any]:
         return {"at": event.at, "run_id": event.run_id, "step": event.step, "model": self.model, "agent": self.agent}
@@ -182,8 +190,10 @@ class Translator:
 
     def feed(self, event: RunEvent) -> None:
         kind, data = event.kind, event.data
+        if self._run_id is None:
+            self._run_id = event.run_id
         if kind == STEP_STARTED:
-            self.close_step(event.at)
+            self.close_step(event.at, event.run_id)
             self.put(StepStarted(**self._base(event)))
         elif kind == TEXT:
             self.put(TextDelta(**self._base(event), text=data["text"]))
@@ -198,7 +208,9 @@ class Translator:
                 )
             )
         elif kind == MODEL_REPLIED:
-            self._step_end = event
+            self._step_ends[event.run_id] = event
+        elif kind in (RUN_FINISHED, RUN_PAUSED) and event.run_id != self._run_id:
+            self.close_step(event.at, event.run_id)  # a child run's last step ends with it
         elif kind == CALL_VALIDATED:
             self.put(CallValidated(**self._call(event)))
         elif kind == CALL_REJECTED:
@@ -215,10 +227,15 @@ class Translator:
             self.model, self.agent = data["model"], data["to"]
             self.put(HandedOff(**self._base(event), call_id=data["id"], from_agent=data["from"], to_agent=data["to"]))
 
-    def close_step(self, at: float | None = None) -> None:
-        """The StepFinished of the step that is ending, once its calls are done (at ``at``, else now)."""
-        end, self._step_end = self._step_end, None
-        if end is not None:
+    def close_step(self, at: float | None = None, run_id: str | None = None) -> None:
+        """The StepFinished of the step that is ending, once its calls are done (at ``at``, else now): of run
+        ``run_id``'s, else of every run's."""
+        ends = [self._step_ends.pop(run_id, None)] if run_id is not None else list(self._step_ends.values())
+        if run_id is None:
+            self._step_ends.clear()
+        for end in ends:
+            if end is None:
+                continue
             usage = end.data.get("usage") or {}
             self.put(
                 StepFinished(

@@ -31,9 +31,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from tether.core.budget import with_estimated_usage
-from tether.core.errors import ModelError
+from tether.core.errors import ConfigurationError, ModelError
 from tether.core.machine import RunState
 from tether.core.messages import Message, ToolCall
+from tether.drivers.local.subagents import AgentTool
 from tether.drivers.temporal.payloads import (
     CallModelRequest,
     ModelAnswer,
@@ -174,6 +175,22 @@ def save_run(store: RunStore, request: SaveRequest) -> None:
     )
 
 
+def refuse_agent_tools(tools: Iterable[Tool]) -> None:
+    """Refuse a sub-agent tool (``Agent.as_tool``): a Temporal run cannot drive a child run with its guarantees.
+
+    Its child would run inside one activity, outside the workflow's history, so a worker dying in it would
+    lose the child's progress and the parent's budget could not bound it; rather than run it without them,
+    a worker is not made with one.
+    """
+    for found in tools:
+        if isinstance(found, AgentTool):
+            raise ConfigurationError(
+                f"tool {found.name!r} runs a sub-agent (Agent.as_tool), which the Temporal driver does not run: "
+                "run that agent with the local driver (Agent.run, tether run without --engine temporal), or give "
+                "the worker the child agent's tools instead"
+            )
+
+
 class Activities:
     """The activities a worker offers for one model and one set of tools."""
 
@@ -183,6 +200,7 @@ class Activities:
         self.tools = list(tools)
         self.max_tokens = max_tokens
         Toolbox(self.tools)  # two tools of one name are refused now, not in the first run
+        refuse_agent_tools(self.tools)
         self._toolboxes: dict[PrincipalData, Toolbox] = {}
 
     def toolbox(self, principal: PrincipalData) -> Toolbox:
