@@ -35,6 +35,8 @@ PUBLIC = {
     # models
     "Model",
     "ModelRequest",
+    "ModelSettings",
+    "FallbackModel",
     "OpenAIChatModel",
     "AnthropicModel",
     "LocalModel",

@@ -44,10 +44,16 @@ if TYPE_CHECKING:
         AnthropicModel as AnthropicModel,
     )
     from tether.models import (
+        FallbackModel as FallbackModel,
+    )
+    from tether.models import (
         Model as Model,
     )
     from tether.models import (
         ModelRequest as ModelRequest,
+    )
+    from tether.models import (
+        ModelSettings as ModelSettings,
     )
     from tether.models import (
         OpenAIChatModel as OpenAIChatModel,
@@ -90,10 +96,12 @@ _WHERE = {
     "Conversation": "tether.drivers.local.conversation",
     "ConversationBudget": "tether.drivers.local.conversation",
     "Decision": "tether.drivers.local.runner",
+    "FallbackModel": "tether.models",
     "LocalModel": "tether.models.local",
     "Message": "tether.core",
     "Model": "tether.models",
     "ModelRequest": "tether.models",
+    "ModelSettings": "tether.models",
     "OpenAIChatModel": "tether.models",
     "Principal": "tether.tools",
     "RunConfig": "tether.core",

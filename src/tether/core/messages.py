@@ -83,6 +83,10 @@ class ModelReply:
 
     ``choices`` counts the choices the response carried (0 is a protocol
     error). An empty ``tool_calls`` means the reply asked for no tool.
+    ``model`` is the model the provider says answered. ``answered_by`` names
+    the ``Model`` that gave the reply when it is not the run's own model (a
+    member of a ``FallbackModel``), and ``skipped`` says why each model
+    asked before it gave none (``"name: ErrorType: message"``).
     """
 
     choices: int
@@ -91,3 +95,5 @@ class ModelReply:
     tool_calls: tuple[WireToolCall, ...] = ()
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
+    answered_by: str | None = None
+    skipped: tuple[str, ...] = ()

@@ -6,14 +6,24 @@
 
 from typing import TYPE_CHECKING, Any
 
-from tether.models.base import Model, ModelRequest
+from tether.models.base import Model, ModelRequest, ModelSettings
+from tether.models.fallback import FallbackModel
 from tether.models.scripted import ScriptedModel
 
 if TYPE_CHECKING:
     from tether.models.anthropic import AnthropicModel
     from tether.models.openai_chat import OpenAIChatModel, WireCompat
 
-__all__ = ["AnthropicModel", "Model", "ModelRequest", "OpenAIChatModel", "ScriptedModel", "WireCompat"]
+__all__ = [
+    "AnthropicModel",
+    "FallbackModel",
+    "Model",
+    "ModelRequest",
+    "ModelSettings",
+    "OpenAIChatModel",
+    "ScriptedModel",
+    "WireCompat",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -42,6 +42,7 @@ from tether.core.events import EventHandler
 from tether.core.machine import RunState, Status
 from tether.core.messages import Message, Usage
 from tether.core.report import RunResult
+from tether.core.settings import ModelSettings
 from tether.tools.context import Principal
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class Conversing(Protocol):
         config: RunConfig | None = None,
         turn: tuple[str, int, int] | None = None,
         untrusted: Mapping[str, str] | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> TurnDriver: ...
 
 
@@ -133,14 +135,28 @@ class Conversation:
         self._waiting: str | None = None  # the run of a turn that paused (for an approval)
 
     async def send(
-        self, text: str, *, deps: Any = None, on_event: EventHandler | None = None, run_id: str | None = None
+        self,
+        text: str,
+        *,
+        deps: Any = None,
+        on_event: EventHandler | None = None,
+        run_id: str | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult:
-        """Run one turn: ``text`` as the user's message after everything said so far."""
+        """Run one turn: ``text`` as the user's message after everything said so far (``model_settings``: this
+        turn's, over the agent's)."""
         async with self._lock:
-            return await self.turn(text, deps=deps, on_event=on_event, run_id=run_id).run()
+            turn = self.turn(text, deps=deps, on_event=on_event, run_id=run_id, model_settings=model_settings)
+            return await turn.run()
 
     def turn(
-        self, text: str, *, deps: Any = None, on_event: EventHandler | None = None, run_id: str | None = None
+        self,
+        text: str,
+        *,
+        deps: Any = None,
+        on_event: EventHandler | None = None,
+        run_id: str | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> TurnDriver:
         """The driver of the next turn, for callers that drive it themselves (``send`` runs it)."""
         if self._waiting is not None:
@@ -166,6 +182,7 @@ class Conversation:
             config=self._turn_config(),
             turn=(self.id, self.turns + 1, len(self.messages)),
             untrusted=self.untrusted,
+            model_settings=model_settings,
         )
         self.turns += 1
         driver.on_result = self._after_turn

@@ -19,7 +19,7 @@ import time
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.core import envelope
@@ -78,6 +78,7 @@ from tether.core.machine import (
 )
 from tether.core.messages import Message, ModelReply
 from tether.core.report import CallReport, RunResult, StepReport, usage_dict
+from tether.core.settings import ModelSettings, merge_settings
 from tether.drivers import tracing
 from tether.drivers.common import json_object
 from tether.models.base import Model, ModelRequest
@@ -151,6 +152,7 @@ class Agent:
         output_mode: OutputMode | None = None,
         deps_factory: DepsFactory | None = None,
         strict_tools: bool | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> None:
         """``propose_only=True`` ends every run after its first step's calls are judged.
 
@@ -176,6 +178,11 @@ class Agent:
         the optional ones nullable) where their schema allows. ``None`` (the default) does so only when the
         model says its server enforces it (``model.strict_tools``); otherwise each tool goes with its own
         schema. The host validates every call against the tool's own schema either way.
+
+        ``model_settings`` (``ModelSettings``: temperature, max_tokens, top_p, seed, stop,
+        parallel_tool_calls, extra) go with every run's requests, over the model's own settings and under
+        a run's (``run(..., model_settings=...)``), field by field. ``max_tokens=`` is a shorthand for
+        ``model_settings=ModelSettings(max_tokens=...)``.
         """
         self.propose_only = propose_only
         self.model = model
@@ -194,13 +201,23 @@ class Agent:
         self._toolboxes: dict[Principal, Toolbox] = {principal: self.toolbox}
         self.store = store
         self.setup = setup or {}
-        self.config = RunConfig(budget or Budget(), compat or Compat(), fallback_answer or DEFAULT_FALLBACK_ANSWER)
+        if max_tokens is not None and model_settings is not None and model_settings.max_tokens is not None:
+            raise ConfigurationError("max_tokens is given twice: pass it in model_settings only")
+        settings = merge_settings(None if max_tokens is None else ModelSettings(max_tokens=max_tokens), model_settings)
+        self.config = RunConfig(
+            budget or Budget(), compat or Compat(), fallback_answer or DEFAULT_FALLBACK_ANSWER, checked(model, settings)
+        )
         self.system = system
         self.approver = approver
-        self.max_tokens = max_tokens
         self.tool_choice = tool_choice
         self.clock = clock
         self.resolve_principal = resolve_principal
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The most tokens a reply may have, as the Agent's model settings say (None: the model's own)."""
+        settings = self.config.settings
+        return None if settings is None else settings.max_tokens
 
     def driver(
         self,
@@ -213,9 +230,15 @@ class Agent:
         config: RunConfig | None = None,
         turn: tuple[str, int, int] | None = None,
         untrusted: Mapping[str, str] | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> Driver:
         """A driver for a new run. ``config`` overrides the Agent's; ``turn`` marks a conversation's turn,
-        ``untrusted`` the results among earlier turns' messages that taint it (``Run.new``)."""
+        ``untrusted`` the results among earlier turns' messages that taint it (``Run.new``);
+        ``model_settings`` override the configuration's field by field, for this run."""
+        config = config or self.config
+        if model_settings is not None:
+            settings = checked(self.model, merge_settings(config.settings, model_settings))
+            config = replace(config, settings=settings)
         toolbox = self.toolbox_for(principal or self.toolbox.principal)
         messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
         if self.system is not None and not (messages and messages[0].role == "system"):
@@ -225,7 +248,7 @@ class Agent:
             instructions = Message("system", self.output.instructions())
             if instructions not in messages[: at + 1]:  # a conversation's later turn has it already
                 messages.insert(at, instructions)
-        run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, config or self.config, self.output, untrusted)
+        run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, config, self.output, untrusted)
         if self.store is not None:
             self.store.create_run(run.state, toolbox.principal, self.setup, turn=turn)
         return Driver(self, run, toolbox, on_event, deps)
@@ -263,6 +286,11 @@ class Agent:
         except BaseException:
             self.store.release(run_id)  # refused (tampered with, unreadable): leave the run as it was
             raise
+        try:
+            checked(self.model, stored.state.config.settings)  # the run goes on with its own settings
+        except BaseException:
+            self.store.release(run_id)
+            raise
         toolbox = self.toolbox_for(stored.principal)
         if deps is None and self.deps_factory is not None:
             deps = self.deps_factory(run_id, stored.principal)
@@ -276,9 +304,13 @@ class Agent:
         on_event: EventHandler | None = None,
         deps: Any = None,
         principal: Principal | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult:
-        """Run to a finish or a pause. ``deps`` reach tools as ``context.deps``; ``principal`` overrides the Agent's."""
-        return await self.driver(prompt, run_id=run_id, on_event=on_event, deps=deps, principal=principal).run()
+        """Run to a finish or a pause. ``deps`` reach tools as ``context.deps``; ``principal`` overrides the Agent's,
+        ``model_settings`` the Agent's settings field by field."""
+        return await self.driver(
+            prompt, run_id=run_id, on_event=on_event, deps=deps, principal=principal, model_settings=model_settings
+        ).run()
 
     def run_sync(
         self,
@@ -288,6 +320,7 @@ class Agent:
         on_event: EventHandler | None = None,
         deps: Any = None,
         principal: Principal | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult:
         """``run`` for a script without an event loop: ``agent.run_sync("...")``.
 
@@ -298,7 +331,10 @@ class Agent:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.run(prompt, run_id=run_id, on_event=on_event, deps=deps, principal=principal))
+            running = self.run(
+                prompt, run_id=run_id, on_event=on_event, deps=deps, principal=principal, model_settings=model_settings
+            )
+            return asyncio.run(running)
         raise ConfigurationError("run_sync was called inside a running event loop: use `await agent.run(...)` there")
 
     async def stream(
@@ -308,6 +344,7 @@ class Agent:
         run_id: str | None = None,
         deps: Any = None,
         principal: Principal | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Run and yield typed events as they happen (``tether.drivers.local.stream``); the last is ``RunFinished``.
 
@@ -315,7 +352,7 @@ class Agent:
         default. Leaving the loop early cancels the run (recorded as
         ``cancelled``).
         """
-        driver = self.driver(prompt, run_id=run_id, deps=deps, principal=principal)
+        driver = self.driver(prompt, run_id=run_id, deps=deps, principal=principal, model_settings=model_settings)
         from tether.drivers.local.stream import RunFinished, Translator  # loaded by the agents that stream
 
         queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
@@ -671,16 +708,18 @@ class Driver:
             specs = [*specs, spec.tool_spec()]
         elif spec is not None and spec.mode == "native":
             response_format = spec.response_format()
+        settings = self.state.config.settings  # the agent's and the run's, stored with the run
         request = ModelRequest(
             command.messages,
             specs,
-            max_tokens=self.agent.max_tokens,
+            max_tokens=None if settings is None else settings.max_tokens,
             timeout=timeout,
             tool_choice=policy or (choice(command.step) if callable(choice) else choice),
             on_text=on_text,
             response_format=response_format,
             stream=True if self.stream_model else None,
             on_tool_delta=on_tool_delta,
+            settings=settings,
         )
         await self._flush()
         self._asking_model = True
@@ -697,7 +736,7 @@ class Driver:
                     return command  # the request is abandoned; the run still awaits the model
             raise
         except ModelError as exc:
-            self._emit(MODEL_REPLIED, error=str(exc))
+            self._emit(MODEL_REPLIED, error=str(exc), model=self.agent.model.name)
             return self._send(ModelFailed(f"{type(exc).__name__}: {exc}", clock()))
         finally:
             self._asking_model = False
@@ -710,12 +749,16 @@ class Driver:
         step = self.steps[-1]
         step.finish_reason, step.content, step.usage = reply.finish_reason, reply.content, reply.usage
         usage = usage_dict(reply.usage) | ({"estimated": True} if usage_estimated else {})
+        model = reply.answered_by or self.agent.model.name  # a fallback chain says which of it answered
+        data = {"skipped": list(reply.skipped)} if reply.skipped else {}
         self._emit(
             MODEL_REPLIED,
             finish_reason=reply.finish_reason,
             content=reply.content,
             tool_calls=len(reply.tool_calls),
             usage=usage,
+            model=model,
+            **data,
         )
 
     async def _run_tools(self, command: RunTools) -> Command:
@@ -906,6 +949,14 @@ class Driver:
             if report.id in replies:
                 report.result = replies[report.id]
                 report.outcome = outcome_code(report.result)
+
+
+def checked(model: Model, settings: ModelSettings | None) -> ModelSettings | None:
+    """``settings``, once ``model`` has said it can send them (its ``check_settings`` raises ``ConfigurationError``)."""
+    check = getattr(model, "check_settings", None)
+    if check is not None and settings is not None:
+        check(settings)
+    return settings
 
 
 def _renewed(store: RunStore, run_id: str) -> None:
