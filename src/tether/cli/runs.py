@@ -97,7 +97,10 @@ def _describe(kind: str, data: dict[str, Any]) -> str:
     if kind == "model_replied":
         if "error" in data:
             return f"model error: {data['error']}"
-        return f"model replied: finish_reason={data.get('finish_reason')}, {data.get('tool_calls', 0)} call(s)"
+        by = f", by {data['model']}" if data.get("model") else ""  # runs recorded before it was logged have none
+        if data.get("skipped"):
+            by += f" after {'; '.join(short(str(s), 80) for s in data['skipped'])}"
+        return f"model replied: finish_reason={data.get('finish_reason')}, {data.get('tool_calls', 0)} call(s){by}"
     if kind in ("call_executed", "call_rejected", "call_recovered"):
         verb = {"call_executed": "executed", "call_rejected": "refused", "call_recovered": "recovered from ledger"}
         return f"{call}: {verb[kind]} -> {data.get('outcome')}"
