@@ -26,7 +26,7 @@ from tether.core import (
     ServerError,
 )
 from tether.core.events import MODEL_REPLIED, TEXT, RunEvent
-from tether.drivers.local.stream import TextDelta
+from tether.drivers.local.stream import StepFinished, TextDelta
 from tether.models import AnthropicModel, ModelRequest, ScriptedModel
 from tether.models.scripted import reply_text
 from tether.testing import FakeServer, raw, text, tool_calls
@@ -208,11 +208,12 @@ async def test_a_stream_that_fails_before_its_first_piece_falls_back() -> None:
         model = FallbackModel(chat("primary", primary.base_url, max_retries=0), chat("second", second.base_url))
         agent = Agent(model)
         try:
-            pieces = [e.text async for e in agent.stream("hi") if isinstance(e, TextDelta)]
+            streamed = [e async for e in agent.stream("hi")]
         finally:
             await agent.aclose()
         assert second.requests[0]["stream"] is True
-    assert "".join(pieces) == "streamed answer"
+    assert "".join(e.text for e in streamed if isinstance(e, TextDelta)) == "streamed answer"
+    assert [e.model for e in streamed if isinstance(e, StepFinished)] == ["second"]
 
 
 async def test_a_stream_that_fails_midway_is_the_steps_error_even_when_on_would_fall_back() -> None:
@@ -241,6 +242,14 @@ async def test_no_model_is_asked_after_the_runs_deadline() -> None:
             await agent.aclose()
         assert second.requests == []
     assert result.status is Status.BUDGET_EXHAUSTED and "deadline" in str(result.reason)
+
+
+async def test_a_chain_within_a_chain_names_the_member_that_answered() -> None:
+    inner = FallbackModel(ScriptedModel([ServerError(503, "x")], name="b"), ScriptedModel([reply_text("hi")], name="c"))
+    outer = FallbackModel(ScriptedModel([ModelConnectionError("y")], name="a"), inner)
+    reply = await outer.complete(ModelRequest([Message("user", "hi")]))
+    assert reply.answered_by == "c"
+    assert reply.skipped == ("a: ModelConnectionError: y", "b: ServerError: HTTP 503: x")
 
 
 def test_the_chain_asks_for_structured_output_and_strict_tools_as_all_its_models_can() -> None:

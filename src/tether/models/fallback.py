@@ -132,7 +132,8 @@ class FallbackModel:
                 failed.append((model.name, exc))
                 continue
             skipped = tuple(f"{name}: {type(exc).__name__}: {exc}" for name, exc in failed)
-            return replace(reply, answered_by=model.name, skipped=skipped)
+            # A chain within a chain: its own member answered, after its own skipped ones.
+            return replace(reply, answered_by=reply.answered_by or model.name, skipped=skipped + reply.skipped)
         if len(failed) == 1:
             raise failed[0][1]
         raise FallbackExhausted(failed) from failed[-1][1]
