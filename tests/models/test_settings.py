@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from tether.core import ConfigurationError, Message
-from tether.core.budget import RunConfig
 from tether.core.machine import Status
+from tether.core.redact import redact
+from tether.core.settings import stored_settings, with_settings
 from tether.drivers.local.runner import Agent
 from tether.models import ModelRequest, ModelSettings, ScriptedModel
 from tether.models.anthropic import DEFAULT_MAX_TOKENS, AnthropicModel
@@ -93,11 +94,16 @@ def test_an_unknown_stored_setting_is_refused() -> None:
         ModelSettings.from_dict({"temp": 1})
 
 
-def test_a_run_config_keeps_its_settings_and_one_without_is_stored_as_before() -> None:
-    config = RunConfig(settings=ModelSettings(temperature=0.2, stop=("a", "b")))
-    assert RunConfig.from_dict(config.to_dict()) == config
-    assert "settings" not in RunConfig().to_dict()
-    assert RunConfig.from_dict(RunConfig().to_dict()).settings is None
+def test_settings_are_stored_with_the_setup_whole_and_a_run_without_them_is_stored_as_before() -> None:
+    settings = ModelSettings(temperature=0.2, stop=("a", "b"), extra={"stop_token_ids": [7]})
+    setup = {"model": "m"}
+    assert with_settings(setup, None) is setup
+    stored = redact(with_settings(setup, settings))  # the setup is redacted as it is stored
+    assert stored_settings(stored) == settings  # a key that looks like a token is not a secret: kept whole
+    assert stored_settings({"model": "m"}) is None
+    secret = redact(with_settings(setup, ModelSettings(extra={"header": "Bearer abcdefghijklmnop"})))
+    with pytest.raises(ConfigurationError, match="held a secret, which was not stored"):
+        stored_settings(secret)
 
 
 # ------------------------------------------------------------ chat completions
@@ -234,8 +240,8 @@ def pay(amount: int) -> str:
 
 
 async def test_a_resumed_run_sends_the_settings_it_was_started_with(tmp_path: Path) -> None:
-    """The run's settings are stored with its configuration: an Agent built anew, with other settings, resumes it
-    with the run's own."""
+    """The run's settings are stored with its setup: an Agent built anew, with other settings, resumes it with the
+    run's own."""
     from tether.drivers.local.durable import decide
     from tether.testing import tool_calls
 
@@ -250,7 +256,8 @@ async def test_a_resumed_run_sends_the_settings_it_was_started_with(tmp_path: Pa
             await first.aclose()
         assert paused.status is Status.AWAITING_APPROVAL
         decide(store, paused.run_id, "c1", approved=True)
-        again = Agent(openai(server), [pay], store=SQLiteStore(tmp_path / "runs.db"))  # no settings of its own
+        other = ModelSettings(temperature=0.9)  # the resuming Agent's own settings are not the run's
+        again = Agent(openai(server), [pay], store=SQLiteStore(tmp_path / "runs.db"), model_settings=other)
         try:
             result = await again.resume(paused.run_id)
         finally:

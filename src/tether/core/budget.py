@@ -9,7 +9,6 @@ from typing import Any
 
 from tether.core.errors import ConfigurationError
 from tether.core.messages import Message, ModelReply, Usage
-from tether.core.settings import ModelSettings
 
 DEFAULT_MAX_STEPS = 8
 DEFAULT_MAX_TOOL_CALLS = 32
@@ -96,37 +95,25 @@ class Compat:
 
 @dataclass(frozen=True, slots=True)
 class RunConfig:
-    """What a run is configured with, stored with it: a resumed run goes on under the same.
-
-    ``settings``: the model settings of the agent and the run, merged (``tether.core.settings``);
-    None when neither sets any.
-    """
-
     budget: Budget = field(default_factory=Budget)
     compat: Compat = field(default_factory=Compat)
     fallback_answer: str = DEFAULT_FALLBACK_ANSWER
-    settings: ModelSettings | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # Not dataclasses.asdict: it deep-copies every field and costs more than a whole checkpoint.
         b, c = self.budget, self.compat
-        data: dict[str, Any] = {
+        return {
             "budget": {name: getattr(b, name) for name in b.__dataclass_fields__},
             "compat": {name: getattr(c, name) for name in c.__dataclass_fields__},
             "fallback_answer": self.fallback_answer,
         }
-        if self.settings is not None:  # absent when none: a run without settings is stored as it always was
-            data["settings"] = self.settings.to_dict()
-        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
-        settings = data.get("settings")
         return cls(
             budget=Budget(**data["budget"]),
             compat=Compat(**data["compat"]),
             fallback_answer=data["fallback_answer"],
-            settings=ModelSettings.from_dict(settings) if settings else None,
         )
 
 

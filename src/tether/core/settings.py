@@ -9,8 +9,10 @@ translates the result into its protocol's fields, or refuses a field it has
 no equivalent for with a ``ConfigurationError`` before the run starts (see
 the README's table); a setting is never dropped silently.
 
-The merged settings of the agent and the run are part of the run's
-configuration (``RunConfig.settings``): a stored run is resumed with them.
+The merged settings of the agent and the run are stored with the run's
+setup (``with_settings``, under ``SETUP_KEY``), so a stored run is resumed
+with them (``stored_settings``). Not in ``RunConfig``: that value is also
+the wire format of Temporal's payloads, whose fields never change shape.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from tether.core.errors import ConfigurationError
+from tether.core.redact import REDACTED
+
+# The key of a run's setup that holds its model settings: their JSON text, so that the setup's redaction,
+# which goes by key names (a "stop_token_ids" looks like a token), leaves them whole; a secret written in
+# them (a bearer token, an sk- key) is still redacted, and such a run is not resumed with it.
+SETUP_KEY = "model_settings"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,3 +135,27 @@ def _extra(value: object) -> dict[str, Any]:
 
 
 EMPTY = ModelSettings()
+
+
+def with_settings(setup: dict[str, Any], settings: ModelSettings | None) -> dict[str, Any]:
+    """``setup`` with ``settings`` to store beside it (``setup`` itself when there are none)."""
+    if settings is None:
+        return setup
+    return {**setup, SETUP_KEY: json.dumps(settings.to_dict(), sort_keys=True, ensure_ascii=False)}
+
+
+def stored_settings(setup: Mapping[str, Any]) -> ModelSettings | None:
+    """The model settings a stored run's setup holds (``with_settings``), or None."""
+    text = setup.get(SETUP_KEY)
+    if not text:
+        return None
+    if not isinstance(text, str) or REDACTED in text:
+        raise ConfigurationError(
+            "the run's model settings held a secret, which was not stored: the run cannot be sent the same "
+            "settings again (give a model its secrets in its own arguments, not in ModelSettings.extra)"
+        )
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ConfigurationError("the run's stored model settings are not readable") from None
+    return ModelSettings.from_dict(data)

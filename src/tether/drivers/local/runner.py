@@ -19,7 +19,7 @@ import time
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.core import envelope
@@ -78,7 +78,7 @@ from tether.core.machine import (
 )
 from tether.core.messages import Message, ModelReply
 from tether.core.report import CallReport, RunResult, StepReport, usage_dict
-from tether.core.settings import ModelSettings, merge_settings
+from tether.core.settings import ModelSettings, merge_settings, stored_settings, with_settings
 from tether.drivers import tracing
 from tether.drivers.common import json_object
 from tether.models.base import Model, ModelRequest
@@ -203,10 +203,9 @@ class Agent:
         self.setup = setup or {}
         if max_tokens is not None and model_settings is not None and model_settings.max_tokens is not None:
             raise ConfigurationError("max_tokens is given twice: pass it in model_settings only")
-        settings = merge_settings(None if max_tokens is None else ModelSettings(max_tokens=max_tokens), model_settings)
-        self.config = RunConfig(
-            budget or Budget(), compat or Compat(), fallback_answer or DEFAULT_FALLBACK_ANSWER, checked(model, settings)
-        )
+        shorthand = None if max_tokens is None else ModelSettings(max_tokens=max_tokens)
+        self.model_settings = checked(model, merge_settings(shorthand, model_settings))
+        self.config = RunConfig(budget or Budget(), compat or Compat(), fallback_answer or DEFAULT_FALLBACK_ANSWER)
         self.system = system
         self.approver = approver
         self.tool_choice = tool_choice
@@ -216,8 +215,7 @@ class Agent:
     @property
     def max_tokens(self) -> int | None:
         """The most tokens a reply may have, as the Agent's model settings say (None: the model's own)."""
-        settings = self.config.settings
-        return None if settings is None else settings.max_tokens
+        return None if self.model_settings is None else self.model_settings.max_tokens
 
     def driver(
         self,
@@ -234,11 +232,10 @@ class Agent:
     ) -> Driver:
         """A driver for a new run. ``config`` overrides the Agent's; ``turn`` marks a conversation's turn,
         ``untrusted`` the results among earlier turns' messages that taint it (``Run.new``);
-        ``model_settings`` override the configuration's field by field, for this run."""
-        config = config or self.config
+        ``model_settings`` override the Agent's field by field, for this run (stored with it)."""
+        settings = self.model_settings
         if model_settings is not None:
-            settings = checked(self.model, merge_settings(config.settings, model_settings))
-            config = replace(config, settings=settings)
+            settings = checked(self.model, merge_settings(settings, model_settings))
         toolbox = self.toolbox_for(principal or self.toolbox.principal)
         messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
         if self.system is not None and not (messages and messages[0].role == "system"):
@@ -248,10 +245,10 @@ class Agent:
             instructions = Message("system", self.output.instructions())
             if instructions not in messages[: at + 1]:  # a conversation's later turn has it already
                 messages.insert(at, instructions)
-        run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, config, self.output, untrusted)
+        run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, config or self.config, self.output, untrusted)
         if self.store is not None:
-            self.store.create_run(run.state, toolbox.principal, self.setup, turn=turn)
-        return Driver(self, run, toolbox, on_event, deps)
+            self.store.create_run(run.state, toolbox.principal, with_settings(self.setup, settings), turn=turn)
+        return Driver(self, run, toolbox, on_event, deps, settings)
 
     def conversation(
         self,
@@ -287,14 +284,14 @@ class Agent:
             self.store.release(run_id)  # refused (tampered with, unreadable): leave the run as it was
             raise
         try:
-            checked(self.model, stored.state.config.settings)  # the run goes on with its own settings
+            settings = checked(self.model, stored_settings(stored.setup))  # it goes on with its own settings
         except BaseException:
             self.store.release(run_id)
             raise
         toolbox = self.toolbox_for(stored.principal)
         if deps is None and self.deps_factory is not None:
             deps = self.deps_factory(run_id, stored.principal)
-        return Driver(self, Run(stored.state, toolbox, self.output), toolbox, on_event, deps)
+        return Driver(self, Run(stored.state, toolbox, self.output), toolbox, on_event, deps, settings)
 
     async def run(
         self,
@@ -394,10 +391,17 @@ class Driver:
     """Drives one run to a finish or a pause (approval without an approver)."""
 
     def __init__(
-        self, agent: Agent, run: Run, toolbox: Toolbox, on_event: EventHandler | None, deps: Any = None
+        self,
+        agent: Agent,
+        run: Run,
+        toolbox: Toolbox,
+        on_event: EventHandler | None,
+        deps: Any = None,
+        settings: ModelSettings | None = None,
     ) -> None:
         self.agent = agent
         self.deps = deps  # for tools only: never stored, never sent to the model
+        self.settings = settings  # the run's model settings: the agent's and its own, stored with its setup
         self.run_machine = run
         self.toolbox = toolbox
         self.store = agent.store
@@ -708,7 +712,7 @@ class Driver:
             specs = [*specs, spec.tool_spec()]
         elif spec is not None and spec.mode == "native":
             response_format = spec.response_format()
-        settings = self.state.config.settings  # the agent's and the run's, stored with the run
+        settings = self.settings
         request = ModelRequest(
             command.messages,
             specs,
