@@ -226,6 +226,21 @@ def test_the_scripted_model_records_what_it_was_asked() -> None:
     ]
 
 
+async def test_a_streamed_run_and_a_conversations_turn_take_their_own_settings_too() -> None:
+    model = ScriptedModel([reply_text("a"), reply_text("b"), reply_text("c")])
+    agent = Agent(model, model_settings=ModelSettings(temperature=0.5))
+    async for _ in agent.stream("x", model_settings=ModelSettings(seed=1)):
+        pass
+    conversation = agent.conversation()
+    await conversation.send("y", model_settings=ModelSettings(temperature=0.1))
+    await conversation.send("z")
+    assert model.settings_asked == [
+        ModelSettings(temperature=0.5, seed=1),
+        ModelSettings(temperature=0.1),
+        ModelSettings(temperature=0.5),
+    ]
+
+
 # ------------------------------------------------------------------ durable runs
 
 
