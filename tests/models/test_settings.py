@@ -101,6 +101,7 @@ def test_settings_are_stored_with_the_setup_whole_and_a_run_without_them_is_stor
     stored = redact(with_settings(setup, settings))  # the setup is redacted as it is stored
     assert stored_settings(stored) == settings  # a key that looks like a token is not a secret: kept whole
     assert stored_settings({"model": "m"}) is None
+    assert with_settings(with_settings(setup, settings), None) == setup  # a stored run's are not the next run's
     secret = redact(with_settings(setup, ModelSettings(extra={"header": "Bearer abcdefghijklmnop"})))
     with pytest.raises(ConfigurationError, match="held a secret, which was not stored"):
         stored_settings(secret)

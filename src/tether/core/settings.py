@@ -138,9 +138,12 @@ EMPTY = ModelSettings()
 
 
 def with_settings(setup: dict[str, Any], settings: ModelSettings | None) -> dict[str, Any]:
-    """``setup`` with ``settings`` to store beside it (``setup`` itself when there are none)."""
+    """``setup`` with ``settings`` to store beside it (``setup`` itself when there are none to store or drop).
+
+    A setup taken from a stored run (``tether resume`` rebuilds its Agent from one) holds that run's settings:
+    they are not another run's."""
     if settings is None:
-        return setup
+        return setup if SETUP_KEY not in setup else {k: v for k, v in setup.items() if k != SETUP_KEY}
     return {**setup, SETUP_KEY: json.dumps(settings.to_dict(), sort_keys=True, ensure_ascii=False)}
 
 
