@@ -45,6 +45,8 @@ PUBLIC = {
     # models
     "Model",
     "ModelRequest",
+    "ModelSettings",
+    "FallbackModel",
     "OpenAIChatModel",
     "OpenAIResponsesModel",
     "AnthropicModel",

@@ -50,10 +50,16 @@ if TYPE_CHECKING:
         AnthropicModel as AnthropicModel,
     )
     from tether.models import (
+        FallbackModel as FallbackModel,
+    )
+    from tether.models import (
         Model as Model,
     )
     from tether.models import (
         ModelRequest as ModelRequest,
+    )
+    from tether.models import (
+        ModelSettings as ModelSettings,
     )
     from tether.models import (
         OpenAIChatModel as OpenAIChatModel,
@@ -107,10 +113,12 @@ _WHERE = {
     "ConversationBudget": "tether.drivers.local.conversation",
     "Decision": "tether.drivers.local.runner",
     "Handoff": "tether.drivers.local.handoffs",
+    "FallbackModel": "tether.models",
     "LocalModel": "tether.models.local",
     "Message": "tether.core",
     "Model": "tether.models",
     "ModelRequest": "tether.models",
+    "ModelSettings": "tether.models",
     "OpenAIChatModel": "tether.models",
     "OpenAIResponsesModel": "tether.models",
     "Principal": "tether.tools",

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from tether import Agent, Budget, OpenAIChatModel, Principal, SQLiteStore, Status, tool
+from tether import Agent, Budget, ModelSettings, OpenAIChatModel, Principal, SQLiteStore, Status, tool
 from tether.core.errors import ConfigurationError
 from tether.drivers.local.handoffs import handoff
 from tether.drivers.local.stream import HandedOff, RunFinished, StepFinished, StepStarted, TextDelta
@@ -383,3 +383,21 @@ def test_a_graph_broken_after_it_was_built_is_refused_when_a_run_starts() -> Non
     with pytest.raises(ConfigurationError):
         triage.add_handoffs(Agent(scripted, name="desk"))
     assert triage.handoffs == before  # a refused add changes nothing
+
+
+def test_after_a_transfer_the_targets_model_settings_go_over_the_runs() -> None:
+    with FakeServer([tool_calls([TRANSFER]), text("Billing here.")]) as server:
+        billing = Agent(
+            model(server, "billing-model"), [refund], name="billing", model_settings=ModelSettings(max_tokens=50)
+        )
+        triage = Agent(
+            model(server, "triage-model"),
+            [lookup],
+            name="triage",
+            handoffs=[billing],
+            model_settings=ModelSettings(temperature=0.1, max_tokens=400),
+        )
+        triage.run_sync("help", model_settings=ModelSettings(seed=7))
+    first, second = server.requests
+    assert (first["temperature"], first["max_tokens"], first["seed"]) == (0.1, 400, 7)
+    assert (second["temperature"], second["max_tokens"], second["seed"]) == (0.1, 50, 7)

@@ -241,9 +241,9 @@ def test_runs_show_names_the_agent_that_answered_each_step(tmp_path: Path) -> No
     )
     assert shown.returncode == 0, shown.stderr
     shown_steps = [line.split("s  ", 1)[1] for line in shown.stdout.splitlines() if line.startswith("  +")]
-    assert "step 1  model replied by triage: finish_reason=tool_calls, 1 call(s)" in shown_steps
+    assert "step 1  model replied by triage: finish_reason=tool_calls, 1 call(s), by triage-model" in shown_steps
     assert "step 1  handoff: call c1 hands the run from triage to billing" in shown_steps
-    assert "step 2  model replied by billing: finish_reason=stop, 0 call(s)" in shown_steps
+    assert "step 2  model replied by billing: finish_reason=stop, 0 call(s), by billing-model" in shown_steps
     as_json = subprocess.run(
         [sys.executable, "-m", "tether", "runs", "show", result.run_id, "--db", str(db), "--json"],
         capture_output=True,

@@ -28,10 +28,12 @@ from tether.cli.common import (
     given_base_url,
     open_store,
     protocol_option,
+    with_settings_options,
 )
 from tether.cli.render import Renderer
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
 from tether.core.errors import TetherError
+from tether.core.settings import ModelSettings
 from tether.drivers.local.runner import Decision
 from tether.store import default_path
 from tether.tools import Principal
@@ -63,6 +65,7 @@ def _save_history(readline: Any, history: Path) -> None:
 @click.option("--base-url", help="OpenAI-compatible endpoint [env: OPENAI_BASE_URL, or ANTHROPIC_BASE_URL].")
 @api_key_option
 @protocol_option
+@with_settings_options
 @click.option("--max-steps", type=click.IntRange(min=1), default=DEFAULT_MAX_STEPS, show_default=True)
 @click.option("--files-root", type=click.Path(file_okay=False), help="Root for the files toolset.")
 @click.option("--principal", default="local", show_default=True, help="Who the conversation acts for.")
@@ -79,6 +82,8 @@ def chat(
     base_url: str | None,
     api_key: str | None,
     protocol: str | None,
+    system: str | None,
+    model_settings: ModelSettings | None,
     max_steps: int,
     files_root: str | None,
     principal: str,
@@ -87,17 +92,21 @@ def chat(
 ) -> None:
     """Talk with an agent, turn by turn; approve its calls inline.
 
+    -s and -o hold for the whole session; with --continue, -o goes over the
+    conversation's own settings and -s must be the conversation's.
+
     \b
     Examples:
       tether chat --tools calc
       tether chat --tools calc --protocol responses --model gpt-5-mini
+      tether chat --tools calc -s "Answer briefly" -o temperature=0.2
       tether chat --continue 3f2a...
     """
     from tether.toolsets import toolset_reference  # the toolsets load pydantic: not for every start
 
     root = files_root or os.environ.get("TETHER_FILES_ROOT")
     options = {"model": model, "base_url": base_url, "protocol": protocol, "toolsets": toolsets}
-    options["files_root"] = files_root
+    options |= {"files_root": files_root, "system": system}
     env = env_prefix(None, protocol)
     try:
         setup = {
@@ -108,6 +117,8 @@ def chat(
             "toolsets": [toolset_reference(t) for t in toolsets],
             "files_root": os.path.abspath(root) if root else None,
             "local_model": None,
+            "system": system,
+            "settings": model_settings.to_dict() if model_settings is not None else None,
         }
         store = open_store(db)
         if conversation_id:

@@ -1,8 +1,9 @@
 """What the CLI's commands share: exit codes, errors, common options, the store, and what a run is built from.
 
-A run's setup (model, endpoint, provider, toolsets, MCP servers) is a plain dict, stored with the run:
-``agent_of`` builds the same agent from it for ``tether run``, ``tether chat`` and ``tether resume``.
-The commands import from here, never from ``tether.cli.main``, which only assembles them.
+A run's setup (model, endpoint, provider, fallback models, toolsets, MCP servers, system message and model
+settings) is a plain dict, stored with the run: ``agent_of`` builds the same agent from it for ``tether run``,
+``tether chat`` and ``tether resume``. The commands import from here, never from ``tether.cli.main``, which
+only assembles them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import click
 from tether.core.budget import Budget
 from tether.core.errors import ApprovalMismatch, ConfigurationError, RunNotFound
 from tether.core.machine import Status
+from tether.core.settings import ModelSettings
 from tether.drivers.local.runner import Agent, approval_reason
 from tether.store import open_store as open_run_store
 
@@ -164,6 +166,90 @@ def with_mcp_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(mcp_options):
         command = option(command)
     return command
+
+
+# What `-o KEY=VALUE` may set, and how its value is read; `stop` may be given several times.
+SETTING_TYPES: dict[str, type] = {
+    "temperature": float,
+    "max_tokens": int,
+    "top_p": float,
+    "seed": int,
+    "stop": str,
+    "parallel_tool_calls": bool,
+}
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _setting(key: str, text: str) -> Any:
+    kind = SETTING_TYPES[key]
+    if kind is bool:
+        if text.lower() not in _TRUE + _FALSE:
+            raise ValueError("expected true or false")
+        return text.lower() in _TRUE
+    if kind is float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError("expected a finite number")
+        return value
+    return kind(text)
+
+
+def model_settings_option(ctx: click.Context, param: click.Parameter, given: tuple[str, ...]) -> ModelSettings | None:
+    """``-o KEY=VALUE`` (repeatable) as ``ModelSettings``; an unknown key or a bad value is a usage error (exit 2)."""
+    if not given:
+        return None
+    values: dict[str, Any] = {}
+    for item in given:
+        key, equals, text = item.partition("=")
+        key = key.strip()
+        if not equals:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE, e.g. -o temperature=0.2", ctx, param)
+        if key not in SETTING_TYPES:
+            raise click.BadParameter(
+                f"unknown model setting {key!r}: the settings are {', '.join(SETTING_TYPES)}", ctx, param
+            )
+        try:
+            value = _setting(key, text.strip())
+        except ValueError as exc:
+            kind = SETTING_TYPES[key].__name__
+            raise click.BadParameter(f"{key}={text!r} is not a valid {kind}: {exc}", ctx, param) from None
+        if key == "stop":
+            values["stop"] = [*values.get("stop", []), value]
+        else:
+            values[key] = value
+    try:
+        return ModelSettings(**values)
+    except ConfigurationError as exc:  # a value of the right type outside its range
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+# Shared by `tether run`, `tether chat` and `tether eval` (-s, -o): the system message and model settings.
+settings_options: list[Callable[[Any], Any]] = [
+    click.option("-s", "--system", metavar="TEXT", help="The system message, instead of the agent's."),
+    click.option(
+        "-o",
+        "--option",
+        "model_settings",
+        multiple=True,
+        metavar="KEY=VALUE",
+        callback=model_settings_option,
+        help="A model setting (repeatable): temperature, max_tokens, top_p, seed, stop (repeat for several), "
+        "parallel_tool_calls (true/false); e.g. -o temperature=0.2 -o seed=7. A setting the protocol has no "
+        "field for (seed on the Messages API) is refused.",
+    ),
+]
+
+
+def with_settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(settings_options):
+        command = option(command)
+    return command
+
+
+def settings_of(setup: dict[str, Any]) -> ModelSettings | None:
+    """The model settings a setup names (``-o``), or None."""
+    stored = setup.get("settings")
+    return ModelSettings.from_dict(stored) if stored else None
 
 
 def mcp_tools(setup: dict[str, Any]) -> list[Any]:
@@ -333,18 +419,42 @@ def agent_of(
     if store is None and (why := approval_reason(tools)):
         raise ConfigurationError(f"{why}: a run that waits for approval is kept in the run store; drop --no-log")
     model = model_of(setup, api_key)  # the embedded model brings the local profile with it
+    if setup.get("fallback_models"):
+        model = _fallback_chain(model, setup, api_key)
     return Agent(
-        model, tools, budget=budget, compat=provider_of(setup).compat, store=store, setup=setup, principal=principal
+        model,
+        tools,
+        budget=budget,
+        compat=provider_of(setup).compat,
+        store=store,
+        setup=setup,
+        principal=principal,
+        system=setup.get("system"),
+        model_settings=settings_of(setup),
     )
 
 
-def given_base_url(flag: str | None, variable: str) -> str | None:
-    """``--base-url``, else ``$variable``: checked before anything is recorded, naming where it came from."""
+def _fallback_chain(primary: Any, setup: dict[str, Any], api_key: str | None) -> Any:
+    """``primary``, then the setup's fallback models (``--fallback-model``) on the same protocol and key, at
+    ``--fallback-base-url`` or the primary's endpoint."""
+    from tether.models.fallback import FallbackModel
+
+    if setup.get("local_model"):
+        raise ConfigurationError(
+            "--fallback-model needs an endpoint (--base-url or OPENAI_BASE_URL), not the local model"
+        )
+    url = setup.get("fallback_base_url") or setup.get("base_url")
+    others = [model_of({**setup, "model": name, "base_url": url}, api_key) for name in setup["fallback_models"]]
+    return FallbackModel(primary, *others)
+
+
+def given_base_url(flag: str | None, variable: str | None, option: str = "--base-url") -> str | None:
+    """``option``'s value, else ``$variable``: checked before anything is recorded, naming where it came from."""
     from tether.models.http import checked_base_url
 
-    value = flag or os.environ.get(variable)
+    value = flag or (os.environ.get(variable) if variable else None)
     if value:
-        checked_base_url(value, "--base-url" if flag else variable)
+        checked_base_url(value, option if flag else str(variable))
     return value
 
 
@@ -359,6 +469,9 @@ PINNED = {
     "mcp_urls": "--mcp-url",
     "local_model": "--local-model",
     "files_root": "--files-root",
+    "fallback_models": "--fallback-model",
+    "fallback_base_url": "--fallback-base-url",
+    "system": "--system",
 }
 
 
@@ -387,6 +500,8 @@ def conversation_setup(
                 f"{_shown(setup.get(key))}: leave {flag} out to go on with it, or start a new conversation"
             )
     recorded["stream"] = setup.get("stream", False)  # how the turn is shown, not what runs it
+    if setup.get("settings"):  # this turn's -o, over the conversation's own
+        recorded["settings"] = {**(recorded.get("settings") or {}), **setup["settings"]}
     return recorded
 
 

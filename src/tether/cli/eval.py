@@ -11,8 +11,19 @@ from typing import Any
 
 import click
 
-from tether.cli.common import EXIT_INTERNAL, api_key_option, fail, model_of, protocol_of, protocol_option, provider_of
+from tether.cli.common import (
+    EXIT_INTERNAL,
+    api_key_option,
+    fail,
+    model_of,
+    protocol_of,
+    protocol_option,
+    provider_of,
+    with_settings_options,
+)
 from tether.core.errors import TetherError
+from tether.core.settings import ModelSettings
+from tether.drivers.local.runner import checked
 
 DEFAULT_OUT = "eval-results"
 
@@ -83,6 +94,7 @@ def eval_command() -> None:
     help="Run this GGUF file in-process instead of an endpoint; with no endpoint set, the embedded "
     "SmolLM2-135M is used [env: TETHER_LOCAL_MODEL].",
 )
+@with_settings_options
 @click.option(
     "--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Cases run at the same time."
 )
@@ -116,6 +128,8 @@ def run_command(
     provider: str | None,
     protocol: str | None,
     local_model: str | None,
+    system: str | None,
+    model_settings: ModelSettings | None,
     concurrency: int,
     limit: int | None,
     toolsets: tuple[str, ...],
@@ -156,6 +170,9 @@ def run_command(
     OPENAI_API_KEY), the embedded local model is scored, as tether run
     answers with it: SmolLM2-135M, or --local-model's GGUF file.
 
+    -s is the system message of the cases that have none (a case's own is
+    kept); -o's model settings go with every request.
+
     \b
     Examples:
       tether eval simple_python multiple --model gpt-4o-mini --concurrency 16
@@ -180,6 +197,7 @@ def run_command(
             cases.extend(load_dataset(dataset, toolsets, allow_toolset_files=allow_toolset_files)[:limit])
         check_cases(cases)
         chosen, profile = _model(model, base_url, api_key, local_model, provider, protocol)
+        checked(chosen, model_settings)  # a setting the protocol cannot send fails here, not in every case
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
 
@@ -195,6 +213,8 @@ def run_command(
                 compat=profile.compat,
                 on_start=progress.start,
                 on_result=progress.update,
+                system=system,
+                model_settings=model_settings,
             )
         finally:
             progress.finish()

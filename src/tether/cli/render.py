@@ -103,7 +103,8 @@ class Renderer:
                 echo("  model: no reply")  # the error itself is the run's reason, printed once at the end
             else:
                 calls = f", {data['tool_calls']} call(s)" if data["tool_calls"] else ""
-                echo(f"  model: finish_reason={data['finish_reason']}{calls}")
+                fallback = f", by {data.get('model')} (fallback)" if data.get("skipped") else ""
+                echo(f"  model: finish_reason={data['finish_reason']}{calls}{fallback}")
         elif event.kind == CALL_VALIDATED:
             self._arguments[data["id"]] = data.get("arguments")
         elif event.kind in (CALL_EXECUTED, CALL_REJECTED):

@@ -29,6 +29,7 @@ from tether.cli.common import (
     open_store,
     protocol_option,
     with_mcp_options,
+    with_settings_options,
 )
 from tether.cli.render import Renderer
 from tether.cli.temporal import run_on_temporal, task_queue_option, temporal_option
@@ -36,6 +37,7 @@ from tether.core.budget import DEFAULT_MAX_STEPS, Budget
 from tether.core.errors import ConfigurationError, TetherError
 from tether.core.machine import Status
 from tether.core.redact import redact
+from tether.core.settings import ModelSettings
 from tether.tools import Principal
 
 
@@ -122,6 +124,20 @@ def _json_result(result: Any) -> dict[str, Any]:
 )
 @api_key_option
 @click.option(
+    "--fallback-model",
+    "fallback_models",
+    multiple=True,
+    metavar="NAME",
+    help="A model to ask when the one before it is down (connection error, timeout, 429, 5xx); repeatable, "
+    "asked in order. Same protocol and key; at --fallback-base-url, else the same endpoint.",
+)
+@click.option(
+    "--fallback-base-url",
+    metavar="URL",
+    help="The endpoint of the --fallback-model models (default: --base-url's).",
+)
+@with_settings_options
+@click.option(
     "--max-steps",
     type=click.IntRange(min=1),
     default=DEFAULT_MAX_STEPS,
@@ -180,6 +196,10 @@ def run(
     model: str | None,
     base_url: str | None,
     api_key: str | None,
+    fallback_models: tuple[str, ...],
+    fallback_base_url: str | None,
+    system: str | None,
+    model_settings: ModelSettings | None,
     max_steps: int,
     files_root: str | None,
     local_model: str | None,
@@ -208,13 +228,20 @@ def run(
     OPENAI_* variables) the embedded model answers; once any is named, an
     incomplete endpoint is a configuration error. --continue goes on with
     the model and tools the conversation began with; an option naming others
-    is refused.
+    is refused (-o on such a turn goes over the conversation's own settings).
+
+    -s replaces the agent's system message; -o sets a model setting, sent in
+    the protocol's own field (the README's table), and a resumed run is sent
+    the same. --fallback-model names models asked in order when the one before
+    is down; the chain is recorded, so a resumed run uses it too.
 
     \b
     Examples:
       tether run "What is 248 times 15?" --tools calc
       tether run "List the files" --tools files --files-root ./docs --json
       tether run "What is 248 times 15?" --tools calc --provider anthropic --model claude-sonnet-4-5
+      tether run "Name three colours" -s "Answer in French" -o temperature=0.2 -o seed=7
+      tether run "What is 248 times 15?" --tools calc --model gpt-4o --fallback-model gpt-4o-mini
       tether run "What is 2+2?" --tools calc --provider snowflake
       tether run "What is 248 times 15?" --tools calc --protocol responses --model gpt-5-mini
       tether run "Find the notes" --mcp "npx -y @modelcontextprotocol/server-filesystem ." --mcp-read-only search_files
@@ -254,14 +281,22 @@ def run(
             "local_model": os.path.abspath(local_model) if local_model else None,
             "provider": provider,
             "protocol": protocol,
+            "fallback_models": list(fallback_models),
+            "fallback_base_url": given_base_url(fallback_base_url, None, "--fallback-base-url"),
+            "system": system,
+            "settings": model_settings.to_dict() if model_settings is not None else None,
         }
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     given = {"model": model, "base_url": base_url, "provider": provider, "protocol": protocol, "toolsets": toolsets}
     given |= {"mcp": mcp_commands, "mcp_urls": mcp_urls, "local_model": local_model, "files_root": files_root}
+    given |= {"fallback_models": fallback_models, "fallback_base_url": fallback_base_url, "system": system}
     who = Principal(principal, frozenset(scopes)) if scopes else Principal(principal)
     budget = Budget(max_steps=max_steps, max_total_tokens=max_total_tokens)
     if engine == "temporal":
+        if system is not None or model_settings is not None or fallback_models:
+            why = "--system, --option and --fallback-model are not sent to Temporal workers, which run their own model"
+            fail(f"{why}: leave them out with --engine temporal", 2)
         run_on_temporal(
             prompt,
             address=temporal_address,

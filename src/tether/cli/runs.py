@@ -102,7 +102,11 @@ def _describe(kind: str, data: dict[str, Any]) -> str:
         if "error" in data:
             return f"model error: {data['error']}"
         by = f" by {data['agent']}" if "agent" in data else ""  # a run with handoffs names who answered
-        return f"model replied{by}: finish_reason={data.get('finish_reason')}, {data.get('tool_calls', 0)} call(s)"
+        model = f", by {data['model']}" if data.get("model") else ""  # runs recorded before it was logged have none
+        if data.get("skipped"):
+            model += f" after {'; '.join(short(str(s), 80) for s in data['skipped'])}"
+        calls = f"{data.get('tool_calls', 0)} call(s)"
+        return f"model replied{by}: finish_reason={data.get('finish_reason')}, {calls}{model}"
     if kind == "handoff":
         return f"handoff: call {data.get('id')} hands the run from {data.get('from')} to {data.get('to')}"
     if kind in ("call_executed", "call_rejected", "call_recovered"):

@@ -15,6 +15,7 @@ from tether.core.errors import (
     ApprovalMismatch,
     AuthenticationError,
     ConfigurationError,
+    FallbackExhausted,
     ModelConnectionError,
     ModelError,
     ModelHTTPError,
@@ -63,6 +64,7 @@ from tether.core.machine import (
     mermaid_diagram,
 )
 from tether.core.messages import Message, ModelReply, ToolCall, Usage, WireToolCall
+from tether.core.settings import ModelSettings
 
 __all__ = [
     "DEFAULT_FALLBACK_ANSWER",
@@ -92,6 +94,7 @@ __all__ = [
     "ConfigurationError",
     "ErrorCode",
     "Event",
+    "FallbackExhausted",
     "Finish",
     "Message",
     "ModelConnectionError",
@@ -101,6 +104,7 @@ __all__ = [
     "ModelReplied",
     "ModelReply",
     "ModelResponseError",
+    "ModelSettings",
     "ModelTimeout",
     "OutcomeUnknown",
     "PendingCall",

@@ -27,10 +27,11 @@ test keeps the two equal::
         ├── ModelTimeout (exit 4)  Connect or read timed out
         ├── ModelResponseError (exit 4)  Body or stream is not a usable reply
         │   └── ReplyTooLarge (exit 4)  A reply grew past the adapter's ``max_reply_bytes``; it was read no further
-        └── ModelHTTPError (exit 4)  Non-2xx status
-            ├── AuthenticationError (exit 4)  401 / 403, never retried
-            ├── RateLimited (exit 4)  429, retried honouring Retry-After
-            └── ServerError (exit 4)  5xx, retried with backoff
+        ├── ModelHTTPError (exit 4)  Non-2xx status
+        │   ├── AuthenticationError (exit 4)  401 / 403, never retried
+        │   ├── RateLimited (exit 4)  429, retried honouring Retry-After
+        │   └── ServerError (exit 4)  5xx, retried with backoff
+        └── FallbackExhausted (exit 4)  Every model of a ``FallbackModel`` failed; names each failure
 
 A run that ends ``model_error`` exits 17 (its status's code); a
 ``ModelError`` raised outside a run (``tether eval`` on an unreachable
@@ -238,3 +239,15 @@ class ServerError(ModelHTTPError):
     """5xx, retried with backoff."""
 
     retryable: ClassVar[bool] = True
+
+
+class FallbackExhausted(ModelError):
+    """Every model of a ``FallbackModel`` failed; names each failure.
+
+    ``errors`` holds ``(model name, error)`` in the order the models were asked.
+    """
+
+    def __init__(self, errors: list[tuple[str, ModelError]]) -> None:
+        tried = "; ".join(f"{name}: {type(exc).__name__}: {exc}" for name, exc in errors)
+        super().__init__(f"every model failed ({tried})")
+        self.errors = errors

@@ -105,6 +105,10 @@ class ModelReply:
     error). An empty ``tool_calls`` means the reply asked for no tool.
     ``provider_data`` goes, unread, into the assistant message the reply
     becomes (see ``Message``).
+    ``model`` is the model the provider says answered. ``answered_by`` names
+    the ``Model`` that gave the reply when it is not the run's own model (a
+    member of a ``FallbackModel``), and ``skipped`` says why each model
+    asked before it gave none (``"name: ErrorType: message"``).
     """
 
     choices: int
@@ -114,3 +118,5 @@ class ModelReply:
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
     provider_data: dict[str, Any] | None = None
+    answered_by: str | None = None
+    skipped: tuple[str, ...] = ()

@@ -47,6 +47,7 @@ from tether.core.errors import DatasetError, TetherError
 from tether.core.events import CALL_REJECTED, CALL_VALIDATED, RunEvent
 from tether.core.machine import Status
 from tether.core.messages import Message, ModelReply
+from tether.core.settings import ModelSettings
 from tether.drivers.local.runner import Agent
 from tether.eval.checker import Output, Verdict
 from tether.models.base import Model, ModelRequest
@@ -221,11 +222,20 @@ def _proposed(
     ]
 
 
-async def run_case(model: Model, case: EvalCase, *, compat: Compat | None = None) -> CaseResult:
-    """Ask the model once with the case's tools and score the calls it proposes."""
+async def run_case(
+    model: Model,
+    case: EvalCase,
+    *,
+    compat: Compat | None = None,
+    system: str | None = None,
+    model_settings: ModelSettings | None = None,
+) -> CaseResult:
+    """Ask the model once with the case's tools and score the calls it proposes.
+
+    ``system`` is the system message of a case that has none; ``model_settings`` go with every request."""
     evaluate = getattr(case, "evaluate", None)
     if evaluate is not None:  # a case that runs itself: BFCL's multi-turn cases (tether.eval.multi_turn)
-        ran: CaseResult = await evaluate(model, compat=compat)
+        ran: CaseResult = await evaluate(model, compat=compat, system=system, model_settings=model_settings)
         return ran
     started = time.perf_counter()
     gates: dict[str, tuple[str, str]] = {}
@@ -240,7 +250,9 @@ async def run_case(model: Model, case: EvalCase, *, compat: Compat | None = None
 
     recorder = _Recorder(model)
     try:
-        agent = Agent(recorder, case.tools(), compat=compat, propose_only=True)
+        agent = Agent(
+            recorder, case.tools(), compat=compat, propose_only=True, system=system, model_settings=model_settings
+        )
         result = await agent.run(list(case.messages), on_event=note)
     except TetherError as exc:
         failed = CaseResult(case.id, case.category, ERROR, f"{type(exc).__name__}: {exc}", seconds=_since(started))
@@ -337,6 +349,8 @@ async def run_eval(
     compat: Compat | None = None,
     on_result: Callable[[CaseResult], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
+    system: str | None = None,
+    model_settings: ModelSettings | None = None,
 ) -> list[CaseResult]:
     """Run and score every case not already scored in ``out``; all results, earlier ones included.
 
@@ -345,7 +359,8 @@ async def run_eval(
     workers take cases from one queue, so the next cases are ready to send
     the moment a slot frees. ``on_start(to_run, already_scored)`` is called once before
     the first case is sent, ``on_result`` after each case is scored (a
-    progress bar's hooks).
+    progress bar's hooks). ``system`` is the system message of the cases that have none,
+    ``model_settings`` go with every request (``tether eval -s/-o``).
     """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
@@ -365,7 +380,7 @@ async def run_eval(
     async def worker() -> None:
         while todo:
             case = todo.popleft()
-            result = await run_case(limited, case, compat=compat)
+            result = await run_case(limited, case, compat=compat, system=system, model_settings=model_settings)
             fresh[case.id] = result
             if sink is not None:
                 sink.write(result)

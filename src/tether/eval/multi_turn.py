@@ -55,6 +55,7 @@ from tether.core.budget import Budget, Compat
 from tether.core.errors import DatasetError, TetherError
 from tether.core.machine import Status
 from tether.core.messages import Message, ModelReply
+from tether.core.settings import ModelSettings
 from tether.eval.checker import Output, Verdict
 from tether.eval.functions import bfcl_name, data_dir, tool_from_document
 from tether.eval.harness import ERROR, MISTAKE, PASSED, REFUSED, REPLY_REFUSED, CaseResult
@@ -314,9 +315,16 @@ class MultiTurnCase:
     def check_turns(self, turns: Turns) -> Verdict:
         return check_turns(self.ground_truth, turns, self.involved_classes, self.initial_config, self.long_context)
 
-    async def evaluate(self, model: Model, *, compat: Compat | None = None) -> CaseResult:
+    async def evaluate(
+        self,
+        model: Model,
+        *,
+        compat: Compat | None = None,
+        system: str | None = None,
+        model_settings: ModelSettings | None = None,
+    ) -> CaseResult:
         """Run the case's turns through one tether conversation and score them."""
-        return await run_conversation(self, model, compat=compat)
+        return await run_conversation(self, model, compat=compat, system=system, model_settings=model_settings)
 
     def bound_tools(self, functions: Sequence[Mapping[str, Any]], instances: Mapping[str, Any]) -> list[Tool]:
         """The tools for ``functions``, each executing its method on the case's live instances."""
@@ -456,13 +464,23 @@ def turn_budget() -> Budget:
     return Budget(max_steps=MAX_STEPS_PER_TURN + 2, max_tool_calls=None)
 
 
-async def run_conversation(case: MultiTurnCase, model: Model, *, compat: Compat | None = None) -> CaseResult:
-    """Each user turn a turn of one conversation, the calls executed on live instances; then the verdict."""
+async def run_conversation(
+    case: MultiTurnCase,
+    model: Model,
+    *,
+    compat: Compat | None = None,
+    system: str | None = None,
+    model_settings: ModelSettings | None = None,
+) -> CaseResult:
+    """Each user turn a turn of one conversation, the calls executed on live instances; then the verdict.
+
+    ``system`` and ``model_settings`` are the agent's (``tether eval -s/-o``)."""
     from tether.core.events import CALL_EXECUTED, CALL_REJECTED, CALL_VALIDATED, RunEvent
     from tether.drivers.local.conversation import Conversation
     from tether.drivers.local.runner import Agent
 
     started = time.perf_counter()
+    options: dict[str, Any] = {"compat": compat, "system": system, "model_settings": model_settings}
     recorder = StepRecorder(model)
     calls: list[dict[str, Any]] = []
     step_of: dict[str, dict[str, Any]] = {}  # call id -> its record, for the current step
@@ -509,12 +527,12 @@ async def run_conversation(case: MultiTurnCase, model: Model, *, compat: Compat 
     try:
         live = instantiate(case.involved_classes, case.initial_config, case.long_context)
         functions = list(case.functions)
-        agent = Agent(recorder, case.bound_tools(functions, live), budget=turn_budget(), compat=compat)
+        agent = Agent(recorder, case.bound_tools(functions, live), budget=turn_budget(), **options)
         conversation = agent.conversation()
         for turn, messages in enumerate(case.user_turns()):
             if case.missed.get(turn):
                 functions += case.missed[turn]
-                agent = Agent(recorder, case.bound_tools(functions, live), budget=turn_budget(), compat=compat)
+                agent = Agent(recorder, case.bound_tools(functions, live), budget=turn_budget(), **options)
                 conversation = Conversation(
                     agent,
                     conversation.id,

@@ -6,7 +6,8 @@ imported lazily so that ``import tether.models`` does not pull in aiohttp.
 
 from typing import TYPE_CHECKING, Any
 
-from tether.models.base import Model, ModelRequest
+from tether.models.base import Model, ModelRequest, ModelSettings
+from tether.models.fallback import FallbackModel
 from tether.models.scripted import ScriptedModel
 
 if TYPE_CHECKING:
@@ -16,8 +17,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AnthropicModel",
+    "FallbackModel",
     "Model",
     "ModelRequest",
+    "ModelSettings",
     "OpenAIChatModel",
     "OpenAIResponsesModel",
     "ScriptedModel",

@@ -9,7 +9,11 @@ reply. What maps to what:
   merged, so the results of parallel calls travel in one user message;
 - tools and ``tool_choice`` are rewritten (``"required"`` is ``any``, a named
   function is ``{"type": "tool", "name": ...}``); ``max_tokens`` is required
-  by the API, ``DEFAULT_MAX_TOKENS`` when the run sets none;
+  by the API, ``DEFAULT_MAX_TOKENS`` when no setting names it;
+- model settings: ``temperature`` (0 to 1 here), ``max_tokens`` and ``top_p``
+  keep their names, ``stop`` is ``stop_sequences``, ``parallel_tool_calls=False``
+  is ``disable_parallel_tool_use`` in ``tool_choice``; ``seed`` has no
+  equivalent and is refused (``ConfigurationError``), never dropped;
 - a ``tool_use`` block is a call: its ``input`` becomes the JSON arguments
   text the core decodes strictly (a streamed call's text is the joined
   ``input_json_delta`` pieces, unchanged; a non-streamed ``input`` keeps a
@@ -17,8 +21,8 @@ reply. What maps to what:
   OpenAI arguments string; an ``input`` that is not an object is refused as
   ``invalid_json``). Text blocks make the answer; thinking, server-tool and
   other blocks never do;
-- ``stop_reason``: ``end_turn`` and ``stop_sequence`` are ``stop`` (tether
-  sends no stop sequences; the text up to one is the answer), ``tool_use`` is
+- ``stop_reason``: ``end_turn`` and ``stop_sequence`` are ``stop`` (the text
+  up to the stop sequence is the answer), ``tool_use`` is
   ``tool_calls``, ``max_tokens`` and ``model_context_window_exceeded`` are
   ``length``, ``refusal`` is ``content_filter``. ``pause_turn`` (the server
   paused a long turn of its own tools) is continued within the same step by
@@ -46,7 +50,8 @@ import aiohttp
 from tether.core import nesting
 from tether.core.errors import ConfigurationError, ModelResponseError
 from tether.core.messages import ModelReply, Usage, WireToolCall
-from tether.models.base import ModelRequest
+from tether.core.settings import ModelSettings, merge_settings
+from tether.models.base import ModelRequest, settings_for
 from tether.models.base import output_mode as checked_output_mode
 from tether.models.http import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -430,7 +435,14 @@ class AnthropicModel(HTTPModel):
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         extra_body: dict[str, Any] | None = None,
         output_mode: OutputMode = "tool",
+        settings: ModelSettings | None = None,
     ) -> None:
+        """``settings``: this model's own settings, under the agent's and the run's (see the module's docstring).
+
+        ``max_tokens`` and ``parallel_tool_calls`` are what is sent when no setting names them;
+        ``extra_body`` is a shorthand for ``settings=ModelSettings(extra=...)`` (both given: merged key by
+        key, ``settings`` winning).
+        """
         self.output_mode = checked_output_mode(output_mode, self.output_modes, "AnthropicModel")
         self.name = model or os.environ.get("ANTHROPIC_MODEL") or ""
         if not self.name:
@@ -459,26 +471,48 @@ class AnthropicModel(HTTPModel):
         self.stream = stream
         self.max_tokens = max_tokens
         self.parallel_tool_calls = parallel_tool_calls
-        self.extra_body = dict(extra_body or {})
+        self.settings = merge_settings(ModelSettings(extra=extra_body) if extra_body else None, settings)
+        self.check_settings(self.settings)
         self._url = f"{self.base_url}/v1/messages"
 
     def __repr__(self) -> str:  # never shows the key
         return f"AnthropicModel(model={self.name!r}, base_url={self.base_url!r})"
 
+    def check_settings(self, settings: ModelSettings | None) -> None:
+        """Refuse what the Messages API has no field for (``seed``) or no range for, before a run starts."""
+        if settings is None:
+            return
+        if settings.seed is not None:
+            raise ConfigurationError(
+                f"AnthropicModel cannot send seed={settings.seed}: the Messages API has no seed; leave it out "
+                "of the model settings (or use a model whose API takes one)"
+            )
+        if settings.temperature is not None and settings.temperature > 1:
+            raise ConfigurationError(
+                f"AnthropicModel cannot send temperature={settings.temperature}: the Messages API takes 0 to 1"
+            )
+
     def body(self, request: ModelRequest) -> dict[str, Any]:
         system, messages = messages_to_wire(request.messages)
-        body: dict[str, Any] = {
-            "model": self.name,
-            "max_tokens": request.max_tokens if request.max_tokens is not None else self.max_tokens,
-            "messages": messages,
-            **self.extra_body,
-        }
+        body: dict[str, Any] = {"model": self.name, "max_tokens": self.max_tokens, "messages": messages}
+        settings = settings_for(self.settings, request)
+        parallel = self.parallel_tool_calls
+        if settings is not None:
+            self.check_settings(settings)
+            body.update(settings.extra or {})
+            for key in ("max_tokens", "temperature", "top_p"):
+                if (value := getattr(settings, key)) is not None:
+                    body[key] = value
+            if settings.stop is not None:
+                body["stop_sequences"] = list(settings.stop)
+            if settings.parallel_tool_calls is not None:
+                parallel = settings.parallel_tool_calls
         if system is not None:
             body["system"] = system
         if request.tools:
             body["tools"] = [tool_to_wire(t) for t in request.tools]
             choice = tool_choice_to_wire(request.tool_choice or "auto")
-            if not self.parallel_tool_calls and choice["type"] in ("auto", "any", "tool"):
+            if not parallel and choice["type"] in ("auto", "any", "tool"):
                 choice["disable_parallel_tool_use"] = True
             if request.tool_choice is not None or "disable_parallel_tool_use" in choice:
                 body["tool_choice"] = choice

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tether.core.errors import ConfigurationError
 from tether.core.messages import Message, ModelReply
+from tether.core.settings import ModelSettings
 
 if TYPE_CHECKING:
     from tether.tools.output import OutputMode
 
+__all__ = ["Model", "ModelRequest", "ModelSettings", "output_mode", "settings_for"]
+
 
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
+    """One step's request. ``settings`` are the run's model settings (the agent's and the run's, merged);
+    the adapter merges them over its own (``settings_for``). ``max_tokens`` is a shorthand for
+    ``settings.max_tokens`` (which wins when both are given)."""
+
     messages: Sequence[Message]
     tools: Sequence[dict[str, Any]] = ()
     max_tokens: int | None = None
@@ -25,6 +32,19 @@ class ModelRequest:
     stream: bool | None = None  # None: as the adapter was configured
     # Pieces of tool-call arguments as they stream: (index, id or None, name or None, arguments piece).
     on_tool_delta: Callable[[int, str | None, str | None, str], None] | None = field(default=None, compare=False)
+    settings: ModelSettings | None = None
+
+
+def settings_for(own: ModelSettings | None, request: ModelRequest) -> ModelSettings | None:
+    """What ``request`` asks of an adapter whose own settings are ``own``: ``own``, then the request's
+    ``max_tokens``, then its ``settings``, each field over the one before; None when nothing is set."""
+    settings = request.settings
+    if request.max_tokens is not None and (settings is None or settings.max_tokens is None):
+        shorthand = ModelSettings(max_tokens=request.max_tokens)
+        settings = shorthand if settings is None else replace(settings, max_tokens=request.max_tokens)
+    if own is None:
+        return settings
+    return own.merged(settings)
 
 
 @runtime_checkable

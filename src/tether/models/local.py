@@ -23,6 +23,13 @@ model's own chat template (``tether.models.local_format``); each step then
 Calls get short ids numbered by turn (``call_2_0``), and sampling is greedy
 with a fixed seed unless asked otherwise, so the same prompt gives the same
 conversation every run. The model is loaded once per process and shared.
+
+Model settings map onto llama.cpp's sampling (``create_completion``):
+``temperature``, ``seed``, ``top_p`` and ``max_tokens`` by name, ``stop``
+ends free text (a call is decoded under its grammar, which ends it);
+``parallel_tool_calls=False`` lets the grammar hold one call; ``extra`` keys
+are further ``create_completion`` arguments (``top_k``, ``repeat_penalty``,
+...), and one it does not take is refused (``ConfigurationError``).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -40,7 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 from tether.core.errors import ConfigurationError, ModelResponseError, ModelTimeout
 from tether.core.messages import ModelReply, Usage, WireToolCall
-from tether.models.base import ModelRequest
+from tether.core.settings import ModelSettings
+from tether.models.base import ModelRequest, settings_for
 from tether.models.base import output_mode as checked_output_mode
 from tether.models.local_format import CALL_WORDS, Renderer, ToolFormat
 from tether.models.local_grammar import CALL_RULE, call_grammar, prefixed_grammar
@@ -67,6 +76,9 @@ PLAIN_LINE = "You are a helpful assistant."  # the same request scored with no t
 # units) and still get a call: on bench/local_prompts.jsonl every prompt needing no tool scored 1.2-3.6 less
 # likely under its best tool, every arithmetic and time prompt at most 0.5 less likely (see README).
 DEFAULT_TOOL_MARGIN = 0.9
+
+# create_completion's arguments that the adapter sets itself: never taken from ModelSettings.extra.
+_DRIVEN = frozenset({"prompt", "stream", "grammar", "logit_bias"})
 
 _LOADED: dict[tuple[str, int, int], tuple[Any, threading.Lock]] = {}
 _LOADING = threading.Lock()
@@ -146,7 +158,10 @@ class LocalModel:
         score_tools: bool = True,
         tool_margin: float = DEFAULT_TOOL_MARGIN,
         output_mode: OutputMode = "tool",
+        settings: ModelSettings | None = None,
     ) -> None:
+        """``settings``: this model's own, under the agent's and the run's; ``temperature`` and ``seed`` are
+        what is sampled with when no setting names them."""
         self.output_mode = checked_output_mode(output_mode, self.output_modes, "LocalModel")
         path = Path(model_path) if model_path is not None else default_model_path()
         if path is None:
@@ -174,6 +189,8 @@ class LocalModel:
         self._add_bos = metadata.get("tokenizer.ggml.add_bos_token", "false") == "true"
         self._grammars: dict[tuple[Any, ...], Any] = {}
         self._scorer: _Scorer | None = None
+        self.settings = settings
+        self.check_settings(settings)
 
     @property
     def format(self) -> ToolFormat:
@@ -224,8 +241,29 @@ class LocalModel:
             )
         llama_cpp.llama_sampler_free(sampler)
 
-    def _sampling(self, max_tokens: int) -> dict[str, Any]:
-        return {"max_tokens": max_tokens, "temperature": self.temperature, "seed": self.seed}
+    def check_settings(self, settings: ModelSettings | None) -> None:
+        """Refuse an ``extra`` key that llama.cpp's ``create_completion`` does not take, before a run starts."""
+        if settings is None or not settings.extra:
+            return
+        taken = set(inspect.signature(self._llm.create_completion).parameters) - _DRIVEN
+        unknown = sorted(set(settings.extra) - taken)
+        if unknown:
+            raise ConfigurationError(
+                f"LocalModel cannot send the setting {unknown[0]!r}: extra settings are llama.cpp sampling "
+                f"arguments ({', '.join(sorted(taken))})"
+            )
+
+    def _sampling(self, settings: ModelSettings | None, max_tokens: int, text: bool = False) -> dict[str, Any]:
+        """llama.cpp's sampling arguments: the model's defaults under ``settings`` (``stop`` for free ``text`` only)."""
+        sampling: dict[str, Any] = {"max_tokens": max_tokens, "temperature": self.temperature, "seed": self.seed}
+        if settings is not None:
+            sampling.update(settings.extra or {})
+            for key in ("max_tokens", "temperature", "top_p", "seed"):
+                if (value := getattr(settings, key)) is not None:
+                    sampling[key] = value
+            if text and settings.stop is not None:
+                sampling["stop"] = list(settings.stop)
+        return sampling
 
     def _generate(self, request: ModelRequest) -> ModelReply:
         with self._lock:
@@ -251,7 +289,7 @@ class LocalModel:
             if advantage >= -self.tool_margin:
                 return self._call(request, tokens, [best], 0)
         deciding = bool(tools)
-        sampling = self._sampling(request.max_tokens or DEFAULT_MAX_TOKENS)
+        sampling = self._sampling(settings_for(self.settings, request), DEFAULT_MAX_TOKENS, text=True)
         if request.tools and not tools:  # tools described but not to be called: a call cannot even begin
             words = CALL_WORDS if not self.format.native else (opener,)
             first = [self._llm.tokenize(w.encode(), add_bos=False, special=True)[0] for w in words]
@@ -308,11 +346,13 @@ class LocalModel:
         max_calls: int | None = None,
     ) -> ModelReply:
         """One reply of tool calls, decoded under the tools' grammar (``spent``: tokens already generated)."""
-        limit = request.max_tokens or CALL_MAX_TOKENS
+        settings = settings_for(self.settings, request)
+        if settings is not None and settings.parallel_tool_calls is False:
+            max_calls = 1
         if self.score_tools and not self.format.native and len(tools) > 1:
             tools = [self._choose_tool(request, tools)[0]]
         grammar = self._grammar(tools, max_calls)
-        out = self._llm.create_completion(tokens, grammar=grammar, **self._sampling(limit))
+        out = self._llm.create_completion(tokens, grammar=grammar, **self._sampling(settings, CALL_MAX_TOKENS))
         choice = out["choices"][0]
         usage = Usage(len(tokens), spent + int(out["usage"]["completion_tokens"]))
         if choice["finish_reason"] == "length":

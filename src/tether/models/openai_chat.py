@@ -6,6 +6,11 @@ tool call without ``type`` (Mistral; every streamed fragment after the
 first) is a function call, and list content keeps only its text parts.
 HTTP failures map to ``ModelError`` subclasses; 429 and 5xx are retried
 with backoff honouring ``Retry-After``; 401/403 are not.
+
+Model settings (``ModelSettings``) are body fields of the same names:
+``temperature``, ``max_tokens``, ``top_p``, ``seed``, ``stop`` (a list),
+and ``parallel_tool_calls`` (with tools only: OpenAI refuses it without);
+``extra`` keys are sent as they are, under the typed ones.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ import aiohttp
 from tether.core import nesting
 from tether.core.errors import ConfigurationError, ModelResponseError
 from tether.core.messages import Message, ModelReply, WireToolCall
-from tether.models.base import ModelRequest
+from tether.core.settings import ModelSettings, merge_settings
+from tether.models.base import ModelRequest, settings_for
 from tether.models.base import output_mode as checked_output_mode
 from tether.models.http import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -160,12 +166,17 @@ class OpenAIChatModel(HTTPModel):
         extra_body: dict[str, Any] | None = None,
         output_mode: OutputMode | None = None,
         strict_tools: bool | None = None,
+        settings: ModelSettings | None = None,
     ) -> None:
         """``strict_tools``: the server enforces OpenAI's strict mode on tool schemas (``"strict": true``).
 
         An ``Agent`` then offers tools in that form where their schema allows; otherwise each tool goes with
         its own schema. ``None`` (the default) means: only for OpenAI's own endpoint, ``api.openai.com``.
         The CLI takes it from the provider profile (``Provider.strict_tools``).
+
+        ``settings``: this model's own settings, under the agent's and the run's. ``extra_body`` is a
+        shorthand for ``settings=ModelSettings(extra=...)`` (both given: merged key by key, ``settings``
+        winning).
         """
         self.name = model or os.environ.get("OPENAI_MODEL") or ""
         if compat.no_json_schema:
@@ -200,7 +211,7 @@ class OpenAIChatModel(HTTPModel):
         self.stream = stream
         self.compat = compat
         self.strict_tools = self.base_url == DEFAULT_BASE_URL if strict_tools is None else strict_tools
-        self.extra_body = dict(extra_body or {})
+        self.settings = merge_settings(ModelSettings(extra=extra_body) if extra_body else None, settings)
         self._url = f"{self.base_url}/chat/completions"
         # The last response_format sent, its decoded text and its text: a run sends the same one each step.
         self._format: tuple[object, object, str] | None = None
@@ -212,8 +223,10 @@ class OpenAIChatModel(HTTPModel):
         body: dict[str, Any] = {
             "model": self.name,
             "messages": [message_to_wire(m, self.compat) for m in request.messages],
-            **self.extra_body,
         }
+        settings = settings_for(self.settings, request)
+        if settings is not None and settings.extra:
+            body.update(settings.extra)
         choice = request.tool_choice
         if request.tools:
             body["tools"] = list(request.tools)
@@ -221,8 +234,8 @@ class OpenAIChatModel(HTTPModel):
                 choice = "auto"
         if choice is not None:
             body["tool_choice"] = choice
-        if request.max_tokens is not None:
-            body["max_tokens"] = request.max_tokens
+        if settings is not None:
+            _sampling(body, settings, bool(request.tools))
         if request.response_format is not None:
             body["response_format"] = request.response_format
         auto_tools = bool(request.tools) and choice in (None, "auto")
@@ -251,8 +264,8 @@ class OpenAIChatModel(HTTPModel):
 
     async def _once(self, body: dict[str, Any], request: ModelRequest) -> ModelReply:
         reply = await self.post(self._url, body, lambda response: self._read_stream(response, request), _read_body)
-        limit = request.max_tokens
-        if self.compat.max_tokens_means_length and limit is not None and reply.usage.output_tokens >= limit:
+        limit = body.get("max_tokens")  # what was sent, from a setting or extra
+        if self.compat.max_tokens_means_length and isinstance(limit, int) and reply.usage.output_tokens >= limit:
             reply = replace(reply, finish_reason="length")
         return reply
 
@@ -270,6 +283,18 @@ class OpenAIChatModel(HTTPModel):
         if assembler.finish_reason is None:
             raise ModelResponseError("the stream ended before a finish_reason")
         return assembler.reply()
+
+
+def _sampling(body: dict[str, Any], settings: ModelSettings, tools: bool) -> None:
+    """Write ``settings`` into a chat-completions ``body`` (over the same keys of ``extra``)."""
+    for key in ("max_tokens", "temperature", "top_p", "seed"):
+        value = getattr(settings, key)
+        if value is not None:
+            body[key] = value
+    if settings.stop is not None:
+        body["stop"] = list(settings.stop)
+    if settings.parallel_tool_calls is not None and tools:  # OpenAI refuses it in a request without tools
+        body["parallel_tool_calls"] = settings.parallel_tool_calls
 
 
 def _read_body(raw: bytes) -> ModelReply:

@@ -17,7 +17,8 @@ from typing import Any
 
 from tether.core.errors import ModelResponseError
 from tether.core.messages import ModelReply, Usage, WireToolCall
-from tether.models.base import ModelRequest
+from tether.core.settings import ModelSettings
+from tether.models.base import ModelRequest, settings_for
 
 Step = ModelReply | BaseException | Callable[[ModelRequest], ModelReply]
 
@@ -51,14 +52,28 @@ def _str_or_none(value: object) -> str | None:
 
 
 class ScriptedModel:
+    """Replies from a script, recording each request (``requests``) and the settings it was asked with.
+
+    ``settings_asked`` holds, per request, the model settings it would have sent: its own ``settings``
+    with the request's over them (None when nothing was set). ``name`` tells models apart in a
+    ``FallbackModel``.
+    """
+
     name = "scripted"
 
-    def __init__(self, script: Iterable[Step]) -> None:
+    def __init__(
+        self, script: Iterable[Step], *, settings: ModelSettings | None = None, name: str | None = None
+    ) -> None:
         self._script = list(script)
         self.requests: list[ModelRequest] = []
+        self.settings = settings
+        self.settings_asked: list[ModelSettings | None] = []
+        if name is not None:
+            self.name = name
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         self.requests.append(request)
+        self.settings_asked.append(settings_for(self.settings, request))
         if len(self.requests) > len(self._script):
             raise ModelResponseError(f"the script has only {len(self._script)} replies")
         step = self._script[len(self.requests) - 1]

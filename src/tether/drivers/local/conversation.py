@@ -47,6 +47,7 @@ from tether.core.events import EventHandler
 from tether.core.machine import RunState, Status
 from tether.core.messages import Message, Usage
 from tether.core.report import RunResult
+from tether.core.settings import ModelSettings
 from tether.tools.context import Principal
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ class Conversing(Protocol):
         output_type: Any = None,
         instructions: Any = None,
         floor: str | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> TurnDriver: ...
 
 
@@ -152,14 +154,22 @@ class Conversation:
         run_id: str | None = None,
         output_type: Any = None,
         instructions: Any = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult:
         """Run one turn: ``text`` as the user's message after everything said so far.
 
-        ``output_type`` and ``instructions`` override the Agent's for this turn (as ``Agent.run``'s do).
+        ``output_type``, ``instructions`` and ``model_settings`` override the Agent's for this turn (as
+        ``Agent.run``'s do; settings field by field).
         """
         async with self._lock:
             turn = self.turn(
-                text, deps=deps, on_event=on_event, run_id=run_id, output_type=output_type, instructions=instructions
+                text,
+                deps=deps,
+                on_event=on_event,
+                run_id=run_id,
+                output_type=output_type,
+                instructions=instructions,
+                model_settings=model_settings,
             )
             return await turn.run()
 
@@ -172,6 +182,7 @@ class Conversation:
         run_id: str | None = None,
         output_type: Any = None,
         instructions: Any = None,
+        model_settings: ModelSettings | None = None,
     ) -> TurnDriver:
         """The driver of the next turn, for callers that drive it themselves (``send`` runs it)."""
         if self._waiting is not None:
@@ -200,6 +211,7 @@ class Conversation:
             output_type=output_type,
             instructions=instructions,
             floor=self.last_agent,
+            model_settings=model_settings,
         )
         self.turns += 1
         driver.on_result = self._after_turn

@@ -10,7 +10,7 @@ An agent with handoffs offers its model one more tool per target,
 goes on with the same run: from the next model request on, the target's
 model, tools (as ``toolbox_for`` offers them to the run's principal),
 ``system``, instructions, history processors, output type and output
-validators apply, and the transfer call's result says it happened
+validators apply, its model settings over the run's, and the transfer call's result says it happened
 (``{"transferred_to": "billing"}``). Everything that belongs to the run
 stays: its id, store, ledger, budget (usage keeps adding up), principal,
 taint, deps, approver and clock (the starting agent's).

@@ -85,6 +85,7 @@ from tether.core.machine import (
 )
 from tether.core.messages import Message, ModelReply
 from tether.core.report import CallReport, RunResult, StepReport, usage_dict
+from tether.core.settings import ModelSettings, merge_settings, stored_settings, with_settings
 from tether.drivers import tracing
 from tether.drivers.common import json_object
 from tether.drivers.local import subagents
@@ -185,6 +186,7 @@ class Agent:
         name: str = DEFAULT_NAME,
         handoffs: Iterable[Agent | Handoff] = (),
         handoff_description: str | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> None:
         """``propose_only=True`` ends every run after its first step's calls are judged.
 
@@ -217,6 +219,11 @@ class Agent:
         before each model request and sent with that request only, never stored: a resumed run computes
         them again. ``history_processors`` rewrite what each request sends (``tether.drivers.local.hooks``).
 
+        ``model_settings`` (``ModelSettings``: temperature, max_tokens, top_p, seed, stop,
+        parallel_tool_calls, extra) go with every run's requests, over the model's own settings and under
+        a run's (``run(..., model_settings=...)``), field by field. ``max_tokens=`` is a shorthand for
+        ``model_settings=ModelSettings(max_tokens=...)``.
+
         ``handoffs`` (Agents, or ``handoff(agent, scopes=..., description=...)``) offer the model a
         ``transfer_to_<name>`` tool per target, which hands the run to that agent (``tether.drivers.local.handoffs``);
         ``name`` is this agent's (``"agent"`` unless given), ``handoff_description`` what a model offered a transfer
@@ -247,10 +254,13 @@ class Agent:
         self._toolboxes: dict[Principal, Toolbox] = {principal: self.toolbox}
         self.store = store
         self.setup = setup or {}
+        if max_tokens is not None and model_settings is not None and model_settings.max_tokens is not None:
+            raise ConfigurationError("max_tokens is given twice: pass it in model_settings only")
+        shorthand = None if max_tokens is None else ModelSettings(max_tokens=max_tokens)
+        self.model_settings = checked(model, merge_settings(shorthand, model_settings))
         self.config = RunConfig(budget or Budget(), compat or Compat(), fallback_answer or DEFAULT_FALLBACK_ANSWER)
         self.system = system
         self.approver = approver
-        self.max_tokens = max_tokens
         self.tool_choice = tool_choice
         self.clock = clock
         self.resolve_principal = resolve_principal
@@ -322,6 +332,11 @@ class Agent:
             self._outputs[output_type] = spec
             return spec
 
+    @property
+    def max_tokens(self) -> int | None:
+        """The most tokens a reply may have, as the Agent's model settings say (None: the model's own)."""
+        return None if self.model_settings is None else self.model_settings.max_tokens
+
     def driver(
         self,
         prompt: str | Sequence[Message],
@@ -338,15 +353,20 @@ class Agent:
         message_history: Sequence[Message] | None = None,
         floor: str | None = None,
         parent: str | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> Driver:
         """A driver for a new run. ``config`` overrides the Agent's; ``turn`` marks a conversation's turn,
         ``untrusted`` the results among earlier turns' messages that taint it (``Run.new``), ``parent`` the run
         whose call this run is the child run of (a sub-agent's).
 
-        ``output_type`` and ``instructions`` override the Agent's for this run. ``message_history`` (checked
-        first: ``tether.core.history``) goes before the prompt; the Agent's ``system`` is then not added.
-        ``floor`` names the agent of this one's handoff graph that answers first (a conversation's next turn).
+        ``output_type`` and ``instructions`` override the Agent's for this run, ``model_settings`` the Agent's
+        settings field by field (stored with the run). ``message_history`` (checked first:
+        ``tether.core.history``) goes before the prompt; the Agent's ``system`` is then not added. ``floor``
+        names the agent of this one's handoff graph that answers first (a conversation's next turn).
         """
+        settings = self.model_settings
+        if model_settings is not None:
+            settings = checked(self.model, merge_settings(settings, model_settings))
         handoffs = None
         if self._handoffs or floor is not None:
             handoffs = Floor.open(self, floor, output_type, instructions is not None, approval_reason)
@@ -366,9 +386,9 @@ class Agent:
                 messages.insert(new_from if message_history else at, prompted)
         run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, config or self.config, output, untrusted)
         if self.store is not None:
-            setup = {**self.setup, "new_from": new_from} if new_from else self.setup
+            setup = with_settings({**self.setup, "new_from": new_from} if new_from else self.setup, settings)
             self.store.create_run(run.state, toolbox.principal, setup, turn=turn, parent=parent)
-        driver = Driver(self, run, toolbox, on_event, deps)
+        driver = Driver(self, run, toolbox, on_event, deps, settings)
         driver.output, driver.prompt_from = output, new_from
         if instructions is not None:
             driver.instructions = instructions_of(instructions)
@@ -423,11 +443,16 @@ class Agent:
         except BaseException:
             self.store.release(run_id)  # refused (tampered with, unreadable, not ours): leave the run as it was
             raise
+        try:
+            settings = checked(self.model, stored_settings(stored.setup))  # it goes on with its own settings
+        except BaseException:
+            self.store.release(run_id)
+            raise
         toolbox = self.toolbox_for(stored.principal)
         if deps is None and self.deps_factory is not None:
             deps = self.deps_factory(run_id, stored.principal)
         output = self.output_spec(output_type)
-        driver = Driver(self, Run(stored.state, toolbox, output), toolbox, on_event, deps)
+        driver = Driver(self, Run(stored.state, toolbox, output), toolbox, on_event, deps, settings)
         driver.output, driver.prompt_from = output, int(stored.setup.get("new_from", 0))
         if instructions is not None:
             driver.instructions = instructions_of(instructions)
@@ -446,9 +471,11 @@ class Agent:
         output_type: Any = None,
         instructions: Instructions | None = None,
         message_history: Sequence[Message] | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult:
         """Run to a finish or a pause. ``deps`` reach tools as ``context.deps``; ``principal``, ``output_type`` and
-        ``instructions`` override the Agent's; ``message_history`` goes before the prompt (see ``driver``)."""
+        ``instructions`` override the Agent's, ``model_settings`` the Agent's settings field by field;
+        ``message_history`` goes before the prompt (see ``driver``)."""
         return await self.driver(
             prompt,
             run_id=run_id,
@@ -458,6 +485,7 @@ class Agent:
             output_type=output_type,
             instructions=instructions,
             message_history=message_history,
+            model_settings=model_settings,
         ).run()
 
     def run_sync(
@@ -471,6 +499,7 @@ class Agent:
         output_type: Any = None,
         instructions: Instructions | None = None,
         message_history: Sequence[Message] | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> RunResult:
         """``run`` for a script without an event loop: ``agent.run_sync("...")``.
 
@@ -491,6 +520,7 @@ class Agent:
                     output_type=output_type,
                     instructions=instructions,
                     message_history=message_history,
+                    model_settings=model_settings,
                 )
             )
         raise ConfigurationError("run_sync was called inside a running event loop: use `await agent.run(...)` there")
@@ -505,6 +535,7 @@ class Agent:
         output_type: Any = None,
         instructions: Instructions | None = None,
         message_history: Sequence[Message] | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Run and yield typed events as they happen (``tether.drivers.local.stream``); the last is ``RunFinished``.
 
@@ -520,6 +551,7 @@ class Agent:
             output_type=output_type,
             instructions=instructions,
             message_history=message_history,
+            model_settings=model_settings,
         )
         from tether.drivers.local.stream import RunFinished, Translator  # loaded by the agents that stream
 
@@ -568,10 +600,17 @@ class Driver:
     """Drives one run to a finish or a pause (approval without an approver)."""
 
     def __init__(
-        self, agent: Agent, run: Run, toolbox: Toolbox, on_event: EventHandler | None, deps: Any = None
+        self,
+        agent: Agent,
+        run: Run,
+        toolbox: Toolbox,
+        on_event: EventHandler | None,
+        deps: Any = None,
+        settings: ModelSettings | None = None,
     ) -> None:
         self.agent = agent
         self.deps = deps  # for tools only: never stored, never sent to the model
+        self.settings = settings  # the run's model settings: the agent's and its own, stored with its setup
         self.run_machine = run
         self.toolbox = toolbox
         self.store = agent.store
@@ -922,16 +961,20 @@ class Driver:
         hidden = _NOTHING_HIDDEN
         if self.instructions or self.floor.history_processors:
             messages, hidden = await self._request_messages(command)
+        settings = self.settings
+        if self.floor is not self.agent and self.floor.model_settings is not None:  # a handoff's target
+            settings = checked(self.floor.model, merge_settings(settings, self.floor.model_settings))
         request = ModelRequest(
             messages,
             specs,
-            max_tokens=self.floor.max_tokens,
+            max_tokens=None if settings is None else settings.max_tokens,
             timeout=timeout,
             tool_choice=policy or (choice(command.step) if callable(choice) else choice),
             on_text=on_text,
             response_format=response_format,
             stream=True if self.stream_model else None,
             on_tool_delta=on_tool_delta,
+            settings=settings,
         )
         await self._flush()
         self._asking_model = True
@@ -948,7 +991,7 @@ class Driver:
                     return command  # the request is abandoned; the run still awaits the model
             raise
         except ModelError as exc:
-            self._emit(MODEL_REPLIED, error=str(exc))
+            self._emit(MODEL_REPLIED, error=str(exc), model=self.agent.model.name)
             return self._send(ModelFailed(f"{type(exc).__name__}: {exc}", clock()))
         finally:
             self._asking_model = False
@@ -996,6 +1039,8 @@ class Driver:
         if self.handoffs is not None:  # who answered, in a run with handoffs
             step.agent = self.floor.name
             speaker = {"agent": step.agent}
+        model = reply.answered_by or self.floor.model.name  # a fallback chain says which of it answered
+        data = {"skipped": list(reply.skipped)} if reply.skipped else {}
         self._emit(
             MODEL_REPLIED,
             finish_reason=reply.finish_reason,
@@ -1003,6 +1048,8 @@ class Driver:
             tool_calls=len(reply.tool_calls),
             usage=usage,
             **speaker,
+            model=model,
+            **data,
         )
 
     async def _run_tools(self, command: RunTools) -> Command:
@@ -1221,6 +1268,14 @@ class Driver:
             if report.id in replies:
                 report.result = replies[report.id]
                 report.outcome = outcome_code(report.result)
+
+
+def checked(model: Model, settings: ModelSettings | None) -> ModelSettings | None:
+    """``settings``, once ``model`` has said it can send them (its ``check_settings`` raises ``ConfigurationError``)."""
+    check = getattr(model, "check_settings", None)
+    if check is not None and settings is not None:
+        check(settings)
+    return settings
 
 
 def _renewed(store: RunStore, run_id: str) -> None:

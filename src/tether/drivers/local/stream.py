@@ -237,9 +237,10 @@ class Translator:
             if end is None:
                 continue
             usage = end.data.get("usage") or {}
+            answered = end.data.get("model", self.model)  # which model answered: a FallbackModel's member
             self.put(
                 StepFinished(
-                    **{**self._base(end), "at": self.clock() if at is None else at},
+                    **{**self._base(end), "at": self.clock() if at is None else at, "model": answered},
                     finish_reason=end.data.get("finish_reason"),
                     usage=Usage(usage.get("input_tokens", 0), usage.get("output_tokens", 0)),
                 )
