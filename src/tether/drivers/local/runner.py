@@ -187,6 +187,7 @@ class Agent:
         handoffs: Iterable[Agent | Handoff] = (),
         handoff_description: str | None = None,
         model_settings: ModelSettings | None = None,
+        deps_type: Any = None,
     ) -> None:
         """``propose_only=True`` ends every run after its first step's calls are judged.
 
@@ -224,6 +225,9 @@ class Agent:
         a run's (``run(..., model_settings=...)``), field by field. ``max_tokens=`` is a shorthand for
         ``model_settings=ModelSettings(max_tokens=...)``.
 
+        ``deps_type`` is the type of the ``deps`` runs are given (for type checkers, as pydantic-ai's): deps
+        of another class are a ``ConfigurationError`` before the run starts.
+
         ``handoffs`` (Agents, or ``handoff(agent, scopes=..., description=...)``) offer the model a
         ``transfer_to_<name>`` tool per target, which hands the run to that agent (``tether.drivers.local.handoffs``);
         ``name`` is this agent's (``"agent"`` unless given), ``handoff_description`` what a model offered a transfer
@@ -251,6 +255,7 @@ class Agent:
         self._output_type = output_type
         self._outputs: dict[Any, OutputSpec | None] = {}  # the specs of per-run output types, each built once
         self.deps_factory = deps_factory
+        self.deps_type = deps_type
         self._toolboxes: dict[Principal, Toolbox] = {principal: self.toolbox}
         self.store = store
         self.setup = setup or {}
@@ -332,6 +337,18 @@ class Agent:
             self._outputs[output_type] = spec
             return spec
 
+    def _check_deps(self, deps: Any) -> None:
+        """Refuse ``deps`` that are not an instance of the Agent's ``deps_type`` (when that is a class)."""
+        kind = self.deps_type
+        if deps is None or kind is None:
+            return
+        try:
+            if isinstance(deps, kind):
+                return
+        except TypeError:
+            return  # a type isinstance cannot check (dict[str, int], a Protocol): for type checkers only
+        raise ConfigurationError(f"deps is a {type(deps).__name__}, not the Agent's deps_type {kind.__name__}")
+
     @property
     def max_tokens(self) -> int | None:
         """The most tokens a reply may have, as the Agent's model settings say (None: the model's own)."""
@@ -364,6 +381,7 @@ class Agent:
         ``tether.core.history``) goes before the prompt; the Agent's ``system`` is then not added. ``floor``
         names the agent of this one's handoff graph that answers first (a conversation's next turn).
         """
+        self._check_deps(deps)
         settings = self.model_settings
         if model_settings is not None:
             settings = checked(self.model, merge_settings(settings, model_settings))
@@ -440,17 +458,14 @@ class Agent:
             stored = self.store.load(run_id)
             if self._handoffs or stored.state.agent is not None:  # the floor: found in this agent's graph
                 handoffs = Floor.open(self, stored.state.agent, output_type, instructions is not None, approval_reason)
+            settings = checked(self.model, stored_settings(stored.setup))  # it goes on with its own settings
+            if deps is None and self.deps_factory is not None:
+                deps = self.deps_factory(run_id, stored.principal)
+            self._check_deps(deps)
         except BaseException:
             self.store.release(run_id)  # refused (tampered with, unreadable, not ours): leave the run as it was
             raise
-        try:
-            settings = checked(self.model, stored_settings(stored.setup))  # it goes on with its own settings
-        except BaseException:
-            self.store.release(run_id)
-            raise
         toolbox = self.toolbox_for(stored.principal)
-        if deps is None and self.deps_factory is not None:
-            deps = self.deps_factory(run_id, stored.principal)
         output = self.output_spec(output_type)
         driver = Driver(self, Run(stored.state, toolbox, output), toolbox, on_event, deps, settings)
         driver.output, driver.prompt_from = output, int(stored.setup.get("new_from", 0))
