@@ -15,7 +15,10 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -154,6 +157,27 @@ def test_a_revoked_api_key_stops_at_once_without_a_restart(
         assert other.revoke_api_key(key_id)
         other.close()
         refused(call(origin, bearer(key)), "unknown or revoked")
+
+
+def tether_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    done = subprocess.run([sys.executable, "-m", "tether", *argv], capture_output=True, text=True, env=env, timeout=90)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done
+    return done
+
+
+def test_a_key_from_tether_keys_create_works_until_tether_keys_revoke_in_another_process(
+    served: tuple[FastAPI, str], store: SQLStore
+) -> None:
+    made = json.loads(
+        tether_cli(
+            "keys", "create", "--principal", "alice", "--roles", "approver", "--db", str(store.path), "--json"
+        ).stdout
+    )
+    with authenticating(served, ApiKeyAuth(store)) as origin:
+        assert call(origin, bearer(made["key"]))[1] == {"id": "alice", "roles": ["approver"], "scopes": []}
+        tether_cli("keys", "revoke", made["key_id"], "--db", str(store.path))
+        refused(call(origin, bearer(made["key"])), "unknown or revoked")
 
 
 def test_the_api_key_is_never_logged_nor_echoed(
