@@ -252,6 +252,9 @@ def test_hs384_and_hs512_need_a_secret_as_long_as_their_hash(served: tuple[FastA
         (jwt.encode(claims(exp=None), SECRET), "no exp claim"),
         (hs_forged({"alg": "HS256"}, claims(sub=42), SECRET.encode()), "not valid"),
         (jwt.encode(claims(sub="  "), SECRET), "sub"),
+        (jwt.encode(claims(sub="alice\x00"), SECRET), "sub"),
+        (jwt.encode(claims(sub="a" * 201), SECRET), "sub"),
+        (jwt.encode(claims(roles=["r" * 201]), SECRET), "roles must be a list"),
         (jwt.encode(claims(roles="approver"), SECRET), "roles must be a list"),
         (jwt.encode(claims(roles=["approver", 1]), SECRET), "roles must be a list"),
         (jwt.encode(claims(roles=["two words"]), SECRET), "roles must be a list"),
@@ -279,6 +282,9 @@ def test_hs384_and_hs512_need_a_secret_as_long_as_their_hash(served: tuple[FastA
         "no-exp",
         "sub-not-a-string",
         "sub-blank",
+        "sub-control-character",
+        "sub-too-long",
+        "role-too-long",
         "roles-a-string",
         "roles-not-strings",
         "role-with-space",
@@ -435,6 +441,8 @@ def test_an_unreadable_jwks_file_is_a_configuration_error(tmp_path: Path) -> Non
 def test_no_auth_is_one_local_approver(served: tuple[FastAPI, str]) -> None:
     with authenticating(served, NoAuth()) as origin:
         assert call(origin)[1] == {"id": "local", "roles": [APPROVER_ROLE], "scopes": ["*"]}
+    with authenticating(served, NoAuth("me", {"approver", "admin"})) as origin:
+        assert call(origin)[1] == {"id": "me", "roles": ["admin", APPROVER_ROLE], "scopes": ["*"]}
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from tether.core.errors import ConfigurationError
 from tether.serve.identity import APPROVER_ROLE
 from tether.server.problems import Problem
 from tether.store.base import RunStore
+from tether.store.keys import MAX_NAME_CHARS
 from tether.tools.context import ALL_SCOPES, Principal
 
 __all__ = [
@@ -210,7 +211,7 @@ def _principal(claims: Mapping[str, Any]) -> Principal:
     """The principal of verified claims: ``sub``, ``roles``/``role``, ``scope``; anything malformed is a 401."""
     sub, roles, role, scope = claims.get("sub"), claims.get("roles"), claims.get("role"), claims.get("scope")
     found: set[str] = set()
-    if not isinstance(sub, str) or not sub.strip():
+    if not isinstance(sub, str) or not sub.strip() or len(sub) > MAX_NAME_CHARS or not sub.isprintable():
         raise _refused("the bearer token is not valid: its sub is not a principal id")
     if roles is not None:
         if not isinstance(roles, list) or len(roles) > MAX_CLAIM_ITEMS or not all(_word(r) for r in roles):
@@ -226,7 +227,11 @@ def _principal(claims: Mapping[str, Any]) -> Principal:
 
 
 def _word(value: object) -> bool:
-    return isinstance(value, str) and bool(value) and not any(c.isspace() or not c.isprintable() for c in value)
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_NAME_CHARS
+        and not any(c.isspace() or not c.isprintable() for c in value)
+    )
 
 
 def _read_jwks(path: Path) -> dict[str | None, _Key]:
@@ -293,7 +298,7 @@ class NoAuth:
     """Every caller is one principal (default ``local``, all scopes, the approver role): for a server only
     its own machine can reach (``check_no_auth_bind``)."""
 
-    def __init__(self, principal_id: str = "local", roles: frozenset[str] = frozenset({APPROVER_ROLE})) -> None:
+    def __init__(self, principal_id: str = "local", roles: Iterable[str] = (APPROVER_ROLE,)) -> None:
         self.principal = Principal(principal_id, frozenset({ALL_SCOPES}), frozenset(roles))
 
     async def authenticate(self, request: Request) -> Principal:
