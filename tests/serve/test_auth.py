@@ -347,6 +347,7 @@ def signing_keys() -> dict[str, Any]:
 def jwks_file(tmp_path: Path, signing_keys: dict[str, Any]) -> Path:
     keys = [
         {**json.loads(RSAAlgorithm.to_jwk(signing_keys["rsa"].public_key())), "kid": "rsa-1", "use": "sig"},
+        {**json.loads(RSAAlgorithm.to_jwk(signing_keys["rsa"].public_key())), "kid": "rsa-pinned", "alg": "RS256"},
         {**json.loads(ECAlgorithm.to_jwk(signing_keys["ec"].public_key())), "kid": "ec-1"},
         {**json.loads(OKPAlgorithm.to_jwk(signing_keys["ed"].public_key())), "kid": "ed-1", "alg": "EdDSA"},
     ]
@@ -361,6 +362,7 @@ def test_tokens_signed_with_a_jwks_key_are_accepted(
     signed = [
         jwt.encode(claims(roles=["approver"]), signing_keys["rsa"], algorithm="RS256", headers={"kid": "rsa-1"}),
         jwt.encode(claims(roles=["approver"]), signing_keys["rsa"], algorithm="PS384", headers={"kid": "rsa-1"}),
+        jwt.encode(claims(roles=["approver"]), signing_keys["rsa"], algorithm="RS256", headers={"kid": "rsa-pinned"}),
         jwt.encode(claims(roles=["approver"]), signing_keys["ec"], algorithm="ES256", headers={"kid": "ec-1"}),
         jwt.encode(claims(roles=["approver"]), signing_keys["ed"], algorithm="EdDSA", headers={"kid": "ed-1"}),
     ]
@@ -391,6 +393,8 @@ def test_jwks_tokens_forged_or_with_the_wrong_key_are_refused(
         jwt.encode(claims(), signing_keys["rsa"], algorithm="RS256", headers={"kid": "rsa-2"}),
         # A good signature under an algorithm its key is not for: the EC key's kid on an RSA signature.
         jwt.encode(claims(), signing_keys["rsa"], algorithm="RS256", headers={"kid": "ec-1"}),
+        # A key whose alg says RS256 verifies nothing else, though PS256 uses the same RSA key.
+        jwt.encode(claims(), signing_keys["rsa"], algorithm="PS256", headers={"kid": "rsa-pinned"}),
         # The Ed25519 key is pinned to EdDSA by its alg; the EC key by its curve to ES256.
         jwt.encode(claims(), ec.generate_private_key(ec.SECP384R1()), algorithm="ES384", headers={"kid": "ec-1"}),
         jwt.encode(claims(exp=int(time.time()) - 5), signing_keys["ed"], algorithm="EdDSA", headers={"kid": "ed-1"}),
