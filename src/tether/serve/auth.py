@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
-import logging
 import math
 import os
 from collections.abc import Iterable, Mapping
@@ -64,8 +63,6 @@ OKP_CURVES = ("Ed25519", "Ed448")
 MAX_CLAIM_ITEMS = 100  # roles in a token
 AUTH_SPECS = "none | keys | jwt:secret-env=VAR[,issuer=ISS][,audience=AUD][,leeway=S] | jwt:jwks=PATH[,...]"
 LOOPBACK_NAMES = frozenset({"localhost"})
-
-log = logging.getLogger("tether.serve")
 
 
 def _refused(detail: str, *, invalid: bool = True) -> Problem:
