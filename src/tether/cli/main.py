@@ -1,7 +1,7 @@
 """The ``tether`` command: the group, assembled from the commands' modules.
 
 Each command lives in its own module (``run``, ``chat``, ``runs``, ``eval``,
-``serve``, ``temporal``, ``mcp``) and takes what they share from
+``serve``, ``temporal``, ``mcp``, ``keys``) and takes what they share from
 ``tether.cli.common``; none imports this one.
 """
 
@@ -16,6 +16,7 @@ import click
 from tether.cli.chat import chat
 from tether.cli.common import EXIT_INTERNAL, fail, load_tools
 from tether.cli.eval import eval_command
+from tether.cli.keys import keys
 from tether.cli.mcp import mcp
 from tether.cli.run import resume, run
 from tether.cli.runs import approve, deny, reconcile, runs
@@ -79,6 +80,7 @@ cli.add_command(eval_command)
 cli.add_command(mcp)
 cli.add_command(worker)
 cli.add_command(dev_server)
+cli.add_command(keys)
 
 
 def main() -> None:

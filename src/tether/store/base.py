@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from tether.core.machine import PendingCall, RunState
 from tether.core.messages import Message
+from tether.store.keys import ApiKey
 from tether.store.records import (
     LedgerEntry,
     LogEvent,
@@ -193,4 +194,30 @@ class RunStore(Protocol):
 
     def counts(self, run_id: str) -> tuple[int, int]:
         """How many events and messages a run has stored."""
+        ...
+
+    # --- API keys (``tether keys``, ``tether serve --auth keys``) ---
+
+    def create_api_key(
+        self, principal: str, roles: Collection[str] = (), scopes: Collection[str] = ()
+    ) -> tuple[str, str]:
+        """Record a new API key acting for ``principal`` with these roles and scopes; its id and the key.
+
+        The key (``tk_`` and 32 random bytes) is returned once and never
+        stored: the store keeps its hash, in a row sealed as a run's is.
+        A bad principal id, role or scope is a ``ConfigurationError``.
+        """
+        ...
+
+    def api_key_principal(self, secret: str) -> Principal | None:
+        """Who the key acts for; None for a key unknown, revoked, or whose row fails its seal (edited outside
+        tether). Read afresh each time: a revocation holds at once, in every process."""
+        ...
+
+    def list_api_keys(self) -> list[ApiKey]:
+        """Every API key, oldest first, without the key or its hash."""
+        ...
+
+    def revoke_api_key(self, key_id: str) -> bool:
+        """Revoke a key at once; False when no key has this id or it was already revoked."""
         ...

@@ -39,6 +39,8 @@ it, connects, and supplies the few words the databases spell differently.
 from __future__ import annotations
 
 import asyncio
+import hmac
+import logging
 import os
 import socket
 import threading
@@ -57,6 +59,19 @@ from tether.core.machine import PendingCall, RunState
 from tether.core.messages import Message
 from tether.store.audit import GENESIS, SEALED_COLUMNS, audit_key_from_env, seal, seal_problem
 from tether.store.dialects import Dialect, Tx
+from tether.store.keys import (
+    KEY_SEALED,
+    ApiKey,
+    api_key,
+    key_hash,
+    key_principal,
+    key_seal,
+    key_seal_problem,
+    names,
+    new_key,
+    principal_id,
+    words_text,
+)
 from tether.store.records import (
     AMBIGUOUS_SHOWN,
     CONVERSATION_SEALED,
@@ -95,9 +110,12 @@ from tether.tools.context import Principal
 
 __all__ = ["MIGRATIONS", "Migration", "SQLStore"]
 
+log = logging.getLogger("tether.store")
+
 _RUN_HEAD = f"SELECT {', '.join(SEALED_COLUMNS)}, seal, lease_owner FROM runs WHERE id = ?"
 _CONVERSATION = f"SELECT {', '.join(CONVERSATION_SEALED)}, seal FROM conversations WHERE id = ?"
 _TURNS = f"SELECT {', '.join(TURN_COLUMNS)} FROM runs WHERE conversation_id = ? ORDER BY turn"
+_KEY_ROW = f"SELECT id, {', '.join(KEY_SEALED)}, seal FROM api_keys"
 _LEDGER_ROW = "SELECT call_id, tool, fingerprint, intent_at, outcome, outcome_at FROM ledger"
 GROUP_WAIT = 0.001  # seconds a group commit waits for more intents, while other runs are being driven
 _UPDATE_RUN = (
@@ -242,6 +260,22 @@ MIGRATIONS: list[Migration] = [
         """
         ALTER TABLE runs ADD COLUMN parent_id {id} REFERENCES runs(id);
         CREATE INDEX runs_by_parent ON runs (parent_id)
+        """,
+    ),
+    # API keys for ``tether serve``: only the key's hash is kept, and the row is sealed (``tether.store.keys``).
+    Migration(
+        "m9_api_keys",
+        """
+        CREATE TABLE api_keys (
+            id {id} PRIMARY KEY,
+            hash TEXT NOT NULL UNIQUE,
+            principal TEXT NOT NULL,
+            roles TEXT NOT NULL,
+            scopes TEXT NOT NULL,
+            created_at {real} NOT NULL,
+            revoked_at {real},
+            seal TEXT NOT NULL
+        )
         """,
     ),
 ]
@@ -900,3 +934,70 @@ class SQLStore:
                 (run_id, run_id),
             ).fetchone()
         return int(row[0]), int(row[1])
+
+    # --- API keys ------------------------------------------------------------------
+
+    def create_api_key(
+        self, principal: str, roles: Collection[str] = (), scopes: Collection[str] = ()
+    ) -> tuple[str, str]:
+        """Record a new API key acting for ``principal``; its id and the key, which is never stored or shown again."""
+        key_id, secret = new_key()
+        row = (
+            key_hash(secret),
+            principal_id(principal),
+            words_text(names(roles, "role")),
+            words_text(names(scopes, "scope")),
+            self.clock(),
+            None,
+        )
+        with self._write() as tx:
+            tx.execute(
+                f"INSERT INTO api_keys (id, {', '.join(KEY_SEALED)}, seal) VALUES ({', '.join('?' * (len(row) + 2))})",
+                (key_id, *row, key_seal(self.audit_key, key_id, row)),
+            )
+        return key_id, secret
+
+    def api_key_principal(self, secret: str) -> Principal | None:
+        """Who the key ``secret`` acts for; None when no key is so, or it is revoked, or its row fails its seal.
+
+        Read afresh on every call, so a revocation holds at once in every process.
+        """
+        digest = key_hash(secret)
+        # Found by its hash through the index: that lookup's timing tells a caller at most how much of the
+        # SHA-256 of its own guess matches a stored one, which brings no key nearer (the hashes are of
+        # 256-bit random keys). The match is then confirmed in constant time.
+        with self._read() as tx:
+            row = tx.execute(_KEY_ROW + " WHERE hash = ?", (digest,)).fetchone()
+        if row is None or not hmac.compare_digest(str(row[1]), digest):
+            return None
+        found = self._api_key(row)
+        if found.problem is not None:
+            log.warning("API key %s refused: %s", found.key_id, found.problem)
+        return key_principal(found)
+
+    def list_api_keys(self) -> list[ApiKey]:
+        """Every API key, the oldest first: who it acts for, its roles and scopes, whether revoked or tampered."""
+        with self._read() as tx:
+            rows = tx.execute(_KEY_ROW + " ORDER BY created_at, id").fetchall()
+        return [self._api_key(row) for row in rows]
+
+    def revoke_api_key(self, key_id: str) -> bool:
+        """Revoke a key at once; False when no key has this id or it was already revoked.
+
+        The row is sealed again only if its seal held: a tampered row stays
+        refused (now also revoked), and keeps the mark of its edit.
+        """
+        with self._write(durable=True) as tx:
+            row = tx.execute(_KEY_ROW + " WHERE id = ?" + self.dialect.for_update, (key_id,)).fetchone()
+            if row is None or row[-2] is not None:
+                return False
+            now = self.clock()
+            intact = key_seal_problem(self.audit_key, key_id, row[1:-1], row[-1]) is None
+            revoked = (*row[1:-2], now)
+            new_seal = key_seal(self.audit_key, key_id, revoked) if intact else row[-1]
+            tx.execute("UPDATE api_keys SET revoked_at = ?, seal = ? WHERE id = ?", (now, new_seal, key_id))
+        return True
+
+    def _api_key(self, row: Sequence[Any]) -> ApiKey:
+        key_id, sealed, stored = row[0], row[1:-1], row[-1]
+        return api_key(key_id, sealed, key_seal_problem(self.audit_key, key_id, sealed, stored))
