@@ -22,12 +22,23 @@ from tether.drivers.local.runner import Agent
 from tether.models import ModelRequest, ModelSettings, ScriptedModel
 from tether.models.anthropic import DEFAULT_MAX_TOKENS, AnthropicModel
 from tether.models.openai_chat import OpenAIChatModel
+from tether.models.openai_responses import OpenAIResponsesModel
 from tether.models.scripted import reply_text
 from tether.store import SQLiteStore
 from tether.testing import FakeServer, text
 from tether.tools import tool
 
-SAMPLING = ("temperature", "max_tokens", "top_p", "seed", "stop", "stop_sequences", "parallel_tool_calls", "user")
+SAMPLING = (
+    "temperature",
+    "max_tokens",
+    "max_output_tokens",
+    "top_p",
+    "seed",
+    "stop",
+    "stop_sequences",
+    "parallel_tool_calls",
+    "user",
+)
 
 
 @tool(read_only=True)
@@ -210,6 +221,53 @@ async def test_a_seed_for_the_messages_api_is_refused_before_anything_is_sent_or
                 await agent.run("hi", model_settings=ModelSettings(seed=1))
             with pytest.raises(ConfigurationError, match="takes 0 to 1"):
                 await agent.run("hi", model_settings=ModelSettings(temperature=1.5))
+        finally:
+            await agent.aclose()
+        assert server.requests == []
+        assert store.list_runs() == []
+
+
+# ----------------------------------------------------------------- responses
+
+
+def responses(server: FakeServer, **options: Any) -> OpenAIResponsesModel:
+    return OpenAIResponsesModel("fake", base_url=server.base_url, api_key="x", max_retries=0, **options)
+
+
+async def test_the_responses_api_gets_its_own_fields() -> None:
+    with FakeServer([text("one"), text("two")]) as server:
+        agent = Agent(
+            responses(server, settings=ModelSettings(top_p=0.8, extra={"truncation": "auto"})),
+            [lookup],
+            model_settings=ModelSettings(temperature=0.4),
+        )
+        try:
+            await agent.run(
+                "a", model_settings=ModelSettings(temperature=0.1, max_tokens=99, parallel_tool_calls=False)
+            )
+            await agent.run("b")
+        finally:
+            await agent.aclose()
+        first, second = server.requests
+    assert sent(first) == {"temperature": 0.1, "top_p": 0.8, "max_output_tokens": 99, "parallel_tool_calls": False}
+    assert first["truncation"] == "auto"
+    assert sent(second) == {"temperature": 0.4, "top_p": 0.8}
+
+
+@pytest.mark.parametrize("setting", [ModelSettings(seed=1), ModelSettings(stop=["END"])])
+async def test_a_seed_or_stop_for_the_responses_api_is_refused_before_anything_is_sent_or_stored(
+    tmp_path: Path, setting: ModelSettings
+) -> None:
+    with FakeServer([text("x")]) as server:
+        with pytest.raises(ConfigurationError, match=r"the Responses API has no (seed|stop)"):
+            responses(server, settings=setting)
+        with pytest.raises(ConfigurationError, match=r"the Responses API has no (seed|stop)"):
+            Agent(responses(server), model_settings=setting)
+        store = SQLiteStore(tmp_path / "runs.db")
+        agent = Agent(responses(server), store=store)
+        try:
+            with pytest.raises(ConfigurationError, match=r"the Responses API has no (seed|stop)"):
+                await agent.run("hi", model_settings=setting)
         finally:
             await agent.aclose()
         assert server.requests == []

@@ -14,8 +14,12 @@ to what:
   the API's default is true: ``true`` only for a tool offered in strict form
   (``strict_tools``). ``tool_choice`` ``auto`` / ``required`` / ``none`` are
   sent as they are, a named function as ``{"type": "function", "name":
-  ...}``; ``max_tokens`` is ``max_output_tokens``; ``response_format`` (the
-  ``native`` output mode) is ``text.format``.
+  ...}``; ``response_format`` (the ``native`` output mode) is ``text.format``.
+- Model settings: ``max_tokens`` is ``max_output_tokens``; ``temperature``,
+  ``top_p`` and (with tools) ``parallel_tool_calls`` go as they are,
+  ``extra`` as body fields. The Responses API has no ``seed`` and no
+  ``stop``: settings naming either are a ``ConfigurationError`` before a
+  run starts, never dropped.
 - Output items: a ``function_call`` is a call, its ``arguments`` text
   unchanged; the ``output_text`` parts of ``message`` items are the answer;
   a ``refusal`` part makes the reply ``content_filter``. ``reasoning`` items
@@ -61,7 +65,8 @@ import aiohttp
 from tether.core import nesting
 from tether.core.errors import ConfigurationError, ModelResponseError
 from tether.core.messages import Message, ModelReply, Usage, WireToolCall
-from tether.models.base import ModelRequest
+from tether.core.settings import ModelSettings, merge_settings
+from tether.models.base import ModelRequest, settings_for
 from tether.models.base import output_mode as checked_output_mode
 from tether.models.http import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -472,8 +477,12 @@ class OpenAIResponsesModel(HTTPModel):
         output_mode: OutputMode = "native",
         strict_tools: bool | None = None,
         encrypted_reasoning: bool | None = None,
+        settings: ModelSettings | None = None,
     ) -> None:
-        """``strict_tools``: the server enforces OpenAI's strict mode on tool schemas, as for ``OpenAIChatModel``
+        """``settings``: this model's own, under the agent's and the run's; ``extra_body`` is a shorthand for
+        ``settings=ModelSettings(extra=...)``.
+
+        ``strict_tools``: the server enforces OpenAI's strict mode on tool schemas, as for ``OpenAIChatModel``
         (``None``: only ``api.openai.com``).
 
         ``encrypted_reasoning``: ask for the reasoning items' ``encrypted_content`` (``include``) so they can
@@ -508,7 +517,8 @@ class OpenAIResponsesModel(HTTPModel):
         self.stream = stream
         self.strict_tools = self.base_url == DEFAULT_BASE_URL if strict_tools is None else strict_tools
         self.encrypted_reasoning = reasons(self.name) if encrypted_reasoning is None else encrypted_reasoning
-        self.extra_body = dict(extra_body or {})
+        self.settings = merge_settings(ModelSettings(extra=extra_body) if extra_body else None, settings)
+        self.check_settings(self.settings)
         self._url = f"{self.base_url}/responses"
         # Whose reasoning items this adapter may send back: its own endpoint's and model's.
         self._origin = {"base_url": self.base_url, "model": self.name}
@@ -516,17 +526,36 @@ class OpenAIResponsesModel(HTTPModel):
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAIResponsesModel(model={self.name!r}, base_url={self.base_url!r})"
 
+    def check_settings(self, settings: ModelSettings | None) -> None:
+        """Refuse what the Responses API has no field for (``seed``, ``stop``), before a run starts."""
+        for name in ("seed", "stop"):
+            if settings is not None and (value := getattr(settings, name)) is not None:
+                raise ConfigurationError(
+                    f"OpenAIResponsesModel cannot send {name}={value!r}: the Responses API has no {name}; leave "
+                    "it out of the model settings (or use OpenAIChatModel, --protocol openai)"
+                )
+
     def body(self, request: ModelRequest) -> dict[str, Any]:
         instructions, items = messages_to_wire(request.messages, self._origin)
-        body: dict[str, Any] = {"model": self.name, "input": items, **self.extra_body}
+        settings = settings_for(self.settings, request)
+        body: dict[str, Any] = {"model": self.name, "input": items}
+        if settings is not None:
+            self.check_settings(settings)
+            body.update(settings.extra or {})
         if instructions is not None:
             body["instructions"] = instructions
         if request.tools:
             body["tools"] = [tool_to_wire(t) for t in request.tools]
         if request.tool_choice is not None:
             body["tool_choice"] = tool_choice_to_wire(request.tool_choice)
-        if request.max_tokens is not None:
-            body["max_output_tokens"] = request.max_tokens
+        if settings is not None:
+            if settings.max_tokens is not None:
+                body["max_output_tokens"] = settings.max_tokens
+            for key in ("temperature", "top_p"):
+                if (value := getattr(settings, key)) is not None:
+                    body[key] = value
+            if settings.parallel_tool_calls is not None and request.tools:
+                body["parallel_tool_calls"] = settings.parallel_tool_calls
         if request.response_format is not None:
             body["text"] = {**(body.get("text") or {}), "format": format_to_wire(request.response_format)}
         if self.encrypted_reasoning:
