@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import aiohttp
 from serve_harness import Client, Served
 
@@ -48,3 +50,35 @@ async def test_a_run_pauses_for_approval_and_an_approver_decides_it(
         assert done["output"] == "Refunded 42 on order A7."
         assert served.refunds_made() == ["A7 42"]
         assert (await api.call("GET", "/approvals", BOB)).body["approvals"] == []
+
+
+async def test_a_run_waiting_for_approval_survives_a_sigkill_and_its_tool_runs_once(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    with served.process() as (first, base):
+        api = Client(base, session)
+        run_id = await api.start(ALICE, "Please refund order A7.")
+        assert (await api.settled(ALICE, run_id))["status"] == "awaiting_approval"
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    asked = len(served.model.requests)
+
+    with served.process() as (_, base):
+        api = Client(base, session)
+        [item] = (await api.call("GET", "/approvals", BOB)).body["approvals"]
+        assert item["run_id"] == run_id
+        call = f"/runs/{run_id}/approvals/{item['call_id']}"
+        decided = await api.call("POST", call, BOB, {"approve": True, "fingerprint": item["fingerprint"]})
+        assert decided.status == 200, decided.body
+        done = await api.settled(ALICE, run_id)
+        # Events stored by the killed process are read by this one; the stream resumes after a given event.
+        events = await api.events(ALICE, run_id)
+        resumed = await api.events(ALICE, run_id, last_event_id=events[2][1])
+    assert done["status"] == "completed", done
+    assert done["output"] == "Refunded 42 on order A7."
+    assert served.refunds_made() == ["A7 42"]  # exactly once
+    assert len(served.model.requests) == asked + 1  # only the answer after the refund was asked for
+    kinds = [kind for kind, _, _ in events]
+    assert kinds[0] == "run_started" and "approval_requested" in kinds and kinds[-1] == "run_finished"
+    assert [int(i) for _, i, _ in events if i] == list(range(1, len(events) + 1))
+    assert resumed == events[3:]
