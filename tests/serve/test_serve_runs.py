@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import signal
+import time
 
 import aiohttp
-from serve_harness import Client, Served
+from serve_harness import AGENT_PY, Client, Served
 
 ALICE = "alice"  # no roles: starts runs, sees her own
 BOB = "bob:approver"  # may decide calls addressed to the approver role
@@ -82,3 +85,47 @@ async def test_a_run_waiting_for_approval_survives_a_sigkill_and_its_tool_runs_o
     assert kinds[0] == "run_started" and "approval_requested" in kinds and kinds[-1] == "run_finished"
     assert [int(i) for _, i, _ in events if i] == list(range(1, len(events) + 1))
     assert resumed == events[3:]
+
+
+HANGING_REFUND = AGENT_PY.replace(
+    '    with open(os.environ["REFUNDS_LOG"], "a") as log:',
+    '    import time\n    with open(os.environ["REFUNDS_LOG"], "a") as log:\n        log.write("started\\n")\n'
+    "    time.sleep(3600)  # the process dies first\n"
+    '    with open(os.environ["REFUNDS_LOG"], "a") as log:',
+)
+
+
+async def test_a_call_cut_off_by_a_crash_is_settled_over_http_never_run_again(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    served.agent_py.write_text(HANGING_REFUND)
+    with served.process() as (first, base):
+        api = Client(base, session)
+        run_id = await api.start(ALICE, "Please refund order A7.")
+        [item] = (await api.settled(ALICE, run_id))["pending_approvals"]
+        call = f"/runs/{run_id}/approvals/{item['call_id']}"
+        assert (await api.call("POST", call, BOB, {"approve": True, "fingerprint": item["fingerprint"]})).status == 200
+        deadline = time.monotonic() + 30
+        while served.refunds_made() != ["started"]:
+            assert time.monotonic() < deadline, "the refund did not start"
+            await asyncio.sleep(0.05)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+
+    with served.process() as (_, base):
+        api = Client(base, session)
+        waiting = await api.settled(ALICE, run_id)  # taken over at start: its intent has no outcome
+        assert waiting["status"] == "awaiting_reconciliation", waiting
+        [unknown] = waiting["unknown_outcomes"]
+        [inboxed] = (await api.call("GET", "/approvals", BOB)).body["approvals"]
+        assert inboxed["kind"] == "reconcile" and inboxed["call_id"] == unknown["call_id"] == item["call_id"]
+        settle = f"/runs/{run_id}/calls/{item['call_id']}/reconcile"
+        body = {"executed": True, "result": "refunded 42 on order A7"}
+        assert (await api.call("POST", settle, ALICE, body)).status == 403  # settling needs the approver role
+        settled = await api.call("POST", settle, BOB, body)
+        assert settled.status == 200, settled.body
+        done = await api.settled(ALICE, run_id)
+    assert done["status"] == "completed", done
+    assert done["output"] == "Refunded 42 on order A7."
+    assert served.refunds_made() == ["started"]  # never run again
+    assert json.loads(served.model.requests[-1]["messages"][-1]["content"])["result"] == "refunded 42 on order A7"

@@ -36,6 +36,7 @@ from tether.drivers.local.durable import cancel, reconcile, waiting_calls
 from tether.drivers.local.runner import Agent, Driver
 from tether.serve.identity import APPROVER_ROLE
 from tether.server.problems import Problem
+from tether.server.runs import Caller as Owner
 from tether.server.runs import LiveRun, RunService
 from tether.server.settings import DEFAULT_RUNS_RETRY_AFTER, Settings
 from tether.store import LeaseHeld, RunStore, StoreError, TamperedRun
@@ -45,6 +46,8 @@ from tether.tools.context import Principal
 log = logging.getLogger("tether.serve")
 
 WAITING_FOR_A_PERSON = frozenset({Status.AWAITING_APPROVAL, Status.AWAITING_RECONCILIATION})
+APPROVE = "approve"  # what an inbox item asks: POST /runs/{id}/approvals/{call_id}
+RECONCILE = "reconcile"  # POST /runs/{id}/calls/{call_id}/reconcile
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,19 +200,29 @@ class AgentRuns(RunService):
 
     def _read_inbox(self, caller: Caller, limit: int) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
-        owner = None if caller.approves else caller.id  # every call waiting for a decision is addressed to the role
-        waiting = {Status.AWAITING_APPROVAL.value}
+        owner = None if caller.approves else caller.id  # every call waiting for a person is addressed to the role
+        waiting = {status.value for status in WAITING_FOR_A_PERSON}
         for summary in self.reader.list_runs(owner, limit=limit, statuses=waiting, oldest_update_first=True):
-            calls = summary.undecided()
-            if not calls:
-                continue
-            prompt = _prompt(self.reader.load(summary.run_id, check=False).state)
-            for call in calls:
-                found.append({**inbox_item(summary.run_id, call), "prompt": prompt, "owner": summary.principal,
-                              "requested_at": summary.updated_at, "decidable": caller.approves})  # fmt: skip
+            state = self.reader.load(summary.run_id, check=False).state
+            prompt = _prompt(state)
+            for kind, call in waiting_for_a_person(state):
+                found.append({**inbox_item(summary.run_id, call), "kind": kind, "prompt": prompt,
+                              "owner": summary.principal, "requested_at": summary.updated_at,
+                              "decidable": caller.approves})  # fmt: skip
             if len(found) >= limit:
                 break
         return found[:limit]
+
+    async def view(self, run_id: str, user: Owner) -> dict[str, Any]:
+        """The run as ``RunService.view`` shows it, with the calls whose outcome a person must settle."""
+        shown = await super().view(run_id, user)
+        shown["unknown_outcomes"] = []
+        if shown["status"] == Status.AWAITING_RECONCILIATION.value:
+            state = (await self._owned(run_id, user)).state
+            shown["unknown_outcomes"] = [
+                inbox_item(run_id, c) for k, c in waiting_for_a_person(state) if k == RECONCILE
+            ]
+        return shown
 
     async def decide_as(
         self, run_id: str, call_id: str, caller: Caller, *, approved: bool, reason: str | None, fingerprint: str | None
@@ -281,6 +294,15 @@ class AgentRuns(RunService):
         except TamperedRun:
             raise Problem(409, f"run {run_id} fails its audit check and is not acted on") from None
         return await self.view(run_id, caller)
+
+
+def waiting_for_a_person(state: RunState) -> list[tuple[str, PendingCall]]:
+    """The run's own calls a person must decide (``APPROVE``) or whose outcome a person must settle (``RECONCILE``)."""
+    if state.status is Status.AWAITING_APPROVAL:
+        return [(APPROVE, call) for call in state.undecided()]
+    if state.status is Status.AWAITING_RECONCILIATION:
+        return [(RECONCILE, call) for call in state.pending if call.call_id in state.unknown]
+    return []
 
 
 def inbox_item(run_id: str, call: PendingCall) -> dict[str, Any]:
