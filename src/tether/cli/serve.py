@@ -9,6 +9,8 @@ import click
 from tether.cli.common import fail, seconds
 from tether.core.errors import TetherError
 
+AGENT_ONLY = ("target", "auth")  # the parameters for a served agent; the rest are the ticket demo's too
+
 
 @click.command()
 @click.argument("target", required=False, metavar="[PATH_OR_MODULE:AGENT]")
