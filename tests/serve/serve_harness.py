@@ -67,11 +67,14 @@ class HeaderAuth:
 
 
 def refund_desk(request: dict[str, Any]) -> ReplySpec:
-    """Look the order up, refund it (a call needing approval), say so; ``say: X`` is answered ``You said X``."""
+    """Look the order up, refund it (a call needing approval), say so; ``say: X`` is answered ``You said X``,
+    ``take your time`` after a minute."""
     messages = request["messages"]
     last = messages[-1]
     if last["role"] == "user" and last["content"].startswith("say: "):
         return text("You said " + last["content"].removeprefix("say: "))
+    if last["role"] == "user" and last["content"] == "take your time":
+        return text("too late", latency=60)
     n = len(messages)
     if last["role"] == "user":
         return tool_calls([(f"call_lookup_{n}", "lookup_order", json.dumps({"order_id": "A7"}))])

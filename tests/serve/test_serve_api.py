@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import aiohttp
 from serve_harness import Client, Served
 
@@ -106,3 +109,17 @@ async def test_health_readiness_openapi_and_bounded_input(served: Served, sessio
     for reply in (too_long, too_big, extra, no_fingerprint):
         assert reply.content_type == "application/problem+json"
     assert len(served.model.requests) == 0
+
+
+async def test_a_run_being_driven_is_cancelled_at_once(served: Served, session: aiohttp.ClientSession) -> None:
+    with served.process() as (_, base):
+        api = Client(base, session)
+        run_id = await api.start(ALICE, "take your time")
+        deadline = time.monotonic() + 30
+        while not served.model.requests:  # the model is asked, and answers only in a minute
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        cancelled = await api.call("POST", f"/runs/{run_id}/cancel", ALICE)
+        assert cancelled.status == 200, cancelled.body
+        assert cancelled.body["status"] == "cancelled"
+        assert (await api.call("GET", f"/runs/{run_id}", ALICE)).body["status"] == "cancelled"
