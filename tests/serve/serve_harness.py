@@ -105,7 +105,7 @@ def wait_listening(process: subprocess.Popen[bytes], port: int, seconds: float =
 @dataclass
 class Served:
     agent_py: Path
-    db: Path
+    db: Path | str
     refunds: Path
     model: FakeServer
 
