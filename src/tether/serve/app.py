@@ -27,7 +27,7 @@ from tether.drivers.local.runner import Agent
 from tether.serve.api import DEFAULT_MAX_PROMPT_CHARS, routes
 from tether.serve.identity import Authenticator
 from tether.serve.runs import AgentRuns
-from tether.server.app import SecurityHeaders, _stop_runs_on_sigterm
+from tether.server.app import SecurityHeaders, stop_runs_on_sigterm
 from tether.server.problems import install
 from tether.server.runs import open_run_store
 from tether.server.settings import DEFAULT_MAX_BODY_BYTES, Settings, run_store
@@ -70,7 +70,7 @@ def app(
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
         await runs.start_keeping()  # runs a crash or a stop cut off carry on from their last checkpoint
-        _stop_runs_on_sigterm(runs, asyncio.get_running_loop())
+        stop_runs_on_sigterm(runs, asyncio.get_running_loop())
         try:
             yield
         finally:
