@@ -123,3 +123,18 @@ async def test_a_run_being_driven_is_cancelled_at_once(served: Served, session: 
         assert cancelled.status == 200, cancelled.body
         assert cancelled.body["status"] == "cancelled"
         assert (await api.call("GET", f"/runs/{run_id}", ALICE)).body["status"] == "cancelled"
+
+
+async def test_a_run_started_between_pages_neither_repeats_nor_hides_one(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    with served.process() as (_, base):
+        api = Client(base, session)
+        older = [await api.start(ALICE, f"say: {n}") for n in range(3)]
+        first = (await api.call("GET", "/runs?limit=2", ALICE)).body
+        newer = await api.start(ALICE, "say: late")
+        second = (await api.call("GET", f"/runs?limit=2&cursor={first['next_cursor']}", ALICE)).body
+        fresh = (await api.call("GET", "/runs?limit=1", ALICE)).body
+    assert [r["run_id"] for r in first["runs"]] == [older[2], older[1]]
+    assert [r["run_id"] for r in second["runs"]] == [older[0]] and second["next_cursor"] is None
+    assert [r["run_id"] for r in fresh["runs"]] == [newer]

@@ -46,20 +46,22 @@ class ReconcileRequest(_Strict):
     result: JsonValue = None  # what it returned, when it did
 
 
-def _cursor(offset: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"offset": offset}).encode()).decode()
+def _cursor(after: tuple[float, str]) -> str:
+    """Where the next page starts, opaque to the client: the last run listed."""
+    created_at, run_id = after
+    return base64.urlsafe_b64encode(json.dumps([created_at, run_id]).encode()).decode()
 
 
-def _offset(cursor: str | None) -> int:
+def _after(cursor: str | None) -> tuple[float, str] | None:
     if cursor is None:
-        return 0
+        return None
     try:
-        offset = json.loads(base64.urlsafe_b64decode(cursor.encode()))["offset"]
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        offset = None
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        created_at, run_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+    except (ValueError, TypeError, binascii.Error):
+        created_at = run_id = None
+    if not isinstance(created_at, int | float) or isinstance(created_at, bool) or not isinstance(run_id, str):
         raise Problem(422, "cursor: not a cursor this service gave")
-    return offset
+    return float(created_at), run_id
 
 
 def _last_event(header: str | None) -> int:
@@ -115,10 +117,9 @@ def routes(app: FastAPI, runs: AgentRuns, authenticator: Authenticator, *, max_p
         cursor: Annotated[str | None, Query(max_length=200)] = None,
     ) -> dict[str, Any]:
         """The caller's runs, newest first; ``next_cursor`` gets the next page."""
-        offset = _offset(cursor)
         statuses = None if status is None else {status.value}
-        found, more = await runs.page(who, statuses=statuses, limit=limit, offset=offset)
-        return {"runs": found, "next_cursor": _cursor(offset + limit) if more else None}
+        found, after = await runs.page(who, statuses=statuses, limit=limit, before=_after(cursor))
+        return {"runs": found, "next_cursor": None if after is None else _cursor(after)}
 
     @app.get("/runs/{run_id}")
     async def get_run(run_id: str, who: Who) -> dict[str, Any]:

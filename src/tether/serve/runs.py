@@ -172,11 +172,14 @@ class AgentRuns(RunService):
     # --- reading -------------------------------------------------------------------
 
     async def page(
-        self, caller: Caller, *, statuses: Collection[str] | None, limit: int, offset: int
-    ) -> tuple[list[dict[str, Any]], bool]:
-        """One page of ``caller``'s runs, newest first, and whether more follow."""
-        found = await self.io(self.store.list_runs, principal_id=caller.id, limit=offset + limit + 1, statuses=statuses)
-        return [_summary(r) for r in found[offset : offset + limit]], len(found) > offset + limit
+        self, caller: Caller, *, statuses: Collection[str] | None, limit: int, before: tuple[float, str] | None
+    ) -> tuple[list[dict[str, Any]], tuple[float, str] | None]:
+        """One page of ``caller``'s runs, newest first (after ``before``), and where the next page starts."""
+        found = await self.io(
+            self.store.list_runs, principal_id=caller.id, limit=limit + 1, statuses=statuses, before=before
+        )
+        last = found[limit - 1] if len(found) > limit else None
+        return [_summary(r) for r in found[:limit]], None if last is None else (last.created_at, last.run_id)
 
     async def _visible(self, run_id: str, caller: Caller) -> StoredRun:
         """The run if ``caller`` may see it: its own, or (holding the approver role) one waiting for a person."""
