@@ -17,9 +17,9 @@ from tether.serve.target import load_agent
 MODEL_ENV = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "sk-test"}
 
 
-def serve(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def serve(*argv: str, cwd: Path, **extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TETHER_"))}
-    env.update(MODEL_ENV, TETHER_DB=str(cwd / "runs.db"))
+    env.update(MODEL_ENV, TETHER_DB=str(cwd / "runs.db"), **extra)
     done = subprocess.run(
         [sys.executable, "-m", "tether", "serve", *argv], capture_output=True, text=True, env=env, cwd=cwd, timeout=90
     )
@@ -73,3 +73,5 @@ def test_options_that_do_not_fit_are_refused_before_anything_listens(folder: Pat
     assert workers.returncode == ConfigurationError.exit_code and "needs a run store" in workers.stderr
     public = serve("agent.py:agent", "--host", "0.0.0.0", "--auth", "none", cwd=folder)
     assert public.returncode == ConfigurationError.exit_code and "loopback only" in public.stderr
+    lease = serve("agent.py:agent", cwd=folder, TETHER_LEASE_SECONDS="soon")
+    assert lease.returncode == ConfigurationError.exit_code and "TETHER_LEASE_SECONDS must be" in lease.stderr

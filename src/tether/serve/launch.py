@@ -22,7 +22,7 @@ from tether.core.errors import ConfigurationError
 from tether.serve.app import app, store_target
 from tether.serve.identity import Authenticator
 from tether.serve.target import load_agent
-from tether.server.settings import POSTGRES_SCHEMES
+from tether.server.settings import POSTGRES_SCHEMES, Settings
 from tether.store import RunStore, open_store
 from tether.store.records import DEFAULT_LEASE_SECONDS
 
@@ -81,9 +81,9 @@ def serve(
             f"--workers {workers} needs a run store several processes can share: "
             f"--db postgresql://... (or TETHER_DB); the SQLite file {where} serves one process"
         )
+    lease = lease_seconds or Settings.from_env().lease_seconds  # TETHER_LEASE_SECONDS, checked, else the default
     who = authenticator(auth, host, store)
     log_level = os.environ.get("TETHER_LOG_LEVEL", "info")
-    lease = lease_seconds or DEFAULT_LEASE_SECONDS
     if workers == 1:
         served = app(agent, authenticator=who, store=where, lease_seconds=lease)
         uvicorn.run(served, host=host, port=port, log_level=log_level)
