@@ -429,6 +429,19 @@ def test_list_runs_by_principal_and_status_newest_first(backend: Backend) -> Non
     assert (summary.principal, summary.status, summary.created_at) == ("bob", "ready", 1002.0)
 
 
+def test_list_runs_before_a_run_pages_newest_first_ties_by_id(backend: Backend) -> None:
+    """Keyset pages (``tether.serve``'s cursor): runs created later, or at the same instant, never shift one."""
+    store = backend.open(clock=lambda: 1000.0)  # every run created at the same instant: the id breaks the tie
+    for run_id in ("a", "b", "c", "d"):
+        start_run(store, new_state(run_id), Principal("alice"))
+    first = store.list_runs("alice", limit=2)
+    assert [s.run_id for s in first] == ["d", "c"]
+    start_run(store, new_state("e"), Principal("alice"))
+    after = (first[-1].created_at, first[-1].run_id)
+    assert [s.run_id for s in store.list_runs("alice", limit=2, before=after)] == ["b", "a"]
+    assert [s.run_id for s in store.list_runs("alice", before=(1000.0, "a"))] == []
+
+
 async def test_events_after_a_seq_are_the_later_ones_only(backend: Backend) -> None:
     """What a client following a run driven by another process polls for."""
     store = backend.open()

@@ -1,4 +1,4 @@
-"""Commands of the ticket-support service: serve it, seed its database, index its knowledge base."""
+"""``tether serve``: any Agent (``tether serve agent.py:agent``), or the ticket-support demo; its database and KB."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ import click
 from tether.cli.common import fail, seconds
 from tether.core.errors import TetherError
 
+AGENT_ONLY = ("target", "auth")  # the parameters for a served agent; the rest are the ticket demo's too
+
 
 @click.command()
+@click.argument("target", required=False, metavar="[PATH_OR_MODULE:AGENT]")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--base-url", help="The model's OpenAI-compatible endpoint [env: OPENAI_BASE_URL].")
@@ -41,7 +44,13 @@ from tether.core.errors import TetherError
     help="How long a live process that stops renewing its lease on a run keeps it (a process that dies lets go"
     " at once) [env: TETHER_LEASE_SECONDS; default: 30].",
 )
+@click.option(
+    "--auth",
+    metavar="SPEC",
+    help="With an agent: who the callers are (API keys, JWTs; `none` only on loopback) [default: none].",
+)
 def serve(
+    target: str | None,
     host: str,
     port: int,
     base_url: str | None,
@@ -52,8 +61,18 @@ def serve(
     seed: bool,
     workers: int,
     lease_seconds: float | None,
+    auth: str | None,
 ) -> None:
-    """Serve the ticket-support API and web page (FastAPI + uvicorn).
+    """Serve an Agent over HTTP, or (without a target) the ticket-support demo (FastAPI + uvicorn).
+
+    With PATH_OR_MODULE:AGENT (file.py:name or package.module:name, as
+    uvicorn takes apps; the name is an Agent or a function returning one)
+    the agent's runs, conversations and approvals are served as an HTTP
+    API (OpenAPI at /openapi.json): each caller sees only its own, a call
+    that needs approval waits in the run store for a caller with the
+    approver role. Runs are durable as below.
+
+    Without a target: the ticket-support API and web page.
 
     Runs start with the embedded SQLite run store and no other service. Set
     TETHER_JWT_SECRET (32+ characters) so sign-ins survive a restart and
@@ -68,10 +87,22 @@ def serve(
 
     \b
     Example:
+      tether serve agent.py:agent
+      tether serve myapp.agents:support --db postgresql://tether@db/tether --workers 4 --auth SPEC
       tether tickets seed --db tickets.db && tether kb index examples/kb --index kb.npz
       tether serve --tickets-db tickets.db --kb-index kb.npz --base-url http://127.0.0.1:8080/v1 --model m
       tether serve --db postgresql://tether@db/tether --workers 4 --tickets-db tickets.db ...
     """
+    if target is not None:
+        demo = {"--base-url": base_url, "--model": model, "--tickets-db": tickets_db, "--kb-index": kb_index,
+                "--seed": seed}  # fmt: skip
+        for option, value in demo.items():
+            if value:
+                raise click.UsageError(f"{option} is for the ticket demo (tether serve without a target), not an agent")
+        _serve_agent(target, host, port, run_db, workers, auth or "none", lease_seconds)
+        return
+    if auth is not None:
+        raise click.UsageError("--auth is for a served agent (tether serve PATH_OR_MODULE:AGENT)")
     try:
         from tether.server.launch import serve as serve_tickets
     except ImportError as exc:
@@ -89,6 +120,19 @@ def serve(
             workers=workers,
             lease_seconds=lease_seconds,
         )
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
+
+
+def _serve_agent(
+    target: str, host: str, port: int, run_db: str | None, workers: int, auth: str, lease_seconds: float | None
+) -> None:
+    try:
+        from tether.serve.launch import serve as serve_agent
+    except ImportError as exc:
+        fail(f"serving an agent needs the server extra: pip install 'tether[server]' ({exc.name} is missing)")
+    try:
+        serve_agent(target, host=host, port=port, store=run_db, workers=workers, auth=auth, lease_seconds=lease_seconds)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
 

@@ -3,3 +3,7 @@
 Needs the ``server`` extra (FastAPI, uvicorn, pyjwt). Who is calling comes
 from an ``Authenticator`` (``tether.serve.identity``).
 """
+
+from tether.serve.app import app
+
+__all__ = ["app"]

@@ -131,7 +131,7 @@ def _resolver(tickets: TicketsDB) -> Callable[[Principal], Awaitable[Principal |
     return resolve
 
 
-def _stop_runs_on_sigterm(runs: RunService, loop: asyncio.AbstractEventLoop) -> None:
+def stop_runs_on_sigterm(runs: RunService, loop: asyncio.AbstractEventLoop) -> None:
     """On SIGTERM, hand the runs on at once, then let the server's own handler stop it as usual.
 
     The server closes its connections before the application's shutdown; a
@@ -163,7 +163,7 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await runs.start_keeping()  # runs a crash or a stop cut off carry on from their last checkpoint
-        _stop_runs_on_sigterm(runs, asyncio.get_running_loop())
+        stop_runs_on_sigterm(runs, asyncio.get_running_loop())
         try:
             yield
         finally:

@@ -52,7 +52,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from tether.core.envelope import outcome_code
 from tether.core.errors import ApprovalMismatch, ConfigurationError
@@ -135,6 +135,16 @@ def open_run_store(settings: Settings, *, reader: bool = False) -> RunStore:
     return open_store(settings.run_db, **options)
 
 
+class Caller(Protocol):
+    """Who acts on a run here: the ticket service's ``User``, or a served agent's caller (``tether.serve``)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def username(self) -> str: ...
+
+
 def principal_for(user: User) -> Principal:
     # Every scope for now: the ticket tools filter by owner and role themselves (DESIGN.md §7).
     return Principal(user.id, roles=frozenset({user.role}))
@@ -142,6 +152,8 @@ def principal_for(user: User) -> Principal:
 
 class RunService:
     """Starts, follows, lists and decides on runs, all on the event loop's thread."""
+
+    surface = SURFACE  # in each run's setup: a service takes over only the runs of its own surface
 
     def __init__(
         self,
@@ -184,7 +196,7 @@ class RunService:
             store=self.store,
             system=self.settings.system,
             budget=self.settings.budget,
-            setup={"surface": SURFACE},
+            setup={"surface": self.surface},
             resolve_principal=self.resolve_principal,
         )
 
@@ -259,7 +271,7 @@ class RunService:
                 continue
             try:
                 stored = await self.io(self.store.load, run_id)
-                if stored.setup.get("surface") != SURFACE:
+                if stored.setup.get("surface") != self.surface:
                     self.refused.add(run_id)  # a run of `tether run` on a shared store: not ours to drive
                     await self.io(self.store.release, run_id)
                     continue
@@ -375,12 +387,12 @@ class RunService:
 
     # --- reading -----------------------------------------------------------------
 
-    async def owned_state(self, run_id: str, user: User) -> tuple[RunState, float | None, float | None]:
+    async def owned_state(self, run_id: str, user: Caller) -> tuple[RunState, float | None, float | None]:
         """The run's state if ``user`` owns it; a 404 if it is missing *or* someone else's."""
         stored = await self._owned(run_id, user)
         return stored.state, stored.created_at, stored.updated_at
 
-    async def _owned(self, run_id: str, user: User) -> StoredRun:
+    async def _owned(self, run_id: str, user: Caller) -> StoredRun:
         try:
             stored = await self.io(self.store.load, run_id, check=False)  # shown as stored; acting on it checks it
         except RunNotFound:
@@ -389,7 +401,7 @@ class RunService:
             raise _no_run(run_id)
         return stored
 
-    async def view(self, run_id: str, user: User) -> dict[str, Any]:
+    async def view(self, run_id: str, user: Caller) -> dict[str, Any]:
         stored = await self._owned(run_id, user)
         state, created_at, updated_at = stored.state, stored.created_at, stored.updated_at
         children = await self.io(self.store.children, run_id)
@@ -414,7 +426,7 @@ class RunService:
             + [_approval(child, call) for child, call in waiting if child != run_id],
         }
 
-    async def list_for(self, user: User, limit: int) -> list[dict[str, Any]]:
+    async def list_for(self, user: Caller, limit: int) -> list[dict[str, Any]]:
         found = await self.io(self.store.list_runs, principal_id=user.id, limit=limit)
         return [
             {
@@ -427,10 +439,11 @@ class RunService:
             for r in found
         ]
 
-    async def follow(self, run_id: str, user: User) -> AsyncIterator[str]:
+    async def follow(self, run_id: str, user: Caller, after: int = 0) -> AsyncIterator[str]:
         """The run's events as SSE text: the stored ones, then live ones until it finishes or pauses.
 
-        A run in flight that another process drives is followed by polling the store.
+        ``after``: only the events numbered above it (a client resuming with ``Last-Event-ID``). A run in
+        flight that another process drives is followed by polling the store.
         """
         state, _, _ = await self.owned_state(run_id, user)
         live = self.live.get(run_id)
@@ -439,14 +452,15 @@ class RunService:
             queue = asyncio.Queue()
             live.followers.add(queue)
         # Subscribed before reading the store: an event stored meanwhile arrives twice and is skipped by its seq.
-        stored = [StreamEvent(e.kind, e.seq, e.step, e.data) for e in await self.io(self.store.events, run_id)]
+        found = await self.io(self.store.events, run_id, after=after)
+        stored = [StreamEvent(e.kind, e.seq, e.step, e.data) for e in found]
         if live is None and state.status.value in INTERRUPTED and not any(e.kind in ENDS_STREAM for e in stored[-1:]):
-            return self._poll(run_id, stored)
-        return self._stream(run_id, stored, live, queue)
+            return self._poll(run_id, stored, after)
+        return self._stream(run_id, stored, live, queue, after)
 
-    async def _poll(self, run_id: str, stored: list[StreamEvent]) -> AsyncIterator[str]:
+    async def _poll(self, run_id: str, stored: list[StreamEvent], after: int = 0) -> AsyncIterator[str]:
         """The stored events, then those stored later (by whichever process drives the run) until it ends or pauses."""
-        last = 0
+        last = after
         for event in stored:
             last = event.seq or last
             yield event.sse(run_id)
@@ -474,9 +488,10 @@ class RunService:
         stored: list[StreamEvent],
         live: LiveRun | None,
         queue: asyncio.Queue[StreamEvent | None] | None,
+        after: int = 0,
     ) -> AsyncIterator[str]:
         try:
-            last = 0
+            last = after
             for event in stored:
                 last = event.seq or last
                 yield event.sse(run_id)
@@ -526,7 +541,7 @@ class RunService:
         approved: bool,
         reason: str | None,
         fingerprint: str | None,
-        by: User,
+        by: Caller,
     ) -> dict[str, Any]:
         """Record a decision, then resume the run once no call waits for one."""
         if run_id in self.live:

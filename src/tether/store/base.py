@@ -166,9 +166,11 @@ class RunStore(Protocol):
         statuses: Collection[str] | None = None,
         oldest_update_first: bool = False,
         unleased: bool = False,
+        before: tuple[float, str] | None = None,
     ) -> list[RunSummary]:
         """Runs, newest first (or the least recently updated first); only a principal's, or only those in
-        ``statuses``, when given; with ``unleased`` only those no live driver holds (a run another may take)."""
+        ``statuses``, when given; with ``unleased`` only those no live driver holds (a run another may take);
+        with ``before`` (a listed run's ``(created_at, run_id)``) only those newest-first lists after it."""
         ...
 
     def children(self, run_id: str) -> list[RunSummary]:

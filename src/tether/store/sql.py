@@ -804,9 +804,11 @@ class SQLStore:
         statuses: Collection[str] | None = None,
         oldest_update_first: bool = False,
         unleased: bool = False,
+        before: tuple[float, str] | None = None,
     ) -> list[RunSummary]:
         """Runs, newest first (or the least recently updated first); only a principal's, or only those in
-        ``statuses``, when given; with ``unleased`` only those no live driver holds (``RunStore.list_runs``)."""
+        ``statuses``, when given; with ``unleased`` only those no live driver holds; with ``before`` only
+        those after it, newest first (``RunStore.list_runs``)."""
         principal = self.dialect.json_text("principal", "id")
         now = self.clock()
         query = (
@@ -826,9 +828,12 @@ class SQLStore:
             # which of those last a live driver still holds, its lock says, below.
             where.append("(lease_owner IS NULL OR lease_until <= ? OR (lease_owner <> ? AND lease_locked = 1))")
             params += (now, self.owner)
+        if before is not None:  # a page after the one that ended with this run: what comes later cannot shift it
+            where.append("(created_at < ? OR (created_at = ? AND id < ?))")
+            params += (before[0], before[0], before[1])
         if where:
             query += " WHERE " + " AND ".join(where)
-        query += " ORDER BY " + ("updated_at ASC" if oldest_update_first else "created_at DESC") + " LIMIT ?"
+        query += " ORDER BY " + ("updated_at ASC" if oldest_update_first else "created_at DESC, id DESC") + " LIMIT ?"
         with self._read() as tx:
             rows = tx.execute(query, (*params, limit)).fetchall()
         found = [summary(r) for r in rows]

@@ -21,8 +21,8 @@ from typing import Any
 
 from tether.core import envelope
 from tether.core.errors import ApprovalMismatch, RunNotFound
-from tether.core.events import APPROVAL_DECIDED, RECONCILED, reconciled_event
-from tether.core.machine import ApprovalDecided, PendingCall, Reconciled, Run, RunState, Status
+from tether.core.events import APPROVAL_DECIDED, RECONCILED, RUN_FINISHED, reconciled_event
+from tether.core.machine import ApprovalDecided, Cancel, PendingCall, Reconciled, Run, RunState, Status
 from tether.drivers.local.subagents import MAX_DEPTH
 from tether.store.base import RunStore
 from tether.store.records import StoredRun
@@ -152,5 +152,24 @@ def reconcile(
             cleared=() if executed else [call.call_id],
         )
         return call
+    finally:
+        store.release(run_id)
+
+
+def cancel(
+    store: RunStore, run_id: str, *, reason: str = "cancelled", by: str = "cli", clock: Callable[[], float] = time.time
+) -> RunState:
+    """End a stored run that no driver holds (one waiting for a person, or one cut off) as ``cancelled``.
+
+    A run being driven is cancelled by its driver (``LeaseHeld`` here); a finished one is an ``ApprovalMismatch``.
+    """
+    _, run = _open(store, run_id)
+    try:
+        if run.status.terminal:
+            raise ApprovalMismatch(f"run {run_id} is {run.status.value}: there is nothing to cancel")
+        run.send(Cancel(clock(), reason))
+        finished = {"status": Status.CANCELLED.value, "output": None, "reason": reason, "by": by}
+        store.checkpoint(run.state, [(RUN_FINISHED, finished)])
+        return run.state
     finally:
         store.release(run_id)

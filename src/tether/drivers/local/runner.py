@@ -19,6 +19,7 @@ import time
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -154,6 +155,9 @@ ToolChoice = str | dict[str, Any] | None
 Approver = Callable[[PendingCall], Awaitable[Decision | bool | None] | Decision | bool | None]
 # The run's principal as the application knows it now; None when it no longer exists.
 PrincipalResolver = Callable[[Principal], Awaitable[Principal | None] | Principal | None]
+# True while `tether serve` builds the Agent it serves: the service gives it its run store and decides its
+# approvals over HTTP, so an Agent built then needs neither a store nor an approver of its own.
+SERVED: ContextVar[bool] = ContextVar("tether_served", default=False)
 
 
 class Agent:
@@ -241,7 +245,13 @@ class Agent:
         self.model = model
         self.tools = _checked(model, tools, principal)
         subagents.check_tools(self.tools, store)
-        if store is None and approver is None and not propose_only and (why := approval_reason(self.tools)):
+        if (
+            store is None
+            and approver is None
+            and not propose_only
+            and not SERVED.get()
+            and (why := approval_reason(self.tools))
+        ):
             raise ConfigurationError(
                 f"{why}, but the Agent has neither an approver nor a store: pass approver=... (a function "
                 "returning Decision, True or False) or store=SQLiteStore(...) so that the run pauses until "

@@ -1,0 +1,93 @@
+"""``app(agent, authenticator=...)``: any Agent as an HTTP service (FastAPI), its runs durable in the run store.
+
+    from tether.serve import app
+    api = app(agent, authenticator=my_authenticator)     # the run store: $TETHER_DB, else the default file
+    uvicorn.run(api, host="127.0.0.1", port=8000)
+
+The routes are in ``tether.serve.api``, the runs in ``tether.serve.runs``.
+Every error is ``application/problem+json`` (``tether.server.problems``),
+every response carries the ticket service's security headers, request
+bodies and prompts are bounded. The OpenAPI document is at
+``/openapi.json``; there are no interactive docs (they would load a script
+from a CDN into this origin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+
+from tether.drivers import tracing
+from tether.drivers.local.runner import Agent
+from tether.serve.api import DEFAULT_MAX_PROMPT_CHARS, routes
+from tether.serve.identity import Authenticator
+from tether.serve.runs import AgentRuns
+from tether.server.app import SecurityHeaders, stop_runs_on_sigterm
+from tether.server.problems import install
+from tether.server.runs import open_run_store
+from tether.server.settings import DEFAULT_MAX_BODY_BYTES, Settings, run_store
+from tether.store import default_path
+from tether.store.records import DEFAULT_LEASE_SECONDS
+
+
+def store_target(store: str | os.PathLike[str] | None) -> Path | str:
+    """The run store ``store`` names, else ``$TETHER_DB``, else the default file (as ``tether run`` uses)."""
+    target = os.fspath(store) if store is not None else os.environ.get("TETHER_DB") or None
+    return run_store(target) if target is not None else default_path()
+
+
+def app(
+    agent: Agent,
+    *,
+    authenticator: Authenticator,
+    store: str | os.PathLike[str] | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
+    log_content: bool = False,
+) -> FastAPI:
+    """Serve ``agent``: each caller (as ``authenticator`` says) starts and follows its own runs and conversations.
+
+    ``store``: a SQLite file or a ``postgresql://`` url (several processes may share it), else ``$TETHER_DB``,
+    else the default file. Calls that need approval pause their run in the store until a caller holding
+    ``APPROVER_ROLE`` decides over HTTP; ``agent``'s own approver is not used.
+    """
+    settings = Settings(
+        run_db=store_target(store),
+        max_body_bytes=max_body_bytes,
+        lease_seconds=lease_seconds,
+        log_content=log_content,
+        system=None,
+    )
+    opened = open_run_store(settings)
+    runs = AgentRuns(settings, opened, agent)
+
+    @asynccontextmanager
+    async def lifespan(api: FastAPI) -> AsyncIterator[None]:
+        await runs.start_keeping()  # runs a crash or a stop cut off carry on from their last checkpoint
+        stop_runs_on_sigterm(runs, asyncio.get_running_loop())
+        try:
+            yield
+        finally:
+            await runs.aclose()
+            opened.close()
+
+    api = FastAPI(
+        title=f"tether: {agent.name}",
+        lifespan=lifespan,
+        docs_url=None,  # Swagger UI would load an unpinned script from a CDN into this origin
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    api.state.runs = runs
+    install(api, max_body_bytes=max_body_bytes)
+    api.add_middleware(SecurityHeaders)
+    if tracing.available():  # a run started by a request carrying traceparent joins the caller's trace
+        api.add_middleware(tracing.TraceContextMiddleware)
+    routes(api, runs, authenticator, max_prompt_chars=max_prompt_chars)
+    return api

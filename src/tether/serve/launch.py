@@ -1,0 +1,78 @@
+"""Starting a served Agent: ``tether serve TARGET`` loads it, finds who is calling, then runs uvicorn.
+
+Every configuration error (the target, the run store, ``--workers`` without
+a store processes can share, ``--auth none`` off loopback) is raised before
+anything listens. With more than one worker each process builds the app
+from the environment (``app_from_env``), so what the options say is put
+there first.
+"""
+
+from __future__ import annotations
+
+import os
+
+import uvicorn
+from fastapi import FastAPI
+
+from tether.core.errors import ConfigurationError
+from tether.serve.app import app, store_target
+from tether.serve.auth import authenticator_from
+from tether.serve.identity import Authenticator
+from tether.serve.target import load_agent
+from tether.server.settings import POSTGRES_SCHEMES, Settings
+from tether.store import open_store
+from tether.store.records import DEFAULT_LEASE_SECONDS
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+NO_AUTH = "none"
+# What the worker processes of ``--workers N`` read (``app_from_env``).
+TARGET_ENV = "TETHER_SERVE_TARGET"
+AUTH_ENV = "TETHER_SERVE_AUTH"
+STORE_ENV = "TETHER_DB"
+LEASE_ENV = "TETHER_LEASE_SECONDS"
+
+
+def authenticator(spec: str, host: str, store: str | None) -> Authenticator:
+    """The authenticator ``--auth SPEC`` names (``tether.serve.auth``), for a service listening on ``host``."""
+    return authenticator_from(spec, open_store(store_target(store)), host=host)
+
+
+def serve(
+    target: str,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    store: str | None = None,
+    workers: int = 1,
+    auth: str = NO_AUTH,
+    lease_seconds: float | None = None,
+) -> None:
+    """Serve the Agent ``target`` names until stopped; a configuration error is raised before anything listens."""
+    agent = load_agent(target)
+    where = store_target(store)
+    if workers > 1 and not (isinstance(where, str) and where.startswith(POSTGRES_SCHEMES)):
+        raise ConfigurationError(
+            f"--workers {workers} needs a run store several processes can share: "
+            f"--db postgresql://... (or TETHER_DB); the SQLite file {where} serves one process"
+        )
+    lease = lease_seconds or Settings.from_env().lease_seconds  # TETHER_LEASE_SECONDS, checked, else the default
+    who = authenticator(auth, host, store)
+    log_level = os.environ.get("TETHER_LOG_LEVEL", "info")
+    if workers == 1:
+        served = app(agent, authenticator=who, store=where, lease_seconds=lease)
+        uvicorn.run(served, host=host, port=port, log_level=log_level)
+        return
+    os.environ.update({TARGET_ENV: target, AUTH_ENV: auth, STORE_ENV: str(where), LEASE_ENV: repr(lease)})
+    uvicorn.run(
+        "tether.serve.launch:app_from_env", factory=True, workers=workers, host=host, port=port, log_level=log_level
+    )
+
+
+def app_from_env() -> FastAPI:
+    """For uvicorn's worker processes: the app ``serve`` put in the environment."""
+    env = os.environ
+    store = env.get(STORE_ENV)
+    lease = float(env.get(LEASE_ENV) or DEFAULT_LEASE_SECONDS)
+    who = authenticator(env.get(AUTH_ENV) or NO_AUTH, DEFAULT_HOST, store)  # ``serve`` checked it against --host
+    return app(load_agent(env[TARGET_ENV]), authenticator=who, store=store, lease_seconds=lease)

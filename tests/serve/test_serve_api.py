@@ -1,0 +1,140 @@
+"""The served API's other routes: conversations, listing, cancelling, reconciling, health, limits, OpenAPI."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+from serve_harness import Client, Served
+
+ALICE = "alice"
+BOB = "bob:approver"
+
+
+async def test_a_conversation_keeps_its_turns_and_belongs_to_its_principal(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    with served.process() as (_, base):
+        api = Client(base, session)
+        created = await api.call("POST", "/conversations", ALICE)
+        assert created.status == 201, created.body
+        conversation_id = created.body["id"]
+        runs = []
+        for text in ("say: one", "say: two"):
+            turn = await api.call("POST", f"/conversations/{conversation_id}/turns", ALICE, {"text": text})
+            assert turn.status == 202, turn.body
+            runs.append(turn.body["run_id"])
+            assert (await api.settled(ALICE, turn.body["run_id"]))["status"] == "completed"
+        transcript = (await api.call("GET", f"/conversations/{conversation_id}", ALICE)).body
+        # The second turn's request carried the first turn: the model saw the whole conversation.
+        second = served.model.requests[-1]["messages"]
+        assert [m["content"] for m in second if m["role"] == "user"] == ["say: one", "say: two"]
+    assert [t["run_id"] for t in transcript["turns"]] == runs
+    assert [t["messages"] for t in transcript["turns"]] == [
+        [{"role": "user", "content": "say: one"}, {"role": "assistant", "content": "You said one"}],
+        [{"role": "user", "content": "say: two"}, {"role": "assistant", "content": "You said two"}],
+    ]
+
+
+async def test_a_turn_while_the_last_one_waits_for_approval_is_a_409(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    with served.process() as (_, base):
+        api = Client(base, session)
+        conversation_id = (await api.call("POST", "/conversations", ALICE)).body["id"]
+        first = await api.call("POST", f"/conversations/{conversation_id}/turns", ALICE, {"text": "refund A7"})
+        assert (await api.settled(ALICE, first.body["run_id"]))["status"] == "awaiting_approval"
+        second = await api.call("POST", f"/conversations/{conversation_id}/turns", ALICE, {"text": "say: hi"})
+        assert second.status == 409, second.body
+        assert second.content_type == "application/problem+json"
+
+
+async def test_runs_are_listed_by_page_and_by_status(served: Served, session: aiohttp.ClientSession) -> None:
+    with served.process() as (_, base):
+        api = Client(base, session)
+        done = [await api.start(ALICE, f"say: {n}") for n in range(3)]
+        for run_id in done:
+            await api.settled(ALICE, run_id)
+        waiting = await api.start(ALICE, "refund A7")
+        await api.settled(ALICE, waiting)
+        pages, cursor = [], None
+        while True:
+            query = "/runs?limit=2" + (f"&cursor={cursor}" if cursor else "")
+            reply = await api.call("GET", query, ALICE)
+            assert reply.status == 200, reply.body
+            pages.append([r["run_id"] for r in reply.body["runs"]])
+            cursor = reply.body["next_cursor"]
+            if cursor is None:
+                break
+        paused = (await api.call("GET", "/runs?status=awaiting_approval", ALICE)).body["runs"]
+        bad_status = await api.call("GET", "/runs?status=sleeping", ALICE)
+        bad_cursor = await api.call("GET", "/runs?cursor=nonsense", ALICE)
+    assert pages == [[waiting, done[2]], [done[1], done[0]]]
+    assert [r["run_id"] for r in paused] == [waiting]
+    assert bad_status.status == 422 and bad_cursor.status == 422
+    assert bad_cursor.content_type == "application/problem+json"
+
+
+async def test_a_run_waiting_for_approval_is_cancelled_and_its_call_never_runs(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    with served.process() as (_, base):
+        api = Client(base, session)
+        run_id = await api.start(ALICE, "refund A7")
+        await api.settled(ALICE, run_id)
+        cancelled = await api.call("POST", f"/runs/{run_id}/cancel", ALICE)
+        assert cancelled.status == 200, cancelled.body
+        assert cancelled.body["status"] == "cancelled"
+        assert (await api.call("GET", "/approvals", BOB)).body["approvals"] == []
+        again = await api.call("POST", f"/runs/{run_id}/cancel", ALICE)
+        assert again.status == 409 and again.content_type == "application/problem+json"
+        events = await api.events(ALICE, run_id)
+    assert events[-1][0] == "run_finished" and events[-1][2]["data"]["status"] == "cancelled"
+    assert served.refunds_made() == []
+
+
+async def test_health_readiness_openapi_and_bounded_input(served: Served, session: aiohttp.ClientSession) -> None:
+    with served.process() as (_, base):
+        api = Client(base, session)
+        assert (await api.call("GET", "/healthz", None)).body == {"status": "ok"}
+        assert (await api.call("GET", "/readyz", None)).body == {"status": "ready"}
+        spec = (await api.call("GET", "/openapi.json", None)).body
+        too_long = await api.call("POST", "/runs", ALICE, {"prompt": "x" * 20_001})
+        too_big = await api.call("POST", "/runs", ALICE, {"prompt": "x" * 2_000_000})
+        extra = await api.call("POST", "/runs", ALICE, {"prompt": "hi", "principal": "root"})
+        no_fingerprint = await api.call("POST", "/runs/x/approvals/y", BOB, {"approve": True})
+    assert {"/runs", "/runs/{run_id}", "/runs/{run_id}/events", "/approvals", "/conversations"} <= set(spec["paths"])
+    assert too_long.status == 422 and too_big.status == 413 and extra.status == 422 and no_fingerprint.status == 422
+    for reply in (too_long, too_big, extra, no_fingerprint):
+        assert reply.content_type == "application/problem+json"
+    assert len(served.model.requests) == 0
+
+
+async def test_a_run_being_driven_is_cancelled_at_once(served: Served, session: aiohttp.ClientSession) -> None:
+    with served.process() as (_, base):
+        api = Client(base, session)
+        run_id = await api.start(ALICE, "take your time")
+        deadline = time.monotonic() + 30
+        while not served.model.requests:  # the model is asked, and answers only in a minute
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        cancelled = await api.call("POST", f"/runs/{run_id}/cancel", ALICE)
+        assert cancelled.status == 200, cancelled.body
+        assert cancelled.body["status"] == "cancelled"
+        assert (await api.call("GET", f"/runs/{run_id}", ALICE)).body["status"] == "cancelled"
+
+
+async def test_a_run_started_between_pages_neither_repeats_nor_hides_one(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    with served.process() as (_, base):
+        api = Client(base, session)
+        older = [await api.start(ALICE, f"say: {n}") for n in range(3)]
+        first = (await api.call("GET", "/runs?limit=2", ALICE)).body
+        newer = await api.start(ALICE, "say: late")
+        second = (await api.call("GET", f"/runs?limit=2&cursor={first['next_cursor']}", ALICE)).body
+        fresh = (await api.call("GET", "/runs?limit=1", ALICE)).body
+    assert [r["run_id"] for r in first["runs"]] == [older[2], older[1]]
+    assert [r["run_id"] for r in second["runs"]] == [older[0]] and second["next_cursor"] is None
+    assert [r["run_id"] for r in fresh["runs"]] == [newer]
