@@ -29,6 +29,7 @@ const browser = await chromium.launch({
 
 const problems = [];
 const pages = [];
+const streams = [];  // the requests for a run's events: who asked, and with which headers
 const step = (what) => console.log(`• ${what}`);
 const tid = (id) => `[data-testid="${id}"]`;
 
@@ -40,6 +41,9 @@ async function open(name) {
   page.on("console", (msg) => {
     // A 401 while the page probes for a key is expected; a CSP violation or a script error is not.
     if (msg.type() === "error" && !/Failed to load resource/.test(msg.text())) problems.push(`${name}: console: ${msg.text()}`);
+  });
+  page.on("request", (req) => {
+    if (new URL(req.url()).pathname.endsWith("/events")) streams.push({ who: name, url: req.url(), headers: req.headers() });
   });
   pages.push([name, page]);
   await page.goto(base);
@@ -157,9 +161,9 @@ async function approve() {
   const run = await startAndWait(alice, prompt);
 
   step("alice's inbox shows her call waiting, with no buttons: she is no approver");
-  const hers = alice.locator(`${tid("approval")}[data-tool="refund"]`);
-  await hers.locator(tid("not-decidable")).waitFor();
-  if (await hers.locator(tid("approve")).count()) throw new Error("alice may approve");
+  const waiting = alice.locator(`${tid("approval")}[data-tool="refund"]`);
+  await waiting.locator(tid("not-decidable")).waitFor();
+  if (await waiting.locator(tid("approve")).count()) throw new Error("alice may approve");
 
   step("bob (approver) finds the call in his inbox with its arguments, why, and the run's prompt");
   const bob = await open("bob");
@@ -169,6 +173,15 @@ async function approve() {
   await approveByKeyboard(bob, item);
   await seeItFinish(alice, run, "Refunded 42 on order A7.");
   await shot(alice, "alice-done");
+
+  step("alice's page followed the run with her key in a header, and after the pause resumed with Last-Event-ID");
+  const hers = streams.filter((s) => s.who === "alice");
+  if (hers.length < 2) throw new Error(`alice's page opened ${hers.length} event stream(s); the run paused, so 2 at least`);
+  if (!hers.every((s) => s.headers.authorization === `Bearer ${aliceKey}` && !s.url.includes(aliceKey))) {
+    throw new Error("an event stream went without the key in its Authorization header");
+  }
+  const resumed = hers.slice(1).map((s) => Number(s.headers["last-event-id"]));
+  if (!resumed.every((n) => Number.isInteger(n) && n > 0)) throw new Error(`streams reopened without Last-Event-ID: ${resumed}`);
 
   step("a reload keeps the key (this tab) and lists the run");
   await alice.reload();
