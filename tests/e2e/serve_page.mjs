@@ -172,6 +172,7 @@ async function approve() {
   await shot(bob, "bob-inbox");
   await approveByKeyboard(bob, item);
   await seeItFinish(alice, run, "Refunded 42 on order A7.");
+  await alice.locator(tid("inbox-empty")).waitFor();  // decided: gone from her inbox too
   await shot(alice, "alice-done");
 
   step("alice's page followed the run with her key in a header, and after the pause resumed with Last-Event-ID");

@@ -1,6 +1,6 @@
 """The served agent's web page over HTTP: where it is, its headers, and that it ships in the wheel.
 
-The page itself, driven in Chromium, is tested in tests/e2e/test_serve_page.py.
+The page itself, driven in Chromium, is tested in tests/e2e/test_browser_serve.py.
 """
 
 from __future__ import annotations

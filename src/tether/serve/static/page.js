@@ -355,6 +355,7 @@ class RunView {
         if (WAITING.has(run.status)) {
           this.setStatus(run.status);
           await this.waitForAPerson();
+          loadInbox();  // decided: no longer waiting in anyone's inbox
           failures = 0;
           continue;
         }
@@ -520,7 +521,9 @@ function inboxItem(entry) {
   const key = `${entry.run_id}/${entry.call_id}`;
   const when = entry.requested_at ? new Date(entry.requested_at * 1000).toLocaleTimeString() : "";
   const item = el("li", { class: "approval", testid: "approval", "data-key": key, "data-run-id": entry.run_id, "data-call-id": entry.call_id, "data-tool": entry.tool, "data-kind": entry.kind, "data-fingerprint": entry.fingerprint },
-    el("h3", {}, entry.kind === "reconcile" ? "Outcome unknown: " : "Approve ", el("b", { testid: "approval-tool" }, entry.tool ?? "?"), "?"),
+    entry.kind === "reconcile"
+      ? el("h3", {}, "Did ", el("b", { testid: "approval-tool" }, entry.tool ?? "?"), " run?")
+      : el("h3", {}, entry.decidable ? "Approve " : "Waiting for approval: ", el("b", { testid: "approval-tool" }, entry.tool ?? "?"), entry.decidable ? "?" : ""),
     el("p", { class: "reason", testid: "approval-reason" }, entry.kind === "reconcile"
       ? "The call was cut off before its outcome was recorded; it never runs again blindly."
       : `Why: ${entry.reason || "the agent's rules ask for a person's decision"}`),
