@@ -4,6 +4,8 @@
 //          keyboard; alice sees the result. Then a conversation of two turns.
 // hostile: the same with a prompt holding HTML; nothing of it may become markup or run.
 // nokey:   --auth none: no key asked; the local caller starts a run and approves it.
+// reconcile: an approved refund was cut off by a crash (set up by the test); bob says it ran, in the inbox's form;
+//          alice opens the run from her list and sees it finish.
 // Env: ALICE_KEY, BOB_KEY (approve, hostile), HOSTILE, SCREENSHOT_DIR, CHROMIUM_PATH.
 // Exit 0 when every step passed (the last line printed is "ok"); screenshots are printed as "screenshot: <path>".
 import { mkdirSync, mkdtempSync } from "node:fs";
@@ -12,8 +14,8 @@ import { join } from "node:path";
 import { chromium } from "playwright-core";
 
 const [base, scenario] = process.argv.slice(2);
-if (!base || !["approve", "hostile", "nokey"].includes(scenario)) {
-  console.error("usage: node serve_page.mjs BASE_URL approve|hostile|nokey");
+if (!base || !["approve", "hostile", "nokey", "reconcile"].includes(scenario)) {
+  console.error("usage: node serve_page.mjs BASE_URL approve|hostile|nokey|reconcile");
   process.exit(2);
 }
 const { ALICE_KEY: aliceKey, BOB_KEY: bobKey, HOSTILE: hostile = "" } = process.env;
@@ -252,8 +254,37 @@ async function noKey() {
   await seeItFinish(local, run, "Refunded 42 on order A7.");
 }
 
+async function reconcile() {
+  step("bob's inbox asks whether the refund a crash cut off ran");
+  const bob = await open("bob");
+  await pasteKey(bob, bobKey);
+  const item = bob.locator(`${tid("approval")}[data-kind="reconcile"][data-tool="refund"]`);
+  await expectText(item.locator("h3"), /Did refund run\?/);
+  if ((await item.locator(`dd[data-name="order_id"]`).textContent()) !== '"A7"') throw new Error("the cut-off call's arguments are not shown");
+  step("he says it ran, and what it returned, from the keyboard");
+  await item.locator(tid("reconcile")).click();  // nothing chosen yet: the page asks for an answer first
+  await expectText(bob.locator(tid("error")), /Say whether the call took effect/);
+  await bob.click(tid("error-dismiss"));
+  await item.locator(tid("executed-yes")).check();
+  await item.locator(tid("reconcile-result")).fill("refunded 42 on order A7");
+  await item.locator(tid("reconcile-result")).press("Tab");
+  await bob.keyboard.press("Enter");  // the Settle button
+  await item.waitFor({ state: "detached" });
+  await bob.locator(tid("inbox-empty")).waitFor();
+
+  step("alice opens the run from her list and sees it finish");
+  const alice = await open("alice");
+  await pasteKey(alice, aliceKey);
+  await alice.locator(tid("run-item")).first().click();
+  const run = alice.locator(tid("run")).first();
+  await alice.locator(`${tid("run")}[data-status="completed"]`).waitFor();
+  await expectText(run.locator(tid("answer")), /^Refunded 42 on order A7\.$/);
+  await shot(alice, "alice-reconciled");
+}
+
 try {
   if (scenario === "approve") await approve();
+  else if (scenario === "reconcile") await reconcile();
   else if (scenario === "hostile") await hostileText();
   else await noKey();
   if (problems.length) throw new Error(`the page reported errors:\n${problems.join("\n")}`);

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,6 +44,7 @@ if str(HERE.parent / "serve") not in sys.path:
     sys.path.insert(0, str(HERE.parent / "serve"))
 
 from serve_harness import AGENT_PY, free_port, wait_listening  # noqa: E402
+from test_serve_runs import HANGING_REFUND  # noqa: E402
 
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls  # noqa: E402
 
@@ -66,14 +70,44 @@ def desk(request: dict[str, Any]) -> ReplySpec:
     return text(f"Refunded 42 on order {order}.")
 
 
-@dataclass(frozen=True)
+@dataclass
 class Service:
-    base_url: str
+    agent_py: Path
+    db: Path
+    auth: str
     env: dict[str, str]
     refunds: Path
+    base_url: str = ""
 
     def refunds_made(self) -> list[str]:
         return self.refunds.read_text().splitlines() if self.refunds.exists() else []
+
+    @contextmanager
+    def process(self) -> Iterator[subprocess.Popen[bytes]]:
+        """``tether serve agent.py:agent --auth AUTH`` in a process of its own; stopped at the end unless gone."""
+        port = free_port()
+        command = ["serve", f"{self.agent_py}:agent", "--auth", self.auth, "--db", str(self.db), "--port", str(port)]
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tether", *command], env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        try:
+            assert wait_listening(process, port), process.stderr.read().decode() if process.stderr else ""
+            self.base_url = f"http://127.0.0.1:{port}"
+            yield process
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=30)
+            if process.stderr is not None:
+                process.stderr.close()
+
+    def call(self, method: str, path: str, key: str, body: Any = None) -> Any:
+        """The API as any client calls it (to set a scene up for the page)."""
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        request = urllib.request.Request(self.base_url + path, data=data, headers=headers, method=method)
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return json.loads(reply.read())
 
 
 def tether(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -88,28 +122,22 @@ def make_key(db: Path, env: dict[str, str], principal: str, *roles: str) -> str:
 
 
 @contextmanager
-def serving(tmp_path: Path, auth: str) -> Iterator[Service]:
-    """``tether serve agent.py:agent --auth AUTH`` in a process of its own, its model a ``FakeServer``."""
+def setup(tmp_path: Path, auth: str, agent: str = AGENT_PY) -> Iterator[Service]:
+    """The agent's file, its run store (with alice's and bob's keys), its model: ready to serve."""
     agent_py, db, refunds = tmp_path / "agent.py", tmp_path / "runs.db", tmp_path / "refunds.log"
-    agent_py.write_text(AGENT_PY)
+    agent_py.write_text(agent)
     with FakeServer(desk) as model:
         env = {**os.environ, "PYTHONPATH": str(SRC), "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-x",
                "REFUNDS_LOG": str(refunds), "TETHER_LOG_LEVEL": "warning"}  # fmt: skip
         if auth == "keys":
             env |= {"ALICE_KEY": make_key(db, env, "alice"), "BOB_KEY": make_key(db, env, "bob", "approver")}
-        port = free_port()
-        command = ["serve", f"{agent_py}:agent", "--auth", auth, "--db", str(db), "--port", str(port)]
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tether", *command], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        try:
-            assert wait_listening(process, port), process.stderr.read().decode() if process.stderr else ""
-            yield Service(f"http://127.0.0.1:{port}", env, refunds)
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-            if process.stderr is not None:
-                process.stderr.close()
+        yield Service(agent_py, db, auth, env, refunds)
+
+
+@contextmanager
+def serving(tmp_path: Path, auth: str) -> Iterator[Service]:
+    with setup(tmp_path, auth) as service, service.process():
+        yield service
 
 
 def drive(service: Service, scenario: str, tmp_path: Path) -> str:
@@ -148,3 +176,24 @@ def test_with_auth_none_the_page_needs_no_key(tmp_path: Path) -> None:
     with serving(tmp_path, "none") as service:
         drive(service, "nokey", tmp_path)
         assert service.refunds_made() == ["A7 42"]
+
+
+def test_a_call_a_crash_cut_off_is_settled_from_the_inbox_form(tmp_path: Path) -> None:
+    with setup(tmp_path, "keys", HANGING_REFUND) as service:
+        alice, bob = service.env["ALICE_KEY"], service.env["BOB_KEY"]
+        with service.process() as first:
+            run_id = service.call("POST", "/runs", alice, {"prompt": "Please refund order A7."})["run_id"]
+            deadline = time.monotonic() + 30
+            while not (pending := service.call("GET", f"/runs/{run_id}", alice)["pending_approvals"]):
+                assert time.monotonic() < deadline, "the refund did not wait for approval"
+                time.sleep(0.05)
+            decision = {"approve": True, "fingerprint": pending[0]["fingerprint"]}
+            service.call("POST", f"/runs/{run_id}/approvals/{pending[0]['call_id']}", bob, decision)
+            while service.refunds_made() != ["started"]:
+                assert time.monotonic() < deadline, "the refund did not start"
+                time.sleep(0.05)
+            first.send_signal(signal.SIGKILL)  # the refund's outcome is now unknown
+            first.wait(timeout=30)
+        with service.process():
+            drive(service, "reconcile", tmp_path)
+        assert service.refunds_made() == ["started"]  # settled by a person, never run again

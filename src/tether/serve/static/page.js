@@ -470,7 +470,7 @@ async function decide(item, entry, approve) {
 }
 
 async function settle(item, entry, form) {
-  const executed = form.querySelector('input[name="executed"]:checked');
+  const executed = form.querySelector('input[type="radio"]:checked');
   if (!executed) {
     showError(new Error("Say whether the call took effect"));
     return;
@@ -527,7 +527,7 @@ function inboxItem(entry) {
     el("p", { class: "reason", testid: "approval-reason" }, entry.kind === "reconcile"
       ? "The call was cut off before its outcome was recorded; it never runs again blindly."
       : `Why: ${entry.reason || "the agent's rules ask for a person's decision"}`),
-    el("div", { class: "section-label" }, "The arguments it will run with"),
+    el("div", { class: "section-label" }, entry.kind === "reconcile" ? "The arguments it was called with" : "The arguments it will run with"),
     argumentList(entry.arguments ?? {}),
     el("div", { class: "section-label" }, "The run's prompt"),
     el("blockquote", { class: "quote", testid: "approval-prompt" }, entry.prompt ?? "(none)"),
