@@ -145,6 +145,7 @@ async function approveByKeyboard(page, item) {
   await page.keyboard.press("Enter");
   await item.waitFor({ state: "detached" });
   await page.locator(tid("inbox-empty")).waitFor();
+  await page.waitForFunction(() => document.activeElement?.dataset.testid === "inbox-refresh");  // focus not lost
 }
 
 async function approve() {

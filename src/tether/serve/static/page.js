@@ -462,7 +462,7 @@ async function decide(item, entry, approve) {
     await api("POST", `${runPath(entry.run_id)}/approvals/${encodeURIComponent(entry.call_id)}`, { approve, fingerprint: entry.fingerprint, reason });
     item.dataset.decided = approve ? "approved" : "denied";
     item.querySelector('[data-testid="decision"]').textContent = approve ? "Approved" : "Denied";
-    setTimeout(loadInbox, 500);
+    setTimeout(() => loadInbox().then(focusNext), 500);
   } catch (e) {
     for (const b of item.querySelectorAll("button")) b.disabled = false;
     showError(e);
@@ -489,11 +489,19 @@ async function settle(item, entry, form) {
     await api("POST", `${runPath(entry.run_id)}/calls/${encodeURIComponent(entry.call_id)}/reconcile`, { executed: executed.value === "yes", result });
     item.dataset.decided = "settled";
     item.querySelector('[data-testid="decision"]').textContent = "Settled";
-    setTimeout(loadInbox, 500);
+    setTimeout(() => loadInbox().then(focusNext), 500);
   } catch (e) {
     for (const b of item.querySelectorAll("button")) b.disabled = false;
     showError(e);
   }
+}
+
+// After a decision the item goes: keyboard focus moves on to the next one waiting, else to Refresh.
+function focusNext() {
+  const active = document.activeElement;
+  if (active && active !== document.body && active.isConnected && !active.disabled) return;
+  const next = document.querySelector('[data-testid="inbox-list"] [data-testid="approve"], [data-testid="inbox-list"] input[type="radio"]');
+  (next || $("inbox-refresh")).focus();
 }
 
 function decisionControls(item, entry) {
