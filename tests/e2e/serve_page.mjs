@@ -3,7 +3,7 @@
 // approve: alice pastes her key, starts a run, sees it wait; bob (approver) approves it from his inbox with the
 //          keyboard; alice sees the result. Then a conversation of two turns.
 // hostile: the same with a prompt holding HTML; nothing of it may become markup or run.
-// nokey:   --auth none: no key asked; the local caller starts a run and approves it.
+// nokey:   --auth none: no key asked; the local caller starts a run and approves it, then denies another.
 // reconcile: an approved refund was cut off by a crash (set up by the test); bob says it ran, in the inbox's form;
 //          alice opens the run from her list and sees it finish.
 // Env: ALICE_KEY, BOB_KEY (approve, hostile), HOSTILE, SCREENSHOT_DIR, CHROMIUM_PATH.
@@ -253,6 +253,16 @@ async function noKey() {
   const item = await checkInboxItem(local, "A7", "Please refund order A7.", "local");
   await approveByKeyboard(local, item);
   await seeItFinish(local, run, "Refunded 42 on order A7.");
+
+  step("a second refund is denied, with a reason; it never runs");
+  const again = await startAndWait(local, "Refund order A7 again.");
+  const second = await checkInboxItem(local, "A7", "Refund order A7 again.", "local");
+  await second.locator(tid("decision-reason")).fill("already refunded");
+  await second.locator(tid("deny")).click();
+  await second.waitFor({ state: "detached" });
+  await again.locator(`${tid("event")}[data-kind="approval_decided"][data-approved="false"]`).filter({ hasText: "already refunded" }).waitFor();
+  await again.locator(`${tid("event")}[data-kind="call_rejected"][data-tool="refund"][data-outcome="denied"]`).waitFor();
+  await local.locator(`${tid("run")}[data-run-id="${await again.getAttribute("data-run-id")}"][data-status="completed"]`).waitFor();
 }
 
 async function reconcile() {

@@ -172,10 +172,10 @@ def test_hostile_text_from_a_prompt_a_tool_or_the_model_renders_as_text(tmp_path
         assert service.refunds_made() == [f"{HOSTILE} 42"]
 
 
-def test_with_auth_none_the_page_needs_no_key(tmp_path: Path) -> None:
+def test_with_auth_none_the_page_needs_no_key_and_a_denied_call_never_runs(tmp_path: Path) -> None:
     with serving(tmp_path, "none") as service:
         drive(service, "nokey", tmp_path)
-        assert service.refunds_made() == ["A7 42"]
+        assert service.refunds_made() == ["A7 42"]  # the approved refund ran, the denied one never
 
 
 def test_a_call_a_crash_cut_off_is_settled_from_the_inbox_form(tmp_path: Path) -> None:
