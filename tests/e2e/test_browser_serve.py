@@ -9,17 +9,23 @@ Debian's Chromium) pastes alice's key, starts a run, and sees it wait; bob
 approves it from the keyboard; alice's page shows the result. Python then
 checks the tool ran once. Hostile text (a prompt, tool arguments, a tool
 result, a model's answer holding ``<script>`` and ``<img onerror>``) must
-render as text. With ``--auth none`` the page needs no key.
+render as text. With ``--auth none`` the page needs no key (and a refund
+denied from the inbox never runs). A refund a SIGKILL cut off is settled in
+the inbox's form, and never runs again.
 
-Needs what tests/e2e/test_browser.py needs (Chromium, ``npm ci --prefix
-tests/e2e``); without them the test skips, unless TETHER_REQUIRE_BROWSER is
-set: then it fails.
+Needs, once per machine (CI too), as tests/e2e/test_browser.py does::
+
+    apt-get update && apt-get install -y chromium
+    npm ci --prefix tests/e2e        # or: npm install --prefix tests/e2e
+
+Without them the tests skip, unless TETHER_REQUIRE_BROWSER is set: then they fail.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,8 +38,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_browser import CHROMIUM, HERE, _browser_available  # noqa: F401  (the fixture skips or fails without a browser)
 
+HERE = Path(__file__).resolve().parent
+CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
+SETUP = "apt-get install -y chromium && npm ci --prefix tests/e2e"
 SCRIPT = HERE / "serve_page.mjs"
 SRC = HERE.parents[1] / "src"
 HOSTILE = """<img src=x onerror="window.__xss=1"><script>window.__xss=2</script><x-evil>"""
@@ -47,6 +55,26 @@ from serve_harness import AGENT_PY, free_port, wait_listening  # noqa: E402
 from test_serve_runs import HANGING_REFUND  # noqa: E402
 
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls  # noqa: E402
+
+
+def _missing() -> str | None:
+    if shutil.which("node") is None:
+        return "node is not installed"
+    if not CHROMIUM.exists():
+        return f"{CHROMIUM} is missing"
+    if not (HERE / "node_modules" / "playwright-core").is_dir():
+        return "tests/e2e/node_modules has no playwright-core"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _browser_available() -> None:
+    reason = _missing()
+    if reason is not None:
+        message = f"browser e2e: {reason} (run: {SETUP})"
+        if os.environ.get("TETHER_REQUIRE_BROWSER"):  # CI sets it, so a broken set-up fails instead of skipping
+            pytest.fail(message)
+        pytest.skip(message)
 
 
 def desk(request: dict[str, Any]) -> ReplySpec:
