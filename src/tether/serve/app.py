@@ -26,6 +26,7 @@ from tether.drivers import tracing
 from tether.drivers.local.runner import Agent
 from tether.serve.api import DEFAULT_MAX_PROMPT_CHARS, routes
 from tether.serve.identity import Authenticator
+from tether.serve.page import mount_page
 from tether.serve.runs import AgentRuns
 from tether.server.app import SecurityHeaders, stop_runs_on_sigterm
 from tether.server.problems import install
@@ -90,4 +91,5 @@ def app(
     if tracing.available():  # a run started by a request carrying traceparent joins the caller's trace
         api.add_middleware(tracing.TraceContextMiddleware)
     routes(api, runs, authenticator, max_prompt_chars=max_prompt_chars)
+    mount_page(api)  # the web page for people (tether.serve.page), on the same API
     return api
