@@ -48,12 +48,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
-from tether.core import envelope, nesting
+from tether.core import envelope, nesting, provenance
 from tether.core.budget import ESTIMATED_NOTE, RunConfig
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ApprovalMismatch, RunPoisoned, TransitionError
@@ -236,6 +236,7 @@ class Accepted:
     needs_approval: bool = False
     untrusted_output: bool = False
     handoff: str | None = None  # the call transfers the run to the agent of this name
+    sinks: frozenset[str] | None = None  # the tool's sink parameters (``core.provenance``); None: no policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,9 +286,13 @@ class PendingCall:
     untrusted_output: bool = False
     result: str | None = None
     approval_reason: str | None = None  # why a person must decide, for the approval request
+    # In a tainted run, a call of a tool with sinks: the sink parameters, and where each sink value was traced
+    # (``core.provenance``); checked again before the call runs.
+    sinks: tuple[str, ...] | None = None
+    provenance: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "call_id": self.call_id,
             "tool": self.tool,
             "arguments": self.arguments,
@@ -299,9 +304,15 @@ class PendingCall:
             "result": self.result,
             "approval_reason": self.approval_reason,
         }
+        if self.provenance is not None:  # only for a traced call: other checkpoints are as they always were
+            data["sinks"], data["provenance"] = list(self.sinks or ()), self.provenance
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingCall:
+        data = dict(data)
+        if data.get("sinks") is not None:
+            data["sinks"] = tuple(data["sinks"])
         return cls(**data)
 
 
@@ -571,6 +582,8 @@ class Run:
         self._catalog = catalog
         self._answer = answer  # None: any text is a final answer
         self._poisoned: str | None = None
+        self.provenance = provenance.Provenance()  # the transcript's index, rebuilt from the state when loaded
+        self._traced: set[str] = set()  # calls traced by this object: their verdict is checked again only after a load
 
     @classmethod
     def new(
@@ -943,7 +956,10 @@ class Run:
                 message = f"call id {call.id} was already used with other arguments; use a new id"
                 pending.append(_refused(base, ErrorCode.CALL_ID_REUSED, message))
             else:
-                why = self._approval_reason(call.name, verdict, hidden)
+                why, traced = self._approval_reason(call.name, verdict, hidden)
+                if traced is not None:
+                    self._traced.add(call.id)
+                    base = replace(base, sinks=tuple(sorted(verdict.sinks or ())), provenance=traced)
                 pending.append(replace(base, execute=True, needs_approval=why is not None, approval_reason=why))
         s.pending = pending
         s.approvals = {}  # a decision binds one call of one step, never a later reuse of its id
@@ -975,19 +991,42 @@ class Run:
             return AwaitApproval(tuple(self.state.undecided()))
         return self._run_tools()
 
-    def _approval_reason(self, tool: str, verdict: Accepted, hidden: frozenset[str] = frozenset()) -> str | None:
-        """Why this call needs a person's approval, or None when it does not.
+    def _approval_reason(
+        self, tool: str, verdict: Accepted, hidden: frozenset[str] = frozenset()
+    ) -> tuple[str | None, list[dict[str, Any]] | None]:
+        """Why this call needs a person's approval (None when it does not), and its sink values' provenance.
 
-        A side-effecting call in a tainted run needs one whatever its tool
-        says: text someone other than the principal wrote is in the history
-        and may be steering the model.
+        A side-effecting call in a tainted run needs one: text someone other
+        than the principal wrote is in the history and may be steering the
+        model. Unless its tool names its sinks and every sink value is traced
+        to trusted text (``core.provenance``): then the untrusted text did
+        not choose where the effect goes.
         """
         reasons = []
+        traced: list[dict[str, Any]] | None = None
         if verdict.needs_approval:
             reasons.append(f"{tool} requires approval")
         if not verdict.read_only and (source := self._taint(hidden)) is not None:
-            reasons.append(f"the run read untrusted text from {source}")
-        return "; ".join(reasons) or None
+            traced = self._trace(verdict.sinks, verdict.arguments)
+            if traced is None or provenance.untraced(traced):
+                why = f"the run read untrusted text from {source}"
+                if traced:
+                    why += ", and " + "; ".join(provenance.reasons(traced, verdict.arguments))
+                reasons.append(why)
+        return "; ".join(reasons) or None, traced
+
+    def _trace(self, sinks: Collection[str] | None, arguments: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """Where each sink value of a call was found in the transcript; None for a tool without sinks.
+
+        None too for a run whose untrusted results are not listed (saved
+        before they were): which text is whose cannot be told, so today's
+        rule stands (every side effect needs approval).
+        """
+        s = self.state
+        if sinks is None or not (s.untrusted or self.provenance.outer is not None):
+            return None
+        self.provenance.sync(s.messages, s.untrusted)
+        return self.provenance.trace(sorted(sinks), arguments)
 
     def _taint(self, hidden: frozenset[str]) -> str | None:
         """The tool whose untrusted result the model saw for this reply, if any.
@@ -1026,7 +1065,17 @@ class Run:
         return RunTools(s.steps, tuple(s.pending))
 
     def _still_approved(self, call: PendingCall) -> PendingCall:
-        """Refuse a call needing approval unless a decision covers exactly these arguments."""
+        """Refuse a call needing approval unless a decision covers exactly these arguments.
+
+        A traced call's provenance is traced again when this object did not
+        trace it (the run was loaded: a resume): the transcript is the same,
+        so the verdict must be; a call whose verdict differs is refused.
+        """
+        if call.execute and call.provenance is not None and call.call_id not in self._traced:
+            again = self._trace(call.sinks or (), call.arguments or {})
+            if again != call.provenance:
+                return _refused(call, ErrorCode.DENIED, "its sink values' provenance changed; not executed")
+            self._traced.add(call.call_id)
         if not (call.execute and call.needs_approval):
             return call
         decision = self.state.approvals.get(call.call_id)
