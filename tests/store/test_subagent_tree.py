@@ -234,7 +234,7 @@ def test_a_store_from_before_child_runs_migrates_keeps_its_seals_and_holds_a_tre
         store.close()
     with sqlite3.connect(db) as raw:
         names = [row[0] for row in raw.execute("SELECT name FROM schema_migrations ORDER BY version")]
-        assert names[-1] == "m8_child_runs"
+        assert "m8_child_runs" in names
         raw.execute("UPDATE runs SET parent_id = ? WHERE id = ?", (result.run_id, "legacy-completed"))
     store = SQLiteStore(db, audit_key=key)
     assert any("does not match its seal" in p for p in store.verify("legacy-completed"))

@@ -164,18 +164,24 @@ class TextIndex:
 class Provenance:
     """The index of one run's transcript, kept up to date as messages are added (``sync``).
 
-    ``outer``: the index of the run that started this one (a sub-agent's
-    parent); this run's own user messages are then the parent model's
-    writing, not the principal's, and are not trusted text.
+    ``outer`` (``inherit``): the index of the run that started this one (a
+    sub-agent's parent); its trusted text is trusted here too, and this
+    run's own user messages are the parent model's writing, not the
+    principal's: not trusted text.
     """
 
-    def __init__(self, outer: Provenance | None = None) -> None:
+    def __init__(self) -> None:
         self.index = TextIndex()
-        self.outer = outer
+        self.outer: Provenance | None = None
+        self._outer_transcript: tuple[Sequence[Message], Mapping[str, str]] = ((), {})
         self._seen = 0  # messages indexed so far
         self._calls: dict[str, tuple[str, str]] = {}  # call id -> (tool, arguments), from the assistant messages
         self._host: set[str] = set()  # host texts (instructions) added
         self._prompts = 0
+
+    def inherit(self, outer: Provenance, messages: Sequence[Message], untrusted: Mapping[str, str]) -> None:
+        """Trace through the index ``outer`` of the parent run whose transcript is ``messages`` (live, not copied)."""
+        self.outer, self._outer_transcript = outer, (messages, untrusted)
 
     def host_text(self, text: str) -> None:
         """Add text the host wrote outside the transcript (a run's fixed instructions) as trusted, once."""
@@ -217,6 +223,7 @@ class Provenance:
     def find(self, value: str) -> tuple[bool, list[str]]:
         trusted, where = self.index.find(value)
         if not trusted and self.outer is not None:
+            self.outer.sync(*self._outer_transcript)
             outer_trusted, outer_where = self.outer.find(value)
             if outer_trusted:
                 return True, []

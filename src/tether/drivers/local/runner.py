@@ -51,6 +51,7 @@ from tether.core.events import (
     EventHandler,
     RunEvent,
     digest,
+    intent_event,
     outcome_event,
     reconciled_event,
     rejected_event,
@@ -757,7 +758,18 @@ class Driver:
         return call(*args, **kwargs)
 
     def _send(self, event: Any) -> Command:
+        self._trust_instructions()
         return self.run_machine.send(event)
+
+    def _trust_instructions(self) -> None:
+        """Make the run's fixed instructions trusted text for argument provenance (``core.provenance``).
+
+        Only the strings: what a function computes for one request is not
+        known when a call is traced again after a resume, so it is no source.
+        """
+        for found in (*self.instructions, *self.floor._instructions):
+            if isinstance(found, str):
+                self.run_machine.provenance.host_text(found)
 
     async def run(self) -> RunResult:
         resumed = self.state.status is not Status.READY
@@ -885,6 +897,7 @@ class Driver:
             if unknown:
                 self._emit(RECONCILIATION_NEEDED, ids=unknown)
                 return self._send(OutcomeUnknown(tuple(unknown), self.agent.clock()))
+        self._trust_instructions()
         command = self.run_machine.pending_command()
         if isinstance(command, AwaitChildren):  # the child runs it waited with may have been decided: go on
             return self._send(ChildResumed(self.agent.clock()))
@@ -1183,7 +1196,7 @@ class Driver:
             entry = await self._stored(store.ledger_entry, run_id, call.call_id)
             if entry is not None and entry.outcome is not None:
                 return self._done(call, entry.outcome, CALL_RECOVERED)
-            self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
+            self._emit(INTENT_RECORDED, **intent_event(call))
             # One commit with whatever the step has not saved yet, on disk (fsynced) before the effect can happen.
             await self._flush(intent=call)
         self._emit(CALL_STARTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
@@ -1237,6 +1250,7 @@ class Driver:
                 tool=call.tool,
                 arguments=call.arguments,
                 reason=call.approval_reason,
+                **({} if call.provenance is None else {"provenance": call.provenance}),
             )
         if self.agent.approver is None:
             return None

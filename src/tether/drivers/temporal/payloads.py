@@ -149,9 +149,11 @@ class AcceptedCall:
     untrusted_output: bool
     timeout: float | None
     accepted: Literal[True] = True
+    sinks: tuple[str, ...] | None = None  # the tool's sink parameters (argument provenance); None: no policy
 
     def verdict(self) -> Accepted:
-        return Accepted(self.arguments, self.read_only, self.needs_approval, self.untrusted_output)
+        sinks = None if self.sinks is None else frozenset(self.sinks)
+        return Accepted(self.arguments, self.read_only, self.needs_approval, self.untrusted_output, sinks=sinks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +185,7 @@ def verdict_data(verdict: Accepted | Rejected, name: str, arguments: str, timeou
         verdict.needs_approval,
         verdict.untrusted_output,
         timeout,
+        sinks=None if verdict.sinks is None else tuple(sorted(verdict.sinks)),
     )
 
 

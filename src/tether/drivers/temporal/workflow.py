@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         RUN_STARTED,
         STEP_STARTED,
         digest,
+        intent_event,
         outcome_event,
         reconciled_event,
         rejected_event,
@@ -300,6 +301,7 @@ class RunWorkflow:
                             tool=call.tool,
                             arguments=call.arguments,
                             reason=call.approval_reason,
+                            **({} if call.provenance is None else {"provenance": call.provenance}),
                         )
                     command = await self._pause(command, "waiting for approval")
                 case AwaitReconciliation():
@@ -439,7 +441,7 @@ class RunWorkflow:
                 # Run again, found never to have run: its old intent goes first, in a save of its own. A save
                 # writes its intents before its clears, and the new intent would be taken for the old one.
                 await self._save()
-            self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
+            self._emit(INTENT_RECORDED, **intent_event(call))
             await self._save(intents=(call,))  # in the store before the effect can happen
             try:
                 outcome = await self._tool(call)
