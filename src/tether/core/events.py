@@ -70,8 +70,8 @@ def reconciled_event(call: PendingCall, executed: bool, result: str | None, by: 
     return data
 
 
-def validated_event(call: PendingCall) -> dict[str, Any]:
-    """The data of a ``call_validated`` event: a call the gates let through, with its arguments."""
+def validated_event(call: PendingCall, provenance: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The data of a ``call_validated`` event: a call the gates let through, with its arguments (and provenance)."""
     data = {
         "id": call.call_id,
         "tool": call.tool,
@@ -79,16 +79,16 @@ def validated_event(call: PendingCall) -> dict[str, Any]:
         "fingerprint": call.fingerprint,
         "arguments": call.arguments,
     }
-    if call.provenance is not None:  # a call traced in a tainted run: where each sink value was found
-        data["provenance"] = call.provenance
+    if provenance is not None:  # a call traced in a tainted run: where each sink value was found
+        data["provenance"] = provenance
     return data
 
 
-def intent_event(call: PendingCall) -> dict[str, Any]:
+def intent_event(call: PendingCall, provenance: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The data of an ``intent_recorded`` event: the ledger row it writes (with the call's provenance, if traced)."""
     data: dict[str, Any] = {"id": call.call_id, "tool": call.tool, "fingerprint": call.fingerprint}
-    if call.provenance is not None:
-        data["provenance"] = call.provenance
+    if provenance is not None:
+        data["provenance"] = provenance
     return data
 
 

@@ -286,13 +286,9 @@ class PendingCall:
     untrusted_output: bool = False
     result: str | None = None
     approval_reason: str | None = None  # why a person must decide, for the approval request
-    # In a tainted run, a call of a tool with sinks: the sink parameters, and where each sink value was traced
-    # (``core.provenance``); checked again before the call runs.
-    sinks: tuple[str, ...] | None = None
-    provenance: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+        return {
             "call_id": self.call_id,
             "tool": self.tool,
             "arguments": self.arguments,
@@ -304,15 +300,9 @@ class PendingCall:
             "result": self.result,
             "approval_reason": self.approval_reason,
         }
-        if self.provenance is not None:  # only for a traced call: other checkpoints are as they always were
-            data["sinks"], data["provenance"] = list(self.sinks or ()), self.provenance
-        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingCall:
-        data = dict(data)
-        if data.get("sinks") is not None:
-            data["sinks"] = tuple(data["sinks"])
         return cls(**data)
 
 
@@ -491,6 +481,14 @@ class RunState:
     agent: str | None = None  # the agent holding the floor, in a run whose agent has handoffs
     child_steps: int = 0  # model requests made by this run's child runs (sub-agents): they count against max_steps
     waiting_on: dict[str, str] = field(default_factory=dict)  # call id -> the child run this run waits with
+    # Calls of the current step traced in a tainted run (``core.provenance``): call id -> {"sinks": the tool's sink
+    # parameters, "provenance": where each sink value was found}. Checked again before the call runs after a load.
+    traced: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def provenance_of(self, call_id: str) -> list[dict[str, Any]] | None:
+        """Where each sink value of a call of the current step was found; None for a call not traced."""
+        found = self.traced.get(call_id)
+        return None if found is None else list(found["provenance"])
 
     def undecided(self) -> list[PendingCall]:
         """The calls of the current step that wait for an approval decision."""
@@ -538,6 +536,8 @@ class RunState:
             progress["child_steps"] = self.child_steps
         if self.waiting_on:
             progress["waiting_on"] = dict(self.waiting_on)
+        if self.traced:  # only for a step with a traced call: likewise
+            progress["traced"] = {k: dict(v) for k, v in self.traced.items()}
         return progress
 
     @classmethod
@@ -568,6 +568,7 @@ class RunState:
             agent=data.get("agent"),
             child_steps=data.get("child_steps", 0),
             waiting_on=dict(data.get("waiting_on", {})),
+            traced={k: dict(v) for k, v in data.get("traced", {}).items()},
         )
 
 
@@ -902,6 +903,7 @@ class Run:
         answer_tool = self._answer.tool if self._answer is not None else None
         refused = validated.refused if validated is not None else None
         transfer: str | None = None  # the call of this reply that hands the run on: the first one wins
+        s.traced = {}  # a verdict binds one call of one step, as a decision does
         for call in calls:
             if call.name == answer_tool and answer_tool is not None:
                 assert self._answer is not None
@@ -959,7 +961,7 @@ class Run:
                 why, traced = self._approval_reason(call.name, verdict, hidden)
                 if traced is not None:
                     self._traced.add(call.id)
-                    base = replace(base, sinks=tuple(sorted(verdict.sinks or ())), provenance=traced)
+                    s.traced[call.id] = {"sinks": sorted(verdict.sinks or ()), "provenance": traced}
                 pending.append(replace(base, execute=True, needs_approval=why is not None, approval_reason=why))
         s.pending = pending
         s.approvals = {}  # a decision binds one call of one step, never a later reuse of its id
@@ -1071,9 +1073,10 @@ class Run:
         trace it (the run was loaded: a resume): the transcript is the same,
         so the verdict must be; a call whose verdict differs is refused.
         """
-        if call.execute and call.provenance is not None and call.call_id not in self._traced:
-            again = self._trace(call.sinks or (), call.arguments or {})
-            if again != call.provenance:
+        traced = self.state.traced.get(call.call_id)
+        if call.execute and traced is not None and call.call_id not in self._traced:
+            again = self._trace(traced["sinks"], call.arguments or {})
+            if again != traced["provenance"]:
                 return _refused(call, ErrorCode.DENIED, "its sink values' provenance changed; not executed")
             self._traced.add(call.call_id)
         if not (call.execute and call.needs_approval):

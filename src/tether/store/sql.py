@@ -567,7 +567,7 @@ class SQLStore:
                     call.tool,
                     call.fingerprint or "",
                     chained.intent_at(call.call_id, now),
-                    ledger_provenance(call.provenance),
+                    ledger_provenance(state.provenance_of(call.call_id)),
                 ),
             )
         for call, outcome in outcomes:

@@ -1090,7 +1090,7 @@ class Driver:
         for p in command.calls:
             if p.execute:
                 if not self._quiet:
-                    self._emit(CALL_VALIDATED, **validated_event(p))
+                    self._emit(CALL_VALIDATED, **validated_event(p, self.state.provenance_of(p.call_id)))
             elif self.state.executed.get(p.call_id, [None, None])[1] == p.result:
                 self._done(p, p.result or "", CALL_RECOVERED)  # reconciled as executed, or a reused call id
             else:
@@ -1196,7 +1196,7 @@ class Driver:
             entry = await self._stored(store.ledger_entry, run_id, call.call_id)
             if entry is not None and entry.outcome is not None:
                 return self._done(call, entry.outcome, CALL_RECOVERED)
-            self._emit(INTENT_RECORDED, **intent_event(call))
+            self._emit(INTENT_RECORDED, **intent_event(call, self.state.provenance_of(call.call_id)))
             # One commit with whatever the step has not saved yet, on disk (fsynced) before the effect can happen.
             await self._flush(intent=call)
         self._emit(CALL_STARTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
@@ -1250,7 +1250,7 @@ class Driver:
                 tool=call.tool,
                 arguments=call.arguments,
                 reason=call.approval_reason,
-                **({} if call.provenance is None else {"provenance": call.provenance}),
+                **_provenance(self.state, call),
             )
         if self.agent.approver is None:
             return None
@@ -1305,6 +1305,12 @@ def checked(model: Model, settings: ModelSettings | None) -> ModelSettings | Non
     if check is not None and settings is not None:
         check(settings)
     return settings
+
+
+def _provenance(state: RunState, call: PendingCall) -> dict[str, Any]:
+    """An event's ``provenance`` entry for a traced call (where each sink value was found); none for another."""
+    found = state.provenance_of(call.call_id)
+    return {} if found is None else {"provenance": found}
 
 
 def _renewed(store: RunStore, run_id: str) -> None:

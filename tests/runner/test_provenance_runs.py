@@ -141,7 +141,7 @@ async def test_a_value_only_the_instructions_give_is_trusted_and_traced_again_on
         paused = await Agent(model, [read_email, wire_money], store=store, instructions=rules).run("Pay the rent.")
         (waiting,) = paused.state.undecided()
         assert waiting.approval_reason == "wire_money requires approval"  # traced: no taint reason
-        assert waiting.provenance == [{"path": "to", "found": "trusted", "in": []}]
+        assert paused.state.provenance_of("c2") == [{"path": "to", "found": "trusted", "in": []}]
         decide(store, paused.run_id, "c2", approved=True)
         result = await Agent(model, [read_email, wire_money], store=store).resume(paused.run_id)
     assert SENT == []
