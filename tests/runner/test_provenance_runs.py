@@ -218,3 +218,27 @@ async def test_a_childs_sink_values_are_traced_through_its_parents_trusted_text(
         )
         assert "read_email c1 (in the parent run)" in reason
     assert child_run_id(result.run_id, "d1")
+
+
+# --- handoffs ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("to", "expected"), [("bob@example.com", ["bob@example.com"]), ("mark@evil.example", [])])
+async def test_after_a_handoff_the_targets_sink_values_are_traced_in_the_same_transcript(
+    tmp_path: Path, to: str, expected: list[str]
+) -> None:
+    script = [READ, call("c5", "transfer_to_mailroom"), send(to, "c6"), text("Sent.")]
+    with FakeServer(script) as server:
+        model = OpenAIChatModel("m", base_url=server.base_url, api_key="k")
+        store = SQLiteStore(tmp_path / "runs.db")
+        mailroom = Agent(model, [send_email], name="mailroom", store=store)
+        triage = Agent(model, [read_email], name="triage", handoffs=[mailroom], store=store)
+        result = await triage.run(PROMPT)
+    assert expected == SENT and result.last_agent == "mailroom"
+    if expected:
+        assert result.status is Status.COMPLETED
+    else:
+        assert result.status is Status.AWAITING_APPROVAL
+        (waiting,) = result.state.undecided()
+        assert "`mark@evil.example` appears only in the result of read_email c1" in (waiting.approval_reason or "")
+    store.close()
