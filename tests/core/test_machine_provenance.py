@@ -28,6 +28,7 @@ from tether.core import (
     RunTools,
     ToolsFinished,
     Usage,
+    Validated,
     WireToolCall,
 )
 from tether.core.errors import ConfigurationError
@@ -326,3 +327,18 @@ def test_sinks_must_name_parameters_of_the_tool() -> None:
     assert send_email.sinks == frozenset({"recipients"})
     assert archive.sinks == frozenset()
     assert post.sinks is None
+
+
+def test_a_correction_quoting_the_models_answer_is_not_the_principals_text() -> None:
+    """The machine's "your final answer was refused" message is a user message, but the model's words."""
+    run = tainted(EMAIL)
+    refused = Validated(refused="mark@evil.example is not someone you may answer about")
+    command = run.send(
+        ModelReplied(
+            ModelReply(choices=1, finish_reason="stop", content="mark@evil.example"), now=3.0, validated=refused
+        )
+    )
+    assert isinstance(command, CallModel)
+    assert run.state.messages[-1].role == "user" and "mark@evil.example" in (run.state.messages[-1].content or "")
+    reason = waits(propose(run, "send_email", {"recipients": ["mark@evil.example"], "subject": "s", "body": "b"}))
+    assert "appears only in the result of read_email call_1" in reason

@@ -92,4 +92,5 @@ async def test_the_workflow_traces_sink_values_as_the_local_driver_does(
         ]
     ]
     assert events == recorded(store, f"local-{run_id}")
+    assert store.verify(run_id) == []  # the ledger row the workflow's save wrote holds the same verdict
     store.close()

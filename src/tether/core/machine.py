@@ -1158,7 +1158,7 @@ class Run:
             else:
                 content = p.result or ""
             s.messages.append(Message("tool", content, tool_call_id=p.call_id))
-        s.pending = []
+        s.pending, s.traced = [], {}
         if children and (stopped := self._count_children(children)) is not None:
             return stopped
         if spent is not None:

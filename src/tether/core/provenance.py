@@ -10,8 +10,8 @@ by the host, to *trusted* text of the run's transcript:
   of tools not marked as returning others' text;
 - untrusted: results the run marks untrusted (``untrusted_output`` tools,
   ``ToolContext.mark_untrusted()``, a history read back without marks);
-- nowhere: the model's own writing (its text and its calls' arguments are
-  never sources).
+- nowhere: the model's own writing (its text, its calls' arguments, and the
+  corrections the machine sends back quoting its answer are never sources).
 
 Rules of the trace, each chosen to fail closed:
 
@@ -62,6 +62,9 @@ _SPACES = re.compile(r"\s+")
 _WORDS = re.compile(r"\w+")
 _SEP = "\x00"  # between the leaves of one result: never whitespace, never in a normalised value
 _SHOWN = 80  # how much of a value a reason shows
+# The corrections the machine writes as user messages (``Run._judge_text_answer``, ``Run._refuse_answer``): they
+# quote the model's answer or a validator's words about it, so they are the model's text, not the principal's.
+CORRECTIONS = ("Your final answer is invalid (", "Your final answer was refused: ")
 
 
 def normalise(text: str) -> str:
@@ -207,7 +210,7 @@ class Provenance:
         content = message.content or ""
         if message.role == "system":
             self.index.add([content], True, "the system message")
-        elif message.role == "user":
+        elif message.role == "user" and not content.startswith(CORRECTIONS):
             self._prompts += 1
             if self.outer is None:
                 self.index.add([content], True, f"the principal's message {self._prompts}")
