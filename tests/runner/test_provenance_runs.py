@@ -170,14 +170,18 @@ async def test_the_next_turn_of_a_conversation_keeps_the_earlier_email_untrusted
     assert second.status is Status.COMPLETED and SENT == ["bob@example.com"]
 
 
-async def test_streaming_keeps_the_gate(tmp_path: Path) -> None:
-    with FakeServer([READ, send("mark@evil.example")]) as server:
+@pytest.mark.parametrize(("to", "expected"), [("bob@example.com", ["bob@example.com"]), ("mark@evil.example", [])])
+async def test_streaming_keeps_the_gate(tmp_path: Path, to: str, expected: list[str]) -> None:
+    with FakeServer([READ, send(to), text("Sent.")]) as server:
         events = [e async for e in agent_on(server, SQLiteStore(tmp_path / "runs.db")).stream(PROMPT)]
     needed = [e for e in events if isinstance(e, ApprovalNeeded)]
-    assert len(needed) == 1 and needed[0].call_id == "c2"
     finished = events[-1]
-    assert isinstance(finished, RunFinished) and finished.result.status is Status.AWAITING_APPROVAL
-    assert SENT == []
+    assert isinstance(finished, RunFinished) and expected == SENT
+    if expected:
+        assert finished.result.status is Status.COMPLETED and needed == []
+    else:
+        assert finished.result.status is Status.AWAITING_APPROVAL
+        assert len(needed) == 1 and needed[0].call_id == "c2"
 
 
 # --- sub-agents -------------------------------------------------------------------------------------

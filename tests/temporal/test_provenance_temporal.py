@@ -72,10 +72,10 @@ async def test_the_workflow_traces_sink_values_as_the_local_driver_does(
         model = OpenAIChatModel("fake", base_url=server.base_url, api_key="k")
         async with make_worker(client, queue, model, TOOLS, store=store):
             handle = await start_run(client, PROMPT, task_queue=queue, run_id=run_id)
+            await wait_for_status(handle, status)  # fails, rather than waits for ever, when the run pauses instead
             if status == "completed":
                 assert (await handle.result())["status"] == "completed"
             else:
-                await wait_for_status(handle, status)
                 assert [c["call_id"] for c in await pending(client, run_id)] == ["c2"]
                 (asked,) = [e.data for e in store.events(run_id) if e.kind == "approval_requested"]
                 assert "`mark@evil.example` appears only in the result of read_email c1" in asked["reason"]
