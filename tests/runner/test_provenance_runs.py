@@ -10,6 +10,7 @@ and ledger column asserted below did not exist.
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -245,4 +246,18 @@ async def test_after_a_handoff_the_targets_sink_values_are_traced_in_the_same_tr
         assert result.status is Status.AWAITING_APPROVAL
         (waiting,) = result.state.undecided()
         assert "`mark@evil.example` appears only in the result of read_email c1" in (waiting.approval_reason or "")
+    store.close()
+
+
+async def test_a_store_from_before_provenance_migrates_and_records_a_traced_call(tmp_path: Path) -> None:
+    """A SQLite file written before the ledger had a provenance column: old rows verify, new ones carry verdicts."""
+    db = tmp_path / "legacy.db"
+    shutil.copyfile(Path(__file__).resolve().parents[1] / "store" / "data" / "legacy-v5.db", db)
+    store = SQLiteStore(db)
+    with FakeServer([READ, send("bob@example.com"), text("Sent.")]) as server:
+        result = await agent_on(server, store).run(PROMPT)
+    assert result.status is Status.COMPLETED and SENT == ["bob@example.com"]
+    for run_id in ("legacy-completed", "legacy-paused", result.run_id):
+        assert store.verify(run_id) == [], run_id
+    assert [e.provenance for e in store.ledger(result.run_id)] == [None, '[{"found":"trusted","in":[],"path":"to"}]']
     store.close()
