@@ -66,3 +66,11 @@ def test_a_traced_recipient_is_sent_without_asking_once_across_a_sigkill(tmp_pat
         verdict = [{"path": "to", "found": "trusted", "in": []}]
         assert all(e.data["provenance"] == verdict for e in events if e.kind == "intent_recorded")
         assert b.tether("runs", "verify", run_id, "--db", str(b.db)).code == 0
+
+
+def test_tether_tools_names_each_tools_sinks(tmp_path: Path) -> None:
+    with bench(tmp_path, []) as b:
+        shown = b.tether("tools", "provenance_tools")
+    assert shown.code == 0, shown
+    assert "send_email (side-effecting, sinks: to)" in shown.out
+    assert "read_email (read-only, untrusted output: taints the run)" in shown.out
