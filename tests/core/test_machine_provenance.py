@@ -261,8 +261,11 @@ def test_nested_sink_values_are_all_traced() -> None:
     run.send(Begin(now=0.0))
     run.send(ModelReplied(calls(wire("call_1", "read_email", {"folder": "x"})), now=1.0))
     run.send(ToolsFinished({"call_1": ok("cc eve@evil.example")}, now=2.0))
-    command = propose(run, "notify", {"to": {"bob@example.com": ["eve@evil.example", 3]}})
+    command = propose(run, "notify", {"to": {"bob@example.com": ["eve@evil.example", 3], "eve@evil.example": "zed"}})
     reason = waits(command)
+    assert "to.eve@evil.example (the key) `eve@evil.example` appears only in the result of read_email call_1" in reason
+    assert "to.eve@evil.example `zed` appears nowhere" in reason
+    assert "bob@example.com (the key)" not in reason
     assert "to.bob@example.com[0] `eve@evil.example` appears only in the result of read_email call_1" in reason
     assert "to.bob@example.com[1] `3` appears nowhere" in reason
 

@@ -98,7 +98,7 @@ def leaves(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from leaves(item, f"{path}[{i}]")
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            yield f"{path}.{key}", str(key)
+            yield f"{path}.{key} (the key)", str(key)  # a key is a value the model chose too
             yield from leaves(item, f"{path}.{key}")
 
 
