@@ -76,7 +76,10 @@ def wire(call_id: str, name: str, arguments: dict[str, Any]) -> WireToolCall:
 
 
 def step(run: Run, n: int, rng: random.Random) -> float:
-    """One step of the run: the model's two calls judged, their results back. Its time, in seconds."""
+    """One step of the run: the model's two calls judged, their results back. Its time, in seconds.
+
+    The send runs without approval in both setups; in a tainted run only because its recipient was traced.
+    """
     calls = (
         wire(f"r{n}", "read_email", {"folder": f"f{n}"}),
         wire(f"s{n}", "send_email", {"to": RECIPIENTS[n % 3], "body": f"note {n}"}),
@@ -86,6 +89,7 @@ def step(run: Run, n: int, rng: random.Random) -> float:
     started = time.perf_counter()
     command = run.send(ModelReplied(reply, now=float(n)))
     assert isinstance(command, RunTools) and len(command.to_execute) == 2, command
+    assert (f"s{n}" in run.state.traced) == run.state.tainted, "a tainted run traces each send, an untainted none"
     run.send(ToolsFinished(results, now=float(n)))
     return time.perf_counter() - started
 
@@ -107,10 +111,7 @@ def measure(traced: bool, length: int, steps: int, seed: int) -> float:
     """Seconds per step over ``steps`` steps of a run grown to ``length`` messages."""
     run, n, rng = grown(traced, length, seed)
     spent = sum(step(run, n + i, rng) for i in range(steps))
-    if traced:
-        assert run.state.tainted and run.state.traced, "the traced setup must trace"
-    else:
-        assert not run.state.tainted
+    assert run.state.tainted == traced, "the traced setup is tainted, the other is not"
     return spent / steps
 
 
@@ -142,14 +143,17 @@ def main() -> None:
     args = parser.parse_args()
     figures: dict[str, Any] = {}
     for length in LENGTHS:
-        ratios, traced_times, untraced_times = [], [], []
+        ratios, traced_times, untraced_times, lookups, rescans = [], [], [], [], []
         for r in range(args.rounds):
             order = (True, False) if r % 2 == 0 else (False, True)  # the setups take turns going first
             times = {setup: measure(setup, length, args.steps, seed=r) for setup in order}
             traced_times.append(times[True])
             untraced_times.append(times[False])
             ratios.append(times[True] / times[False])
-        indexed, rescan = lookup_against_rescan(length, seed=0)
+            indexed, rescan = lookup_against_rescan(length, seed=r)
+            lookups.append(indexed)
+            rescans.append(rescan)
+        indexed, rescan = statistics.median(lookups), statistics.median(rescans)
         figures[str(length)] = {
             "traced_us": statistics.median(traced_times) * 1e6,
             "untraced_us": statistics.median(untraced_times) * 1e6,
