@@ -578,13 +578,19 @@ class RunState:
 class Run:
     """Drive one run: ``send`` an event, get the next command."""
 
-    def __init__(self, state: RunState, catalog: Catalog, answer: AnswerCheck | None = None) -> None:
+    def __init__(
+        self, state: RunState, catalog: Catalog, answer: AnswerCheck | None = None, *, executes: bool = True
+    ) -> None:
+        """``executes=False``: this object only records a decision (``tether approve`` in another process); the
+        driver that then executes the calls, with the run's whole context, traces them again (``_still_approved``).
+        """
         self.state = state
         self._catalog = catalog
         self._answer = answer  # None: any text is a final answer
         self._poisoned: str | None = None
         self.provenance = provenance.Provenance()  # the transcript's index, rebuilt from the state when loaded
         self._traced: set[str] = set()  # calls traced by this object: their verdict is checked again only after a load
+        self._executes = executes
 
     @classmethod
     def new(
@@ -1074,7 +1080,7 @@ class Run:
         so the verdict must be; a call whose verdict differs is refused.
         """
         traced = self.state.traced.get(call.call_id)
-        if call.execute and traced is not None and call.call_id not in self._traced:
+        if self._executes and call.execute and traced is not None and call.call_id not in self._traced:
             again = self._trace(traced["sinks"], call.arguments or {})
             if again != traced["provenance"]:
                 return _refused(call, ErrorCode.DENIED, "its sink values' provenance changed; not executed")
