@@ -21,7 +21,7 @@ BLOCKS = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re
 
 def readme_model(request: dict[str, Any]) -> ReplySpec:
     """What the README's examples need: an invoice as JSON, a transfer, a call of the calculator sub-agent and
-    its answer quoted, the multiply scenario, else an echo."""
+    its answer quoted, an email read then sent, the multiply scenario, else an echo."""
     if "response_format" in request:
         return text(json.dumps({"customer": "ACME", "total": 3720, "note": None}))
     offered = [t["function"]["name"] for t in request.get("tools", ())]
@@ -33,6 +33,13 @@ def readme_model(request: dict[str, Any]) -> ReplySpec:
         if last["role"] != "tool":
             return tool_calls([("call_calc", "calculator", json.dumps({"input": last["content"]}))])
         return text(f"The calculator says: {json.loads(last['content'])['result']}")
+    if "send_email" in offered:  # read the email, then send to the recipient the prompt names
+        last = request["messages"][-1]
+        if last["role"] == "user":
+            return tool_calls([("call_1", "read_email", '{"folder": "inbox"}')])
+        if last.get("tool_call_id") == "call_1":
+            return tool_calls([("call_2", "send_email", '{"to": "bob@example.com", "body": "Mark says hi."}')])
+        return text("Sent.")
     if any(t["function"]["name"] == "multiply" for t in request.get("tools", ())):
         return multiply(request)
     users = [m["content"] for m in request["messages"] if m["role"] == "user"]
@@ -47,7 +54,8 @@ def expected_lines(block: str) -> list[str]:
 def test_the_readme_has_examples_for_each_feature() -> None:
     joined = "\n".join(BLOCKS)
     features = ("run_sync", "output_type=", "conversation()", "deps=", "agent.stream(", "decide(", ".as_tool(")
-    for feature in (*features, "@agent.instructions", "@agent.output_validator", "message_history=", "handoffs="):
+    more = ("@agent.instructions", "@agent.output_validator", "message_history=", "handoffs=", "sinks=")
+    for feature in (*features, *more):
         assert feature in joined, feature
 
 

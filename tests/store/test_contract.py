@@ -249,7 +249,8 @@ TAMPERING = {
     "removed seal": "UPDATE runs SET seal = NULL WHERE id = ?",
     "deleted ledger row": "DELETE FROM ledger WHERE run_id = ? AND call_id = 'c2'",
     "edited ledger outcome": "UPDATE ledger SET outcome = 'nothing happened' WHERE run_id = ? AND call_id = 'c2'",
-    "forged ledger row": "INSERT INTO ledger VALUES (?, 'c9', 'transfer', '', 1.0, 'moved 9', 1.0)",
+    "forged ledger row": "INSERT INTO ledger (run_id, call_id, tool, fingerprint, intent_at, outcome, outcome_at)"
+    " VALUES (?, 'c9', 'transfer', '', 1.0, 'moved 9', 1.0)",
 }
 
 

@@ -37,6 +37,7 @@ from tether.drivers.temporal.payloads import (
     RunToolRequest,
     SaveRequest,
     ToolResult,
+    TracedCall,
     Unreconciled,
     WireCall,
 )
@@ -170,3 +171,17 @@ def test_payloads_of_earlier_workers_read_with_the_defaults() -> None:
 
     assert request == RunToolRequest("r", call, PrincipalData("ann", ("*",)), None)
     assert request.heartbeat_seconds is None and request.principal.roles == ()
+
+
+def test_a_traced_call_reads_back_as_its_own_class_with_its_sinks_and_an_accepted_one_without() -> None:
+    traced = TracedCall("send", '{"to": "bob"}', {"to": "bob"}, False, False, False, 30.0, ("to",))
+    answer = ModelAnswer(REPLY, False, (traced, ACCEPTED, REJECTED))
+
+    payload = CONVERTER.to_payloads([answer])[0]
+    back = read(payload, ModelOutcome)
+
+    assert back == answer
+    assert [type(v) for v in back.verdicts] == [TracedCall, AcceptedCall, RejectedCall]
+    assert json.loads(payload.data)["verdicts"][0]["sinks"] == ["to"]
+    assert "sinks" not in json.loads(payload.data)["verdicts"][1]  # an untraced call's payload is as it always was
+    assert back.verdicts[0].verdict().sinks == frozenset({"to"})

@@ -49,6 +49,8 @@ def tools(toolsets: tuple[str, ...], files_root: str | None) -> None:
         kind = "read-only" if t.read_only else "side-effecting"
         if t.untrusted_output:
             kind += ", untrusted output: taints the run"
+        if t.sinks is not None:  # argument provenance: what a tainted run must trace to trusted text
+            kind += f", sinks: {', '.join(sorted(t.sinks)) or 'none'}"
         click.echo(f"{t.name} ({kind})")
         if t.description:
             click.echo(f"  {t.description.splitlines()[0]}")

@@ -113,7 +113,8 @@ def _describe(kind: str, data: dict[str, Any]) -> str:
         verb = {"call_executed": "executed", "call_rejected": "refused", "call_recovered": "recovered from ledger"}
         return f"{call}: {verb[kind]} -> {data.get('outcome')}"
     if kind == "approval_requested":
-        return f"{call}: waiting for approval, arguments {arguments_preview(data.get('arguments')) or 'null'}"
+        why = f": {data['reason']}" if data.get("reason") else ""  # e.g. which sink value came from where
+        return f"{call}: waiting for approval{why}, arguments {arguments_preview(data.get('arguments')) or 'null'}"
     if kind == "approval_decided":
         decision = "approved" if data.get("approved") else "denied"
         reason = f" ({data['reason']})" if data.get("reason") else ""

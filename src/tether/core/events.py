@@ -70,15 +70,26 @@ def reconciled_event(call: PendingCall, executed: bool, result: str | None, by: 
     return data
 
 
-def validated_event(call: PendingCall) -> dict[str, Any]:
-    """The data of a ``call_validated`` event: a call the gates let through, with its arguments."""
-    return {
+def validated_event(call: PendingCall, provenance: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The data of a ``call_validated`` event: a call the gates let through, with its arguments (and provenance)."""
+    data = {
         "id": call.call_id,
         "tool": call.tool,
         "read_only": call.read_only,
         "fingerprint": call.fingerprint,
         "arguments": call.arguments,
     }
+    if provenance is not None:  # a call traced in a tainted run: where each sink value was found
+        data["provenance"] = provenance
+    return data
+
+
+def intent_event(call: PendingCall, provenance: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The data of an ``intent_recorded`` event: the ledger row it writes (with the call's provenance, if traced)."""
+    data: dict[str, Any] = {"id": call.call_id, "tool": call.tool, "fingerprint": call.fingerprint}
+    if provenance is not None:
+        data["provenance"] = provenance
+    return data
 
 
 def rejected_event(call_id: str, tool: str, content: str, arguments: dict[str, Any] | None) -> dict[str, Any]:

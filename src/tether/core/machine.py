@@ -48,12 +48,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
-from tether.core import envelope, nesting
+from tether.core import envelope, nesting, provenance
 from tether.core.budget import ESTIMATED_NOTE, RunConfig
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ApprovalMismatch, RunPoisoned, TransitionError
@@ -236,6 +236,7 @@ class Accepted:
     needs_approval: bool = False
     untrusted_output: bool = False
     handoff: str | None = None  # the call transfers the run to the agent of this name
+    sinks: frozenset[str] | None = None  # the tool's sink parameters (``core.provenance``); None: no policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,6 +481,14 @@ class RunState:
     agent: str | None = None  # the agent holding the floor, in a run whose agent has handoffs
     child_steps: int = 0  # model requests made by this run's child runs (sub-agents): they count against max_steps
     waiting_on: dict[str, str] = field(default_factory=dict)  # call id -> the child run this run waits with
+    # Calls of the current step traced in a tainted run (``core.provenance``): call id -> {"sinks": the tool's sink
+    # parameters, "provenance": where each sink value was found}. Checked again before the call runs after a load.
+    traced: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def provenance_of(self, call_id: str) -> list[dict[str, Any]] | None:
+        """Where each sink value of a call of the current step was found; None for a call not traced."""
+        found = self.traced.get(call_id)
+        return None if found is None else list(found["provenance"])
 
     def undecided(self) -> list[PendingCall]:
         """The calls of the current step that wait for an approval decision."""
@@ -527,6 +536,8 @@ class RunState:
             progress["child_steps"] = self.child_steps
         if self.waiting_on:
             progress["waiting_on"] = dict(self.waiting_on)
+        if self.traced:  # only for a step with a traced call: likewise
+            progress["traced"] = {k: dict(v) for k, v in self.traced.items()}
         return progress
 
     @classmethod
@@ -557,6 +568,7 @@ class RunState:
             agent=data.get("agent"),
             child_steps=data.get("child_steps", 0),
             waiting_on=dict(data.get("waiting_on", {})),
+            traced={k: dict(v) for k, v in data.get("traced", {}).items()},
         )
 
 
@@ -566,11 +578,19 @@ class RunState:
 class Run:
     """Drive one run: ``send`` an event, get the next command."""
 
-    def __init__(self, state: RunState, catalog: Catalog, answer: AnswerCheck | None = None) -> None:
+    def __init__(
+        self, state: RunState, catalog: Catalog, answer: AnswerCheck | None = None, *, executes: bool = True
+    ) -> None:
+        """``executes=False``: this object only records a decision (``tether approve`` in another process); the
+        driver that then executes the calls, with the run's whole context, traces them again (``_still_approved``).
+        """
         self.state = state
         self._catalog = catalog
         self._answer = answer  # None: any text is a final answer
         self._poisoned: str | None = None
+        self.provenance = provenance.Provenance()  # the transcript's index, rebuilt from the state when loaded
+        self._traced: set[str] = set()  # calls traced by this object: their verdict is checked again only after a load
+        self._executes = executes
 
     @classmethod
     def new(
@@ -889,6 +909,7 @@ class Run:
         answer_tool = self._answer.tool if self._answer is not None else None
         refused = validated.refused if validated is not None else None
         transfer: str | None = None  # the call of this reply that hands the run on: the first one wins
+        s.traced = {}  # a verdict binds one call of one step, as a decision does
         for call in calls:
             if call.name == answer_tool and answer_tool is not None:
                 assert self._answer is not None
@@ -943,7 +964,10 @@ class Run:
                 message = f"call id {call.id} was already used with other arguments; use a new id"
                 pending.append(_refused(base, ErrorCode.CALL_ID_REUSED, message))
             else:
-                why = self._approval_reason(call.name, verdict, hidden)
+                why, traced = self._approval_reason(call.name, verdict, hidden)
+                if traced is not None:
+                    self._traced.add(call.id)
+                    s.traced[call.id] = {"sinks": sorted(verdict.sinks or ()), "provenance": traced}
                 pending.append(replace(base, execute=True, needs_approval=why is not None, approval_reason=why))
         s.pending = pending
         s.approvals = {}  # a decision binds one call of one step, never a later reuse of its id
@@ -975,19 +999,42 @@ class Run:
             return AwaitApproval(tuple(self.state.undecided()))
         return self._run_tools()
 
-    def _approval_reason(self, tool: str, verdict: Accepted, hidden: frozenset[str] = frozenset()) -> str | None:
-        """Why this call needs a person's approval, or None when it does not.
+    def _approval_reason(
+        self, tool: str, verdict: Accepted, hidden: frozenset[str] = frozenset()
+    ) -> tuple[str | None, list[dict[str, Any]] | None]:
+        """Why this call needs a person's approval (None when it does not), and its sink values' provenance.
 
-        A side-effecting call in a tainted run needs one whatever its tool
-        says: text someone other than the principal wrote is in the history
-        and may be steering the model.
+        A side-effecting call in a tainted run needs one: text someone other
+        than the principal wrote is in the history and may be steering the
+        model. Unless its tool names its sinks and every sink value is traced
+        to trusted text (``core.provenance``): then the untrusted text did
+        not choose where the effect goes.
         """
         reasons = []
+        traced: list[dict[str, Any]] | None = None
         if verdict.needs_approval:
             reasons.append(f"{tool} requires approval")
         if not verdict.read_only and (source := self._taint(hidden)) is not None:
-            reasons.append(f"the run read untrusted text from {source}")
-        return "; ".join(reasons) or None
+            traced = self._trace(verdict.sinks, verdict.arguments)
+            if traced is None or provenance.untraced(traced):
+                why = f"the run read untrusted text from {source}"
+                if traced:
+                    why += ", and " + "; ".join(provenance.reasons(traced, verdict.arguments))
+                reasons.append(why)
+        return "; ".join(reasons) or None, traced
+
+    def _trace(self, sinks: Collection[str] | None, arguments: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """Where each sink value of a call was found in the transcript; None for a tool without sinks.
+
+        None too for a run whose untrusted results are not listed (saved
+        before they were): which text is whose cannot be told, so today's
+        rule stands (every side effect needs approval).
+        """
+        s = self.state
+        if sinks is None or not (s.untrusted or self.provenance.outer is not None):
+            return None
+        self.provenance.sync(s.messages, s.untrusted)
+        return self.provenance.trace(sorted(sinks), arguments)
 
     def _taint(self, hidden: frozenset[str]) -> str | None:
         """The tool whose untrusted result the model saw for this reply, if any.
@@ -1026,7 +1073,18 @@ class Run:
         return RunTools(s.steps, tuple(s.pending))
 
     def _still_approved(self, call: PendingCall) -> PendingCall:
-        """Refuse a call needing approval unless a decision covers exactly these arguments."""
+        """Refuse a call needing approval unless a decision covers exactly these arguments.
+
+        A traced call's provenance is traced again when this object did not
+        trace it (the run was loaded: a resume): the transcript is the same,
+        so the verdict must be; a call whose verdict differs is refused.
+        """
+        traced = self.state.traced.get(call.call_id)
+        if self._executes and call.execute and traced is not None and call.call_id not in self._traced:
+            again = self._trace(traced["sinks"], call.arguments or {})
+            if again != traced["provenance"]:
+                return _refused(call, ErrorCode.DENIED, "its sink values' provenance changed; not executed")
+            self._traced.add(call.call_id)
         if not (call.execute and call.needs_approval):
             return call
         decision = self.state.approvals.get(call.call_id)
@@ -1106,7 +1164,7 @@ class Run:
             else:
                 content = p.result or ""
             s.messages.append(Message("tool", content, tool_call_id=p.call_id))
-        s.pending = []
+        s.pending, s.traced = [], {}
         if children and (stopped := self._count_children(children)) is not None:
             return stopped
         if spent is not None:

@@ -46,8 +46,14 @@ SEALED_COLUMNS = (
 )
 KEYED, UNKEYED = "hmac-sha256:", "sha256:"
 
-# One ledger row as compared: [tool, fingerprint, intent_at, outcome digest or None, outcome_at or None]
+# One ledger row as compared: [tool, fingerprint, intent_at, outcome digest or None, outcome_at or None,
+# provenance as canonical JSON text or None]
 LedgerRow = list[Any]
+
+
+def _canonical(value: Any) -> str | None:
+    """A provenance as the ledger holds it (``records.ledger_provenance``), for comparing; None stays None."""
+    return None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def chain_hash(prev: str, *fields: object) -> str:
@@ -123,18 +129,19 @@ def ledger_problems(logged: Iterable[tuple[int, float, str, str]], stored: Mappi
         if kind == CALL_VALIDATED:
             read_only[call_id] = (event.get("read_only") is True, event.get("fingerprint") or "")
         elif kind == INTENT_RECORDED:
-            expected[call_id] = [event.get("tool"), event.get("fingerprint") or "", at, None, None]
+            traced = event.get("provenance")
+            expected[call_id] = [event.get("tool"), event.get("fingerprint") or "", at, None, None, _canonical(traced)]
         elif kind == OUTCOME_RECORDED or (kind == RECONCILED and event.get("executed") is True):
             row = expected.get(call_id)
             if row is None:
                 problems.append(f"event {seq}: an outcome of call {call_id} without a recorded intent")
             elif row[3] is None:
-                row[3:] = [event.get("digest"), at]
+                row[3:5] = [event.get("digest"), at]
         elif kind == RECONCILED:
             expected.pop(call_id, None)
         elif kind == CALL_EXECUTED and read_only.get(call_id, (False, ""))[0]:
-            row = expected.setdefault(call_id, [event.get("tool"), read_only[call_id][1], at, None, None])
-            row[3:] = [event.get("digest"), at]
+            row = expected.setdefault(call_id, [event.get("tool"), read_only[call_id][1], at, None, None, None])
+            row[3:5] = [event.get("digest"), at]
     for call_id in sorted(expected.keys() | stored.keys()):
         want, got = expected.get(call_id), stored.get(call_id)
         if got is None:
@@ -143,6 +150,8 @@ def ledger_problems(logged: Iterable[tuple[int, float, str, str]], stored: Mappi
             problems.append(f"ledger: call {call_id} is not in the audit log")
         elif want[3] != got[3]:
             problems.append(f"ledger: the outcome of call {call_id} does not match the audit log")
+        elif want[5] != got[5]:
+            problems.append(f"ledger: the provenance of call {call_id} does not match the audit log")
         elif want != got:
             problems.append(f"ledger: call {call_id} does not match the audit log (tool, fingerprint or times)")
     return problems

@@ -49,6 +49,7 @@ class LedgerEntry:
     intent_at: float
     outcome: str | None
     outcome_at: float | None
+    provenance: str | None = None  # where each sink value was found, as JSON text; None: the call was not traced
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,11 @@ _TEXT = json.JSONEncoder(ensure_ascii=False).encode
 
 def canonical(value: Any) -> str:
     return _CANONICAL(value)
+
+
+def ledger_provenance(verdict: list[dict[str, Any]] | None) -> str | None:
+    """A call's provenance as its ledger row holds it: the JSON of what its ``intent_recorded`` event stores."""
+    return None if verdict is None else canonical(redact(verdict))
 
 
 def decode(text: str, run_id: str, what: str) -> Any:
@@ -232,14 +238,14 @@ def audit_problems(
     stored_seal: str | None,
     events: Iterable[tuple[int, float, str, int, str, str, str]],
     messages: Iterable[tuple[int, str, str]],
-    ledger: Iterable[tuple[str, str, str, float, str | None, float | None]],
+    ledger: Iterable[tuple[str, str, str, float, str | None, float | None, str | None]],
 ) -> list[str]:
     """Every break in what vouches for a run, from its stored rows; empty when intact.
 
     ``head`` holds the run row's ``SEALED_COLUMNS`` values; ``events`` are
     (seq, at, kind, step, data, prev_hash, hash) and ``messages`` (seq, body,
     hash), both in seq order; ``ledger`` rows are (call_id, tool,
-    fingerprint, intent_at, outcome, outcome_at).
+    fingerprint, intent_at, outcome, outcome_at, provenance).
     """
     sealed = dict(zip(SEALED_COLUMNS, head, strict=True))
     problem = seal_problem(key, run_id, head, stored_seal)
@@ -265,8 +271,8 @@ def audit_problems(
     if expected != sealed["message_count"] or last != sealed["message_hash"]:
         problems.append(f"messages: the run records {sealed['message_count']} messages, the transcript has {expected}")
     stored = {
-        call_id: [tool, fingerprint, intent_at, None if outcome is None else digest(outcome), outcome_at]
-        for call_id, tool, fingerprint, intent_at, outcome, outcome_at in ledger
+        call_id: [tool, fingerprint, intent_at, None if outcome is None else digest(outcome), outcome_at, provenance]
+        for call_id, tool, fingerprint, intent_at, outcome, outcome_at, provenance in ledger
     }
     return problems + ledger_problems(logged, stored)
 

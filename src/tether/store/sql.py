@@ -96,6 +96,7 @@ from tether.store.records import (
     first_row,
     inherited_messages,
     lease_conflict,
+    ledger_provenance,
     message_rows,
     meta_text,
     principal_dict,
@@ -116,7 +117,7 @@ _RUN_HEAD = f"SELECT {', '.join(SEALED_COLUMNS)}, seal, lease_owner FROM runs WH
 _CONVERSATION = f"SELECT {', '.join(CONVERSATION_SEALED)}, seal FROM conversations WHERE id = ?"
 _TURNS = f"SELECT {', '.join(TURN_COLUMNS)} FROM runs WHERE conversation_id = ? ORDER BY turn"
 _KEY_ROW = f"SELECT id, {', '.join(KEY_SEALED)}, seal FROM api_keys"
-_LEDGER_ROW = "SELECT call_id, tool, fingerprint, intent_at, outcome, outcome_at FROM ledger"
+_LEDGER_ROW = "SELECT call_id, tool, fingerprint, intent_at, outcome, outcome_at, provenance FROM ledger"
 GROUP_WAIT = 0.001  # seconds a group commit waits for more intents, while other runs are being driven
 _UPDATE_RUN = (
     "UPDATE runs SET updated_at = ?, status = ?, meta = ?, message_count = ?, message_hash = ?,"
@@ -278,6 +279,9 @@ MIGRATIONS: list[Migration] = [
         )
         """,
     ),
+    # A side effect traced in a tainted run records where each sink value was found (``core.provenance``) with
+    # its intent, as its ``intent_recorded`` event does; null for every other intent, as before.
+    Migration("m10_ledger_provenance", "ALTER TABLE ledger ADD COLUMN provenance TEXT"),
 ]
 
 # PostgreSQL databases made before the histories were merged recorded two steps of their own; they hold
@@ -589,15 +593,24 @@ class SQLStore:
             tx.execute("DELETE FROM ledger WHERE run_id = ? AND call_id = ? AND outcome IS NULL", (run_id, call_id))
         for call in intents:
             tx.execute(
-                "INSERT INTO ledger (run_id, call_id, tool, fingerprint, intent_at) VALUES (?, ?, ?, ?, ?)",
-                (run_id, call.call_id, call.tool, call.fingerprint or "", chained.intent_at(call.call_id, now)),
+                "INSERT INTO ledger (run_id, call_id, tool, fingerprint, intent_at, provenance)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    call.call_id,
+                    call.tool,
+                    call.fingerprint or "",
+                    chained.intent_at(call.call_id, now),
+                    ledger_provenance(state.provenance_of(call.call_id)),
+                ),
             )
         for call, outcome in outcomes:
             at = chained.outcome_at(call.call_id, now)
             # A side effect's recorded outcome is final; a read-only call run again on resume replaces its own.
             only_if_unknown = "" if call.read_only else " WHERE ledger.outcome IS NULL"
             tx.execute(
-                "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, call_id) DO UPDATE"
+                "INSERT INTO ledger (run_id, call_id, tool, fingerprint, intent_at, outcome, outcome_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, call_id) DO UPDATE"
                 " SET outcome = excluded.outcome, outcome_at = excluded.outcome_at" + only_if_unknown,
                 (run_id, call.call_id, call.tool, call.fingerprint or "", at, outcome, at),
             )

@@ -18,11 +18,11 @@ import functools
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_args, get_origin, get_type_hints, overload
 
-from tether.core.errors import ToolDefinitionError
+from tether.core.errors import ConfigurationError, ToolDefinitionError
 from tether.core.nesting import MAX_DEPTH
 from tether.core.nesting import value_nested_deeper as nested_deeper
 from tether.tools.context import ToolContext
@@ -104,6 +104,9 @@ class Tool:
     untrusted_output: bool = False
     inline: bool = False  # a plain function runs on the event loop, not a worker thread (it must not block)
     retries: int = DEFAULT_RETRIES  # how many times per run the tool may raise Retry before it counts as a failure
+    # The top-level parameters whose values the effect goes to (a recipient, an account, a URL, a path, a body sent
+    # outside): in a tainted run they must be traced to trusted text (``core.provenance``). None: no policy.
+    sinks: frozenset[str] | None = None
     # How to call ``function``: its argument model and the context parameter.
     args_model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
     context_param: str | None = field(default=None, repr=False)
@@ -119,6 +122,8 @@ class Tool:
         if not isinstance(self.retries, int) or isinstance(self.retries, bool) or self.retries < 0:
             raise ToolDefinitionError(f"tool {self.name}: retries must be a whole number, 0 or more")
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.function))
+        if self.sinks is not None:
+            object.__setattr__(self, "sinks", _sinks(self.name, self.sinks, self.parameters))
         made = strict_schema(self.parameters)
         if made is not None:
             object.__setattr__(self, "strict_parameters", made[0])
@@ -158,6 +163,19 @@ class Tool:
 
     def call(self, arguments: Mapping[str, Any], context: ToolContext) -> Any | Awaitable[Any]:
         return self.function(**self.bind(arguments, context))
+
+
+def _sinks(name: str, sinks: Any, parameters: Mapping[str, Any]) -> frozenset[str]:
+    """``sinks`` as a set of the tool's top-level parameter names; a ``ConfigurationError`` for any other."""
+    if isinstance(sinks, str) or not isinstance(sinks, Iterable):
+        raise ConfigurationError(f"tool {name}: sinks must be a list of parameter names, not {type(sinks).__name__}")
+    names = frozenset(sinks)
+    known = parameters.get("properties", {})
+    unknown = sorted(str(n) for n in names if not isinstance(n, str) or n not in known)
+    if unknown:
+        listed = ", ".join(map(repr, known)) or "none"
+        raise ConfigurationError(f"tool {name}: sinks {', '.join(map(repr, unknown))} are not parameters ({listed})")
+    return names
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
@@ -592,6 +610,7 @@ def tool(
     untrusted_output: bool = False,
     inline: bool = False,
     retries: int = DEFAULT_RETRIES,
+    sinks: Iterable[str] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -610,6 +629,7 @@ def tool(
     untrusted_output: bool = False,
     inline: bool = False,
     retries: int = DEFAULT_RETRIES,
+    sinks: Iterable[str] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a typed function as a tool.
 
@@ -621,6 +641,15 @@ def tool(
     than the run's principal wrote (files, web pages, a knowledge base): it
     taints the run, and side-effecting calls then need approval. A tool that
     knows per result calls ``context.mark_untrusted()`` instead.
+
+    ``sinks`` names the parameters the effect goes to (a recipient, an
+    IBAN, a URL, a path, a body sent outside). In a tainted run a call then
+    runs without approval when every string and number in those parameters
+    is traced to trusted text (the principal's messages, the instructions,
+    trusted tools' results); a value found only in untrusted text, or
+    nowhere, needs approval (``tether.core.provenance``). ``sinks=()``: the
+    tool's effect goes nowhere a value could steer. Without ``sinks`` every
+    side effect of a tainted run needs approval.
 
     A plain (not ``async``) function runs on a worker thread, so that one
     that blocks (a file, a socket, a database) never holds up the event
@@ -650,6 +679,7 @@ def tool(
         "untrusted_output": untrusted_output,
         "inline": inline,
         "retries": retries,
+        "sinks": None if sinks is None else sinks,
     }
 
     def wrap(fn: Callable[..., Any]) -> Tool:

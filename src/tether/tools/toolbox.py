@@ -119,6 +119,7 @@ class Toolbox:
             read_only=found.read_only,
             needs_approval=found.needs_approval(arguments),
             untrusted_output=found.untrusted_output,
+            sinks=found.sinks,
         )
 
     async def invoke(

@@ -39,8 +39,9 @@ def _open(store: RunStore, run_id: str) -> tuple[StoredRun, Run]:
     if stored.setup.get("engine") == "temporal":  # its workflow decides; the store only records
         store.release(run_id)
         raise ApprovalMismatch(f"run {run_id} is driven by Temporal workers: send it with --temporal HOST:PORT")
-    # Deciding needs no tools: the machine only consults them when judging a reply.
-    return stored, Run(stored.state, Toolbox([], stored.principal))
+    # Deciding needs no tools: the machine only consults them when judging a reply. Nor does it execute: the driver
+    # that resumes the run traces a decided call's sink values again, with the run's instructions and parent.
+    return stored, Run(stored.state, Toolbox([], stored.principal), executes=False)
 
 
 def waiting_calls(store: RunStore, run_id: str, state: RunState | None = None) -> list[tuple[str, PendingCall]]:

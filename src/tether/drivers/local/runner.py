@@ -52,6 +52,7 @@ from tether.core.events import (
     EventHandler,
     RunEvent,
     digest,
+    intent_event,
     outcome_event,
     reconciled_event,
     rejected_event,
@@ -767,7 +768,18 @@ class Driver:
         return call(*args, **kwargs)
 
     def _send(self, event: Any) -> Command:
+        self._trust_instructions()
         return self.run_machine.send(event)
+
+    def _trust_instructions(self) -> None:
+        """Make the run's fixed instructions trusted text for argument provenance (``core.provenance``).
+
+        Only the strings: what a function computes for one request is not
+        known when a call is traced again after a resume, so it is no source.
+        """
+        for found in (*self.instructions, *self.floor._instructions):
+            if isinstance(found, str):
+                self.run_machine.provenance.host_text(found)
 
     async def run(self) -> RunResult:
         resumed = self.state.status is not Status.READY
@@ -895,6 +907,7 @@ class Driver:
             if unknown:
                 self._emit(RECONCILIATION_NEEDED, ids=unknown)
                 return self._send(OutcomeUnknown(tuple(unknown), self.agent.clock()))
+        self._trust_instructions()
         command = self.run_machine.pending_command()
         if isinstance(command, AwaitChildren):  # the child runs it waited with may have been decided: go on
             return self._send(ChildResumed(self.agent.clock()))
@@ -1087,7 +1100,7 @@ class Driver:
         for p in command.calls:
             if p.execute:
                 if not self._quiet:
-                    self._emit(CALL_VALIDATED, **validated_event(p))
+                    self._emit(CALL_VALIDATED, **validated_event(p, self.state.provenance_of(p.call_id)))
             elif self.state.executed.get(p.call_id, [None, None])[1] == p.result:
                 self._done(p, p.result or "", CALL_RECOVERED)  # reconciled as executed, or a reused call id
             else:
@@ -1193,7 +1206,7 @@ class Driver:
             entry = await self._stored(store.ledger_entry, run_id, call.call_id)
             if entry is not None and entry.outcome is not None:
                 return self._done(call, entry.outcome, CALL_RECOVERED)
-            self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
+            self._emit(INTENT_RECORDED, **intent_event(call, self.state.provenance_of(call.call_id)))
             # One commit with whatever the step has not saved yet, on disk (fsynced) before the effect can happen.
             await self._flush(intent=call)
         self._emit(CALL_STARTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
@@ -1247,6 +1260,7 @@ class Driver:
                 tool=call.tool,
                 arguments=call.arguments,
                 reason=call.approval_reason,
+                **_provenance(self.state, call),
             )
         if self.agent.approver is None:
             return None
@@ -1301,6 +1315,12 @@ def checked(model: Model, settings: ModelSettings | None) -> ModelSettings | Non
     if check is not None and settings is not None:
         check(settings)
     return settings
+
+
+def _provenance(state: RunState, call: PendingCall) -> dict[str, Any]:
+    """An event's ``provenance`` entry for a traced call (where each sink value was found); none for another."""
+    found = state.provenance_of(call.call_id)
+    return {} if found is None else {"provenance": found}
 
 
 def _renewed(store: RunStore, run_id: str) -> None:

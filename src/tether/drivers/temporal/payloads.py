@@ -155,6 +155,26 @@ class AcceptedCall:
 
 
 @dataclass(frozen=True, slots=True)
+class TracedCall:
+    """An accepted call of a tool that names its sinks (``@tool(sinks=...)``): the workflow's machine traces
+    their values (``core.provenance``) exactly as the local driver's does. ``AcceptedCall`` with ``sinks``."""
+
+    name: str
+    raw_arguments: str
+    arguments: JSONObject
+    read_only: bool
+    needs_approval: bool
+    untrusted_output: bool
+    timeout: float | None
+    sinks: tuple[str, ...]
+    accepted: Literal[True] = True
+
+    def verdict(self) -> Accepted:
+        sinks = frozenset(self.sinks)
+        return Accepted(self.arguments, self.read_only, self.needs_approval, self.untrusted_output, sinks=sinks)
+
+
+@dataclass(frozen=True, slots=True)
 class RejectedCall:
     """A call the worker's gates refused, with the call it judged and the error the model is sent."""
 
@@ -168,13 +188,25 @@ class RejectedCall:
         return Rejected(self.code, self.message)
 
 
-Verdict = AcceptedCall | RejectedCall
+# A traced call first: it has the more keys (an AcceptedCall reads from its payload, ignoring ``sinks``).
+Verdict = TracedCall | AcceptedCall | RejectedCall
 
 
 def verdict_data(verdict: Accepted | Rejected, name: str, arguments: str, timeout: float | None) -> Verdict:
     """One call's verdict as recorded in history, with the call it judged and the tool's timeout."""
     if isinstance(verdict, Rejected):
         return RejectedCall(name, arguments, verdict.code, verdict.message)
+    if verdict.sinks is not None:
+        return TracedCall(
+            name,
+            arguments,
+            verdict.arguments,
+            verdict.read_only,
+            verdict.needs_approval,
+            verdict.untrusted_output,
+            timeout,
+            tuple(sorted(verdict.sinks)),
+        )
     return AcceptedCall(
         name,
         arguments,

@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         RUN_STARTED,
         STEP_STARTED,
         digest,
+        intent_event,
         outcome_event,
         reconciled_event,
         rejected_event,
@@ -300,6 +301,7 @@ class RunWorkflow:
                             tool=call.tool,
                             arguments=call.arguments,
                             reason=call.approval_reason,
+                            **self._provenance(call.call_id),
                         )
                     command = await self._pause(command, "waiting for approval")
                 case AwaitReconciliation():
@@ -329,6 +331,12 @@ class RunWorkflow:
         return workflow.now().timestamp()
 
     # -- the run store, through activities --
+
+    def _provenance(self, call_id: str) -> dict[str, Any]:
+        """An event's ``provenance`` entry for a traced call (where each sink value was found); none for another."""
+        assert self._machine is not None
+        found = self._machine.state.provenance_of(call_id)
+        return {} if found is None else {"provenance": found}
 
     def _emit(self, kind: str, **data: Any) -> None:
         """Log an audit event; the next save writes it (the local driver's ``_emit`` for a stored run)."""
@@ -439,7 +447,7 @@ class RunWorkflow:
                 # Run again, found never to have run: its old intent goes first, in a save of its own. A save
                 # writes its intents before its clears, and the new intent would be taken for the old one.
                 await self._save()
-            self._emit(INTENT_RECORDED, id=call.call_id, tool=call.tool, fingerprint=call.fingerprint)
+            self._emit(INTENT_RECORDED, **intent_event(call, self._machine.state.provenance_of(call.call_id)))
             await self._save(intents=(call,))  # in the store before the effect can happen
             try:
                 outcome = await self._tool(call)
@@ -461,7 +469,7 @@ class RunWorkflow:
                 continue
             self._announced.add(p.call_id)
             if p.execute:
-                self._emit(CALL_VALIDATED, **validated_event(p))
+                self._emit(CALL_VALIDATED, **validated_event(p, self._machine.state.provenance_of(p.call_id)))
             elif self._machine.state.executed.get(p.call_id, [None, None])[1] == p.result:
                 self._done(p, p.result or "", CALL_RECOVERED)  # reconciled as executed, or a reused call id
             else:

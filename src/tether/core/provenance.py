@@ -1,0 +1,277 @@
+"""Argument provenance: where each sink value of a call could have come from (DESIGN.md §7).
+
+A tool may name its *sink* parameters (``@tool(sinks=("recipients",))``).
+In a tainted run, a side-effecting call of such a tool runs without approval
+only when every string or number in every sink parameter's value is traced,
+by the host, to *trusted* text of the run's transcript:
+
+- trusted: the principal's own messages (the prompt, earlier turns' user
+  messages), the system message, the run's fixed instructions, and results
+  of tools not marked as returning others' text;
+- untrusted: results the run marks untrusted (``untrusted_output`` tools,
+  ``ToolContext.mark_untrusted()``, a history read back without marks);
+- nowhere: the model's own writing (its text, its calls' arguments, and the
+  corrections the machine sends back quoting its answer are never sources).
+
+Rules of the trace, each chosen to fail closed:
+
+- A value is traced to one text when it equals it or is a substring of it,
+  both normalised the same way: Unicode NFKC, case folded, runs of
+  whitespace made one space, percent-decoding with ``+`` as a space
+  (repeated, at most three times). A value assembled from pieces of several
+  texts is traced to none of them.
+- A value that appears in trusted text is trusted even if it also appears in
+  untrusted text: an injection that reuses a value the principal gave is not
+  a new sink value.
+- A tool result does not vouch for the call's own arguments: a value found in
+  a trusted result only where the result repeats what the call was asked
+  (an error echoing a bad argument, say) is not traced there.
+- Numbers are matched as their decimal text (``42``, ``12.5``; ``3.0`` as
+  ``3``). A value shorter than three characters must appear as a whole word;
+  an empty string carries nothing and counts as traced. Booleans and nulls
+  are not values to trace.
+- A tool result's text is the strings, keys and numbers of its JSON (not the
+  envelope's punctuation), kept as one text; text inside it that imitates a
+  message, an approval or an envelope is only text of that result.
+
+Cost: each text is indexed once, when the run's transcript grows (trigrams
+and short words mapped to the texts holding them); a value is looked up in
+the postings of its rarest trigram, so a call's trace does not rescan the
+transcript.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import unquote_plus
+
+from tether.core import nesting
+from tether.core.messages import Message
+from tether.core.redact import secret_key
+
+TRUSTED = "trusted"
+UNTRUSTED = "untrusted"
+NOWHERE = "nowhere"
+
+SHORT = 3  # a value shorter than this must appear as a whole word
+_SPACES = re.compile(r"\s+")
+_WORDS = re.compile(r"\w+")
+_SEP = "\x00"  # between the leaves of one result: never whitespace, never in a normalised value
+_SHOWN = 80  # how much of a value a reason shows
+# The corrections the machine writes as user messages (``Run._judge_text_answer``, ``Run._refuse_answer``): they
+# quote the model's answer or a validator's words about it, so they are the model's text, not the principal's.
+CORRECTIONS = ("Your final answer is invalid (", "Your final answer was refused: ")
+
+
+def normalise(text: str) -> str:
+    """``text`` as it is compared: NFKC, case folded, percent-decoded (``+`` a space), whitespace runs one space."""
+    for _ in range(3):  # twice-encoded still found; bounded, so a crafted text costs little
+        decoded = unquote_plus(text) if ("%" in text or "+" in text) else text
+        if decoded == text:
+            break
+        text = decoded
+    text = unicodedata.normalize("NFKC", text).casefold().replace(_SEP, " ")
+    return _SPACES.sub(" ", text).strip()
+
+
+def number_text(value: int | float) -> str:
+    """A number as the decimal text it is matched as."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value) if isinstance(value, int) else repr(value)
+
+
+def leaves(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """(path, text) for every string and number in ``value``, lists and dicts walked (keys too)."""
+    if isinstance(value, bool) or value is None:
+        return
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, int | float):
+        yield path, number_text(value)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from leaves(item, f"{path}[{i}]")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield f"{path}.{key} (the key)", str(key)  # a key is a value the model chose too
+            yield from leaves(item, f"{path}.{key}")
+
+
+def _result_parts(content: str) -> list[str]:
+    """The text of a tool message: its JSON's strings, keys and numbers, or the content itself if not JSON."""
+    try:
+        data = nesting.loads(content, nesting.MAX_REPLY_DEPTH)
+    except ValueError:
+        return [content]
+    return [text for _, text in leaves(data, "")]
+
+
+class TextIndex:
+    """Texts, each trusted or not, indexed so that a value is found without reading them all.
+
+    Postings: every trigram of a text, and every short word (fewer than
+    ``SHORT`` characters), maps to the ids of the texts holding it, in the
+    order they were added.
+    """
+
+    def __init__(self) -> None:
+        self.texts: list[tuple[str, bool, str, str]] = []  # (normalised text, trusted, label, echo)
+        self._grams: dict[str, list[int]] = {}
+        self._short: dict[str, list[int]] = {}
+
+    def add(self, parts: Sequence[str], trusted: bool, label: str, echo: Sequence[str] = ()) -> None:
+        """Index the text made of ``parts`` (a value is found within one part).
+
+        ``echo``: the arguments of the call a result answers; a value found
+        in the result that is also among them does not count as traced there.
+        """
+        norm = _SEP.join(filter(None, map(normalise, parts)))
+        if not norm:
+            return
+        tid = len(self.texts)
+        self.texts.append((norm, trusted, label, _SEP.join(map(normalise, echo))))
+        for gram in {norm[i : i + SHORT] for i in range(len(norm) - SHORT + 1)}:
+            self._grams.setdefault(gram, []).append(tid)
+        for word in {w for w in (*_WORDS.findall(norm), *norm.replace(_SEP, " ").split(" ")) if 0 < len(w) < SHORT}:
+            self._short.setdefault(word, []).append(tid)
+
+    def find(self, value: str) -> tuple[bool, list[str]]:
+        """Whether normalised ``value`` is in a trusted text, and the labels of the untrusted texts holding it."""
+        if len(value) < SHORT:
+            candidates: Sequence[int] = self._short.get(value, ())
+        else:
+            postings = []
+            for i in range(len(value) - SHORT + 1):
+                found = self._grams.get(value[i : i + SHORT])
+                if found is None:
+                    return False, []  # a trigram no text holds: no text holds the value
+                postings.append(found)
+            candidates = min(postings, key=len)
+        untrusted: list[str] = []
+        for tid in candidates:
+            text, trusted, label, echo = self.texts[tid]
+            if len(value) >= SHORT and value not in text:
+                continue
+            if trusted and not (echo and value in echo):
+                return True, []
+            if not trusted and label not in untrusted:
+                untrusted.append(label)
+        return False, untrusted
+
+
+class Provenance:
+    """The index of one run's transcript, kept up to date as messages are added (``sync``).
+
+    ``outer`` (``inherit``): the index of the run that started this one (a
+    sub-agent's parent); its trusted text is trusted here too, and this
+    run's own user messages are the parent model's writing, not the
+    principal's: not trusted text.
+    """
+
+    def __init__(self) -> None:
+        self.index = TextIndex()
+        self.outer: Provenance | None = None
+        self._outer_transcript: tuple[Sequence[Message], Mapping[str, str]] = ((), {})
+        self._seen = 0  # messages indexed so far
+        self._calls: dict[str, tuple[str, str]] = {}  # call id -> (tool, arguments), from the assistant messages
+        self._host: set[str] = set()  # host texts (instructions) added
+        self._prompts = 0
+
+    def inherit(self, outer: Provenance, messages: Sequence[Message], untrusted: Mapping[str, str]) -> None:
+        """Trace through the index ``outer`` of the parent run whose transcript is ``messages`` (live, not copied)."""
+        self.outer, self._outer_transcript = outer, (messages, untrusted)
+
+    def host_text(self, text: str) -> None:
+        """Add text the host wrote outside the transcript (a run's fixed instructions) as trusted, once."""
+        if text not in self._host:
+            self._host.add(text)
+            self.index.add([text], True, "the instructions")
+
+    def sync(self, messages: Sequence[Message], untrusted: Mapping[str, str]) -> None:
+        """Index the messages added since the last call (the transcript only grows)."""
+        if len(messages) < self._seen:  # not expected: a transcript rewritten is indexed afresh
+            self.index, self._seen, self._calls, self._prompts = TextIndex(), 0, {}, 0
+            for text in sorted(self._host):
+                self.index.add([text], True, "the instructions")
+        for position in range(self._seen, len(messages)):
+            self._add(position, messages[position], untrusted)
+        self._seen = len(messages)
+
+    def _add(self, position: int, message: Message, untrusted: Mapping[str, str]) -> None:
+        if message.role == "assistant":
+            for call in message.tool_calls:
+                self._calls[call.id] = (call.name, call.arguments)
+            return  # the model's own writing is no source
+        content = message.content or ""
+        if message.role == "system":
+            self.index.add([content], True, "the system message")
+        elif message.role == "user" and not content.startswith(CORRECTIONS):
+            self._prompts += 1
+            if self.outer is None:
+                self.index.add([content], True, f"the principal's message {self._prompts}")
+            else:
+                self.index.add([content], False, "the prompt the parent run's model wrote")
+        elif message.role == "tool":
+            call_id = message.tool_call_id or ""
+            tool, arguments = self._calls.get(call_id, (untrusted.get(call_id, "a tool"), ""))
+            trusted = call_id not in untrusted
+            echo = _result_parts(arguments) if arguments else []
+            self.index.add(_result_parts(content), trusted, f"the result of {tool} {call_id}", echo)
+
+    def find(self, value: str) -> tuple[bool, list[str]]:
+        trusted, where = self.index.find(value)
+        if not trusted and self.outer is not None:
+            self.outer.sync(*self._outer_transcript)
+            outer_trusted, outer_where = self.outer.find(value)
+            if outer_trusted:
+                return True, []
+            where += [f"{label} (in the parent run)" for label in outer_where]
+        return trusted, where
+
+    def trace(self, sinks: Sequence[str], arguments: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The verdict on each sink value of ``arguments``: its path, where it was found, and in which texts."""
+        verdict: list[dict[str, Any]] = []
+        for param in sorted(sinks):
+            if param not in arguments:
+                continue
+            for path, raw in leaves(arguments[param], param):
+                value = normalise(raw)
+                if not value:
+                    verdict.append({"path": path, "found": TRUSTED, "in": []})
+                    continue
+                trusted, where = self.find(value)
+                found = TRUSTED if trusted else (UNTRUSTED if where else NOWHERE)
+                verdict.append({"path": path, "found": found, "in": where[:3]})
+        return verdict
+
+
+def untraced(verdict: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a verdict holds a sink value not traced to trusted text."""
+    return any(item["found"] != TRUSTED for item in verdict)
+
+
+def reasons(verdict: Sequence[Mapping[str, Any]], arguments: Mapping[str, Any]) -> list[str]:
+    """Why each untraced sink value needs approval, naming the value and where it appears."""
+    values = {path: raw for param in arguments for path, raw in leaves(arguments[param], param)}
+    out = []
+    for item in verdict:
+        if item["found"] == TRUSTED:
+            continue
+        path = item["path"]
+        raw = values.get(path, "")
+        shown = "[redacted]" if secret_key(path.split(".")[0].split("[")[0]) else _shorten(raw)
+        if item["found"] == UNTRUSTED:
+            out.append(f"{path} `{shown}` appears only in {' and '.join(item['in'])}")
+        else:
+            out.append(f"{path} `{shown}` appears nowhere in the run's text")
+    return out
+
+
+def _shorten(text: str) -> str:
+    text = json.dumps(text, ensure_ascii=False)[1:-1] if any(c in text for c in "`\n\r") else text
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
