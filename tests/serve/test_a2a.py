@@ -1,0 +1,171 @@
+"""A served agent over A2A, through the official ``a2a-sdk`` client against a real served process.
+
+Alice's message starts a run (a task); the refund it asks for waits for
+approval, which A2A shows as ``input-required`` naming the approvals route;
+Bob, an approver, decides it over the HTTP API and the task is
+``completed`` with the answer as its artifact. Another caller's task is not
+found; a caller without credentials is refused before the SDK sees the
+request. Both protocol versions the SDK speaks are exercised: A2A 1.0
+(``SendMessage``, ``SendStreamingMessage``) and 0.3 (``message/send``,
+``message/stream``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+import httpx
+import pytest
+from serve_harness import Client, Served
+
+pytest.importorskip("a2a")
+
+from a2a.client import ClientConfig, ClientFactory
+from a2a.types.a2a_pb2 import (
+    AgentCard,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    Task,
+    TaskState,
+)
+from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
+
+CARD = "/.well-known/agent-card.json"
+
+
+@asynccontextmanager
+async def a2a_client(base: str, who: str, *, streaming: bool, version: str = "1.0") -> AsyncIterator[object]:
+    """The SDK's client for the served agent, as ``who``, speaking A2A ``version`` (the card offers 1.0 and 0.3)."""
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {who}"}, timeout=60) as http:
+        factory = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming))
+        card = await factory.create_from_url(base)
+        served = AgentCard()
+        served.CopyFrom(card._card)  # type: ignore[attr-defined]
+        kept = [i for i in served.supported_interfaces if i.protocol_version == version]
+        del served.supported_interfaces[:]
+        served.supported_interfaces.extend(kept)
+        async with factory.create(served) as client:
+            yield client
+
+
+def message(text: str, context_id: str = "") -> SendMessageRequest:
+    sent = Message(message_id=f"m-{time.monotonic_ns()}", role=Role.ROLE_USER, parts=[Part(text=text)])
+    if context_id:
+        sent.context_id = context_id
+    return SendMessageRequest(message=sent)
+
+
+async def sent(client: object, request: SendMessageRequest) -> list[StreamResponse]:
+    return [event async for event in client.send_message(request)]  # type: ignore[attr-defined]
+
+
+async def task_when(client: object, task_id: str, state: int, seconds: float = 30) -> Task:
+    deadline = time.monotonic() + seconds
+    while True:
+        task: Task = await client.get_task(GetTaskRequest(id=task_id))  # type: ignore[attr-defined]
+        if task.status.state == state:
+            return task
+        assert time.monotonic() < deadline, f"task {task_id} still {TaskState.Name(task.status.state)}"
+        await asyncio.sleep(0.05)
+
+
+async def approve(api: Client, approver: str, run_id: str) -> None:
+    [item] = (await api.call("GET", "/approvals", approver)).body["approvals"]
+    assert (item["run_id"], item["tool"]) == (run_id, "refund")
+    decision = {"approve": True, "fingerprint": item["fingerprint"]}
+    reply = await api.call("POST", f"/runs/{run_id}/approvals/{item['call_id']}", approver, decision)
+    assert reply.status == 200, reply.body
+
+
+async def test_the_card_names_the_agent_its_skill_and_how_to_authenticate(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    with served.process("a2a") as (_, base):
+        card = (await Client(base, session).call("GET", CARD, None)).body  # public: no credentials
+    assert card["name"] == "agent"
+    assert [s["id"] for s in card["skills"]] == ["agent"]
+    assert card["capabilities"]["streaming"] is True
+    assert {(i["url"], i["protocolVersion"]) for i in card["supportedInterfaces"]} == {
+        (f"{base}/a2a", "1.0"),
+        (f"{base}/a2a", "0.3"),
+    }
+    assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+    assert "refund" not in str(card)  # the agent's tools are not advertised
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.3"])
+async def test_a_streamed_task_waits_for_an_approver_then_completes(
+    served: Served, session: aiohttp.ClientSession, version: str
+) -> None:
+    with served.process("a2a") as (_, base):
+        api = Client(base, session)
+        async with a2a_client(base, "alice", streaming=True, version=version) as alice:
+            events = await sent(alice, message("Please refund order A7."))
+            assert events[0].HasField("task")
+            task_id, context_id = events[0].task.id, events[0].task.context_id
+            states = [e.status_update.status.state for e in events if e.HasField("status_update")]
+            assert states[-1] == TaskState.TASK_STATE_INPUT_REQUIRED
+            assert TaskState.TASK_STATE_COMPLETED not in states
+            waiting = events[-1].status_update.status.message.parts[0].text
+            assert f"POST /runs/{task_id}/approvals/call_refund_" in waiting and "refund" in waiting
+            assert served.refunds_made() == []
+
+            await approve(api, "bob:approver", task_id)
+            done = await task_when(alice, task_id, TaskState.TASK_STATE_COMPLETED)
+            assert done.context_id == context_id
+            assert [p.text for p in done.artifacts[0].parts] == ["Refunded 42 on order A7."]
+            assert served.refunds_made() == ["A7 42"]
+            with pytest.raises(UnsupportedOperationError):  # a finished task takes no input
+                late = Message(message_id="m-late", role=Role.ROLE_USER, task_id=task_id, parts=[Part(text="again")])
+                await sent(alice, SendMessageRequest(message=late))
+
+        async with a2a_client(base, "carol", streaming=True, version=version) as carol:
+            with pytest.raises(TaskNotFoundError):  # another caller's task: as a missing one
+                await carol.get_task(GetTaskRequest(id=task_id))  # type: ignore[attr-defined]
+        # The task is the run: the HTTP API shows the same one.
+        assert (await api.call("GET", f"/runs/{task_id}", "alice")).body["status"] == "completed"
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.3"])
+async def test_a_sent_message_answers_with_the_task_and_a_context_is_a_conversation(
+    served: Served, session: aiohttp.ClientSession, version: str
+) -> None:
+    with served.process("a2a") as (_, base):
+        async with a2a_client(base, "alice", streaming=False, version=version) as alice:
+            [first] = await sent(alice, message("say: hello"))
+            assert first.task.status.state == TaskState.TASK_STATE_COMPLETED
+            assert first.task.artifacts[0].parts[0].text == "You said hello"
+            [second] = await sent(alice, message("say: again", context_id=first.task.context_id))
+            assert second.task.context_id == first.task.context_id and second.task.id != first.task.id
+            assert second.task.artifacts[0].parts[0].text == "You said again"
+
+            [waiting] = await sent(alice, message("Please refund order A7."))  # blocks until it settles
+            assert waiting.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            await approve(Client(base, session), "bob:approver", waiting.task.id)
+            done = await task_when(alice, waiting.task.id, TaskState.TASK_STATE_COMPLETED)
+            assert done.artifacts[0].parts[0].text == "Refunded 42 on order A7."
+
+        transcript = await Client(base, session).call("GET", f"/conversations/{first.task.context_id}", "alice")
+        assert [t["run_id"] for t in transcript.body["turns"]] == [first.task.id, second.task.id]
+
+
+async def test_a_caller_without_credentials_is_refused(served: Served) -> None:
+    with served.process("a2a") as (_, base):
+        said = {"messageId": "m1", "role": "user", "parts": [{"kind": "text", "text": "say: hi"}]}
+        request = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": said}}
+        async with httpx.AsyncClient() as http:
+            refused = await http.post(f"{base}/a2a", json=request)
+            assert refused.status_code == 401
+            assert refused.headers["content-type"].startswith("application/problem+json")
+            accepted = await http.post(f"{base}/a2a", json=request, headers={"Authorization": "Bearer alice"})
+    assert accepted.status_code == 200
+    assert accepted.json()["result"]["status"]["state"] == "completed"  # A2A 0.3's own method name, answered
+    assert served.refunds_made() == []
