@@ -169,3 +169,19 @@ async def test_a_caller_without_credentials_is_refused(served: Served) -> None:
     assert accepted.status_code == 200
     assert accepted.json()["result"]["status"]["state"] == "completed"  # A2A 0.3's own method name, answered
     assert served.refunds_made() == []
+
+
+async def test_a_task_outlives_the_process_that_started_it(served: Served, session: aiohttp.ClientSession) -> None:
+    with served.process("a2a") as (process, base):
+        async with a2a_client(base, "alice", streaming=False) as alice:
+            [waiting] = await sent(alice, message("Please refund order A7."))
+        assert waiting.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        process.kill()  # SIGKILL: nothing is handed on
+        process.wait(timeout=30)
+    with served.process("a2a") as (_, base):
+        await approve(Client(base, session), "bob:approver", waiting.task.id)
+        async with a2a_client(base, "alice", streaming=False) as alice:
+            done = await task_when(alice, waiting.task.id, TaskState.TASK_STATE_COMPLETED)
+    assert done.context_id == waiting.task.context_id
+    assert done.artifacts[0].parts[0].text == "Refunded 42 on order A7."
+    assert served.refunds_made() == ["A7 42"]

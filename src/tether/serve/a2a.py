@@ -179,12 +179,10 @@ def _version() -> str:
 # --- tasks from runs ---------------------------------------------------------------------------------
 
 
-def _text_message(text: str, task_id: str, context_id: str, data: Any = None) -> Message:
-    parts = [Part(text=text)]
-    if data is not None:
-        parts.append(Part(data=ParseDict(data, Value())))
-    return Message(message_id=f"{task_id}-status", role=Role.ROLE_AGENT, task_id=task_id, context_id=context_id,
-                   parts=parts)  # fmt: skip
+def _text_message(text: str, task_id: str, context_id: str, data: dict[str, Any]) -> Message:
+    parts = [Part(text=text), Part(data=ParseDict(data, Value()))]
+    message_id = f"{task_id}-{data['status']}"  # one per status the run reaches
+    return Message(message_id=message_id, role=Role.ROLE_AGENT, task_id=task_id, context_id=context_id, parts=parts)
 
 
 def status_of(view: dict[str, Any], context_id: str) -> TaskStatus:
