@@ -13,6 +13,7 @@ request. Both protocol versions the SDK speaks are exercised: A2A 1.0
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -33,6 +34,7 @@ from a2a.types.a2a_pb2 import (
     Role,
     SendMessageRequest,
     StreamResponse,
+    SubscribeToTaskRequest,
     Task,
     TaskState,
 )
@@ -118,7 +120,16 @@ async def test_a_streamed_task_waits_for_an_approver_then_completes(
             assert f"POST /runs/{task_id}/approvals/call_refund_" in waiting and "refund" in waiting
             assert served.refunds_made() == []
 
+            # Subscribed to the waiting task, Alice sees it through Bob's decision to its end.
+            following = alice.subscribe(SubscribeToTaskRequest(id=task_id))  # type: ignore[attr-defined]
+            first = await anext(following)
+            assert first.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
             await approve(api, "bob:approver", task_id)
+            rest = [event async for event in following]
+            states = [e.status_update.status.state for e in rest if e.HasField("status_update")]
+            assert states[-1] == TaskState.TASK_STATE_COMPLETED
+            [answer] = [e.artifact_update.artifact for e in rest if e.HasField("artifact_update")]
+            assert answer.parts[0].text == "Refunded 42 on order A7."
             done = await task_when(alice, task_id, TaskState.TASK_STATE_COMPLETED)
             assert done.context_id == context_id
             assert [p.text for p in done.artifacts[0].parts] == ["Refunded 42 on order A7."]
@@ -157,7 +168,7 @@ async def test_a_sent_message_answers_with_the_task_and_a_context_is_a_conversat
         assert [t["run_id"] for t in transcript.body["turns"]] == [first.task.id, second.task.id]
 
 
-async def test_a_caller_without_credentials_is_refused(served: Served) -> None:
+async def test_a_caller_without_credentials_or_a_json_body_is_refused(served: Served) -> None:
     with served.process("a2a") as (_, base):
         said = {"messageId": "m1", "role": "user", "parts": [{"kind": "text", "text": "say: hi"}]}
         request = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": said}}
@@ -166,6 +177,10 @@ async def test_a_caller_without_credentials_is_refused(served: Served) -> None:
             assert refused.status_code == 401
             assert refused.headers["content-type"].startswith("application/problem+json")
             accepted = await http.post(f"{base}/a2a", json=request, headers={"Authorization": "Bearer alice"})
+            # A body a web page can post without a CORS preflight is refused before it is read.
+            plain = {"Authorization": "Bearer alice", "Content-Type": "text/plain"}
+            posted = await http.post(f"{base}/a2a", content=json.dumps(request), headers=plain)
+            assert posted.status_code == 415, posted.text
     assert accepted.status_code == 200
     assert accepted.json()["result"]["status"]["state"] == "completed"  # A2A 0.3's own method name, answered
     assert served.refunds_made() == []

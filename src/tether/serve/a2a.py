@@ -271,7 +271,8 @@ class RunTasks(RequestHandler):
         view = await self._view(params.id, caller)
         if view["status"] not in MOVING and view["status"] not in WAITING_FOR_A_PERSON:
             raise UnsupportedOperationError(message=f"task {params.id} has ended ({view['status']}): GetTask shows it")
-        async for event in self._events(params.id, await self._context_of(params.id, caller), caller, None):
+        context_id = await self._context_of(params.id, caller)
+        async for event in self._events(params.id, context_id, caller, None, past_a_person=True):
             yield event
 
     async def _start(self, params: SendMessageRequest, caller: Caller) -> tuple[str, str]:
@@ -295,12 +296,15 @@ class RunTasks(RequestHandler):
         return live.run_id, conversation_id
 
     async def _events(
-        self, run_id: str, context_id: str, caller: Caller, prompt: Message | None
+        self, run_id: str, context_id: str, caller: Caller, prompt: Message | None, *, past_a_person: bool = False
     ) -> AsyncIterator[Event]:
-        """The task first, then each change of its status; a completed task's answer just before its last status."""
+        """The task first, then each change of its status; a completed task's answer just before its last status.
+
+        ``past_a_person``: a task waiting for input is followed through the decision (``SubscribeToTask``).
+        """
         first = True
         try:
-            async for view in changes(self.runs, run_id, caller):
+            async for view in changes(self.runs, run_id, caller, past_a_person=past_a_person):
                 if first:
                     first = False
                     yield task_of(view, context_id, prompt)
@@ -449,6 +453,10 @@ def add_routes(api: FastAPI, runs: AgentRuns, authenticator: Authenticator, *, m
     )
 
     async def rpc(request: Request) -> Response:
+        # The SDK parses any body as JSON; a form a web page posts (text/plain needs no CORS preflight) must not
+        # start runs on a service that trusts its network (--auth none).
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            raise Problem(415, "the A2A endpoint takes JSON-RPC requests as application/json")
         request.state.tether_caller = Caller(await authenticator.authenticate(request))  # a 401 problem if not
         return await dispatcher.handle_requests(request)
 

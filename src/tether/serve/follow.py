@@ -14,18 +14,22 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from tether.core.machine import Status
-from tether.serve.runs import AgentRuns, Caller
+from tether.serve.runs import WAITING_FOR_A_PERSON, AgentRuns, Caller
 from tether.server.runs import POLL_SECONDS, StreamEvent
 
 MOVING = frozenset({Status.READY.value, Status.AWAITING_MODEL.value, Status.AWAITING_TOOLS.value})
 
 
-async def changes(runs: AgentRuns, run_id: str, caller: Caller) -> AsyncIterator[dict[str, Any]]:
+async def changes(
+    runs: AgentRuns, run_id: str, caller: Caller, *, past_a_person: bool = False
+) -> AsyncIterator[dict[str, Any]]:
     """The run's view (``AgentRuns.view``) now, then each time its status changes; the last one is settled.
 
-    A run that is not ``caller``'s is the 404 ``Problem`` a missing one is.
+    ``past_a_person``: a run waiting for a person now is followed on once someone has decided (until it
+    finishes, or waits again). A run that is not ``caller``'s is the 404 ``Problem`` a missing one is.
     """
     last: str | None = None
+    moved = False
     while True:
         live = runs.live.get(run_id)
         queue: asyncio.Queue[StreamEvent | None] | None = None
@@ -37,6 +41,10 @@ async def changes(runs: AgentRuns, run_id: str, caller: Caller) -> AsyncIterator
             if view["status"] != last:
                 last = view["status"]
                 yield view
+            if past_a_person and not moved and view["status"] in WAITING_FOR_A_PERSON:
+                await asyncio.sleep(POLL_SECONDS)  # paused, so no events: the store says when it moves
+                continue
+            moved = True
             if view["status"] not in MOVING:
                 if queue is not None and runs.live.get(run_id) is live:
                     # Its drive ends just after the run pauses: waited for, so that a decision taken next is
