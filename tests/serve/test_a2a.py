@@ -28,7 +28,9 @@ pytest.importorskip("a2a")
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import (
     AgentCard,
+    CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
@@ -132,6 +134,9 @@ async def test_a_streamed_task_waits_for_an_approver_then_completes(
             assert answer.parts[0].text == "Refunded 42 on order A7."
             done = await task_when(alice, task_id, TaskState.TASK_STATE_COMPLETED)
             assert done.context_id == context_id
+            if version == "1.0":  # A2A 0.3 has no ListTasks
+                listed = await alice.list_tasks(ListTasksRequest())  # type: ignore[attr-defined]
+                assert [(t.id, t.context_id) for t in listed.tasks] == [(task_id, context_id)]
             assert [p.text for p in done.artifacts[0].parts] == ["Refunded 42 on order A7."]
             assert served.refunds_made() == ["A7 42"]
             with pytest.raises(UnsupportedOperationError):  # a finished task takes no input
@@ -141,6 +146,13 @@ async def test_a_streamed_task_waits_for_an_approver_then_completes(
         async with a2a_client(base, "carol", streaming=True, version=version) as carol:
             with pytest.raises(TaskNotFoundError):  # another caller's task: as a missing one
                 await carol.get_task(GetTaskRequest(id=task_id))  # type: ignore[attr-defined]
+            with pytest.raises(TaskNotFoundError):
+                await carol.cancel_task(CancelTaskRequest(id=task_id))  # type: ignore[attr-defined]
+            with pytest.raises(TaskNotFoundError):  # nor is its context another caller's to go on with
+                await sent(carol, message("say: mine now", context_id=context_id))
+            if version == "1.0":  # A2A 0.3 has no ListTasks
+                listed = await carol.list_tasks(ListTasksRequest())  # type: ignore[attr-defined]
+                assert task_id not in [t.id for t in listed.tasks]
         # The task is the run: the HTTP API shows the same one.
         assert (await api.call("GET", f"/runs/{task_id}", "alice")).body["status"] == "completed"
 

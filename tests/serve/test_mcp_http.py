@@ -151,3 +151,20 @@ def test_the_protocol_flags_are_for_a_served_agent_only(flag: str) -> None:
     done = subprocess.run([sys.executable, "-m", "tether", "serve", flag], capture_output=True, text=True, env=env)
     assert done.returncode == 2, done.stderr
     assert f"{flag} is for a served agent (tether serve PATH_OR_MODULE:AGENT)" in done.stderr
+
+
+async def test_an_mcp_session_belongs_to_the_caller_that_opened_it(served: Served) -> None:
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+                  "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}}  # fmt: skip
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    accept = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+    with served.process("mcp") as (_, base):
+        async with httpx.AsyncClient() as http:
+            as_alice = {**accept, "Authorization": "Bearer alice"}
+            opened = await http.post(f"{base}/mcp", json=initialize, headers=as_alice)
+            assert opened.status_code == 200, opened.text
+            session_id = opened.headers["mcp-session-id"]
+            for who, status in (("carol", 404), ("alice", 200)):
+                sent = {**accept, "Authorization": f"Bearer {who}", "Mcp-Session-Id": session_id}
+                reply = await http.post(f"{base}/mcp", json=listing, headers=sent)
+                assert reply.status_code == status, (who, reply.text)
