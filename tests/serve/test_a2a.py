@@ -176,6 +176,12 @@ async def test_a_sent_message_answers_with_the_task_and_a_context_is_a_conversat
             done = await task_when(alice, waiting.task.id, TaskState.TASK_STATE_COMPLETED)
             assert done.artifacts[0].parts[0].text == "Refunded 42 on order A7."
 
+            [dropped] = await sent(alice, message("Please refund order A7."))
+            cancelled = await alice.cancel_task(CancelTaskRequest(id=dropped.task.id))  # type: ignore[attr-defined]
+            assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+            assert cancelled.status.message.parts[0].text.startswith("the run ended cancelled: ")
+            assert not cancelled.artifacts
+
         transcript = await Client(base, session).call("GET", f"/conversations/{first.task.context_id}", "alice")
         assert [t["run_id"] for t in transcript.body["turns"]] == [first.task.id, second.task.id]
 
@@ -212,3 +218,22 @@ async def test_a_task_outlives_the_process_that_started_it(served: Served, sessi
     assert done.context_id == waiting.task.context_id
     assert done.artifacts[0].parts[0].text == "Refunded 42 on order A7."
     assert served.refunds_made() == ["A7 42"]
+
+
+def test_every_status_of_a_run_is_a_task_state() -> None:
+    from tether.core.machine import Status
+    from tether.serve.a2a import state_of
+
+    states = {status.value: TaskState.Name(state_of(status.value)) for status in Status}
+    assert states == {
+        "ready": "TASK_STATE_SUBMITTED",
+        "awaiting_model": "TASK_STATE_WORKING",
+        "awaiting_tools": "TASK_STATE_WORKING",
+        "awaiting_approval": "TASK_STATE_INPUT_REQUIRED",
+        "awaiting_reconciliation": "TASK_STATE_INPUT_REQUIRED",
+        "completed": "TASK_STATE_COMPLETED",
+        "cancelled": "TASK_STATE_CANCELED",
+        "content_filtered": "TASK_STATE_REJECTED",
+        **{s: "TASK_STATE_FAILED" for s in ("max_steps", "budget_exhausted", "truncated", "protocol_error",
+                                            "loop_detected", "repair_exhausted", "model_error")},
+    }  # fmt: skip
