@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import aiohttp
 import httpx
 import pytest
 from serve_harness import Client, Served
+from test_serve_cli import SRC
 
 pytest.importorskip("a2a")
 
@@ -237,3 +242,16 @@ def test_every_status_of_a_run_is_a_task_state() -> None:
         **{s: "TASK_STATE_FAILED" for s in ("max_steps", "budget_exhausted", "truncated", "protocol_error",
                                             "loop_detected", "repair_exhausted", "model_error")},
     }  # fmt: skip
+
+
+def test_without_the_a2a_extra_the_flag_is_a_configuration_error(served: Served, tmp_path: Path) -> None:
+    missing = tmp_path / "site"
+    (missing / "a2a").mkdir(parents=True)
+    (missing / "a2a" / "__init__.py").write_text("raise ModuleNotFoundError('No module named a2a', name='a2a')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(missing), str(SRC)]), "OPENAI_API_KEY": "sk-x",
+           "OPENAI_BASE_URL": served.model.base_url}  # fmt: skip
+    command = [sys.executable, "-m", "tether", "serve", f"{served.agent_py}:agent", "--a2a", "--db", str(served.db)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert "--a2a needs the a2a extra: pip install 'tether[a2a]' (a2a is missing)" in done.stderr
+    assert "Traceback" not in done.stderr
