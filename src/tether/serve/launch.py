@@ -33,8 +33,7 @@ AUTH_ENV = "TETHER_SERVE_AUTH"
 STORE_ENV = "TETHER_DB"
 LEASE_ENV = "TETHER_LEASE_SECONDS"
 PROTOCOLS_ENV = "TETHER_SERVE_PROTOCOLS"  # a2a, mcp: comma-separated
-# The extra each protocol needs, and the module of it that must import.
-PROTOCOL_EXTRAS = {"a2a": ("a2a", "tether.serve.a2a"), "mcp": ("mcp", "tether.serve.mcp_http")}
+PROTOCOL_MODULES = {"a2a": "tether.serve.a2a", "mcp": "tether.serve.mcp_http"}  # each needs the extra of its name
 
 
 def authenticator(spec: str, host: str, store: str | None) -> Authenticator:
@@ -45,13 +44,12 @@ def authenticator(spec: str, host: str, store: str | None) -> Authenticator:
 def check_protocols(a2a: bool, mcp: bool) -> None:
     """Raise ``ConfigurationError`` naming the extra to install when a protocol asked for cannot be served."""
     for name, asked in (("a2a", a2a), ("mcp", mcp)):
-        extra, module = PROTOCOL_EXTRAS[name]
         if asked:
             try:
-                importlib.import_module(module)
+                importlib.import_module(PROTOCOL_MODULES[name])
             except ImportError as exc:
                 raise ConfigurationError(
-                    f"--{name} needs the {extra} extra: pip install 'tether[{extra}]' ({exc.name} is missing)"
+                    f"--{name} needs the {name} extra: pip install 'tether[{name}]' ({exc.name} is missing)"
                 ) from None
 
 
