@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install -q --no-cache-dir --no-binary llama-cpp-python \
 		'llama-cpp-python[server]>=0.3.7,<0.4'
-	$(BIN)/python -m pip install -q -e '.[dev,local,server,kb,mcp,otel,postgres,temporal]'
+	$(BIN)/python -m pip install -q -e '.[dev,local,server,kb,a2a,mcp,otel,postgres,temporal]'
 	touch $(STAMP)
 
 # BFCL's official checker and data, the oracle of tests/eval. Its package pins heavy dependencies

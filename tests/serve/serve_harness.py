@@ -5,7 +5,8 @@ tool needing approval); ``refund_desk`` is its model, for a ``FakeServer``
 the served process reaches through ``OPENAI_BASE_URL``. Callers prove who
 they are with ``HeaderAuth``: ``Authorization: Bearer <principal>:<role,role>``
 (a test authenticator; the real ones plug into the same seam).
-``python serve_harness.py TARGET DB PORT`` serves TARGET with it.
+``python serve_harness.py TARGET DB PORT [PROTOCOLS]`` serves TARGET with it (``PROTOCOLS``: ``a2a``, ``mcp``,
+comma-separated).
 """
 
 from __future__ import annotations
@@ -113,12 +114,14 @@ class Served:
         return self.refunds.read_text().splitlines() if self.refunds.exists() else []
 
     @contextmanager
-    def process(self) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-        """The agent served by a process of its own; stopped (SIGTERM) at the end unless already gone."""
+    def process(self, *protocols: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+        """The agent served by a process of its own (with ``protocols``: a2a, mcp); stopped (SIGTERM) at the end
+        unless already gone."""
         port = free_port()
         env = {**os.environ, "OPENAI_BASE_URL": self.model.base_url, "OPENAI_API_KEY": "sk-test",
                "REFUNDS_LOG": str(self.refunds), "TETHER_LOG_LEVEL": "warning"}  # fmt: skip
         command = [sys.executable, str(HERE / "serve_harness.py"), f"{self.agent_py}:agent", str(self.db), str(port)]
+        command += [",".join(protocols)] if protocols else []
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             assert wait_listening(process, port), process.stderr.read().decode() if process.stderr else ""
@@ -210,8 +213,10 @@ def main(argv: list[str]) -> None:
     from tether.serve import app
     from tether.serve.target import load_agent
 
-    target, db, port = argv
-    served = app(load_agent(target), authenticator=HeaderAuth(), store=db)
+    target, db, port, *rest = argv
+    protocols = rest[0].split(",") if rest else []
+    served = app(load_agent(target), authenticator=HeaderAuth(), store=db, a2a="a2a" in protocols,
+                 mcp="mcp" in protocols)  # fmt: skip
     uvicorn.run(served, host="127.0.0.1", port=int(port), log_level="warning")
 
 

@@ -9,7 +9,7 @@ import click
 from tether.cli.common import fail, seconds
 from tether.core.errors import TetherError
 
-AGENT_ONLY = ("target", "auth")  # the parameters for a served agent; the rest are the ticket demo's too
+AGENT_ONLY = ("target", "auth", "a2a", "mcp")  # the parameters for a served agent; the rest are the ticket demo's too
 
 
 @click.command()
@@ -49,6 +49,10 @@ AGENT_ONLY = ("target", "auth")  # the parameters for a served agent; the rest a
     metavar="SPEC",
     help="With an agent: who the callers are (API keys, JWTs; `none` only on loopback) [default: none].",
 )
+@click.option(
+    "--a2a", is_flag=True, help="With an agent: serve it over A2A too (/a2a; its card at /.well-known/agent-card.json)."
+)
+@click.option("--mcp", is_flag=True, help="With an agent: serve it as one MCP tool over streamable HTTP too (/mcp).")
 def serve(
     target: str | None,
     host: str,
@@ -62,6 +66,8 @@ def serve(
     workers: int,
     lease_seconds: float | None,
     auth: str | None,
+    a2a: bool,
+    mcp: bool,
 ) -> None:
     """Serve an Agent over HTTP, or (without a target) the ticket-support demo (FastAPI + uvicorn).
 
@@ -70,7 +76,9 @@ def serve(
     the agent's runs, conversations and approvals are served as an HTTP
     API (OpenAPI at /openapi.json): each caller sees only its own, a call
     that needs approval waits in the run store for a caller with the
-    approver role. Runs are durable as below.
+    approver role. Runs are durable as below. With --a2a the agent is an A2A
+    agent too (needs tether[a2a]), with --mcp an MCP tool (needs tether[mcp]),
+    both behind the same --auth.
 
     Without a target: the ticket-support API and web page.
 
@@ -88,6 +96,7 @@ def serve(
     \b
     Example:
       tether serve agent.py:agent
+      tether serve agent.py:agent --auth keys --a2a --mcp
       tether serve myapp.agents:support --db postgresql://tether@db/tether --workers 4 --auth SPEC
       tether tickets seed --db tickets.db && tether kb index examples/kb --index kb.npz
       tether serve --tickets-db tickets.db --kb-index kb.npz --base-url http://127.0.0.1:8080/v1 --model m
@@ -99,10 +108,11 @@ def serve(
         for option, value in demo.items():
             if value:
                 raise click.UsageError(f"{option} is for the ticket demo (tether serve without a target), not an agent")
-        _serve_agent(target, host, port, run_db, workers, auth or "none", lease_seconds)
+        _serve_agent(target, host, port, run_db, workers, auth or "none", lease_seconds, a2a=a2a, mcp=mcp)
         return
-    if auth is not None:
-        raise click.UsageError("--auth is for a served agent (tether serve PATH_OR_MODULE:AGENT)")
+    for option, value in {"--auth": auth, "--a2a": a2a, "--mcp": mcp}.items():
+        if value:
+            raise click.UsageError(f"{option} is for a served agent (tether serve PATH_OR_MODULE:AGENT)")
     try:
         from tether.server.launch import serve as serve_tickets
     except ImportError as exc:
@@ -125,14 +135,24 @@ def serve(
 
 
 def _serve_agent(
-    target: str, host: str, port: int, run_db: str | None, workers: int, auth: str, lease_seconds: float | None
+    target: str,
+    host: str,
+    port: int,
+    run_db: str | None,
+    workers: int,
+    auth: str,
+    lease_seconds: float | None,
+    *,
+    a2a: bool,
+    mcp: bool,
 ) -> None:
     try:
         from tether.serve.launch import serve as serve_agent
     except ImportError as exc:
         fail(f"serving an agent needs the server extra: pip install 'tether[server]' ({exc.name} is missing)")
     try:
-        serve_agent(target, host=host, port=port, store=run_db, workers=workers, auth=auth, lease_seconds=lease_seconds)
+        serve_agent(target, host=host, port=port, store=run_db, workers=workers, auth=auth,
+                    lease_seconds=lease_seconds, a2a=a2a, mcp=mcp)  # fmt: skip
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -51,12 +51,17 @@ def app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS,
     log_content: bool = False,
+    a2a: bool = False,
+    mcp: bool = False,
 ) -> FastAPI:
     """Serve ``agent``: each caller (as ``authenticator`` says) starts and follows its own runs and conversations.
 
     ``store``: a SQLite file or a ``postgresql://`` url (several processes may share it), else ``$TETHER_DB``,
     else the default file. Calls that need approval pause their run in the store until a caller holding
     ``APPROVER_ROLE`` decides over HTTP; ``agent``'s own approver is not used.
+
+    ``a2a``: serve the agent over A2A too (``tether.serve.a2a``, the ``a2a`` extra); ``mcp``: as one MCP tool
+    over streamable HTTP at ``/mcp`` (``tether.serve.mcp_http``, the ``mcp`` extra). Both behind ``authenticator``.
     """
     settings = Settings(
         run_db=store_target(store),
@@ -67,13 +72,17 @@ def app(
     )
     opened = open_run_store(settings)
     runs = AgentRuns(settings, opened, agent)
+    running: list[Callable[[], AbstractAsyncContextManager[None]]] = []  # what a protocol keeps going while served
 
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
         await runs.start_keeping()  # runs a crash or a stop cut off carry on from their last checkpoint
         stop_runs_on_sigterm(runs, asyncio.get_running_loop())
         try:
-            yield
+            async with AsyncExitStack() as protocols:
+                for keep in running:
+                    await protocols.enter_async_context(keep())
+                yield
         finally:
             await runs.aclose()
             opened.close()
@@ -92,4 +101,12 @@ def app(
         api.add_middleware(tracing.TraceContextMiddleware)
     routes(api, runs, authenticator, max_prompt_chars=max_prompt_chars)
     mount_page(api)  # the web page for people (tether.serve.page), on the same API
+    if a2a:
+        from tether.serve import a2a as a2a_protocol  # the a2a extra, loaded only when asked for
+
+        a2a_protocol.add_routes(api, runs, authenticator, max_prompt_chars=max_prompt_chars)
+    if mcp:
+        from tether.serve.mcp_http import add_route  # the mcp extra, loaded only when asked for
+
+        running.append(add_route(api, runs, authenticator, max_prompt_chars=max_prompt_chars))
     return api

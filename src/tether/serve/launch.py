@@ -9,6 +9,7 @@ there first.
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import uvicorn
@@ -31,11 +32,25 @@ TARGET_ENV = "TETHER_SERVE_TARGET"
 AUTH_ENV = "TETHER_SERVE_AUTH"
 STORE_ENV = "TETHER_DB"
 LEASE_ENV = "TETHER_LEASE_SECONDS"
+PROTOCOLS_ENV = "TETHER_SERVE_PROTOCOLS"  # a2a, mcp: comma-separated
+PROTOCOL_MODULES = {"a2a": "tether.serve.a2a", "mcp": "tether.serve.mcp_http"}  # each needs the extra of its name
 
 
 def authenticator(spec: str, host: str, store: str | None) -> Authenticator:
     """The authenticator ``--auth SPEC`` names (``tether.serve.auth``), for a service listening on ``host``."""
     return authenticator_from(spec, open_store(store_target(store)), host=host)
+
+
+def check_protocols(a2a: bool, mcp: bool) -> None:
+    """Raise ``ConfigurationError`` naming the extra to install when a protocol asked for cannot be served."""
+    for name, asked in (("a2a", a2a), ("mcp", mcp)):
+        if asked:
+            try:
+                importlib.import_module(PROTOCOL_MODULES[name])
+            except ImportError as exc:
+                raise ConfigurationError(
+                    f"--{name} needs the {name} extra: pip install 'tether[{name}]' ({exc.name} is missing)"
+                ) from None
 
 
 def serve(
@@ -47,9 +62,12 @@ def serve(
     workers: int = 1,
     auth: str = NO_AUTH,
     lease_seconds: float | None = None,
+    a2a: bool = False,
+    mcp: bool = False,
 ) -> None:
     """Serve the Agent ``target`` names until stopped; a configuration error is raised before anything listens."""
     agent = load_agent(target)
+    check_protocols(a2a, mcp)
     where = store_target(store)
     if workers > 1 and not (isinstance(where, str) and where.startswith(POSTGRES_SCHEMES)):
         raise ConfigurationError(
@@ -60,10 +78,12 @@ def serve(
     who = authenticator(auth, host, store)
     log_level = os.environ.get("TETHER_LOG_LEVEL", "info")
     if workers == 1:
-        served = app(agent, authenticator=who, store=where, lease_seconds=lease)
+        served = app(agent, authenticator=who, store=where, lease_seconds=lease, a2a=a2a, mcp=mcp)
         uvicorn.run(served, host=host, port=port, log_level=log_level)
         return
-    os.environ.update({TARGET_ENV: target, AUTH_ENV: auth, STORE_ENV: str(where), LEASE_ENV: repr(lease)})
+    protocols = ",".join(name for name, asked in (("a2a", a2a), ("mcp", mcp)) if asked)
+    os.environ.update({TARGET_ENV: target, AUTH_ENV: auth, STORE_ENV: str(where), LEASE_ENV: repr(lease),
+                       PROTOCOLS_ENV: protocols})  # fmt: skip
     uvicorn.run(
         "tether.serve.launch:app_from_env", factory=True, workers=workers, host=host, port=port, log_level=log_level
     )
@@ -75,4 +95,6 @@ def app_from_env() -> FastAPI:
     store = env.get(STORE_ENV)
     lease = float(env.get(LEASE_ENV) or DEFAULT_LEASE_SECONDS)
     who = authenticator(env.get(AUTH_ENV) or NO_AUTH, DEFAULT_HOST, store)  # ``serve`` checked it against --host
-    return app(load_agent(env[TARGET_ENV]), authenticator=who, store=store, lease_seconds=lease)
+    protocols = set((env.get(PROTOCOLS_ENV) or "").split(","))
+    return app(load_agent(env[TARGET_ENV]), authenticator=who, store=store, lease_seconds=lease,
+               a2a="a2a" in protocols, mcp="mcp" in protocols)  # fmt: skip

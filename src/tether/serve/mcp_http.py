@@ -1,0 +1,199 @@
+"""A served Agent as one MCP tool over streamable HTTP (``tether serve TARGET --mcp``, at ``/mcp``; the ``mcp`` extra).
+
+The tool is named after the Agent and takes ``{"prompt": "..."}``; a call
+starts a run for the caller, as ``POST /runs`` does (durable, in the same
+store, listed by ``GET /runs``), and answers once the run settles: its
+output, or (``isError``) how it ended and why.
+
+Who is calling comes from the app's ``Authenticator`` on every HTTP request
+(the ``Authorization`` header, as for the rest of the API); a request it
+refuses is its 401 problem, before the MCP SDK sees it. An MCP session is
+bound to the principal that opened it: another principal presenting its id
+is told the session does not exist.
+
+A run that waits for approval: when the caller holds the approver role and
+its client declared MCP elicitation (form mode), each waiting call is put
+to the client's user, showing the tool, its redacted arguments and the
+fingerprint; the answer is the caller's decision on that call, bound to
+that fingerprint (``AgentRuns.decide_as``), and the run goes on. Otherwise,
+or if the user cancels the question, the result says the run waits and
+where an approver decides (``POST /runs/{run_id}/approvals/{call_id}``,
+listed at ``GET /approvals``); the run stays waiting in the store.
+
+Sessions live in the process that opened them: with ``--workers N`` a
+client must reach the same process for a session (a load balancer's sticky
+sessions), while the runs themselves are shared through the store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import mcp.types as types
+from fastapi import FastAPI
+from mcp.server import Server
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.requests import Request
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from tether.core.envelope import ErrorCode
+from tether.core.machine import Status
+from tether.core.redact import redact
+from tether.serve.follow import settled
+from tether.serve.identity import APPROVER_ROLE, Authenticator
+from tether.serve.runs import WAITING_FOR_A_PERSON, AgentRuns, Caller
+from tether.server.problems import Problem
+
+MCP_PATH = "/mcp"
+DEFAULT_DESCRIPTION = "Ask the agent: give it the whole task as the prompt; its answer is the result."
+APPROVE_FIELD = "approve"
+_CALLER = "tether.caller"  # where the authenticated caller waits in the request's scope
+
+
+def _schema(max_prompt_chars: int) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "prompt": {"type": "string", "minLength": 1, "maxLength": max_prompt_chars, "description": "The task."}
+        },
+        "required": ["prompt"],
+        "additionalProperties": False,
+    }
+
+
+def mcp_server(runs: AgentRuns, *, max_prompt_chars: int) -> Server[Any]:
+    """An SDK ``Server`` offering the served Agent as one tool, each call a run of the caller's."""
+    agent = runs.agent
+    name = agent.name  # an Agent's name is already a valid tool name (letters, digits, '_', '-')
+    listed = types.Tool(
+        name=name,
+        description=agent.handoff_description or DEFAULT_DESCRIPTION,
+        input_schema=_schema(max_prompt_chars),
+        annotations=types.ToolAnnotations(read_only_hint=False),
+    )
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[listed])
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name != name:
+            return _error(ErrorCode.UNKNOWN_TOOL, f"no tool {params.name!r}; this server offers {name!r}")
+        arguments = params.arguments or {}
+        prompt = arguments.get("prompt")
+        if set(arguments) != {"prompt"} or not isinstance(prompt, str) or not prompt.strip():
+            return _error(ErrorCode.INVALID_ARGUMENTS, 'the arguments must be {"prompt": a non-empty string}')
+        if len(prompt) > max_prompt_chars:
+            return _error(ErrorCode.INVALID_ARGUMENTS, f"prompt: longer than {max_prompt_chars} characters")
+        caller = ctx.request.scope[_CALLER]
+        try:
+            live = await runs.begin(caller, prompt)
+            view = await settled(runs, live.run_id, caller)
+            while view["pending_approvals"] and caller.approves and _can_ask(ctx):
+                if not await _ask(ctx, runs, caller, view):
+                    break  # the user did not answer: the run waits for an approver over HTTP
+                view = await settled(runs, live.run_id, caller)
+        except Problem as exc:
+            return _error(ErrorCode.TOOL_FAILED, exc.detail)
+        return _result(view)
+
+    return Server(f"tether: {name}", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def _can_ask(ctx: Any) -> bool:
+    """Whether the client declared form-mode elicitation (an empty ``elicitation`` is form mode)."""
+    capabilities = ctx.session.client_capabilities
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    return elicitation is not None and (elicitation.form is not None or elicitation.url is None)
+
+
+async def _ask(ctx: Any, runs: AgentRuns, caller: Caller, view: dict[str, Any]) -> bool:
+    """Put each call the run waits on to the client's user and record the answers; whether all were answered."""
+    for call in view["pending_approvals"]:
+        arguments = json.dumps(redact(call["arguments"]), sort_keys=True, ensure_ascii=False)
+        why = f"; it needs approval because {call['reason']}" if call.get("reason") else ""
+        digest = call["fingerprint"][:16]
+        asks = f"Run {call['run_id']} asks to call {call['tool']} with {arguments}"
+        message = f"{asks} (fingerprint {digest}){why}. Approve?"
+        schema = {
+            "type": "object",
+            "properties": {APPROVE_FIELD: {"type": "boolean", "title": f"Run {call['tool']}", "description": message}},
+            "required": [APPROVE_FIELD],
+        }
+        try:
+            answer = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+        except Exception:  # the client failed to answer: nothing is decided, the call waits for an approver
+            return False
+        if answer.action == "cancel":
+            return False
+        approved = answer.action == "accept" and (answer.content or {}).get(APPROVE_FIELD) is True
+        reason = None if approved else "declined when asked through MCP"
+        await runs.decide_as(
+            call["run_id"], call["call_id"], caller, approved=approved, reason=reason, fingerprint=call["fingerprint"]
+        )
+    return True
+
+
+def _result(view: dict[str, Any]) -> types.CallToolResult:
+    """The run's answer; how it ended short (``isError``); or what it waits on and where an approver decides."""
+    run_id, status = view["run_id"], view["status"]
+    if status == Status.COMPLETED.value:
+        output = view["output"] or ""
+        structured = {"run_id": run_id, "status": status, "output": output}
+        return types.CallToolResult(content=[types.TextContent(text=output)], structured_content=structured)
+    if status in WAITING_FOR_A_PERSON:
+        calls = [
+            {"run_id": c["run_id"], "call_id": c["call_id"], "tool": c["tool"], "arguments": redact(c["arguments"]),
+             "fingerprint": c["fingerprint"], "decide": f"POST /runs/{c['run_id']}/approvals/{c['call_id']}"}
+            for c in view["pending_approvals"]
+        ]  # fmt: skip
+        if calls:
+            named = ", ".join(f"{c['tool']} (call {c['call_id']})" for c in calls)
+            text = (
+                f"run {run_id} waits for approval of {named}: a caller with the {APPROVER_ROLE!r} role decides it"
+                f" with {calls[0]['decide']} (GET /approvals lists it); GET /runs/{run_id} shows the run"
+            )
+        else:
+            text = (
+                f"run {run_id} waits for a person to settle the unknown outcome of a call: a caller with the"
+                f" {APPROVER_ROLE!r} role does so with POST /runs/{run_id}/calls/{{call_id}}/reconcile"
+            )
+        structured = {"run_id": run_id, "status": status, "waiting": calls}
+        return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=structured)
+    text = f"the run {run_id} ended {status}" + (f": {view['reason']}" if view.get("reason") else "")
+    structured = {"run_id": run_id, "status": status, "reason": view.get("reason")}
+    return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=structured, is_error=True)
+
+
+def _error(code: ErrorCode, message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=f"{code.value}: {message}")], is_error=True)
+
+
+class _Authenticated:
+    """The SDK's streamable HTTP endpoint behind the app's authenticator, each session bound to its principal."""
+
+    def __init__(self, manager: StreamableHTTPSessionManager, authenticator: Authenticator) -> None:
+        self.manager = manager
+        self.authenticator = authenticator
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        principal = await self.authenticator.authenticate(Request(scope, receive))  # a 401 problem if not
+        scope[_CALLER] = Caller(principal)
+        # The SDK binds a session to the user that opened it (``client_id``): here, the principal.
+        token = AccessToken(token="", client_id=principal.id, scopes=sorted(principal.scopes))
+        scope["user"] = AuthenticatedUser(token)
+        await self.manager.handle_request(scope, receive, send)
+
+
+def add_route(
+    api: FastAPI, runs: AgentRuns, authenticator: Authenticator, *, max_prompt_chars: int
+) -> Callable[[], AbstractAsyncContextManager[None]]:
+    """Serve ``runs`` as an MCP tool at ``MCP_PATH`` on ``api``; what the app's lifespan must keep running."""
+    manager = StreamableHTTPSessionManager(mcp_server(runs, max_prompt_chars=max_prompt_chars))
+    api.router.routes.append(Route(MCP_PATH, _Authenticated(manager, authenticator), methods=["GET", "POST", "DELETE"]))
+    return manager.run

@@ -1,0 +1,257 @@
+"""A served agent over A2A, through the official ``a2a-sdk`` client against a real served process.
+
+Alice's message starts a run (a task); the refund it asks for waits for
+approval, which A2A shows as ``input-required`` naming the approvals route;
+Bob, an approver, decides it over the HTTP API and the task is
+``completed`` with the answer as its artifact. Another caller's task is not
+found; a caller without credentials is refused before the SDK sees the
+request. Both protocol versions the SDK speaks are exercised: A2A 1.0
+(``SendMessage``, ``SendStreamingMessage``) and 0.3 (``message/send``,
+``message/stream``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import httpx
+import pytest
+from serve_harness import Client, Served
+from test_serve_cli import SRC
+
+pytest.importorskip("a2a")
+
+from a2a.client import ClientConfig, ClientFactory
+from a2a.types.a2a_pb2 import (
+    AgentCard,
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+)
+from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
+
+CARD = "/.well-known/agent-card.json"
+
+
+@asynccontextmanager
+async def a2a_client(base: str, who: str, *, streaming: bool, version: str = "1.0") -> AsyncIterator[object]:
+    """The SDK's client for the served agent, as ``who``, speaking A2A ``version`` (the card offers 1.0 and 0.3)."""
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {who}"}, timeout=60) as http:
+        factory = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming))
+        card = await factory.create_from_url(base)
+        served = AgentCard()
+        served.CopyFrom(card._card)  # type: ignore[attr-defined]
+        kept = [i for i in served.supported_interfaces if i.protocol_version == version]
+        del served.supported_interfaces[:]
+        served.supported_interfaces.extend(kept)
+        async with factory.create(served) as client:
+            yield client
+
+
+def message(text: str, context_id: str = "") -> SendMessageRequest:
+    sent = Message(message_id=f"m-{time.monotonic_ns()}", role=Role.ROLE_USER, parts=[Part(text=text)])
+    if context_id:
+        sent.context_id = context_id
+    return SendMessageRequest(message=sent)
+
+
+async def sent(client: object, request: SendMessageRequest) -> list[StreamResponse]:
+    return [event async for event in client.send_message(request)]  # type: ignore[attr-defined]
+
+
+async def task_when(client: object, task_id: str, state: int, seconds: float = 30) -> Task:
+    deadline = time.monotonic() + seconds
+    while True:
+        task: Task = await client.get_task(GetTaskRequest(id=task_id))  # type: ignore[attr-defined]
+        if task.status.state == state:
+            return task
+        assert time.monotonic() < deadline, f"task {task_id} still {TaskState.Name(task.status.state)}"
+        await asyncio.sleep(0.05)
+
+
+async def approve(api: Client, approver: str, run_id: str) -> None:
+    [item] = (await api.call("GET", "/approvals", approver)).body["approvals"]
+    assert (item["run_id"], item["tool"]) == (run_id, "refund")
+    decision = {"approve": True, "fingerprint": item["fingerprint"]}
+    reply = await api.call("POST", f"/runs/{run_id}/approvals/{item['call_id']}", approver, decision)
+    assert reply.status == 200, reply.body
+
+
+async def test_the_card_names_the_agent_its_skill_and_how_to_authenticate(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    with served.process("a2a") as (_, base):
+        card = (await Client(base, session).call("GET", CARD, None)).body  # public: no credentials
+    assert card["name"] == "agent"
+    assert [s["id"] for s in card["skills"]] == ["agent"]
+    assert card["capabilities"]["streaming"] is True
+    assert {(i["url"], i["protocolVersion"]) for i in card["supportedInterfaces"]} == {
+        (f"{base}/a2a", "1.0"),
+        (f"{base}/a2a", "0.3"),
+    }
+    assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+    assert "refund" not in str(card)  # the agent's tools are not advertised
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.3"])
+async def test_a_streamed_task_waits_for_an_approver_then_completes(
+    served: Served, session: aiohttp.ClientSession, version: str
+) -> None:
+    with served.process("a2a") as (_, base):
+        api = Client(base, session)
+        async with a2a_client(base, "alice", streaming=True, version=version) as alice:
+            events = await sent(alice, message("Please refund order A7."))
+            assert events[0].HasField("task")
+            task_id, context_id = events[0].task.id, events[0].task.context_id
+            states = [e.status_update.status.state for e in events if e.HasField("status_update")]
+            assert states[-1] == TaskState.TASK_STATE_INPUT_REQUIRED
+            assert TaskState.TASK_STATE_COMPLETED not in states
+            waiting = events[-1].status_update.status.message.parts[0].text
+            assert f"POST /runs/{task_id}/approvals/call_refund_" in waiting and "refund" in waiting
+            assert served.refunds_made() == []
+
+            # Subscribed to the waiting task, Alice sees it through Bob's decision to its end.
+            following = alice.subscribe(SubscribeToTaskRequest(id=task_id))  # type: ignore[attr-defined]
+            first = await anext(following)
+            assert first.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            await approve(api, "bob:approver", task_id)
+            rest = [event async for event in following]
+            states = [e.status_update.status.state for e in rest if e.HasField("status_update")]
+            assert states[-1] == TaskState.TASK_STATE_COMPLETED
+            [answer] = [e.artifact_update.artifact for e in rest if e.HasField("artifact_update")]
+            assert answer.parts[0].text == "Refunded 42 on order A7."
+            done = await task_when(alice, task_id, TaskState.TASK_STATE_COMPLETED)
+            assert done.context_id == context_id
+            if version == "1.0":  # A2A 0.3 has no ListTasks
+                listed = await alice.list_tasks(ListTasksRequest())  # type: ignore[attr-defined]
+                assert [(t.id, t.context_id) for t in listed.tasks] == [(task_id, context_id)]
+            assert [p.text for p in done.artifacts[0].parts] == ["Refunded 42 on order A7."]
+            assert served.refunds_made() == ["A7 42"]
+            with pytest.raises(UnsupportedOperationError):  # a finished task takes no input
+                late = Message(message_id="m-late", role=Role.ROLE_USER, task_id=task_id, parts=[Part(text="again")])
+                await sent(alice, SendMessageRequest(message=late))
+
+        async with a2a_client(base, "carol", streaming=True, version=version) as carol:
+            with pytest.raises(TaskNotFoundError):  # another caller's task: as a missing one
+                await carol.get_task(GetTaskRequest(id=task_id))  # type: ignore[attr-defined]
+            with pytest.raises(TaskNotFoundError):
+                await carol.cancel_task(CancelTaskRequest(id=task_id))  # type: ignore[attr-defined]
+            with pytest.raises(TaskNotFoundError):  # nor is its context another caller's to go on with
+                await sent(carol, message("say: mine now", context_id=context_id))
+            if version == "1.0":  # A2A 0.3 has no ListTasks
+                listed = await carol.list_tasks(ListTasksRequest())  # type: ignore[attr-defined]
+                assert task_id not in [t.id for t in listed.tasks]
+        # The task is the run: the HTTP API shows the same one.
+        assert (await api.call("GET", f"/runs/{task_id}", "alice")).body["status"] == "completed"
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.3"])
+async def test_a_sent_message_answers_with_the_task_and_a_context_is_a_conversation(
+    served: Served, session: aiohttp.ClientSession, version: str
+) -> None:
+    with served.process("a2a") as (_, base):
+        async with a2a_client(base, "alice", streaming=False, version=version) as alice:
+            [first] = await sent(alice, message("say: hello"))
+            assert first.task.status.state == TaskState.TASK_STATE_COMPLETED
+            assert first.task.artifacts[0].parts[0].text == "You said hello"
+            [second] = await sent(alice, message("say: again", context_id=first.task.context_id))
+            assert second.task.context_id == first.task.context_id and second.task.id != first.task.id
+            assert second.task.artifacts[0].parts[0].text == "You said again"
+
+            [waiting] = await sent(alice, message("Please refund order A7."))  # blocks until it settles
+            assert waiting.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            await approve(Client(base, session), "bob:approver", waiting.task.id)
+            done = await task_when(alice, waiting.task.id, TaskState.TASK_STATE_COMPLETED)
+            assert done.artifacts[0].parts[0].text == "Refunded 42 on order A7."
+
+            [dropped] = await sent(alice, message("Please refund order A7."))
+            cancelled = await alice.cancel_task(CancelTaskRequest(id=dropped.task.id))  # type: ignore[attr-defined]
+            assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+            assert cancelled.status.message.parts[0].text.startswith("the run ended cancelled: ")
+            assert not cancelled.artifacts
+
+        transcript = await Client(base, session).call("GET", f"/conversations/{first.task.context_id}", "alice")
+        assert [t["run_id"] for t in transcript.body["turns"]] == [first.task.id, second.task.id]
+
+
+async def test_a_caller_without_credentials_or_a_json_body_is_refused(served: Served) -> None:
+    with served.process("a2a") as (_, base):
+        said = {"messageId": "m1", "role": "user", "parts": [{"kind": "text", "text": "say: hi"}]}
+        request = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": said}}
+        async with httpx.AsyncClient() as http:
+            refused = await http.post(f"{base}/a2a", json=request)
+            assert refused.status_code == 401
+            assert refused.headers["content-type"].startswith("application/problem+json")
+            accepted = await http.post(f"{base}/a2a", json=request, headers={"Authorization": "Bearer alice"})
+            # A body a web page can post without a CORS preflight is refused before it is read.
+            plain = {"Authorization": "Bearer alice", "Content-Type": "text/plain"}
+            posted = await http.post(f"{base}/a2a", content=json.dumps(request), headers=plain)
+            assert posted.status_code == 415, posted.text
+    assert accepted.status_code == 200
+    assert accepted.json()["result"]["status"]["state"] == "completed"  # A2A 0.3's own method name, answered
+    assert served.refunds_made() == []
+
+
+async def test_a_task_outlives_the_process_that_started_it(served: Served, session: aiohttp.ClientSession) -> None:
+    with served.process("a2a") as (process, base):
+        async with a2a_client(base, "alice", streaming=False) as alice:
+            [waiting] = await sent(alice, message("Please refund order A7."))
+        assert waiting.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        process.kill()  # SIGKILL: nothing is handed on
+        process.wait(timeout=30)
+    with served.process("a2a") as (_, base):
+        await approve(Client(base, session), "bob:approver", waiting.task.id)
+        async with a2a_client(base, "alice", streaming=False) as alice:
+            done = await task_when(alice, waiting.task.id, TaskState.TASK_STATE_COMPLETED)
+    assert done.context_id == waiting.task.context_id
+    assert done.artifacts[0].parts[0].text == "Refunded 42 on order A7."
+    assert served.refunds_made() == ["A7 42"]
+
+
+def test_every_status_of_a_run_is_a_task_state() -> None:
+    from tether.core.machine import Status
+    from tether.serve.a2a import state_of
+
+    states = {status.value: TaskState.Name(state_of(status.value)) for status in Status}
+    assert states == {
+        "ready": "TASK_STATE_SUBMITTED",
+        "awaiting_model": "TASK_STATE_WORKING",
+        "awaiting_tools": "TASK_STATE_WORKING",
+        "awaiting_approval": "TASK_STATE_INPUT_REQUIRED",
+        "awaiting_reconciliation": "TASK_STATE_INPUT_REQUIRED",
+        "completed": "TASK_STATE_COMPLETED",
+        "cancelled": "TASK_STATE_CANCELED",
+        "content_filtered": "TASK_STATE_REJECTED",
+        **{s: "TASK_STATE_FAILED" for s in ("max_steps", "budget_exhausted", "truncated", "protocol_error",
+                                            "loop_detected", "repair_exhausted", "model_error")},
+    }  # fmt: skip
+
+
+def test_without_the_a2a_extra_the_flag_is_a_configuration_error(served: Served, tmp_path: Path) -> None:
+    missing = tmp_path / "site"
+    (missing / "a2a").mkdir(parents=True)
+    (missing / "a2a" / "__init__.py").write_text("raise ModuleNotFoundError('No module named a2a', name='a2a')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(missing), str(SRC)]), "OPENAI_API_KEY": "sk-x",
+           "OPENAI_BASE_URL": served.model.base_url}  # fmt: skip
+    command = [sys.executable, "-m", "tether", "serve", f"{served.agent_py}:agent", "--a2a", "--db", str(served.db)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert "--a2a needs the a2a extra: pip install 'tether[a2a]' (a2a is missing)" in done.stderr
+    assert "Traceback" not in done.stderr

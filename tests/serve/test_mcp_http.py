@@ -1,0 +1,170 @@
+"""A served agent as one MCP tool over streamable HTTP: ``tether serve agent.py:agent --auth keys --mcp``.
+
+Everything is real: the CLI in its own process, API keys made with
+``tether keys create``, the MCP SDK's own streamable HTTP client. Alice's
+key calls the agent and gets its answer; a call that needs approval tells
+her the run waits and where an approver decides, and Bob (approver role)
+decides it over the HTTP API. Bob's own client, which can be asked (MCP
+elicitation), approves or declines the call it is shown, bound to its
+fingerprint. Without a key, or with a wrong one, nothing is served.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+import mcp.types as types
+import pytest
+from mcp import ClientSession
+from mcp.client.session import ClientRequestContext
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from serve_harness import Client, Served, free_port, wait_listening
+from test_serve_cli import SRC, made_key
+
+Elicit = Any  # an elicitation callback of the SDK's ClientSession
+
+
+@contextmanager
+def served_with_keys(served: Served) -> Iterator[tuple[str, dict[str, str]]]:
+    """``tether serve agent.py:agent --auth keys --mcp`` on a free port, and the keys of alice, bob (approver)."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OPENAI_BASE_URL": served.model.base_url, "OPENAI_API_KEY": "sk-x"}
+    env |= {"REFUNDS_LOG": str(served.refunds)}
+    db = Path(str(served.db))
+    keys = {"alice": made_key(db, env, "alice")["key"], "bob": made_key(db, env, "bob", "approver")["key"]}
+    port = free_port()
+    command = ["serve", f"{served.agent_py}:agent", "--auth", "keys", "--mcp", "--db", str(db), "--port", str(port)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tether", *command], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        assert wait_listening(process, port), process.stderr.read().decode() if process.stderr else ""
+        yield f"http://127.0.0.1:{port}", keys
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+@asynccontextmanager
+async def mcp_session(base: str, key: str, elicit: Elicit | None = None) -> AsyncIterator[ClientSession]:
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http,
+        streamable_http_client(f"{base}/mcp", http_client=http) as (read, write),
+        ClientSession(read, write, elicitation_callback=elicit) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def answering(approve: bool) -> tuple[Elicit, list[types.ElicitRequestParams]]:
+    asked: list[types.ElicitRequestParams] = []
+
+    async def elicit(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"approve": approve})
+
+    return elicit, asked
+
+
+async def test_an_mcp_client_calls_the_agent_with_an_api_key_and_learns_where_a_call_waits(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    with served_with_keys(served) as (base, keys):
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+                      "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}}  # fmt: skip
+        headers = {"Accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient() as http:
+            for sent in (headers, {**headers, "Authorization": "Bearer tk_not-a-key"}):
+                refused = await http.post(f"{base}/mcp", json=initialize, headers=sent)
+                assert refused.status_code == 401, refused.text
+                assert refused.headers["content-type"].startswith("application/problem+json")
+
+        async with mcp_session(base, keys["alice"]) as alice:
+            [tool] = (await alice.list_tools()).tools
+            assert tool.name == "agent" and tool.input_schema["required"] == ["prompt"]
+            answer = await alice.call_tool("agent", {"prompt": "say: hello"})
+            assert not answer.is_error, answer
+            assert answer.content[0].type == "text" and answer.content[0].text == "You said hello"
+            assert answer.structured_content is not None and answer.structured_content["status"] == "completed"
+
+            bad = await alice.call_tool("agent", {"prompt": 5})
+            assert bad.is_error and bad.content[0].type == "text"
+            assert bad.content[0].text.startswith("invalid_arguments:")
+
+            waiting = await alice.call_tool("agent", {"prompt": "Please refund order A7."})  # no approver role
+            assert not waiting.is_error, waiting
+            assert waiting.structured_content is not None
+            run_id = waiting.structured_content["run_id"]
+            assert waiting.structured_content["status"] == "awaiting_approval"
+            [call] = waiting.structured_content["waiting"]
+            assert call["arguments"]["api_token"] != "sk-live-secret-123456789012345678"  # redacted
+            assert waiting.content[0].type == "text"
+            assert f"POST /runs/{run_id}/approvals/{call['call_id']}" in waiting.content[0].text
+        assert served.refunds_made() == []
+
+        api = Client(base, session)
+        [item] = (await api.call("GET", "/approvals", keys["bob"])).body["approvals"]
+        assert (item["run_id"], item["fingerprint"]) == (run_id, call["fingerprint"])
+        decision = {"approve": True, "fingerprint": item["fingerprint"]}
+        decided = await api.call("POST", f"/runs/{run_id}/approvals/{call['call_id']}", keys["bob"], decision)
+        assert decided.status == 200, decided.body
+        done = await api.settled(keys["alice"], run_id)
+        assert (done["status"], done["output"]) == ("completed", "Refunded 42 on order A7.")
+        assert served.refunds_made() == ["A7 42"]
+
+
+@pytest.mark.parametrize("approve", [True, False])
+async def test_an_approver_whose_client_can_be_asked_decides_the_call_it_is_shown(
+    served: Served, session: aiohttp.ClientSession, approve: bool
+) -> None:
+    elicit, asked = answering(approve)
+    with served_with_keys(served) as (base, keys):
+        async with mcp_session(base, keys["bob"], elicit) as bob:
+            result = await bob.call_tool("agent", {"prompt": "Please refund order A7."})
+        assert not result.is_error, result
+        assert result.structured_content is not None and result.structured_content["status"] == "completed"
+        run_id = result.structured_content["run_id"]
+        view = (await Client(base, session).call("GET", f"/runs/{run_id}", keys["bob"])).body
+    [question] = asked
+    assert "refund" in question.message and "fingerprint" in question.message
+    assert "sk-live-secret" not in question.message  # the arguments are shown redacted
+    [refund] = [c for step in view["steps"] for c in step["calls"] if c["tool"] == "refund"]
+    assert refund["executed"] is approve
+    assert served.refunds_made() == (["A7 42"] if approve else [])
+    if not approve:
+        assert refund["outcome"] == "denied"
+
+
+@pytest.mark.parametrize("flag", ["--mcp", "--a2a"])
+def test_the_protocol_flags_are_for_a_served_agent_only(flag: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    done = subprocess.run([sys.executable, "-m", "tether", "serve", flag], capture_output=True, text=True, env=env)
+    assert done.returncode == 2, done.stderr
+    assert f"{flag} is for a served agent (tether serve PATH_OR_MODULE:AGENT)" in done.stderr
+
+
+async def test_an_mcp_session_belongs_to_the_caller_that_opened_it(served: Served) -> None:
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+                  "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}}  # fmt: skip
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    accept = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+    with served.process("mcp") as (_, base):
+        async with httpx.AsyncClient() as http:
+            as_alice = {**accept, "Authorization": "Bearer alice"}
+            opened = await http.post(f"{base}/mcp", json=initialize, headers=as_alice)
+            assert opened.status_code == 200, opened.text
+            session_id = opened.headers["mcp-session-id"]
+            for who, status in (("carol", 404), ("alice", 200)):
+                sent = {**accept, "Authorization": f"Bearer {who}", "Mcp-Session-Id": session_id}
+                reply = await http.post(f"{base}/mcp", json=listing, headers=sent)
+                assert reply.status_code == status, (who, reply.text)
