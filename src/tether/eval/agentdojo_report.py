@@ -142,6 +142,8 @@ def totals(rows: Sequence[Row]) -> list[Row]:
             "errors",
         ):
             setattr(total, name, sum(getattr(m, name) for m in members))
+        total.lost = [lost for m in members for lost in m.lost]
+        total.leaks = [case for m in members for case in m.leaks]
         out.append(total)
     return out
 
