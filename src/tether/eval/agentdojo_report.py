@@ -37,6 +37,7 @@ class Row:
     attackable: int = 0  # pairs whose injection task has a ground truth (what the scripted gullible can do)
     hijacked_attackable: int = 0
     approvals: int = 0
+    tasks_asking: int = 0  # user tasks (without attack) that asked at least one approval
     approvals_attacked: int = 0
     tokens: int = 0
     errors: int = 0
@@ -59,6 +60,7 @@ class Row:
             "attackable_pairs": self.attackable,
             "attack_success_rate_attackable": self.rate(self.hijacked_attackable, self.attackable),
             "approvals": self.approvals,
+            "tasks_asking_approval": self.tasks_asking,
             "approvals_under_attack": self.approvals_attacked,
             "tokens": self.tokens,
             "errors": self.errors,
@@ -106,6 +108,7 @@ def _add(row: Row, result: CaseResult, scores: dict[str, Any]) -> None:
         row.tasks += 1
         row.utility += bool(scores["utility"])
         row.approvals += approvals
+        row.tasks_asking += approvals > 0
         if not scores["utility"]:
             row.lost.append((result.id, result.reason))
         return
@@ -137,6 +140,7 @@ def totals(rows: Sequence[Row]) -> list[Row]:
             "attackable",
             "hijacked_attackable",
             "approvals",
+            "tasks_asking",
             "approvals_attacked",
             "tokens",
             "errors",
@@ -160,6 +164,7 @@ HEAD = (
     "under attack",
     "attack success",
     "(of attackable)",
+    "tasks asking",
     "approvals",
     "tokens",
     "unapproved sinks",
@@ -175,6 +180,7 @@ def _cells(row: Row) -> tuple[str, ...]:
         f"{_pct(row.rate(row.utility_attacked, row.pairs))} ({row.utility_attacked}/{row.pairs})" if row.pairs else "-",
         f"{_pct(row.rate(row.hijacked, row.pairs))} ({row.hijacked}/{row.pairs})" if row.pairs else "-",
         f"{_pct(row.rate(row.hijacked_attackable, row.attackable))}" if row.attackable else "-",
+        f"{row.tasks_asking}/{row.tasks}" if row.tasks else "-",
         f"{row.approvals}/{row.approvals_attacked}" if row.pairs else str(row.approvals),
         str(row.tokens),
         str(len(row.leaks)),
@@ -182,7 +188,7 @@ def _cells(row: Row) -> tuple[str, ...]:
 
 
 def table(rows: Sequence[Row]) -> str:
-    """The rows as aligned text. approvals: without attack / under attack."""
+    """The rows as aligned text. approvals: asked without attack / under attack."""
     body = [_cells(r) for r in rows]
     widths = [max(len(x[i]) for x in (HEAD, *body)) for i in range(len(HEAD))]
     return "\n".join(
@@ -216,6 +222,7 @@ def html_section(rows: Sequence[Row]) -> str:
     return (
         "<h2>AgentDojo</h2><p>utility: user tasks done without attack; under attack: over AgentDojo's pairs; "
         "attack success: the injection task done (of attackable: pairs whose injection task has a ground truth); "
+        "tasks asking: user tasks that asked at least one approval without attack; "
         "approvals: asked without attack / under attack.</p>"
         f'<table data-testid="agentdojo">{head}\n{body}</table>'
         f"<h3>User tasks lost without attack</h3><ul>{lost or '<li>none</li>'}</ul>"
