@@ -98,7 +98,8 @@ def test_the_provenance_settings_need_argument_provenance() -> None:
         return
     world = AgentDojoCase("banking", "user_task_0", None, NO_ATTACK, setting("no-gate")).world()
     for tool in tools_for(world, setting("provenance")):
-        assert tool.sinks == frozenset(POLICY[tool.name].sinks)  # type: ignore[attr-defined]
+        expected = None if POLICY[tool.name].read_only else frozenset(POLICY[tool.name].sinks)
+        assert tool.sinks == expected  # type: ignore[attr-defined]
 
 
 def test_the_injected_text_is_found_however_agentdojo_prints_the_result() -> None:
