@@ -53,7 +53,7 @@ def _model(
 
 
 class _EvalGroup(click.Group):
-    """``tether eval DATASET...`` runs an eval; ``tether eval compare A B`` is the one subcommand.
+    """``tether eval DATASET...`` runs an eval; ``compare`` and ``agentdojo`` are the subcommands.
 
     Anything but a subcommand's name (or --help) in first place is a dataset,
     so the common case needs no ``run`` word.
@@ -67,10 +67,11 @@ class _EvalGroup(click.Group):
 
 @click.group("eval", cls=_EvalGroup)
 def eval_command() -> None:
-    """Score a model's tool use: BFCL datasets or tether's own eval files.
+    """Score a model's tool use: BFCL datasets or tether's own eval files; measure the gates on AgentDojo.
 
     \b
       tether eval DATASET... [options]     run an eval (see: tether eval run --help)
+      tether eval agentdojo [options]      the gates against prompt injection (see: tether eval agentdojo --help)
       tether eval compare A B              cases whose verdict changed between two runs
     """
 
