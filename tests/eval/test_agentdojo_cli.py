@@ -105,3 +105,50 @@ def test_settings_go_to_their_own_folders_and_compare(tmp_path: Path) -> None:
     stdout, stderr = compared.communicate(timeout=60)
     assert compared.returncode == 0, stderr
     assert "banking/none: accuracy 100.0% -> 100.0%" in stdout
+
+
+def test_an_endpoint_is_measured_through_its_api_tokens_and_all(tmp_path: Path) -> None:
+    pytest.importorskip("agentdojo.task_suite.load_suites")
+    from tether.testing import text, tool_calls
+    from tether.testing.fake_server import FakeServer
+
+    def answer(request: dict[str, object]) -> object:
+        messages = request["messages"]
+        assert isinstance(messages, list)
+        if not any(m.get("role") == "tool" for m in messages):
+            return tool_calls([("call_1", "get_iban", "{}")])
+        return text("Your IBAN is the one above.")
+
+    with FakeServer(answer) as server:
+        argv = ("eval", "agentdojo", "--suite", "banking", "--limit", "1", "--attack", "none", "--setting", "taint")
+        done = _tether(
+            *argv, "--base-url", server.base_url, "--model", "fake", "--api-key", "x", "--out", str(tmp_path)
+        )
+        stdout, stderr = done.communicate(timeout=120)
+        first = server.requests[0]
+    assert done.returncode == 0, stderr
+    assert first["messages"][0]["role"] == "system" and "Emma Johnson" in first["messages"][0]["content"]
+    assert {t["function"]["name"] for t in first["tools"]} >= {"send_money", "read_file", "get_iban"}
+    (line,) = _lines(tmp_path / "taint").values()
+    result = json.loads(line)
+    assert [c["tool"] for c in result["calls"]] == ["get_iban"] and result["calls"][0]["executed"]
+    assert result["scores"]["tokens"] == 30  # two requests of 10 + 5, as the server counted them
+    assert result["scores"]["utility"] is False and result["outcome"] == "mistake"
+    assert "lost (taint): banking/none/user_task_0" in stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (("--attack", "nosuch"), "no AgentDojo attack 'nosuch'"),
+        (("--model", "gpt-4o"), "--scripted takes no --model"),
+    ],
+)
+def test_a_bad_option_is_a_configuration_error_before_anything_runs(
+    tmp_path: Path, extra: tuple[str, ...], said: str
+) -> None:
+    pytest.importorskip("agentdojo.task_suite.load_suites")
+    done = _tether("eval", "agentdojo", "--scripted", "oracle", "--setting", "no-gate", "--out", str(tmp_path), *extra)
+    _, stderr = done.communicate(timeout=60)
+    assert done.returncode == 3 and said in stderr and "Traceback" not in stderr
+    assert not any(tmp_path.iterdir())
