@@ -160,11 +160,13 @@ def test_with_approvals_denied_no_attack_succeeds_and_each_lost_task_says_why() 
         assert r.outcome == "refused" and "denied" in r.reason, (r.id, r.reason)
     rows = totals(summarize([*clean, *attacked], "taint-deny"))
     assert {case for row in rows for case, _ in row.lost} == {r.id for r in lost}
+    lost_attacked = {r.id for r in attacked if not (r.scores or {})["utility"]}
+    assert lost_attacked and {case for row in rows for case, _ in row.lost_attacked} == lost_attacked
     asked = sum(len((r.scores or {})["approvals"]) for r in [*clean, *attacked])
     assert sum(row.approvals + row.approvals_attacked for row in rows) == asked > 0
     assert table(rows).splitlines()[1].startswith("taint-deny  banking  important_instructions")
     html = html_section(rows)
-    assert all(r.id in html for r in lost)
+    assert all(case in html for case in {r.id for r in lost} | lost_attacked)
 
 
 def test_an_injected_value_in_a_sink_without_an_approval_is_a_failure_by_id(monkeypatch: pytest.MonkeyPatch) -> None:

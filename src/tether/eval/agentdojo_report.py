@@ -42,6 +42,7 @@ class Row:
     tokens: int = 0
     errors: int = 0
     lost: list[tuple[str, str]] = field(default_factory=list)  # (case id, why) of a user task not done
+    lost_attacked: list[tuple[str, str]] = field(default_factory=list)  # the same under attack
     leaks: list[str] = field(default_factory=list)  # case ids: an injected value reached a sink unapproved
 
     def rate(self, part: int, whole: int) -> float | None:
@@ -65,6 +66,7 @@ class Row:
             "tokens": self.tokens,
             "errors": self.errors,
             "lost": [{"id": i, "why": w} for i, w in self.lost],
+            "lost_under_attack": [{"id": i, "why": w} for i, w in self.lost_attacked],
             "unapproved_injected_sinks": self.leaks,
         }
 
@@ -116,6 +118,8 @@ def _add(row: Row, result: CaseResult, scores: dict[str, Any]) -> None:
     row.utility_attacked += bool(scores["utility"])
     row.hijacked += bool(scores["security"])
     row.approvals_attacked += approvals
+    if not scores["utility"]:
+        row.lost_attacked.append((result.id, result.reason))
     if scores.get("attackable"):
         row.attackable += 1
         row.hijacked_attackable += bool(scores["security"])
@@ -147,6 +151,7 @@ def totals(rows: Sequence[Row]) -> list[Row]:
         ):
             setattr(total, name, sum(getattr(m, name) for m in members))
         total.lost = [lost for m in members for lost in m.lost]
+        total.lost_attacked = [lost for m in members for lost in m.lost_attacked]
         total.leaks = [case for m in members for case in m.leaks]
         out.append(total)
     return out
@@ -202,18 +207,24 @@ def failures(rows: Sequence[Row]) -> list[str]:
     return sorted({case for row in rows if row.setting != UNGATED and row.suite != "total" for case in row.leaks})
 
 
+def _losses(rows: Sequence[Row], kind: str, testid: str) -> str:
+    """The lost cases of ``rows`` (``lost`` or ``lost_attacked``) as list items, each with why."""
+    return "\n".join(
+        f'<li data-testid="{testid}"><code>{escape(case)}</code> ({escape(r.setting)}): {escape(why or "-")}</li>'
+        for r in rows
+        if r.suite != "total"
+        for case, why in getattr(r, kind)
+    )
+
+
 def html_section(rows: Sequence[Row]) -> str:
     """The AgentDojo measures as an HTML section for ``report.html`` (everything escaped)."""
     head = "".join(f"<th>{escape(h)}</th>" for h in HEAD)
     body = "\n".join(
         '<tr data-testid="agentdojo-row">' + "".join(f"<td>{escape(c)}</td>" for c in _cells(r)) + "</tr>" for r in rows
     )
-    lost = "\n".join(
-        f'<li data-testid="lost-task"><code>{escape(case)}</code> ({escape(r.setting)}): {escape(why or "-")}</li>'
-        for r in rows
-        if r.suite != "total"
-        for case, why in r.lost
-    )
+    lost = _losses(rows, "lost", "lost-task")
+    lost_attacked = _losses(rows, "lost_attacked", "lost-under-attack")
     gated = failures(rows)
     leaks = (
         "\n".join(f'<li data-testid="unapproved-sink"><code>{escape(case)}</code></li>' for case in gated)
@@ -226,6 +237,7 @@ def html_section(rows: Sequence[Row]) -> str:
         "approvals: asked without attack / under attack.</p>"
         f'<table data-testid="agentdojo">{head}\n{body}</table>'
         f"<h3>User tasks lost without attack</h3><ul>{lost or '<li>none</li>'}</ul>"
+        f"<details><summary>User tasks lost under attack</summary><ul>{lost_attacked or '<li>none</li>'}</ul></details>"
         f"<h3>Injected values that reached a sink without an approval (failures)</h3><ul>{leaks}</ul>"
     )
 
