@@ -29,6 +29,16 @@ $(BFCL): $(STAMP)
 	$(BIN)/python -m pip install -q --no-deps bfcl-eval==2026.3.23
 	touch $(BFCL)
 
+# AgentDojo's suites, tasks and checks (tether eval agentdojo, tests/eval/test_agentdojo*.py). Its package pins
+# langchain and more that the suites do not use: installed without them, then what its suites import (the
+# provider SDKs among them: its task suites import its pipeline, which imports them). Never a dependency of tether.
+AGENTDOJO := $(VENV)/.agentdojo
+$(AGENTDOJO): $(STAMP)
+	$(BIN)/python -m pip install -q --no-deps agentdojo==0.1.35
+	$(BIN)/python -m pip install -q pydantic email-validator deepdiff docstring-parser pyyaml click rich tenacity \
+		python-dotenv openai anthropic cohere google-genai
+	touch $(AGENTDOJO)
+
 # Offline, the embedded SmolLM2-135M answers; a run that does not complete fails make
 # (tests/models/test_local.py runs this very command three times in a row).
 demo: $(STAMP)
@@ -56,7 +66,7 @@ postgres:
 	@test -x /usr/lib/postgresql/15/bin/initdb || { apt-get update -qq && apt-get install -y -qq postgresql-15 >/dev/null; } \
 		|| { echo "install Debian's postgresql-15 (apt-get install postgresql-15) for the store contract tests"; exit 1; }
 
-test: $(STAMP) $(BFCL) $(E2E) browser sysdeps postgres
+test: $(STAMP) $(BFCL) $(AGENTDOJO) $(E2E) browser sysdeps postgres
 	$(BIN)/ruff check src tests bench docs
 	$(BIN)/ruff format --check src tests bench docs
 	$(BIN)/mypy

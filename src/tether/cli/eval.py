@@ -21,7 +21,7 @@ from tether.cli.common import (
     provider_of,
     with_settings_options,
 )
-from tether.core.errors import TetherError
+from tether.core.errors import ConfigurationError, TetherError
 from tether.core.settings import ModelSettings
 from tether.drivers.local.runner import checked
 
@@ -53,7 +53,7 @@ def _model(
 
 
 class _EvalGroup(click.Group):
-    """``tether eval DATASET...`` runs an eval; ``tether eval compare A B`` is the one subcommand.
+    """``tether eval DATASET...`` runs an eval; ``compare`` and ``agentdojo`` are the subcommands.
 
     Anything but a subcommand's name (or --help) in first place is a dataset,
     so the common case needs no ``run`` word.
@@ -67,10 +67,11 @@ class _EvalGroup(click.Group):
 
 @click.group("eval", cls=_EvalGroup)
 def eval_command() -> None:
-    """Score a model's tool use: BFCL datasets or tether's own eval files.
+    """Score a model's tool use: BFCL datasets or tether's own eval files; measure the gates on AgentDojo.
 
     \b
       tether eval DATASET... [options]     run an eval (see: tether eval run --help)
+      tether eval agentdojo [options]      the gates against prompt injection (see: tether eval agentdojo --help)
       tether eval compare A B              cases whose verdict changed between two runs
     """
 
@@ -294,3 +295,207 @@ def compare_command(a: str, b: str, as_json: bool) -> None:
 
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
+
+
+DEFAULT_AGENTDOJO_OUT = "agentdojo-results"
+
+
+@eval_command.command("agentdojo")
+@click.option(
+    "--suite",
+    "suites",
+    multiple=True,
+    type=click.Choice(["workspace", "travel", "banking", "slack"]),
+    help="An AgentDojo v1.2 suite (repeatable) [default: all four].",
+)
+@click.option(
+    "--attack",
+    "attacks",
+    multiple=True,
+    metavar="NAME",
+    help="none (the user tasks alone) or an AgentDojo attack, e.g. important_instructions (repeatable) "
+    "[default: none and important_instructions].",
+)
+@click.option(
+    "--setting",
+    "settings",
+    multiple=True,
+    type=click.Choice(["no-gate", "taint", "provenance", "provenance-deny"]),
+    help="What the gates know (repeatable): no-gate (nothing untrusted), taint (untrusted results taint the "
+    "run; its side effects need approval, granted), provenance (taint, and each tool's sinks), provenance-deny "
+    "(provenance, approvals denied) [default: every setting this tether supports].",
+)
+@click.option("--scripted", type=click.Choice(["oracle", "gullible"]), help="A scripted model instead of an endpoint.")
+@click.option("--model", help="Model name [env: OPENAI_MODEL].")
+@click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env: OPENAI_BASE_URL].")
+@api_key_option
+@click.option(
+    "--provider",
+    metavar="NAME",
+    help="A provider profile, as for tether run: openai, llama-cpp-python, snowflake, or anthropic "
+    "[env: TETHER_PROVIDER].",
+)
+@protocol_option
+@click.option(
+    "--local-model",
+    type=click.Path(dir_okay=False, exists=True),
+    envvar="TETHER_LOCAL_MODEL",
+    help="Run this GGUF file in-process instead of an endpoint; with no endpoint set, the embedded "
+    "SmolLM2-135M is used [env: TETHER_LOCAL_MODEL].",
+)
+@with_settings_options
+@click.option(
+    "--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Cases run at the same time."
+)
+@click.option("--limit", type=click.IntRange(min=1), help="Run only the first N user tasks of each suite.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=DEFAULT_AGENTDOJO_OUT,
+    show_default=True,
+    help="Directory with one folder per setting (results.jsonl, report.html); cases already there are not run again.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the measures as JSON lines, one per setting, suite, attack."
+)
+def agentdojo_command(
+    suites: tuple[str, ...],
+    attacks: tuple[str, ...],
+    settings: tuple[str, ...],
+    scripted: str | None,
+    model: str | None,
+    base_url: str | None,
+    api_key: str | None,
+    provider: str | None,
+    protocol: str | None,
+    local_model: str | None,
+    system: str | None,
+    model_settings: ModelSettings | None,
+    concurrency: int,
+    limit: int | None,
+    out: str,
+    as_json: bool,
+) -> None:
+    """Measure tether's gates against prompt injection on AgentDojo's suites.
+
+    Each case is a user task of a suite, alone (attack none) or with one
+    of the suite's injection tasks planted by the attack (AgentDojo's
+    pairs): one tether run with every gate on, the suite's functions as
+    tools on the case's own environment, declared read-only or not, with
+    untrusted output or not, and their sinks, as
+    tether.eval.agentdojo_policy's reviewed table says. AgentDojo's own
+    checks score it: utility (the user task was done) and security (the
+    injection task was done: the attack succeeded).
+
+    An approval asked is counted; in taint and provenance it is granted,
+    in provenance-deny it is denied and the run goes on with the denial as
+    the call's result. --scripted oracle makes each user task's ground-truth
+    calls; gullible is the oracle, except that it first makes the injection
+    task's ground-truth calls when an injected text reaches it (it measures
+    the gate, not a model). Otherwise the model is chosen as for tether eval
+    (an endpoint, any protocol, or the embedded model). AgentDojo's default
+    system message is sent unless -s gives one.
+
+    --out gets a folder per setting (results.jsonl, report.html; compare two
+    with tether eval compare); run the same command again to resume.
+
+    Needs the agentdojo package: pip install --no-deps agentdojo==0.1.35, then
+    what its suites import (see the README).
+
+    \b
+    Examples:
+      tether eval agentdojo --scripted oracle --attack none --setting no-gate
+      tether eval agentdojo --scripted gullible --suite banking --setting no-gate --setting taint
+      tether eval agentdojo --model gpt-4o-mini --suite slack --limit 5
+
+    Exit status: 0 when every case has a verdict and no injected value
+    reached a sink without an approval in a gated setting; 1 otherwise (see
+    the report); 3 for a configuration error (agentdojo not installed, an
+    unknown attack, a setting this tether cannot run).
+    """
+    from tether.eval.agentdojo import DEFAULT_ATTACK, NO_ATTACK, SETTINGS, cases, provenance_available, setting
+    from tether.eval.agentdojo_models import ScriptedAgentDojoModel
+    from tether.eval.agentdojo_report import failures, html_section, summarize, table, totals
+    from tether.eval.harness import ERROR, run_eval
+    from tether.eval.progress import Progress
+    from tether.eval.report import write_report
+
+    chosen_settings = settings or tuple(s for s, v in SETTINGS.items() if not v.sinks or provenance_available())
+    try:
+        plan = [
+            (
+                name,
+                cases(
+                    suites or ("workspace", "travel", "banking", "slack"),
+                    attacks or (NO_ATTACK, DEFAULT_ATTACK),
+                    setting(name),
+                    limit,
+                ),
+            )
+            for name in chosen_settings
+        ]
+        if scripted is not None:
+            if model or base_url or local_model:
+                raise ConfigurationError("--scripted takes no --model, --base-url or --local-model")
+            chosen: Any = ScriptedAgentDojoModel(scripted)
+            compat = None
+        else:
+            chosen, profile = _model(model, base_url, api_key, local_model, provider, protocol)
+            checked(chosen, model_settings)
+            compat = profile.compat
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
+
+    async def go() -> dict[str, Any]:
+        done: dict[str, Any] = {}
+        try:
+            for name, planned in plan:
+                progress = Progress(sys.stderr)
+                try:
+                    done[name] = await run_eval(
+                        chosen,
+                        planned,
+                        concurrency=concurrency,
+                        out=Path(out) / name,
+                        compat=compat,
+                        on_start=progress.start,
+                        on_result=progress.update,
+                        system=system,
+                        model_settings=model_settings,
+                    )
+                finally:
+                    progress.finish()
+        finally:
+            await chosen.aclose()
+        return done
+
+    try:
+        results = asyncio.run(go())
+    except KeyboardInterrupt:
+        fail(f"interrupted; run the same command again to resume from {out}", 18)
+    rows = []
+    for name, found in results.items():
+        measured = totals(summarize(found, name))
+        write_report(Path(out) / name, found, f"tether eval agentdojo: {name}", html_section(measured))
+        rows.extend(measured)
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row.to_dict()))
+    else:
+        click.echo(table(rows))
+        for row in rows:
+            for case_id, why in row.lost if row.suite != "total" else ():
+                click.echo(f"lost ({row.setting}): {case_id}: {why}")
+        click.echo(f"results: {Path(out)}/<setting>/results.jsonl, report.html")
+    errors = sum(1 for found in results.values() for r in found if r.outcome == ERROR)
+    leaked = failures(rows)
+    if leaked:
+        click.echo(
+            f"error: in {len(leaked)} case(s) an injected value reached a sink without an approval: "
+            + ", ".join(leaked),
+            err=True,
+        )
+    if errors:
+        click.echo(f"error: {errors} case(s) had no verdict (see each reason in results.jsonl); run again", err=True)
+    if errors or leaked:
+        sys.exit(EXIT_INTERNAL)

@@ -10,7 +10,9 @@ does. ``load_cases`` reads tether's own JSONL format (``tether.eval.dataset``),
 scored against the expected calls. BFCL's multi-turn categories
 (``tether.eval.multi_turn``) run each case as a conversation whose calls are
 executed on BFCL's stateful classes, scored by final state and responses as
-BFCL scores them. See ``tether.eval.harness`` for how
+BFCL scores them. ``tether.eval.agentdojo`` runs AgentDojo's prompt-injection
+suites on their environments, scored by AgentDojo's own checks, to measure
+tether's gates. See ``tether.eval.harness`` for how
 failures are sorted, ``tether.eval.report`` for report.html and comparing runs.
 """
 

@@ -94,6 +94,7 @@ class CaseResult:
     seconds: float = 0.0
     prompt: list[dict[str, Any]] = field(default_factory=list)  # the conversation the model was given
     expected: Any = None  # the dataset's expected calls, for reports
+    scores: dict[str, Any] | None = None  # a benchmark's own measures of the case (AgentDojo's utility, security...)
 
     @property
     def valid(self) -> bool | None:
@@ -101,6 +102,7 @@ class CaseResult:
         return None if self.outcome == ERROR else self.outcome == PASSED
 
     def to_dict(self) -> dict[str, Any]:
+        scores = {} if self.scores is None else {"scores": self.scores}
         return {
             "id": self.id,
             "category": self.category,
@@ -113,6 +115,7 @@ class CaseResult:
             "seconds": round(self.seconds, 3),
             "prompt": self.prompt,
             "expected": self.expected,
+            **scores,
         }
 
     @classmethod
@@ -128,6 +131,7 @@ class CaseResult:
             data.get("seconds", 0.0),
             data.get("prompt") or [],
             data.get("expected"),
+            data.get("scores"),
         )
 
 

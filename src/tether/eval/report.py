@@ -121,8 +121,8 @@ def _failure(result: CaseResult) -> str:
     )
 
 
-def html_report(results: Iterable[CaseResult], title: str = "tether eval") -> str:
-    """The whole report as one HTML document."""
+def html_report(results: Iterable[CaseResult], title: str = "tether eval", section: str = "") -> str:
+    """The whole report as one HTML document; ``section`` (HTML, escaped by its maker) goes after the summary."""
     results = list(results)
     rows = summarize(results)
     failing = [r for r in results if r.outcome != PASSED]
@@ -141,15 +141,16 @@ def html_report(results: Iterable[CaseResult], title: str = "tether eval") -> st
 <tbody>
 {_bar_rows(rows)}
 </tbody></table>
+{section}
 <h2>Cases that did not pass ({len(failing)})</h2>
 {failures}
 </body></html>
 """
 
 
-def write_report(out: Path, results: Iterable[CaseResult], title: str = "tether eval") -> Path:
+def write_report(out: Path, results: Iterable[CaseResult], title: str = "tether eval", section: str = "") -> Path:
     path = out / REPORT_FILE
-    path.write_text(html_report(results, title), encoding="utf-8")
+    path.write_text(html_report(results, title, section), encoding="utf-8")
     return path
 
 

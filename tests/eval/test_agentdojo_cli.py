@@ -1,0 +1,154 @@
+"""``tether eval agentdojo`` as a user runs it: a real subprocess, killed with SIGKILL and started again."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tether.eval.agentdojo import INSTALL_HINT, PROVENANCE_MISSING, provenance_available
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TETHER_"))}
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env["CI"] = "1"  # no progress bar
+    return env
+
+
+def _tether(*argv: str, block_agentdojo: bool = False) -> subprocess.Popen[str]:
+    # A process in which `import agentdojo` fails, as where it is not installed.
+    prelude = "import sys; sys.modules['agentdojo'] = None; " if block_agentdojo else ""
+    code = (
+        prelude + "import runpy; sys.argv = ['tether', *sys.argv[1:]]; runpy.run_module('tether', run_name='__main__')"
+    )
+    if not block_agentdojo:
+        code = "import sys; " + code
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+    )
+
+
+def _lines(out: Path) -> dict[str, str]:
+    path = out / "results.jsonl"
+    found: dict[str, str] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError, KeyError):  # a torn line
+                found[json.loads(line)["id"]] = line
+    return found
+
+
+def test_without_agentdojo_the_command_says_what_to_install() -> None:
+    done = _tether("eval", "agentdojo", "--scripted", "oracle", "--setting", "no-gate", block_agentdojo=True)
+    _, stderr = done.communicate(timeout=60)
+    assert done.returncode == 3, stderr
+    assert INSTALL_HINT in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.skipif(provenance_available(), reason="this tether has argument provenance")
+def test_a_provenance_setting_without_argument_provenance_is_a_configuration_error(tmp_path: Path) -> None:
+    pytest.importorskip("agentdojo.task_suite.load_suites")
+    done = _tether("eval", "agentdojo", "--scripted", "oracle", "--setting", "provenance", "--out", str(tmp_path))
+    _, stderr = done.communicate(timeout=60)
+    assert done.returncode == 3 and PROVENANCE_MISSING in stderr and "Traceback" not in stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_killed_agentdojo_eval_resumes_without_running_finished_cases_again(tmp_path: Path) -> None:
+    pytest.importorskip("agentdojo.task_suite.load_suites")
+    argv = ("eval", "agentdojo", "--scripted", "gullible", "--suite", "workspace", "--limit", "3")
+    argv += ("--attack", "important_instructions", "--setting", "no-gate", "--out", str(tmp_path))
+    first = _tether(*argv, "--concurrency", "1")
+    results = tmp_path / "no-gate"
+    deadline = time.monotonic() + 120
+    while len(_lines(results)) < 5 and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.02)
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=10)
+    assert first.returncode == -signal.SIGKILL
+    before = _lines(results)
+    assert 5 <= len(before) < 42
+
+    second = _tether(*argv, "--concurrency", "2", "--json")
+    stdout, stderr = second.communicate(timeout=300)
+    assert second.returncode == 0, stderr
+    after = _lines(results)
+    assert len(after) == 42 == len((results / "results.jsonl").read_text().splitlines())
+    for case_id, line in before.items():  # each finished case kept as it was (its timing included): not run again
+        assert after[case_id] == line
+    row = json.loads(stdout.splitlines()[0])
+    assert (row["setting"], row["suite"], row["pairs"]) == ("no-gate", "workspace", 42)
+    report = (results / "report.html").read_text()
+    assert 'data-testid="agentdojo"' in report
+
+
+def test_settings_go_to_their_own_folders_and_compare(tmp_path: Path) -> None:
+    pytest.importorskip("agentdojo.task_suite.load_suites")
+    argv = ("eval", "agentdojo", "--scripted", "oracle", "--suite", "banking", "--attack", "none")
+    done = _tether(*argv, "--setting", "no-gate", "--setting", "taint", "--out", str(tmp_path))
+    stdout, stderr = done.communicate(timeout=300)
+    assert done.returncode == 0, stderr
+    lines = stdout.splitlines()
+    assert lines[1].split()[:4] == ["no-gate", "banking", "none", "100.0%"]
+    assert lines[2].split()[:2] == ["taint", "banking"]
+    compared = _tether("eval", "compare", str(tmp_path / "no-gate"), str(tmp_path / "taint"))
+    stdout, stderr = compared.communicate(timeout=60)
+    assert compared.returncode == 0, stderr
+    assert "banking/none: accuracy 100.0% -> 100.0%" in stdout
+
+
+def test_an_endpoint_is_measured_through_its_api_tokens_and_all(tmp_path: Path) -> None:
+    pytest.importorskip("agentdojo.task_suite.load_suites")
+    from tether.testing import text, tool_calls
+    from tether.testing.fake_server import FakeServer
+
+    def answer(request: dict[str, object]) -> object:
+        messages = request["messages"]
+        assert isinstance(messages, list)
+        if not any(m.get("role") == "tool" for m in messages):
+            return tool_calls([("call_1", "get_iban", "{}")])
+        return text("Your IBAN is the one above.")
+
+    with FakeServer(answer) as server:
+        argv = ("eval", "agentdojo", "--suite", "banking", "--limit", "1", "--attack", "none", "--setting", "taint")
+        done = _tether(
+            *argv, "--base-url", server.base_url, "--model", "fake", "--api-key", "x", "--out", str(tmp_path)
+        )
+        stdout, stderr = done.communicate(timeout=120)
+        first = server.requests[0]
+    assert done.returncode == 0, stderr
+    assert first["messages"][0]["role"] == "system" and "Emma Johnson" in first["messages"][0]["content"]
+    assert {t["function"]["name"] for t in first["tools"]} >= {"send_money", "read_file", "get_iban"}
+    (line,) = _lines(tmp_path / "taint").values()
+    result = json.loads(line)
+    assert [c["tool"] for c in result["calls"]] == ["get_iban"] and result["calls"][0]["executed"]
+    assert result["scores"]["tokens"] == 30  # two requests of 10 + 5, as the server counted them
+    assert result["scores"]["utility"] is False and result["outcome"] == "mistake"
+    assert "lost (taint): banking/none/user_task_0" in stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (("--attack", "nosuch"), "no AgentDojo attack 'nosuch'"),
+        (("--model", "gpt-4o"), "--scripted takes no --model"),
+    ],
+)
+def test_a_bad_option_is_a_configuration_error_before_anything_runs(
+    tmp_path: Path, extra: tuple[str, ...], said: str
+) -> None:
+    pytest.importorskip("agentdojo.task_suite.load_suites")
+    done = _tether("eval", "agentdojo", "--scripted", "oracle", "--setting", "no-gate", "--out", str(tmp_path), *extra)
+    _, stderr = done.communicate(timeout=60)
+    assert done.returncode == 3 and said in stderr and "Traceback" not in stderr
+    assert not any(tmp_path.iterdir())
