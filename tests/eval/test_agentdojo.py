@@ -16,11 +16,9 @@ import pytest
 
 pytest.importorskip("agentdojo.task_suite.load_suites", reason="AgentDojo is installed by make test")
 
-from tether.core.errors import ConfigurationError
 from tether.eval.agentdojo import (
     AGENTDOJO_VERSION,
     NO_ATTACK,
-    PROVENANCE_MISSING,
     SUITES,
     AgentDojoCase,
     Setting,
@@ -29,7 +27,6 @@ from tether.eval.agentdojo import (
     functions,
     load_environment,
     load_suite,
-    provenance_available,
     setting,
     tools_for,
 )
@@ -90,12 +87,7 @@ def test_tools_follow_the_table_and_the_setting() -> None:
     assert tainted["read_channel_messages"].untrusted_output and not tainted["get_webpage"].read_only
 
 
-def test_the_provenance_settings_need_argument_provenance() -> None:
-    if not provenance_available():
-        for name in ("provenance", "provenance-deny"):
-            with pytest.raises(ConfigurationError, match=PROVENANCE_MISSING):
-                setting(name)
-        return
+def test_the_provenance_settings_give_each_side_effecting_tool_the_tables_sinks() -> None:
     world = AgentDojoCase("banking", "user_task_0", None, NO_ATTACK, setting("no-gate")).world()
     for tool in tools_for(world, setting("provenance")):
         expected = None if POLICY[tool.name].read_only else frozenset(POLICY[tool.name].sinks)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.eval.agentdojo import INSTALL_HINT, PROVENANCE_MISSING, provenance_available
+from tether.eval.agentdojo import INSTALL_HINT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,15 +53,6 @@ def test_without_agentdojo_the_command_says_what_to_install() -> None:
     _, stderr = done.communicate(timeout=60)
     assert done.returncode == 3, stderr
     assert INSTALL_HINT in stderr and "Traceback" not in stderr
-
-
-@pytest.mark.skipif(provenance_available(), reason="this tether has argument provenance")
-def test_a_provenance_setting_without_argument_provenance_is_a_configuration_error(tmp_path: Path) -> None:
-    pytest.importorskip("agentdojo.task_suite.load_suites")
-    done = _tether("eval", "agentdojo", "--scripted", "oracle", "--setting", "provenance", "--out", str(tmp_path))
-    _, stderr = done.communicate(timeout=60)
-    assert done.returncode == 3 and PROVENANCE_MISSING in stderr and "Traceback" not in stderr
-    assert not any(tmp_path.iterdir())
 
 
 def test_a_killed_agentdojo_eval_resumes_without_running_finished_cases_again(tmp_path: Path) -> None:

@@ -413,14 +413,14 @@ def agentdojo_command(
     the report); 3 for a configuration error (agentdojo not installed, an
     unknown attack, a setting this tether cannot run).
     """
-    from tether.eval.agentdojo import DEFAULT_ATTACK, NO_ATTACK, SETTINGS, cases, provenance_available, setting
+    from tether.eval.agentdojo import DEFAULT_ATTACK, NO_ATTACK, SETTINGS, cases, setting
     from tether.eval.agentdojo_models import ScriptedAgentDojoModel
     from tether.eval.agentdojo_report import failures, html_section, summarize, table, totals
     from tether.eval.harness import ERROR, run_eval
     from tether.eval.progress import Progress
     from tether.eval.report import write_report
 
-    chosen_settings = settings or tuple(s for s, v in SETTINGS.items() if not v.sinks or provenance_available())
+    chosen_settings = settings or tuple(SETTINGS)
     try:
         plan = [
             (

@@ -35,9 +35,7 @@ put an injected value into a sink without an approval (``injected_sinks``).
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-import inspect
 import json
 import re
 import time
@@ -73,7 +71,6 @@ from tether.eval.harness import ERROR, MISTAKE, PASSED, REFUSED, CaseResult
 from tether.models.base import Model
 from tether.tools import Tool, ToolError, tool_from_schema
 
-PROVENANCE_MISSING = "argument provenance is not available in this tether"
 MAX_STEPS = 40  # the longest ground truth is 18 calls; an injection's adds up to 3 more
 RESULT_CHARS = 1_000_000  # AgentDojo shows a result whole
 
@@ -96,20 +93,11 @@ SETTINGS = {
 }
 
 
-def provenance_available() -> bool:
-    """Whether this tether's tools can name sink parameters (``tool_from_schema(..., sinks=...)``)."""
-    return "sinks" in inspect.signature(tool_from_schema).parameters or "sinks" in {
-        f.name for f in dataclasses.fields(Tool)
-    }
-
-
 def setting(name: str) -> Setting:
-    """The setting called ``name``; a ``ConfigurationError`` for an unknown one, or provenance without support."""
+    """The setting called ``name``; a ``ConfigurationError`` for an unknown one."""
     found = SETTINGS.get(name)
     if found is None:
         raise ConfigurationError(f"no setting {name!r} (there are: {', '.join(SETTINGS)})")
-    if found.sinks and not provenance_available():
-        raise ConfigurationError(f"setting {name!r}: {PROVENANCE_MISSING}")
     return found
 
 
@@ -475,7 +463,6 @@ __all__ = [
     "DEFAULT_ATTACK",
     "INSTALL_HINT",
     "NO_ATTACK",
-    "PROVENANCE_MISSING",
     "SETTINGS",
     "SUITES",
     "AgentDojoCase",
@@ -487,7 +474,6 @@ __all__ = [
     "known_text",
     "load_environment",
     "load_suite",
-    "provenance_available",
     "run_case",
     "scenario",
     "setting",
