@@ -229,7 +229,7 @@ async def test_the_service_takes_over_only_its_own_runs(tmp_path: Path) -> None:
     from tether.core.machine import RunState
     from tether.core.messages import Message
     from tether.models.scripted import ScriptedModel, reply_text
-    from tether.server.runs import RunService, open_run_store
+    from tether.serve.service import RunService, open_run_store
     from tether.server.settings import Settings
     from tether.tools import Principal
 

@@ -22,7 +22,7 @@ import jwt
 from fastapi import Depends, Request
 
 from tether.core.errors import ConfigurationError
-from tether.server.problems import Problem
+from tether.serve.problems import Problem
 from tether.server.settings import MIN_SECRET_LENGTH
 from tether.tickets.db import TicketsDB, User
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import uvicorn
 
 from tether.core.errors import ConfigurationError, TetherError
+from tether.serve.service import open_run_store
 from tether.server.app import create_app
-from tether.server.runs import open_run_store
 from tether.server.settings import Settings, run_store
 from tether.tickets.db import TicketsDB
 from tether.tickets.seed_data import seed as seed_tickets
