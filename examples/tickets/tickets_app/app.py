@@ -1,14 +1,14 @@
-"""The ticket-support HTTP API (docs/tickets-service.md) and the page that uses it.
+"""The ticket-support HTTP API (examples/tickets/README.md) and the page that uses it, built on ``tether.serve``.
 
     app = create_app(Settings.from_env())
     uvicorn.run(app, host="127.0.0.1", port=8000)
 
-Routes stay thin: authentication is a dependency (``tether.server.auth``),
-runs live in ``tether.server.runs``, errors become problem documents in
-``tether.server.problems``. Handlers that touch the run store are ``async``
+Routes stay thin: authentication is a dependency (``tickets_app.auth``),
+runs live in ``tether.serve.service``, errors become problem documents in
+``tether.serve.problems``. Handlers that touch the run store are ``async``
 and reach it through ``RunService.io`` (on the loop for a SQLite file, on a
 thread for PostgreSQL); the tickets database is only used from worker threads (password hashes from
-threads of their own, see ``tether.server.throttle``).
+threads of their own, see ``tickets_app.throttle``).
 
 Every response carries ``tether.serve.headers.SECURITY_HEADERS``: the page may load scripts,
 styles and data only from this origin and may not be framed. There are no
@@ -35,14 +35,14 @@ from tether.drivers import tracing
 from tether.serve.headers import SecurityHeaders
 from tether.serve.problems import Problem, install
 from tether.serve.service import RunService, open_run_store, stop_runs_on_sigterm
-from tether.server.auth import Approver, Authority, CurrentUser
-from tether.server.settings import DEFAULT_APPROVALS_PAGE, Settings
-from tether.server.throttle import SignInThrottle, Throttled, hashing_executor
-from tether.tickets.db import TicketsDB, User, verify_password
-from tether.tickets.tools import KnowledgeSource, ticket_tools
 from tether.tools.context import Principal
+from tickets_app.auth import Approver, Authority, CurrentUser
+from tickets_app.db import TicketsDB, User, verify_password
+from tickets_app.settings import DEFAULT_APPROVALS_PAGE, Settings
+from tickets_app.throttle import SignInThrottle, Throttled, hashing_executor
+from tickets_app.tools import KnowledgeSource, ticket_tools
 
-log = logging.getLogger("tether.server")
+log = logging.getLogger("tickets_app")
 
 PLACEHOLDER_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>tether tickets</title></head>
@@ -74,10 +74,10 @@ def _user(user: User) -> dict[str, Any]:
     return {"id": user.id, "username": user.username, "role": user.role}
 
 
-def _open_kb(settings: Settings) -> KnowledgeSource | None:
+def open_kb(settings: Settings) -> KnowledgeSource | None:
     if settings.kb_index is None:
         return None
-    from tether.tickets.kb import KnowledgeBase  # torch and numpy load only when there is an index
+    from tickets_app.kb import KnowledgeBase  # torch and numpy load only when there is an index
 
     return KnowledgeBase.open(settings.kb_index)
 
@@ -106,7 +106,7 @@ def create_app(settings: Settings) -> FastAPI:
     """The service, wired to its tickets file and its run store (a SQLite file, or PostgreSQL to share)."""
     authority = Authority.from_secret(settings.jwt_secret, settings.token_ttl)
     tickets = TicketsDB(settings.tickets_db)
-    kb = _open_kb(settings)
+    kb = open_kb(settings)
     store = open_run_store(settings)
     hashing = hashing_executor(settings.sign_in.workers)
 
@@ -238,5 +238,5 @@ def _page(app: FastAPI, settings: Settings) -> None:
 
 
 def main_app() -> FastAPI:
-    """For ``uvicorn --factory tether.server.app:main_app``: settings from the environment."""
+    """For ``uvicorn --factory tickets_app.app:main_app``: settings from the environment."""
     return create_app(Settings.from_env())
