@@ -67,8 +67,8 @@ postgres:
 		|| { echo "install Debian's postgresql-15 (apt-get install postgresql-15) for the store contract tests"; exit 1; }
 
 test: $(STAMP) $(BFCL) $(AGENTDOJO) $(E2E) browser sysdeps postgres
-	$(BIN)/ruff check src tests bench docs
-	$(BIN)/ruff format --check src tests bench docs
+	$(BIN)/ruff check src tests bench docs examples
+	$(BIN)/ruff format --check src tests bench docs examples
 	$(BIN)/mypy
 	TETHER_REQUIRE_BROWSER=1 TETHER_REQUIRE_POSTGRES=1 $(BIN)/pytest
 

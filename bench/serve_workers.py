@@ -4,8 +4,8 @@
 
 Starts a throwaway PostgreSQL 15 (``tests/store/postgres_server.py``), a fake
 model server (``tether.testing.FakeServer``, in this process, answering
-after ``--latency`` seconds) and, for each worker count, ``tether serve --db
-postgresql://... --workers N`` on a fresh schema; then once ``tether serve``
+after ``--latency`` seconds) and, for each worker count, ``python -m tickets_app --db
+postgresql://... --workers N`` on a fresh schema; then once ``python -m tickets_app``
 on a SQLite file (one process), for reference. Each run is model →
 ``create_ticket`` (a side effect: an intent fsynced before it, a row in the
 tickets database) → model → answer. All runs are posted at once by two
@@ -39,14 +39,16 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "store"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "tickets"))  # tickets_app
 
 from postgres_server import start
 
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
-from tether.tickets.db import TicketsDB
-from tether.tickets.seed_data import seed
+from tickets_app.db import TicketsDB
+from tickets_app.seed_data import seed
 
 REPO = Path(__file__).resolve().parents[1]
+PYTHONPATH = os.pathsep.join([str(REPO / "src"), str(REPO / "examples" / "tickets")])
 SECRET = "bench-" + "s" * 40
 
 
@@ -119,9 +121,9 @@ def family(pid: int) -> list[int]:
 def measure(db: str, workers: int, tickets: Path, model: FakeServer, runs: int, postmaster: int) -> dict[str, float]:
     """Seconds for ``runs`` runs, and the CPU seconds the service's processes and PostgreSQL used meanwhile."""
     port = free_port()
-    env = {**os.environ, "TETHER_JWT_SECRET": SECRET, "TETHER_LOG_LEVEL": "warning", "PYTHONPATH": str(REPO / "src"),
+    env = {**os.environ, "TETHER_JWT_SECRET": SECRET, "TETHER_LOG_LEVEL": "warning", "PYTHONPATH": PYTHONPATH,
            "TETHER_MAX_RUNS_PER_USER": "10000", "TETHER_MAX_QUEUED_RUNS_PER_USER": "10000"}  # fmt: skip
-    command = [sys.executable, "-m", "tether", "serve", "--port", str(port), "--db", db, "--tickets-db", str(tickets),
+    command = [sys.executable, "-m", "tickets_app", "--port", str(port), "--db", db, "--tickets-db", str(tickets),
                "--base-url", model.base_url, "--model", "fake", "--workers", str(workers)]  # fmt: skip
     process = subprocess.Popen(command, env=env, start_new_session=True)
     try:

@@ -2,7 +2,7 @@
 
     python bench/server_load.py [--sessions 200] [--latency 0.2] [--quick]
 
-Three processes: this client, the real service (``python -m tether.server
+Three processes: this client, the real service (``python -m tickets_app
 --seed``, uvicorn, shipped settings) and a fake model server with a fixed
 latency per request (this file again, ``--serve-fake``: a stateless ticket
 desk responder on ``tether.testing.FakeServer``). The fake model asks for
@@ -60,7 +60,12 @@ from typing import Any
 import aiohttp
 
 from tether.testing import FakeServer, ReplySpec, text, tool_calls
-from tether.tickets.seed_data import TICKETS
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHONPATH = os.pathsep.join([str(REPO / "src"), str(REPO / "examples" / "tickets")])
+sys.path.insert(0, str(REPO / "examples" / "tickets"))
+
+from tickets_app.seed_data import TICKETS  # noqa: E402
 
 BANNER = "listening on "
 USERS = ("alice", "bob")
@@ -139,12 +144,17 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def service(model_url: str, tmp: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
-    """``python -m tether.server --seed`` on a free port; yields its origin, process and log file."""
+    """``python -m tickets_app --seed`` (the ticket example) on a free port; yields its origin, process and log file."""
     port = free_port()
-    command = [sys.executable, "-m", "tether.server", "--seed", "--host", "127.0.0.1", "--port", str(port)]
+    command = [sys.executable, "-m", "tickets_app", "--seed", "--host", "127.0.0.1", "--port", str(port)]
     command += ["--base-url", model_url, "--model", "fake"]
     command += ["--tickets-db", str(tmp / "tickets.db"), "--run-db", str(tmp / "runs.db")]
-    env = {**os.environ, "TETHER_JWT_SECRET": secrets.token_urlsafe(48), "OPENAI_API_KEY": "x"}
+    env = {
+        **os.environ,
+        "TETHER_JWT_SECRET": secrets.token_urlsafe(48),
+        "OPENAI_API_KEY": "x",
+        "PYTHONPATH": PYTHONPATH,
+    }
     # Two users stand for many here: lift the per-user limits, so that all sessions are in flight at once.
     env |= {"TETHER_MAX_RUNS_PER_USER": "1000", "TETHER_MAX_QUEUED_RUNS_PER_USER": "1000"}
     log = tmp / "server.log"

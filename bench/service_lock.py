@@ -3,7 +3,7 @@
     python bench/service_lock.py [--rounds 5] [--requests 200] [--json]
 
 Starts a throwaway PostgreSQL 15 (``tests/store/postgres_server.py``), a fake
-model server and ``tether serve --db postgresql://...`` (one process). Alice
+model server and ``python -m tickets_app --db postgresql://...`` (one process). Alice
 starts one run per round that pauses for an approval (``close_ticket``).
 Rounds alternate: *idle*, ``--requests`` sequential ``GET /api/health``; then
 *locked*, the same while another connection holds the run's row ``FOR
@@ -34,14 +34,16 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "store"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "tickets"))  # tickets_app
 
 from postgres_server import start
 
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
-from tether.tickets.db import TicketsDB
-from tether.tickets.seed_data import TICKETS, seed
+from tickets_app.db import TicketsDB
+from tickets_app.seed_data import TICKETS, seed
 
 REPO = Path(__file__).resolve().parents[1]
+PYTHONPATH = os.pathsep.join([str(REPO / "src"), str(REPO / "examples" / "tickets")])
 SECRET = "bench-" + "s" * 40
 
 
@@ -133,9 +135,9 @@ def main() -> None:
         with FakeServer(respond) as model:
             port = free_port()
             env = {**os.environ, "TETHER_JWT_SECRET": SECRET, "TETHER_LOG_LEVEL": "warning",
-                   "PYTHONPATH": str(REPO / "src")}  # fmt: skip
+                   "PYTHONPATH": PYTHONPATH}  # fmt: skip
             tickets = str(work / "tickets.db")
-            command = [sys.executable, "-m", "tether", "serve", "--port", str(port), "--db", url,
+            command = [sys.executable, "-m", "tickets_app", "--port", str(port), "--db", url,
                        "--tickets-db", tickets, "--base-url", model.base_url, "--model", "m"]  # fmt: skip
             process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
             try:
@@ -145,7 +147,7 @@ def main() -> None:
                         if probe.connect_ex(("127.0.0.1", port)) == 0:
                             break
                     if time.monotonic() > deadline or process.poll() is not None:
-                        raise SystemExit("tether serve did not start")
+                        raise SystemExit("the ticket service did not start")
                     time.sleep(0.1)
                 rounds = asyncio.run(measure(args, f"http://127.0.0.1:{port}", url))
             finally:

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("tools", ("tether.tools", "tether.toolsets")),
     ("adapters", ("tether.models", "tether.store", "tether.mcp", "tether.mcp.client", "tether.testing")),
     ("drivers", ("tether.drivers",)),
-    ("surfaces", ("tether.cli", "tether.serve", "tether.server", "tether.eval", "tether.mcp.server", "tether.tickets")),
+    ("surfaces", ("tether.cli", "tether.serve", "tether.eval", "tether.mcp.server")),
     ("package", ("tether", "tether.__main__")),  # the lazy public table and `python -m tether`
 ]
 

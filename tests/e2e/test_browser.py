@@ -1,6 +1,6 @@
 """The web page, end to end: a real server, a scripted model, headless Chromium driven by Playwright.
 
-The server is the real app (``tether.server.app.create_app``) under uvicorn on
+The server is the real app (``tickets_app.app.create_app``) under uvicorn on
 a free loopback port (``run_uvicorn`` from tests/server/server_harness.py),
 over a freshly seeded tickets database; the model is a
 ``FakeServer`` speaking OpenAI's wire format. ``browser.mjs`` (Node,
@@ -66,7 +66,7 @@ def _browser_available() -> None:
 
 def _ticket_for(username: str) -> tuple[str, str]:
     """An open ticket of ``username`` from the seed data: (id, title)."""
-    from tether.tickets.seed_data import TICKETS
+    from tickets_app.seed_data import TICKETS
 
     for t in TICKETS:
         if t.reporter == username and t.status != "closed":
@@ -131,10 +131,10 @@ def _run_uvicorn() -> Any:
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
     from tether.models.openai_chat import OpenAIChatModel
-    from tether.server.settings import Settings
     from tether.testing import FakeServer
-    from tether.tickets.db import TicketsDB
-    from tether.tickets.seed_data import seed
+    from tickets_app.db import TicketsDB
+    from tickets_app.seed_data import seed
+    from tickets_app.settings import Settings
 
     tickets_db, run_db = tmp_path / "tickets.db", tmp_path / "runs.db"
     with TicketsDB(tickets_db) as db:

@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 from starlette.requests import Request
 
-from tether.server.problems import Problem
+from tether.serve.problems import Problem
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
 from tether.tools.context import Principal
 

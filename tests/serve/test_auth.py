@@ -39,7 +39,7 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 from tether.core.errors import ConfigurationError
 from tether.serve.auth import ApiKeyAuth, JWTAuth, NoAuth, authenticator_from, check_no_auth_bind
 from tether.serve.identity import APPROVER_ROLE, Authenticator
-from tether.server.problems import install
+from tether.serve.problems import install
 from tether.store import SQLiteStore, SQLStore
 
 SECRET = "a JWT secret for the tests, 48 bytes long at the very least"

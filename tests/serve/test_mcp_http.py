@@ -150,7 +150,7 @@ def test_the_protocol_flags_are_for_a_served_agent_only(flag: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     done = subprocess.run([sys.executable, "-m", "tether", "serve", flag], capture_output=True, text=True, env=env)
     assert done.returncode == 2, done.stderr
-    assert f"{flag} is for a served agent (tether serve PATH_OR_MODULE:AGENT)" in done.stderr
+    assert "name the agent to serve: tether serve PATH_OR_MODULE:AGENT" in done.stderr
 
 
 async def test_an_mcp_session_belongs_to_the_caller_that_opened_it(served: Served) -> None:

@@ -65,13 +65,20 @@ def test_an_agent_or_a_function_returning_one_is_loaded(folder: Path, monkeypatc
 
 
 def test_options_that_do_not_fit_are_refused_before_anything_listens(folder: Path) -> None:
-    seeded = serve("agent.py:agent", "--seed", cwd=folder)
-    assert seeded.returncode == 2 and "--seed is for the ticket demo" in seeded.stderr
-    auth_alone = serve("--auth", "none", cwd=folder)
-    assert auth_alone.returncode == 2 and "--auth is for a served agent" in auth_alone.stderr
+    seeded = serve("agent.py:agent", "--seed", cwd=folder)  # the ticket example's option, not tether's
+    assert seeded.returncode == 2 and "No such option '--seed'" in seeded.stderr
     workers = serve("agent.py:agent", "--workers", "2", cwd=folder)
     assert workers.returncode == ConfigurationError.exit_code and "needs a run store" in workers.stderr
     public = serve("agent.py:agent", "--host", "0.0.0.0", "--auth", "none", cwd=folder)
     assert public.returncode == ConfigurationError.exit_code and "only on a loopback address" in public.stderr
     lease = serve("agent.py:agent", cwd=folder, TETHER_LEASE_SECONDS="soon")
     assert lease.returncode == ConfigurationError.exit_code and "TETHER_LEASE_SECONDS must be" in lease.stderr
+
+
+@pytest.mark.parametrize("argv", [[], ["--auth", "none"], ["--workers", "2"]])
+def test_without_a_target_it_says_to_name_an_agent_and_where_the_ticket_demo_is(folder: Path, argv: list[str]) -> None:
+    done = serve(*argv, cwd=folder)
+    assert done.returncode == 2, done.stderr
+    assert "name the agent to serve: tether serve PATH_OR_MODULE:AGENT" in done.stderr
+    assert "examples/tickets/README.md" in done.stderr
+    assert not (folder / "runs.db").exists() and not (folder / "tickets.db").exists()  # nothing written

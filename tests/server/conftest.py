@@ -15,10 +15,10 @@ import aiohttp
 import pytest
 from server_harness import SECRET, Api, fake_model_factory, run_uvicorn
 
-from tether.server import Settings
 from tether.testing.fake_server import FakeServer
-from tether.tickets.db import TicketsDB
-from tether.tickets.seed_data import seed
+from tickets_app.db import TicketsDB
+from tickets_app.seed_data import seed
+from tickets_app.settings import Settings
 
 
 @pytest.fixture(scope="session")

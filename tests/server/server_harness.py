@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import threading
@@ -16,15 +17,20 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import uvicorn
 
 from tether.models.openai_chat import OpenAIChatModel
-from tether.server import Settings, create_app
 from tether.testing.fake_server import FakeServer
+from tickets_app.app import create_app
+from tickets_app.settings import Settings
 
+REPO = Path(__file__).resolve().parents[2]
+# This checkout's tether and its ticket example, whatever is installed: for the processes the tests start.
+PYTHONPATH = os.pathsep.join([str(REPO / "src"), str(REPO / "examples" / "tickets")])
 SECRET = "test-secret-" + "x" * 60  # 64+ bytes: also long enough for HS512
 LIVE = frozenset({"ready", "awaiting_model", "awaiting_tools"})
 

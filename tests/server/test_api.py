@@ -33,8 +33,8 @@ from server_harness import SECRET, Api, Response, run_uvicorn
 
 from tether.store import SQLiteStore
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
-from tether.tickets.db import TicketsDB
-from tether.tickets.seed_data import TICKETS
+from tickets_app.db import TicketsDB
+from tickets_app.seed_data import TICKETS
 
 ALICE_TICKETS = [t for t in TICKETS if t.reporter == "alice"]
 BOB_TICKETS = [t for t in TICKETS if t.reporter == "bob"]
@@ -507,7 +507,7 @@ async def test_a_model_that_cannot_be_configured_is_a_503(settings: Any, model_s
 
 def test_settings_refuse_a_short_secret(settings: Any) -> None:
     from tether.core.errors import ConfigurationError
-    from tether.server import create_app
+    from tickets_app.app import create_app
 
     with pytest.raises(ConfigurationError, match="at least 32"):
         create_app(replace(settings, jwt_secret="short"))

@@ -22,10 +22,9 @@ import aiohttp
 from server_harness import Api, Response, fake_model_factory, run_uvicorn
 from test_api import ALICE_OPEN, BOB_TICKETS, args, assert_problem, tool_messages
 
-from tether.server import Settings
-from tether.server.settings import SignInLimits
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
-from tether.tickets.db import TicketsDB
+from tickets_app.db import TicketsDB
+from tickets_app.settings import Settings, SignInLimits
 
 
 @asynccontextmanager

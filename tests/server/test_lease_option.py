@@ -1,4 +1,4 @@
-"""``tether serve --lease-seconds``: the lease a process holds on the runs it drives lasts that long."""
+"""``python -m tickets_app --lease-seconds``: the lease a process holds on the runs it drives lasts that long."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ from contextlib import closing
 from pathlib import Path
 
 import aiohttp
-from server_harness import SECRET, free_port, wait_listening
+from server_harness import PYTHONPATH, SECRET, free_port, wait_listening
 
 from tether.testing.fake_server import FakeServer, text
 
 
 async def test_a_run_in_flight_is_held_for_lease_seconds(tmp_path: Path, tickets_path: Path) -> None:
     runs, port = tmp_path / "runs.db", free_port()
-    env = {**os.environ, "TETHER_JWT_SECRET": SECRET, "TETHER_LOG_LEVEL": "warning"}
+    env = {**os.environ, "TETHER_JWT_SECRET": SECRET, "TETHER_LOG_LEVEL": "warning", "PYTHONPATH": PYTHONPATH}
     env.pop("TETHER_LEASE_SECONDS", None)
     with FakeServer([text("too late", latency=60)]) as model:  # the run is in flight until the service stops
-        command = [sys.executable, "-m", "tether", "serve", "--port", str(port), "--tickets-db", str(tickets_path),
+        command = [sys.executable, "-m", "tickets_app", "--port", str(port), "--tickets-db", str(tickets_path),
                    "--run-db", str(runs), "--base-url", model.base_url, "--model", "fake"]  # fmt: skip
         command += ["--lease-seconds", "4"]
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

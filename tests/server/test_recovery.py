@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from server_harness import SECRET, free_port, wait_listening
+from server_harness import PYTHONPATH, SECRET, free_port, wait_listening
 
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
 
@@ -32,11 +32,12 @@ def service(
     *,
     as_pid_1: bool = False,
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """``tether serve`` in a process of its own (with ``as_pid_1``, as pid 1 of a new PID namespace, as in a
+    """``python -m tickets_app`` in a process of its own (with ``as_pid_1``, as pid 1 of a new PID namespace, as in a
     container); its lease is the default 30 s unless ``extra_env`` says otherwise."""
     port = free_port()
-    env = {**os.environ, "TETHER_JWT_SECRET": SECRET, "TETHER_LOG_LEVEL": "warning", **(extra_env or {})}
-    command = [sys.executable, "-m", "tether", "serve", "--port", str(port), "--tickets-db", str(tickets),
+    env = {**os.environ, "TETHER_JWT_SECRET": SECRET, "TETHER_LOG_LEVEL": "warning", "PYTHONPATH": PYTHONPATH,
+           **(extra_env or {})}  # fmt: skip
+    command = [sys.executable, "-m", "tickets_app", "--port", str(port), "--tickets-db", str(tickets),
                "--run-db", str(runs), "--base-url", model.base_url, "--model", "fake"]  # fmt: skip
     if as_pid_1:
         command = ["unshare", "--pid", "--fork", "--kill-child", *command]
@@ -229,9 +230,9 @@ async def test_the_service_takes_over_only_its_own_runs(tmp_path: Path) -> None:
     from tether.core.machine import RunState
     from tether.core.messages import Message
     from tether.models.scripted import ScriptedModel, reply_text
-    from tether.server.runs import RunService, open_run_store
-    from tether.server.settings import Settings
+    from tether.serve.service import RunService, open_run_store
     from tether.tools import Principal
+    from tickets_app.settings import Settings
 
     settings = Settings(run_db=tmp_path / "shared.db", model_factory=lambda: ScriptedModel([reply_text("ok")]))
     store = open_run_store(settings)

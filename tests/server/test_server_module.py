@@ -1,4 +1,4 @@
-"""``python -m tether.server``: the service as ``tether serve`` starts it, without the CLI."""
+"""``python -m tickets_app``: the ticket example's service, started without tether's CLI."""
 
 from __future__ import annotations
 
@@ -8,19 +8,15 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from server_harness import SECRET, free_port, wait_listening
+from server_harness import PYTHONPATH, SECRET, free_port, wait_listening
 
 from tether.cli.common import EXIT_CONFIGURATION
-from tether.cli.serve import AGENT_ONLY, serve
-from tether.server.launch import parser
-
-SOURCE = str(Path(__file__).resolve().parents[2] / "src")  # this checkout's tether, whatever is installed
 
 
 def test_the_module_serves_the_api_and_imports_no_part_of_the_cli(tmp_path: Path, tickets_path: Path) -> None:
     port = free_port()
-    env = {**os.environ, "TETHER_JWT_SECRET": SECRET, "TETHER_LOG_LEVEL": "warning", "PYTHONPATH": SOURCE}
-    command = [sys.executable, "-X", "importtime", "-m", "tether.server", "--port", str(port),
+    env = {**os.environ, "TETHER_JWT_SECRET": SECRET, "TETHER_LOG_LEVEL": "warning", "PYTHONPATH": PYTHONPATH}
+    command = [sys.executable, "-X", "importtime", "-m", "tickets_app", "--port", str(port),
                "--tickets-db", str(tickets_path), "--db", str(tmp_path / "runs.db")]  # fmt: skip
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -31,16 +27,14 @@ def test_the_module_serves_the_api_and_imports_no_part_of_the_cli(tmp_path: Path
         process.terminate()
         _, imports = process.communicate(timeout=60)
     imported = {line.rsplit("|", 1)[-1].strip() for line in imports.splitlines() if line.startswith("import time:")}
-    assert "tether.server.app" in imported  # the probe sees the imports
+    assert {"tickets_app.app", "tether.serve.service"} <= imported  # the probe sees the imports
     assert sorted(m for m in imported if m.startswith("tether.cli")) == []
 
 
-def test_the_module_refuses_several_workers_on_a_sqlite_file_as_tether_serve_does(
-    tmp_path: Path, tickets_path: Path
-) -> None:
-    env = {**os.environ, "PYTHONPATH": SOURCE}
+def test_the_module_refuses_several_workers_on_a_sqlite_file(tmp_path: Path, tickets_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     env.pop("TETHER_RUN_DB", None)
-    command = [sys.executable, "-m", "tether.server", "--workers", "2", "--tickets-db", str(tickets_path),
+    command = [sys.executable, "-m", "tickets_app", "--workers", "2", "--tickets-db", str(tickets_path),
                "--db", str(tmp_path / "runs.db"), "--port", str(free_port())]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == EXIT_CONFIGURATION, done.stderr
@@ -49,9 +43,23 @@ def test_the_module_refuses_several_workers_on_a_sqlite_file_as_tether_serve_doe
     assert not (tmp_path / "runs.db").exists()
 
 
-def test_the_module_takes_the_options_tether_serve_takes() -> None:
-    """Those of the ticket demo: a target and --auth are for a served agent (``tether.serve``)."""
-    from_cli = {flag for option in serve.params if option.name not in AGENT_ONLY for flag in option.opts}
-    from_module = {flag for action in parser()._actions for flag in action.option_strings} - {"-h", "--help"}
+def test_seed_and_index_write_the_demo_data_and_say_what_they_wrote(tmp_path: Path) -> None:
+    """What ``tether tickets seed`` did; a folder that is not there is an error with its exit code, no traceback."""
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
+    db = tmp_path / "tickets.db"
+    done = subprocess.run([sys.executable, "-m", "tickets_app", "seed", "--db", str(db)],
+                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"seeded {db}: users alice, bob (customers), carol (agent), dave (admin)" in done.stdout
 
-    assert from_module == from_cli
+    from tickets_app.db import TicketsDB
+
+    with TicketsDB(db) as tickets:
+        assert tickets.get_user("user-alice") is not None
+
+    missing = tmp_path / "no-such-folder"
+    command = [sys.executable, "-m", "tickets_app", "index", str(missing), "--index", str(tmp_path / "kb.npz")]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: "), done.stderr
+    assert not (tmp_path / "kb.npz").exists()

@@ -13,8 +13,8 @@ import json
 from server_harness import Api
 
 from tether.testing.fake_server import text, tool_calls
-from tether.tickets.db import TicketsDB
-from tether.tickets.seed_data import TICKETS
+from tickets_app.db import TicketsDB
+from tickets_app.seed_data import TICKETS
 
 ANSWERED = next(t for t in TICKETS if t.reporter == "alice" and {c.author for c in t.comments} - {"alice"})
 REASON = "the run read untrusted text from get_ticket"

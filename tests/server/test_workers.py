@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from server_harness import SECRET, free_port, wait_listening
+from server_harness import PYTHONPATH, SECRET, free_port, wait_listening
 
 from tether.cli.common import EXIT_CONFIGURATION
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
@@ -35,7 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 from postgres_server import PostgresServer, running
 
 LEASE_SECONDS = 2.0
-SOURCE = str(Path(__file__).resolve().parents[2] / "src")  # this checkout's tether, whatever is installed
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +49,11 @@ def db_url(postgres_server: PostgresServer) -> str:
 
 @contextmanager
 def service(tickets: Path, db: str, model: FakeServer, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """``tether serve`` on a free port, in a process group of its own (its workers die with it)."""
+    """``python -m tickets_app`` on a free port, in a process group of its own (its workers die with it)."""
     port = free_port()
     env = {**os.environ, "TETHER_JWT_SECRET": SECRET, "TETHER_LOG_LEVEL": "warning",
-           "TETHER_LEASE_SECONDS": str(LEASE_SECONDS), "PYTHONPATH": SOURCE}  # fmt: skip
-    command = [sys.executable, "-m", "tether", "serve", "--port", str(port), "--tickets-db", str(tickets),
+           "TETHER_LEASE_SECONDS": str(LEASE_SECONDS), "PYTHONPATH": PYTHONPATH}  # fmt: skip
+    command = [sys.executable, "-m", "tickets_app", "--port", str(port), "--tickets-db", str(tickets),
                "--db", db, "--base-url", model.base_url, "--model", "fake", *args]  # fmt: skip
     process = subprocess.Popen(command, env=env, start_new_session=True, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
@@ -146,7 +145,7 @@ def audit(db: str, run_id: str) -> tuple[Counter[str], list[Any], list[str]]:
 
 
 def runs_verify(db: str, run_id: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TETHER_DB": db, "PYTHONPATH": SOURCE}
+    env = {**os.environ, "TETHER_DB": db, "PYTHONPATH": PYTHONPATH}
     command = [sys.executable, "-m", "tether", "runs", "verify", run_id]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
 
@@ -269,9 +268,9 @@ async def test_runs_of_a_killed_worker_are_finished_by_the_other(tickets_path: P
 
 
 def test_several_workers_on_a_sqlite_file_are_refused_with_the_fix(tmp_path: Path, tickets_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": SOURCE}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     env.pop("TETHER_RUN_DB", None)
-    command = [sys.executable, "-m", "tether", "serve", "--workers", "2", "--tickets-db", str(tickets_path),
+    command = [sys.executable, "-m", "tickets_app", "--workers", "2", "--tickets-db", str(tickets_path),
                "--db", str(tmp_path / "runs.db"), "--port", str(free_port())]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == EXIT_CONFIGURATION, done.stderr
@@ -282,7 +281,7 @@ def test_several_workers_on_a_sqlite_file_are_refused_with_the_fix(tmp_path: Pat
 
 def test_the_run_store_and_the_lease_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from tether.core.errors import ConfigurationError
-    from tether.server.settings import DEFAULT_RUN_DB, Settings
+    from tickets_app.settings import DEFAULT_RUN_DB, Settings
 
     for name in ("TETHER_RUN_DB", "TETHER_DB", "TETHER_LEASE_SECONDS"):
         monkeypatch.delenv(name, raising=False)
@@ -306,8 +305,8 @@ async def test_a_request_waiting_on_a_row_lock_holds_up_no_other(tickets_path: P
     users' requests are answered meanwhile (the service calls PostgreSQL on threads, not on its loop)."""
     import psycopg
 
-    from tether.server import Settings
-    from tether.tickets.seed_data import TICKETS
+    from tickets_app.seed_data import TICKETS
+    from tickets_app.settings import Settings
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from server_harness import Api, fake_model_factory, run_uvicorn

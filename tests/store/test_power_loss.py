@@ -93,9 +93,10 @@ ACCEPT = textwrap.dedent(
     import asyncio, sys
     from pathlib import Path
     from tether.models.scripted import ScriptedModel, reply_text
-    from tether.server.runs import RunService, open_run_store
-    from tether.server.settings import Settings
-    from tether.tickets.db import User
+    from tether.serve.service import RunService, open_run_store
+    from tether.serve.settings import Settings
+    from tether.serve.runs import Caller
+    from tether.tools.context import Principal
 
     db, marker = sys.argv[1], sys.argv[2]
     settings = Settings(run_db=Path(db), model_factory=lambda: ScriptedModel([reply_text("ok")]))
@@ -103,7 +104,8 @@ ACCEPT = textwrap.dedent(
     async def main():
         store = open_run_store(settings)
         service = RunService(settings, store, [])
-        await service.start(User("u1", "alice", "customer"), "hello")
+        caller = Caller(Principal("u1"))
+        await service.start(caller, "hello", caller.principal)
         open(marker, "w").close()  # where POST /api/runs answers 202
         await service.aclose()
         store.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import subprocess
 import sys
@@ -13,8 +14,8 @@ import numpy as np
 import pytest
 
 from tether.core.errors import ConfigurationError
-from tether.tickets import kb as kb_module
-from tether.tickets.kb import KnowledgeBase, Snippet, index_folder, split_sections
+from tickets_app import kb as kb_module
+from tickets_app.kb import KnowledgeBase, Snippet, index_folder, split_sections
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "kb"
@@ -197,10 +198,12 @@ def test_long_sections_are_chunked_with_overlap() -> None:
 
 def test_import_does_not_load_torch() -> None:
     code = (
-        "import sys, tether.tickets.kb\n"
+        "import sys, tickets_app.kb\n"
         "heavy = sorted(m for m in ('torch', 'sentence_transformers', 'transformers', 'numpy') if m in sys.modules)\n"
         "print(','.join(heavy))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    example = Path(__file__).resolve().parents[2] / "examples" / "tickets"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(example), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""

@@ -27,9 +27,9 @@ from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.store import SQLiteStore
 from tether.testing.fake_server import FakeServer, tool_calls
 from tether.testing.fake_server import text as wire_text
-from tether.tickets import TicketsDB, seed, ticket_tools
-from tether.tickets.seed_data import TICKETS
 from tether.tools import Principal, ToolContext, tool
+from tickets_app import TicketsDB, seed, ticket_tools
+from tickets_app.seed_data import TICKETS
 
 ALICE = Principal("user-alice", roles=frozenset({"customer"}))
 ALICE_TICKET = next(t.id for t in TICKETS if t.reporter == "alice" and t.status == "open")

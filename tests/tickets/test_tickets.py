@@ -18,10 +18,10 @@ from argon2 import PasswordHasher
 from tether.core.errors import ConfigurationError
 from tether.core.machine import Accepted, PendingCall
 from tether.core.messages import ToolCall
-from tether.tickets import TicketsDB, User, seed, ticket_tools, verify_password
-from tether.tickets.seed_data import TICKETS, USERS
-from tether.tickets.tools import KB_EMPTY_NOTE, KB_NO_MATCH_NOTE
 from tether.tools import Executed, NotExecuted, Principal, Toolbox, ToolContext, ToolResult
+from tickets_app import TicketsDB, User, seed, ticket_tools, verify_password
+from tickets_app.seed_data import TICKETS, USERS
+from tickets_app.tools import KB_EMPTY_NOTE, KB_NO_MATCH_NOTE
 
 # Real argon2id, with costs low enough that a test seeds in milliseconds.
 FAST_HASHER = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)

@@ -20,7 +20,7 @@ from tether.cli.keys import keys
 from tether.cli.mcp import mcp
 from tether.cli.run import resume, run
 from tether.cli.runs import approve, deny, reconcile, runs
-from tether.cli.serve import kb, serve, tickets
+from tether.cli.serve import serve
 from tether.cli.temporal import dev_server, worker
 from tether.core.errors import TetherError
 
@@ -73,8 +73,6 @@ cli.add_command(resume)
 cli.add_command(runs)
 cli.add_command(chat)
 cli.add_command(serve)
-cli.add_command(tickets)
-cli.add_command(kb)
 cli.add_command(approve)
 cli.add_command(deny)
 cli.add_command(reconcile)

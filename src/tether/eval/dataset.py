@@ -208,16 +208,17 @@ def _match_any_order(calls: Sequence[ExpectedCall], output: Sequence[tuple[str, 
 # ---------------------------------------------------------------- loading
 
 
+TICKETS_TOOLS = Path(__file__).resolve().parent / "tickets_tools.json"
+
+
 def _schema_tools() -> list[Tool]:
-    """The ticket agent's tools, schemas only: an eval never executes a call, so no database stands behind them."""
-    from tether.tickets.tools import ticket_tools
+    """The ticket example's tools (examples/tickets), schemas only: an eval never executes a call.
 
-    return ticket_tools(_NoDatabase())  # type: ignore[arg-type]
-
-
-class _NoDatabase:
-    def __getattr__(self, name: str) -> Any:
-        raise RuntimeError("the eval's tickets toolset has no database: run it with propose_only=True")
+    Kept as data, so that the library holds no ticket code; a test of the
+    example checks that they are the example's tools' schemas.
+    """
+    schemas = json.loads(TICKETS_TOOLS.read_text(encoding="utf-8"))
+    return [_schema_tool(schema, str(TICKETS_TOOLS)) for schema in schemas]
 
 
 # Toolsets only evals offer (their tools are never executed); anything else goes to tether.toolsets.

@@ -96,8 +96,8 @@ from tether.drivers.local.runner import Agent
 from tether.serve.auth import ApiKeyAuth, JWTAuth, NoAuth
 from tether.serve.follow import MOVING, changes, settled
 from tether.serve.identity import APPROVER_ROLE, Authenticator
+from tether.serve.problems import Problem
 from tether.serve.runs import WAITING_FOR_A_PERSON, AgentRuns, Caller
-from tether.server.problems import Problem
 
 RPC_PATH = "/a2a"
 CARD_PATH = AGENT_CARD_WELL_KNOWN_PATH

@@ -19,9 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from tether.core.machine import Status
 from tether.serve.identity import Authenticator
+from tether.serve.problems import Problem
 from tether.serve.runs import AgentRuns, Caller
-from tether.server.problems import Problem
-from tether.server.settings import DEFAULT_APPROVALS_PAGE
+from tether.serve.settings import DEFAULT_APPROVALS_PAGE
 from tether.store import StoreError
 
 DEFAULT_MAX_PROMPT_CHARS = 20_000  # a prompt or a turn's text; longer is a 422

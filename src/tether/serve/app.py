@@ -5,8 +5,8 @@
     uvicorn.run(api, host="127.0.0.1", port=8000)
 
 The routes are in ``tether.serve.api``, the runs in ``tether.serve.runs``.
-Every error is ``application/problem+json`` (``tether.server.problems``),
-every response carries the ticket service's security headers, request
+Every error is ``application/problem+json`` (``tether.serve.problems``),
+every response carries the security headers of ``tether.serve.headers``, request
 bodies and prompts are bounded. The OpenAPI document is at
 ``/openapi.json``; there are no interactive docs (they would load a script
 from a CDN into this origin).
@@ -25,13 +25,13 @@ from fastapi import FastAPI
 from tether.drivers import tracing
 from tether.drivers.local.runner import Agent
 from tether.serve.api import DEFAULT_MAX_PROMPT_CHARS, routes
+from tether.serve.headers import SecurityHeaders
 from tether.serve.identity import Authenticator
 from tether.serve.page import mount_page
+from tether.serve.problems import install
 from tether.serve.runs import AgentRuns
-from tether.server.app import SecurityHeaders, stop_runs_on_sigterm
-from tether.server.problems import install
-from tether.server.runs import open_run_store
-from tether.server.settings import DEFAULT_MAX_BODY_BYTES, Settings, run_store
+from tether.serve.service import open_run_store, stop_runs_on_sigterm
+from tether.serve.settings import DEFAULT_MAX_BODY_BYTES, Settings, run_store
 from tether.store import default_path
 from tether.store.records import DEFAULT_LEASE_SECONDS
 

@@ -40,7 +40,7 @@ from starlette.requests import Request
 
 from tether.core.errors import ConfigurationError
 from tether.serve.identity import APPROVER_ROLE
-from tether.server.problems import Problem
+from tether.serve.problems import Problem
 from tether.store.base import RunStore
 from tether.store.keys import MAX_NAME_CHARS
 from tether.tools.context import ALL_SCOPES, Principal

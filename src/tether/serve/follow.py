@@ -15,7 +15,7 @@ from typing import Any
 
 from tether.core.machine import Status
 from tether.serve.runs import WAITING_FOR_A_PERSON, AgentRuns, Caller
-from tether.server.runs import POLL_SECONDS, StreamEvent
+from tether.serve.service import POLL_SECONDS, StreamEvent
 
 MOVING = frozenset({Status.READY.value, Status.AWAITING_MODEL.value, Status.AWAITING_TOOLS.value})
 

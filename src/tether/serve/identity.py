@@ -20,6 +20,6 @@ APPROVER_ROLE = "approver"
 
 
 class Authenticator(Protocol):
-    """Turns a request into its caller's ``Principal``; raises ``tether.server.problems.Problem(401, ...)``."""
+    """Turns a request into its caller's ``Principal``; raises ``tether.serve.problems.Problem(401, ...)``."""
 
     async def authenticate(self, request: Request) -> Principal: ...

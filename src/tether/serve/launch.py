@@ -19,8 +19,8 @@ from tether.core.errors import ConfigurationError
 from tether.serve.app import app, store_target
 from tether.serve.auth import authenticator_from
 from tether.serve.identity import Authenticator
+from tether.serve.settings import POSTGRES_SCHEMES, Settings
 from tether.serve.target import load_agent
-from tether.server.settings import POSTGRES_SCHEMES, Settings
 from tether.store import open_store
 from tether.store.records import DEFAULT_LEASE_SECONDS
 

@@ -47,8 +47,8 @@ from tether.core.machine import Status
 from tether.core.redact import redact
 from tether.serve.follow import settled
 from tether.serve.identity import APPROVER_ROLE, Authenticator
+from tether.serve.problems import Problem
 from tether.serve.runs import WAITING_FOR_A_PERSON, AgentRuns, Caller
-from tether.server.problems import Problem
 
 MCP_PATH = "/mcp"
 DEFAULT_DESCRIPTION = "Ask the agent: give it the whole task as the prompt; its answer is the result."

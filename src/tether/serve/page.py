@@ -5,7 +5,7 @@ page calls the same API as any client, with the same ``Authorization:
 Bearer`` header (the key or token a person pastes in, kept in the tab's
 ``sessionStorage``); it holds no credential of its own, so serving it needs
 none. It runs under the service's Content-Security-Policy
-(``tether.server.app.SECURITY_HEADERS``): scripts and styles from this
+(``tether.serve.headers.SECURITY_HEADERS``): scripts and styles from this
 origin only, nothing inline, and everything the server, a model or a tool
 wrote reaches the page as text, never as HTML.
 """

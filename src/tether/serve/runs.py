@@ -1,4 +1,4 @@
-"""A served Agent's runs: the ticket service's run machinery (``tether.server.runs``) driving any Agent.
+"""A served Agent's runs: the run machinery (``tether.serve.service``) driving any Agent.
 
 ``AgentRuns`` is a ``RunService`` whose runs are the given Agent's, started
 for the caller's ``Principal``. It keeps everything that service does:
@@ -35,10 +35,10 @@ from tether.core.redact import redact
 from tether.drivers.local.durable import cancel, reconcile, waiting_calls
 from tether.drivers.local.runner import Agent, Driver
 from tether.serve.identity import APPROVER_ROLE
-from tether.server.problems import Problem
-from tether.server.runs import Caller as Owner
-from tether.server.runs import LiveRun, RunService
-from tether.server.settings import DEFAULT_RUNS_RETRY_AFTER, Settings
+from tether.serve.problems import Problem
+from tether.serve.service import Caller as Owner
+from tether.serve.service import LiveRun, RunService
+from tether.serve.settings import DEFAULT_RUNS_RETRY_AFTER, Settings
 from tether.store import LeaseHeld, RunStore, StoreError, TamperedRun
 from tether.store.records import RunSummary, StoredRun
 from tether.tools.context import Principal

@@ -1,16 +1,16 @@
-"""The ticket-support HTTP API (docs/tickets-service.md) and the page that uses it.
+"""The ticket-support HTTP API (examples/tickets/README.md) and the page that uses it, built on ``tether.serve``.
 
     app = create_app(Settings.from_env())
     uvicorn.run(app, host="127.0.0.1", port=8000)
 
-Routes stay thin: authentication is a dependency (``tether.server.auth``),
-runs live in ``tether.server.runs``, errors become problem documents in
-``tether.server.problems``. Handlers that touch the run store are ``async``
+Routes stay thin: authentication is a dependency (``tickets_app.auth``),
+runs live in ``tether.serve.service``, errors become problem documents in
+``tether.serve.problems``. Handlers that touch the run store are ``async``
 and reach it through ``RunService.io`` (on the loop for a SQLite file, on a
 thread for PostgreSQL); the tickets database is only used from worker threads (password hashes from
-threads of their own, see ``tether.server.throttle``).
+threads of their own, see ``tickets_app.throttle``).
 
-Every response carries ``SECURITY_HEADERS``: the page may load scripts,
+Every response carries ``tether.serve.headers.SECURITY_HEADERS``: the page may load scripts,
 styles and data only from this origin and may not be framed. There are no
 interactive API docs (they would load a script from a CDN into this
 origin); the OpenAPI document is at ``/api/openapi.json``.
@@ -20,69 +20,34 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from types import FrameType
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tether.core.errors import TicketsDBError
 from tether.drivers import tracing
-from tether.server.auth import Approver, Authority, CurrentUser
-from tether.server.problems import Problem, install
-from tether.server.runs import RunService, open_run_store, principal_for
-from tether.server.settings import DEFAULT_APPROVALS_PAGE, Settings
-from tether.server.throttle import SignInThrottle, Throttled, hashing_executor
-from tether.tickets.db import TicketsDB, User, verify_password
-from tether.tickets.tools import KnowledgeSource, ticket_tools
+from tether.serve.headers import SecurityHeaders
+from tether.serve.problems import Problem, install
+from tether.serve.service import RunService, open_run_store, stop_runs_on_sigterm
 from tether.tools.context import Principal
+from tickets_app.auth import Approver, Authority, CurrentUser
+from tickets_app.db import TicketsDB, User, verify_password
+from tickets_app.settings import DEFAULT_APPROVALS_PAGE, Settings
+from tickets_app.throttle import SignInThrottle, Throttled, hashing_executor
+from tickets_app.tools import KnowledgeSource, ticket_tools
 
-log = logging.getLogger("tether.server")
-
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-    ),
-    "X-Frame-Options": "DENY",  # frame-ancestors, for browsers that predate it
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
+log = logging.getLogger("tickets_app")
 
 PLACEHOLDER_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>tether tickets</title></head>
 <body><h1>tether tickets</h1><p>The API is at <code>/api</code>; the web page is not installed.</p></body></html>
 """
-
-
-class SecurityHeaders:
-    """Adds ``SECURITY_HEADERS`` to every HTTP response (plain ASGI: event streams pass untouched)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.headers = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                present = {name.lower() for name, _ in message.get("headers", [])}
-                extra = [(k, v) for k, v in self.headers if k not in present]
-                message = {**message, "headers": [*message.get("headers", []), *extra]}
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
 
 
 class _Strict(BaseModel):
@@ -109,12 +74,18 @@ def _user(user: User) -> dict[str, Any]:
     return {"id": user.id, "username": user.username, "role": user.role}
 
 
-def _open_kb(settings: Settings) -> KnowledgeSource | None:
+def open_kb(settings: Settings) -> KnowledgeSource | None:
     if settings.kb_index is None:
         return None
-    from tether.tickets.kb import KnowledgeBase  # torch and numpy load only when there is an index
+    from tickets_app.kb import KnowledgeBase  # torch and numpy load only when there is an index
 
     return KnowledgeBase.open(settings.kb_index)
+
+
+def principal_for(user: User) -> Principal:
+    """The principal a user's runs act as."""
+    # Every scope for now: the ticket tools filter by owner and role themselves (DESIGN.md §7).
+    return Principal(user.id, roles=frozenset({user.role}))
 
 
 def _resolver(tickets: TicketsDB) -> Callable[[Principal], Awaitable[Principal | None]]:
@@ -131,30 +102,11 @@ def _resolver(tickets: TicketsDB) -> Callable[[Principal], Awaitable[Principal |
     return resolve
 
 
-def stop_runs_on_sigterm(runs: RunService, loop: asyncio.AbstractEventLoop) -> None:
-    """On SIGTERM, hand the runs on at once, then let the server's own handler stop it as usual.
-
-    The server closes its connections before the application's shutdown; a
-    client following a run would hold that up for as long as the run goes
-    on. Suspended now, each run stops at its next safe point and its
-    followers' streams end.
-    """
-    previous = signal.getsignal(signal.SIGTERM)
-    if not callable(previous) or threading.current_thread() is not threading.main_thread():
-        return  # no server handler to chain to (not under uvicorn): the shutdown hands the runs on
-
-    def on_sigterm(number: int, frame: FrameType | None) -> None:
-        loop.call_soon_threadsafe(runs.begin_stop)
-        previous(number, frame)
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-
-
 def create_app(settings: Settings) -> FastAPI:
     """The service, wired to its tickets file and its run store (a SQLite file, or PostgreSQL to share)."""
     authority = Authority.from_secret(settings.jwt_secret, settings.token_ttl)
     tickets = TicketsDB(settings.tickets_db)
-    kb = _open_kb(settings)
+    kb = open_kb(settings)
     store = open_run_store(settings)
     hashing = hashing_executor(settings.sign_in.workers)
 
@@ -235,7 +187,7 @@ def _routes(
 
     @app.post("/api/runs", status_code=202)
     async def start_run(body: RunRequest, user: CurrentUser, response: Response) -> dict[str, Any]:
-        live = await runs.start(user, body.prompt)
+        live = await runs.start(user, body.prompt, principal_for(user))
         response.headers["Location"] = f"/api/runs/{live.run_id}"
         return {"run_id": live.run_id, "status": "ready"}
 
@@ -286,5 +238,5 @@ def _page(app: FastAPI, settings: Settings) -> None:
 
 
 def main_app() -> FastAPI:
-    """For ``uvicorn --factory tether.server.app:main_app``: settings from the environment."""
+    """For ``uvicorn --factory tickets_app.app:main_app``: settings from the environment."""
     return create_app(Settings.from_env())

@@ -20,7 +20,7 @@ store's lease cannot keep two of our own drivers apart. The live registry
 does: a run that is live is never resumed or decided on.
 
 A run is written to the store (status ``ready``, with this process's lease)
-before ``POST /api/runs`` answers 202, also when it must wait for a slot
+before the request starting it is answered 202, also when it must wait for a slot
 (``FairSlots``): a run accepted is a run recorded. Leases decide who drives,
 never pids: a driver renews its run's lease, and ``keep`` renews those of
 runs waiting here for a slot. Several processes (``tether serve --workers
@@ -48,10 +48,13 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
+import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any, Protocol, TypeVar
 
 from tether.core.envelope import outcome_code
@@ -62,12 +65,11 @@ from tether.core.redact import redact
 from tether.drivers.local.durable import decide, waiting_calls
 from tether.drivers.local.runner import Agent, Driver
 from tether.models.base import Model
-from tether.server.problems import Problem
-from tether.server.schedule import FairSlots
-from tether.server.settings import DEFAULT_RUNS_RETRY_AFTER, Settings
+from tether.serve.problems import Problem
+from tether.serve.schedule import FairSlots
+from tether.serve.settings import DEFAULT_RUNS_RETRY_AFTER, Settings
 from tether.store import LeaseHeld, RunNotFound, RunStore, StoreError, TamperedRun, open_store
 from tether.store.records import StoredRun
-from tether.tickets.db import User
 from tether.tools.context import Principal
 from tether.tools.tool import Tool
 
@@ -78,7 +80,7 @@ INTERRUPTED = frozenset({Status.READY.value, Status.AWAITING_MODEL.value, Status
 SURFACE = "server"  # in each run's setup: the runs this service started, the only ones it takes over
 POLL_SECONDS = 0.25  # how often a client following a run driven elsewhere looks for its new events
 
-log = logging.getLogger("tether.server")
+log = logging.getLogger("tether.serve")
 T = TypeVar("T")
 
 
@@ -136,18 +138,13 @@ def open_run_store(settings: Settings, *, reader: bool = False) -> RunStore:
 
 
 class Caller(Protocol):
-    """Who acts on a run here: the ticket service's ``User``, or a served agent's caller (``tether.serve``)."""
+    """Who acts on a run here: a served agent's caller (``tether.serve.runs``), or an application's user."""
 
     @property
     def id(self) -> str: ...
 
     @property
     def username(self) -> str: ...
-
-
-def principal_for(user: User) -> Principal:
-    # Every scope for now: the ticket tools filter by owner and role themselves (DESIGN.md §7).
-    return Principal(user.id, roles=frozenset({user.role}))
 
 
 class RunService:
@@ -202,8 +199,9 @@ class RunService:
 
     # --- driving -----------------------------------------------------------------
 
-    async def start(self, user: User, prompt: str) -> LiveRun:
-        """Record a new run (status ``ready``) and have it driven when a slot is free; 429 past the user's limits."""
+    async def start(self, user: Caller, prompt: str, principal: Principal) -> LiveRun:
+        """Record a new run of ``user`` (status ``ready``), its tools called as ``principal``, and have it driven
+        when a slot is free; 429 past the user's limits."""
         if self.stopping:
             raise Problem(503, "the service is stopping; try again in a moment", headers={"Retry-After": "5"})
         if not self.slots.admits(user.id):
@@ -213,7 +211,7 @@ class RunService:
                 headers={"Retry-After": str(DEFAULT_RUNS_RETRY_AFTER)},
             )
         live = LiveRun(uuid.uuid4().hex, user.id)
-        agent = self._agent_or_503(principal_for(user))
+        agent = self._agent_or_503(principal)
         live.driver = agent.driver(prompt, run_id=live.run_id, on_event=live.on_event)
         try:
             # On disk before the 202: a restart drives it.
@@ -634,3 +632,22 @@ def _steps(state: RunState) -> list[dict[str, Any]]:
             )
         steps.append({"step": len(steps) + 1, "content": message.content, "calls": calls})
     return steps
+
+
+def stop_runs_on_sigterm(runs: RunService, loop: asyncio.AbstractEventLoop) -> None:
+    """On SIGTERM, hand the runs on at once, then let the server's own handler stop it as usual.
+
+    The server closes its connections before the application's shutdown; a
+    client following a run would hold that up for as long as the run goes
+    on. Suspended now, each run stops at its next safe point and its
+    followers' streams end.
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+    if not callable(previous) or threading.current_thread() is not threading.main_thread():
+        return  # no server handler to chain to (not under uvicorn): the shutdown hands the runs on
+
+    def on_sigterm(number: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(runs.begin_stop)
+        previous(number, frame)
+
+    signal.signal(signal.SIGTERM, on_sigterm)

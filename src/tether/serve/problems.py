@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 PROBLEM_JSON = "application/problem+json"
 
-log = logging.getLogger("tether.server")
+log = logging.getLogger("tether.serve")
 
 
 class Problem(Exception):

@@ -30,9 +30,9 @@ from typing import Annotated, Any, Literal, Protocol
 from pydantic import Field
 
 from tether.core.errors import TicketsDBError
-from tether.tickets.db import ROLES, TICKET_ID_PATTERN, Role, Ticket, TicketsDB
 from tether.tools import Executed, NotExecuted, Tool, ToolContext, ToolError, tool
 from tether.tools.tool import Verdict
+from tickets_app.db import ROLES, TICKET_ID_PATTERN, Role, Ticket, TicketsDB
 
 TicketId = Annotated[str, Field(pattern=TICKET_ID_PATTERN)]
 
@@ -41,7 +41,7 @@ KB_NO_MATCH_NOTE = "the knowledge base has no matching documents"
 
 
 class Snippet(Protocol):
-    """What ``tether.tickets.kb`` returns for one match."""
+    """What ``tickets_app.kb`` returns for one match."""
 
     @property
     def source(self) -> str: ...
@@ -54,7 +54,7 @@ class Snippet(Protocol):
 
 
 class KnowledgeSource(Protocol):
-    """Anything with ``search``, such as ``tether.tickets.kb.KnowledgeBase``."""
+    """Anything with ``search``, such as ``tickets_app.kb.KnowledgeBase``."""
 
     def search(self, query: str, top_k: int) -> Sequence[Snippet]: ...
 

@@ -22,9 +22,9 @@ import jwt
 from fastapi import Depends, Request
 
 from tether.core.errors import ConfigurationError
-from tether.server.problems import Problem
-from tether.server.settings import MIN_SECRET_LENGTH
-from tether.tickets.db import TicketsDB, User
+from tether.serve.problems import Problem
+from tickets_app.db import TicketsDB, User
+from tickets_app.settings import MIN_SECRET_LENGTH
 
 ALGORITHM = "HS256"
 ISSUER = "tether"
@@ -33,7 +33,7 @@ ROLES = frozenset({"customer", "agent", "admin"})
 APPROVER_ROLES = frozenset({"agent", "admin"})
 REQUIRED_CLAIMS = ["sub", "role", "iat", "exp", "iss", "aud", "jti"]
 
-log = logging.getLogger("tether.server")
+log = logging.getLogger("tickets_app")
 
 
 def _unauthorized(detail: str, *, invalid: bool = True) -> Problem:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.tickets.db import Role, Status, TicketsDB
+from tickets_app.db import Role, Status, TicketsDB
 
 
 @dataclass(frozen=True, slots=True)

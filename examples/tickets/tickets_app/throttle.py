@@ -33,7 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from tether.server.settings import SignInLimits
+from tickets_app.settings import SignInLimits
 
 MAX_TRACKED = 100_000  # accounts and clients remembered; the oldest are forgotten first
 HASHING_NICENESS = 10

@@ -1,8 +1,7 @@
 """Starting the service: its settings from options over the environment, then uvicorn, in one process or several.
 
-``tether serve`` (``tether.cli.serve``) and ``python -m tether.server`` (``main`` here) both start it
-with ``serve``; each parses its own options and reports a ``TetherError`` its own way, with the error's
-exit code. Nothing here imports the CLI.
+``python -m tickets_app`` (``main`` here) starts it with ``serve``, and reports a ``TetherError`` with the
+error's exit code. Nothing here imports tether's CLI.
 """
 
 from __future__ import annotations
@@ -19,11 +18,11 @@ from pathlib import Path
 import uvicorn
 
 from tether.core.errors import ConfigurationError, TetherError
-from tether.server.app import create_app
-from tether.server.runs import open_run_store
-from tether.server.settings import Settings, run_store
-from tether.tickets.db import TicketsDB
-from tether.tickets.seed_data import seed as seed_tickets
+from tether.serve.service import open_run_store
+from tickets_app.app import create_app
+from tickets_app.db import TicketsDB
+from tickets_app.seed_data import seed as seed_tickets
+from tickets_app.settings import Settings, run_store
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -89,7 +88,7 @@ def serve(
         return
     open_run_store(settings).close()  # migrated once, and a wrong url said here rather than N times
     _export(settings, base_url, model)
-    uvicorn.run("tether.server.app:main_app", factory=True, workers=workers, host=host, port=port, log_level=log_level)
+    uvicorn.run("tickets_app.app:main_app", factory=True, workers=workers, host=host, port=port, log_level=log_level)
 
 
 def _export(settings: Settings, base_url: str | None, model: str | None) -> None:
@@ -131,9 +130,12 @@ def _workers(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The options of ``python -m tether.server``: those of ``tether serve`` (``tether serve --help`` says more)."""
+    """The options of ``python -m tickets_app``."""
     options = argparse.ArgumentParser(
-        prog="python -m tether.server", description="Serve the ticket-support API and web page."
+        prog="python -m tickets_app",
+        description="Serve the ticket-support API and web page.",
+        epilog="python -m tickets_app seed --db FILE writes the demo users and tickets; "
+        "python -m tickets_app index FOLDER --index FILE indexes the knowledge base (--help on each).",
     )
     options.add_argument("--host", default=DEFAULT_HOST, help="default: %(default)s")
     options.add_argument("--port", type=int, default=DEFAULT_PORT, help="default: %(default)s")
@@ -162,10 +164,42 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m tether.server``: exit with a configuration error's code and its message, never a traceback."""
-    args = parser().parse_args(argv)
+    """``python -m tickets_app [options]`` serves; ``... seed [--db FILE]`` and ``... index FOLDER [--index FILE]``
+    write the demo data and the KB index. A ``TetherError`` exits with its code and message, never a traceback."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        serve(**vars(args))
+        if args[:1] == ["seed"]:
+            _seed(args[1:])
+        elif args[:1] == ["index"]:
+            _index(args[1:])
+        else:
+            serve(**vars(parser().parse_args(args)))
     except TetherError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
+
+
+def _seed(argv: Sequence[str]) -> None:
+    options = argparse.ArgumentParser(
+        prog="python -m tickets_app seed",
+        description="Create the tickets database with demo users (alice, bob, carol, dave; password <name>-pass).",
+    )
+    options.add_argument("--db", type=Path, default=Path("tickets.db"), metavar="FILE", help="default: %(default)s")
+    db = options.parse_args(argv).db
+    with TicketsDB(db) as tickets:
+        seed_tickets(tickets)
+    print(f"seeded {db}: users alice, bob (customers), carol (agent), dave (admin)")
+
+
+def _index(argv: Sequence[str]) -> None:
+    options = argparse.ArgumentParser(
+        prog="python -m tickets_app index",
+        description="Index a folder of Markdown documents for search_kb (BM25 + sentence embeddings; the kb extra).",
+    )
+    options.add_argument("folder", type=Path)
+    options.add_argument("--index", type=Path, default=Path("kb.npz"), metavar="FILE", help="default: %(default)s")
+    args = options.parse_args(argv)
+    from tickets_app.kb import index_folder  # torch and numpy load only to index
+
+    stats = index_folder(args.folder, args.index)
+    print(f"indexed {stats.documents} document(s), {stats.chunks} chunk(s) into {stats.index_path}")
