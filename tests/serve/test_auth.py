@@ -449,6 +449,16 @@ def test_no_auth_is_one_local_approver(served: tuple[FastAPI, str]) -> None:
         assert call(origin)[1] == {"id": "me", "roles": ["admin", APPROVER_ROLE], "scopes": ["*"]}
 
 
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8000", "10.0.0.5", "[2001:db8::1]:80", ""])
+def test_no_auth_refuses_a_request_addressed_to_another_name(served: tuple[FastAPI, str], host: str) -> None:
+    # A page whose DNS name was rebound to 127.0.0.1 reaches the loopback server with its own name in Host.
+    with authenticating(served, NoAuth()) as origin:
+        status, body, _ = call(origin, {"Host": host})
+        assert status == 421 and "addressed to localhost" in body["detail"]
+        for own in ("localhost:8000", "127.0.0.1", "[::1]:8000"):
+            assert call(origin, {"Host": own})[0] == 200
+
+
 @pytest.mark.parametrize(
     "host", ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "LocalHost", "::ffff:127.0.0.1"]
 )

@@ -299,6 +299,12 @@ class NoAuth:
         self.principal = Principal(principal_id, frozenset({ALL_SCOPES}), frozenset(roles))
 
     async def authenticate(self, request: Request) -> Principal:
+        # Binding to loopback keeps other machines out, not other origins: a web page whose DNS name is
+        # rebound to 127.0.0.1 reaches this server from the user's browser with its own name in Host.
+        if not _loopback(_host_name(request.headers.get("host", ""))):
+            raise Problem(
+                421, "without authentication this service answers only requests addressed to localhost or 127.0.0.1"
+            )
         return self.principal
 
 
@@ -313,6 +319,13 @@ def check_no_auth_bind(host: str) -> None:
             f"--auth none serves without authentication, so only on a loopback address (127.0.0.1, ::1, localhost),"
             f" not {host or 'every address'}; for {host or 'it'} use --auth keys or --auth jwt:..."
         )
+
+
+def _host_name(host: str) -> str:
+    """A Host header's name without its port: ``[::1]:8000`` is ``[::1]``, ``localhost:8000`` ``localhost``."""
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 def _loopback(host: str) -> bool:
