@@ -7,20 +7,18 @@ one SQLite run store; everything is asked over real HTTP.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 from serve_harness import Client, HeaderAuth, Served
 
+import tether
 from tether import Agent, ScriptedModel, tool
 from tether.core.errors import ConfigurationError
 from tether.testing import FakeServer
@@ -33,6 +31,7 @@ from temporal_helpers import child_env, shop, spawn_worker, stop  # noqa: E402
 
 from tether.drivers.temporal.devserver import DevServer  # noqa: E402
 
+SRC = str(Path(tether.__file__).parents[1])
 SHOP_AGENT_PY = """
 from shop_tools import TOOLS
 from tether import Agent, ScriptedModel
@@ -54,7 +53,8 @@ def on_temporal(
 ) -> Iterator[tuple[Served, Path]]:
     """The shop agent served with ``--engine temporal``, a worker polling its task queue; the orders file."""
     orders = tmp_path / "orders.jsonl"
-    env = child_env(orders)  # the run store: tmp_path / "runs.db", the served process's too
+    # The run store: tmp_path / "runs.db", the served process's too; tether from where this process has it.
+    env = child_env(orders) | {"PYTHONPATH": f"{SRC}{os.pathsep}{TEMPORAL_TESTS}"}
     queue = f"q-{uuid.uuid4().hex[:8]}"
     agent_py = tmp_path / "agent.py"
     agent_py.write_text(SHOP_AGENT_PY)
@@ -68,15 +68,6 @@ def on_temporal(
             yield Served(agent_py, tmp_path / "runs.db", tmp_path / "refunds.log", model), orders
         finally:
             stop(worker)
-
-
-async def finished(client: Client, run_id: str) -> dict[str, Any]:
-    """The run's view once the worker has recorded its end (the store may still say it waits, just after a decision)."""
-    deadline = time.monotonic() + 60
-    while (view := await client.settled(OWNER, run_id))["status"] == "awaiting_approval":
-        assert time.monotonic() < deadline, f"run {run_id} never went on"
-        await asyncio.sleep(0.05)
-    return view
 
 
 async def test_a_run_waits_on_temporal_for_an_approval_decided_over_http(
@@ -114,7 +105,11 @@ async def test_a_run_waits_on_temporal_for_an_approval_decided_over_http(
 
         reply = await client.call("POST", f"/runs/{run_id}/approvals/c2", APPROVER, decided)
         assert reply.status == 200, reply.body
-        done = await finished(client, run_id)
+        # Answered once the workers have recorded it: the call waits no more, in the inbox or the run.
+        inbox = (await client.call("GET", "/approvals", APPROVER)).body["approvals"]
+        assert [a for a in inbox if a["run_id"] == run_id] == []
+        assert (await client.call("GET", f"/runs/{run_id}", OWNER)).body["status"] != "awaiting_approval"
+        done = await client.settled(OWNER, run_id)
         assert (done["status"], done["output"]) == ("completed", "Ordered 2 tea for 6."), done
         assert len(orders.read_text().splitlines()) == 1  # ordered once, by the worker
         events = [name for name, _, _ in await client.events(OWNER, run_id)]
@@ -164,6 +159,9 @@ def test_what_a_temporal_run_cannot_carry_is_refused_when_the_app_is_made(tmp_pa
         app(handing, authenticator=HeaderAuth(), store=db, engine="temporal", temporal="127.0.0.1:7233")
     with pytest.raises(ConfigurationError, match=r"needs the Temporal server: --temporal HOST:PORT"):
         app(Agent(ScriptedModel([]), [add]), authenticator=HeaderAuth(), store=db, engine="temporal")
+    with pytest.raises(ConfigurationError, match=r"--a2a cannot be served with --engine temporal: conversations"):
+        app(Agent(ScriptedModel([]), [add]), authenticator=HeaderAuth(), store=db, engine="temporal", temporal="h:1",
+            a2a=True)  # fmt: skip
     app(Agent(ScriptedModel([]), [add]), authenticator=HeaderAuth(), store=db, engine="temporal", temporal="h:1")
 
 
@@ -178,7 +176,7 @@ def test_tether_serve_refuses_what_temporal_cannot_run_before_listening(tmp_path
         "agent = Agent(ScriptedModel([]), [add, Agent(ScriptedModel([]), [add]).as_tool(name='helper')])\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TETHER_TEMPORAL"}
-    env["PYTHONPATH"] = str(Path(__file__).parents[2] / "src")
+    env["PYTHONPATH"] = SRC
 
     def serve(*options: str) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "tether", "serve", f"{agent_py}:agent", "--db", str(tmp_path / "runs.db")]

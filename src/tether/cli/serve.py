@@ -97,7 +97,8 @@ def serve(
     tools (as for `tether run --engine temporal`); they must share the run
     store with this service. Decisions and cancels go to the workflow.
     What a workflow cannot carry (sub-agent tools, handoffs, an output
-    type, ...) is refused at start-up; conversations answer 501.
+    type, ...) is refused at start-up; conversations answer 501 (and
+    --a2a, whose messages are conversation turns, is refused).
 
     The ticket-support demo is an application built on this, outside the
     library: see examples/tickets/README.md.

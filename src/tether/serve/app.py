@@ -33,7 +33,7 @@ from tether.serve.problems import install
 from tether.serve.runs import AgentRuns
 from tether.serve.service import open_run_store, stop_runs_on_sigterm
 from tether.serve.settings import DEFAULT_MAX_BODY_BYTES, Settings, run_store
-from tether.serve.temporal import DEFAULT_TASK_QUEUE, ENGINES, TemporalRuns, check_carried
+from tether.serve.temporal import DEFAULT_TASK_QUEUE, TemporalRuns, check_engine
 from tether.store import default_path
 from tether.store.records import DEFAULT_LEASE_SECONDS
 
@@ -72,12 +72,7 @@ def app(
     ``tether worker`` processes polling ``task_queue`` with their own model and tools (``tether.serve.temporal``);
     they and this service share ``store``. What a workflow cannot carry is a ``ConfigurationError`` here.
     """
-    if engine not in ENGINES:
-        raise ConfigurationError(f"engine {engine!r}: not one of {', '.join(ENGINES)}")
-    if engine == "temporal" and not temporal:
-        raise ConfigurationError("--engine temporal needs the Temporal server: --temporal HOST:PORT")
-    if engine == "temporal":
-        check_carried(agent)  # before the store is opened
+    check_engine(agent, engine, temporal, a2a=a2a)  # before the store is opened
     settings = Settings(
         run_db=store_target(store),
         max_body_bytes=max_body_bytes,

@@ -16,13 +16,12 @@ import uvicorn
 from fastapi import FastAPI
 
 from tether.core.errors import ConfigurationError
-from tether.drivers.local.runner import Agent
 from tether.serve.app import app, store_target
 from tether.serve.auth import authenticator_from
 from tether.serve.identity import Authenticator
 from tether.serve.settings import POSTGRES_SCHEMES, Settings
 from tether.serve.target import load_agent
-from tether.serve.temporal import DEFAULT_TASK_QUEUE, check_carried
+from tether.serve.temporal import DEFAULT_TASK_QUEUE, check_engine
 from tether.store import open_store
 from tether.store.records import DEFAULT_LEASE_SECONDS
 
@@ -58,14 +57,6 @@ def check_protocols(a2a: bool, mcp: bool) -> None:
                 ) from None
 
 
-def check_engine(agent: Agent, engine: str, temporal: str | None) -> None:
-    """Raise ``ConfigurationError`` when runs cannot be driven on ``engine`` (``tether.serve.temporal``)."""
-    if engine == "temporal":
-        if not temporal:
-            raise ConfigurationError("--engine temporal needs the Temporal server: --temporal HOST:PORT")
-        check_carried(agent)
-
-
 def serve(
     target: str,
     *,
@@ -84,7 +75,7 @@ def serve(
     """Serve the Agent ``target`` names until stopped; a configuration error is raised before anything listens."""
     agent = load_agent(target)
     check_protocols(a2a, mcp)
-    check_engine(agent, engine, temporal)
+    check_engine(agent, engine, temporal, a2a=a2a)
     where = store_target(store)
     if workers > 1 and not (isinstance(where, str) and where.startswith(POSTGRES_SCHEMES)):
         raise ConfigurationError(

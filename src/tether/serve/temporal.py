@@ -14,7 +14,7 @@ service and carries its system prompt and budget to each run. What the
 workflow cannot carry (sub-agent tools, handoffs, instructions functions,
 an output type, model settings, deps, history processors) is refused when
 the app is made. Conversations are not run on Temporal: their routes answer
-501.
+501, and A2A (whose messages are conversation turns) is refused with it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tether.drivers.local.runner import Agent
 from tether.drivers.local.subagents import AgentTool
 from tether.serve.identity import APPROVER_ROLE
 from tether.serve.problems import Problem
-from tether.serve.runs import AgentRuns, Caller
+from tether.serve.runs import AgentRuns, Caller, waiting_for_a_person
 from tether.serve.service import Caller as Owner
 from tether.serve.service import LiveRun
 from tether.serve.settings import Settings
@@ -48,6 +48,8 @@ log = logging.getLogger("tether.serve")
 ENGINES = ("local", "temporal")
 DEFAULT_TASK_QUEUE = "tether"  # as `tether worker` and `tether run --engine temporal`
 CLOSE_SECONDS = 30.0  # how long a cancel waits for the workflow to close before answering 503
+RECORDED_SECONDS = 10.0  # how long an answered decision waits for the workers to record it
+RECORDED_POLL_SECONDS = 0.05
 NO_CONVERSATIONS = "conversations are not run on Temporal: serve this agent without --engine temporal for them"
 
 
@@ -70,6 +72,19 @@ def check_carried(agent: Agent) -> None:
             f"agent {agent.name!r} has {', '.join(found)}, which a Temporal run does not carry (its workers run "
             "their own model and tools): serve it without --engine temporal, or leave them out"
         )
+
+
+def check_engine(agent: Agent, engine: str, temporal: str | None, *, a2a: bool = False) -> None:
+    """Raise ``ConfigurationError`` when ``agent``'s runs cannot be driven on ``engine`` as asked."""
+    if engine not in ENGINES:
+        raise ConfigurationError(f"engine {engine!r}: not one of {', '.join(ENGINES)}")
+    if engine != "temporal":
+        return
+    if not temporal:
+        raise ConfigurationError("--engine temporal needs the Temporal server: --temporal HOST:PORT")
+    if a2a:  # every A2A message is a turn of its context's conversation
+        raise ConfigurationError(f"--a2a cannot be served with --engine temporal: {NO_CONVERSATIONS}")
+    check_carried(agent)
 
 
 class TemporalRuns(AgentRuns):
@@ -143,6 +158,7 @@ class TemporalRuns(AgentRuns):
             run_id,
             decide(self._temporal(), run_id, call_id, approved=approved, reason=reason, fingerprint=fingerprint or ""),
         )
+        await self._recorded(run_id, call_id)
         return {"run_id": run_id, "call_id": call_id, "approved": approved, "status": after}
 
     async def reconcile_as(
@@ -156,7 +172,19 @@ class TemporalRuns(AgentRuns):
             raise Problem(403, f"settling a call's outcome needs the {APPROVER_ROLE!r} role")
         text = json.dumps(result) if executed else None
         after = await self._update(run_id, reconcile(self._temporal(), run_id, call_id, executed=executed, result=text))
+        await self._recorded(run_id, call_id)
         return {"run_id": run_id, "call_id": call_id, "executed": executed, "status": after}
+
+    async def _recorded(self, run_id: str, call_id: str) -> None:
+        """Wait (up to ``RECORDED_SECONDS``) for the workers to record that ``call_id`` waits no more: the store lags
+        the workflow, and a caller reading the run or the inbox after the answer should not see it waiting still."""
+        deadline = time.monotonic() + RECORDED_SECONDS
+        while time.monotonic() < deadline:
+            state = (await self.io(self.store.load, run_id, check=False)).state
+            if all(call.call_id != call_id for _, call in waiting_for_a_person(state)):
+                return
+            await asyncio.sleep(RECORDED_POLL_SECONDS)
+        log.info("run %s: the workers have not recorded the answer about call %s yet", run_id, call_id)
 
     async def _update(self, run_id: str, sending: Any) -> str:
         """The run's status after an update; a refusal (no such call waiting, other arguments) is a 409."""
