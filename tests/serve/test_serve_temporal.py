@@ -185,6 +185,11 @@ def test_tether_serve_refuses_what_temporal_cannot_run_before_listening(tmp_path
     nested = serve("--engine", "temporal", "--temporal", "127.0.0.1:1", "--port", "1")  # never listened on
     assert nested.returncode == 3, nested.stderr
     assert "sub-agent tools (helper)" in nested.stderr and "Traceback" not in nested.stderr
+    agent_py.write_text("from tether import Agent, ScriptedModel\nagent = Agent(ScriptedModel([]), [])\n")
+    unreachable = serve("--engine", "temporal", "--temporal", "127.0.0.1:1", "--port", "1")
+    assert unreachable.returncode == 3, unreachable.stderr
+    assert "cannot reach the Temporal server at 127.0.0.1:1" in unreachable.stderr
+    assert "Traceback" not in unreachable.stderr
     nowhere = serve("--engine", "temporal", "--port", "1")
     assert nowhere.returncode == 3, nowhere.stderr
     assert "--engine temporal needs the Temporal server: --temporal HOST:PORT" in nowhere.stderr

@@ -21,7 +21,7 @@ from tether.serve.auth import authenticator_from
 from tether.serve.identity import Authenticator
 from tether.serve.settings import POSTGRES_SCHEMES, Settings
 from tether.serve.target import load_agent
-from tether.serve.temporal import DEFAULT_TASK_QUEUE, check_engine
+from tether.serve.temporal import DEFAULT_TASK_QUEUE, check_engine, check_reachable
 from tether.store import open_store
 from tether.store.records import DEFAULT_LEASE_SECONDS
 
@@ -76,6 +76,8 @@ def serve(
     agent = load_agent(target)
     check_protocols(a2a, mcp)
     check_engine(agent, engine, temporal, a2a=a2a)
+    if engine == "temporal" and temporal:
+        check_reachable(temporal)
     where = store_target(store)
     if workers > 1 and not (isinstance(where, str) and where.startswith(POSTGRES_SCHEMES)):
         raise ConfigurationError(

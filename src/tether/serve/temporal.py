@@ -87,6 +87,23 @@ def check_engine(agent: Agent, engine: str, temporal: str | None, *, a2a: bool =
     check_carried(agent)
 
 
+async def connected(address: str) -> Client:
+    """A client of the Temporal server at ``address``; ``ConfigurationError`` when it cannot be reached."""
+    from temporalio.service import RPCError
+
+    from tether.drivers.temporal.client import connect
+
+    try:
+        return await connect(address)
+    except (RPCError, RuntimeError) as exc:
+        raise ConfigurationError(f"cannot reach the Temporal server at {address}: {exc}") from exc
+
+
+def check_reachable(address: str) -> None:
+    """Raise ``ConfigurationError`` unless the Temporal server at ``address`` answers (before anything listens)."""
+    asyncio.run(connected(address))
+
+
 class TemporalRuns(AgentRuns):
     """The runs of one served Agent, started, decided and cancelled on Temporal; read from the shared run store."""
 
@@ -104,14 +121,7 @@ class TemporalRuns(AgentRuns):
 
     async def start_keeping(self) -> None:
         """Connect to the Temporal server; no run is driven (or taken over) here: the workers drive them."""
-        from temporalio.service import RPCError
-
-        from tether.drivers.temporal.client import connect
-
-        try:
-            self.client = await connect(self.address)
-        except (RPCError, RuntimeError) as exc:
-            raise ConfigurationError(f"cannot reach the Temporal server at {self.address}: {exc}") from exc
+        self.client = await connected(self.address)
 
     def _temporal(self) -> Client:
         if self.client is None:  # pragma: no cover - the lifespan connects before any request
