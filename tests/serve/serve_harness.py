@@ -6,7 +6,7 @@ the served process reaches through ``OPENAI_BASE_URL``. Callers prove who
 they are with ``HeaderAuth``: ``Authorization: Bearer <principal>:<role,role>``
 (a test authenticator; the real ones plug into the same seam).
 ``python serve_harness.py TARGET DB PORT [PROTOCOLS]`` serves TARGET with it (``PROTOCOLS``: ``a2a``, ``mcp``,
-comma-separated).
+comma-separated); with ``SERVE_TEMPORAL=HOST:PORT`` and ``SERVE_TASK_QUEUE`` its runs are Temporal workflows.
 """
 
 from __future__ import annotations
@@ -215,8 +215,11 @@ def main(argv: list[str]) -> None:
 
     target, db, port, *rest = argv
     protocols = rest[0].split(",") if rest else []
+    engine: dict[str, Any] = {}
+    if temporal := os.environ.get("SERVE_TEMPORAL"):
+        engine = {"engine": "temporal", "temporal": temporal, "task_queue": os.environ["SERVE_TASK_QUEUE"]}
     served = app(load_agent(target), authenticator=HeaderAuth(), store=db, a2a="a2a" in protocols,
-                 mcp="mcp" in protocols)  # fmt: skip
+                 mcp="mcp" in protocols, **engine)  # fmt: skip
     uvicorn.run(served, host="127.0.0.1", port=int(port), log_level="warning")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from tether.cli.common import fail, seconds
+from tether.cli.temporal import task_queue_option, temporal_option
 from tether.core.errors import TetherError
 
 # Where the ticket-support demo went: an application built on tether.serve, outside the library.
@@ -47,6 +48,15 @@ TICKETS_EXAMPLE = "examples/tickets/README.md"
     "--a2a", is_flag=True, help="With an agent: serve it over A2A too (/a2a; its card at /.well-known/agent-card.json)."
 )
 @click.option("--mcp", is_flag=True, help="With an agent: serve it as one MCP tool over streamable HTTP too (/mcp).")
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "temporal"]),
+    default="local",
+    show_default=True,
+    help="Drive the runs here, or as Temporal workflows on `tether worker` processes (their model and tools).",
+)
+@temporal_option
+@task_queue_option
 def serve(
     target: str | None,
     host: str,
@@ -57,6 +67,9 @@ def serve(
     auth: str | None,
     a2a: bool,
     mcp: bool,
+    engine: str,
+    temporal_address: str | None,
+    task_queue: str,
 ) -> None:
     """Serve an Agent over HTTP (FastAPI + uvicorn).
 
@@ -79,6 +92,14 @@ def serve(
     (TETHER_SHUTDOWN_GRACE, default 20 s, for the tool calls running to
     finish).
 
+    With --engine temporal each run is a Temporal workflow driven by the
+    `tether worker` processes polling --task-queue, with their model and
+    tools (as for `tether run --engine temporal`); they must share the run
+    store with this service. Decisions and cancels go to the workflow.
+    What a workflow cannot carry (sub-agent tools, handoffs, an output
+    type, ...) is refused at start-up; conversations answer 501 (and
+    --a2a, whose messages are conversation turns, is refused).
+
     The ticket-support demo is an application built on this, outside the
     library: see examples/tickets/README.md.
 
@@ -87,13 +108,15 @@ def serve(
       tether serve agent.py:agent
       tether serve agent.py:agent --auth keys --a2a --mcp
       tether serve myapp.agents:support --db postgresql://tether@db/tether --workers 4 --auth SPEC
+      tether serve agent.py:agent --engine temporal --temporal 127.0.0.1:7233 --db runs.db
     """
     if target is None:
         raise click.UsageError(
             "name the agent to serve: tether serve PATH_OR_MODULE:AGENT (e.g. agent.py:agent); "
             f"the ticket-support demo is an example now: see {TICKETS_EXAMPLE}"
         )
-    _serve_agent(target, host, port, run_db, workers, auth or "none", lease_seconds, a2a=a2a, mcp=mcp)
+    _serve_agent(target, host, port, run_db, workers, auth or "none", lease_seconds, a2a=a2a, mcp=mcp,
+                 engine=engine, temporal=temporal_address, task_queue=task_queue)  # fmt: skip
 
 
 def _serve_agent(
@@ -107,6 +130,9 @@ def _serve_agent(
     *,
     a2a: bool,
     mcp: bool,
+    engine: str,
+    temporal: str | None,
+    task_queue: str,
 ) -> None:
     try:
         from tether.serve.launch import serve as serve_agent
@@ -114,6 +140,7 @@ def _serve_agent(
         fail(f"serving an agent needs the server extra: pip install 'tether[server]' ({exc.name} is missing)")
     try:
         serve_agent(target, host=host, port=port, store=run_db, workers=workers, auth=auth,
-                    lease_seconds=lease_seconds, a2a=a2a, mcp=mcp)  # fmt: skip
+                    lease_seconds=lease_seconds, a2a=a2a, mcp=mcp, engine=engine, temporal=temporal,
+                    task_queue=task_queue)  # fmt: skip
     except TetherError as exc:
         fail(str(exc), exc.exit_code)

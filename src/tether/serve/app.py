@@ -22,6 +22,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from tether.core.errors import ConfigurationError
 from tether.drivers import tracing
 from tether.drivers.local.runner import Agent
 from tether.serve.api import DEFAULT_MAX_PROMPT_CHARS, routes
@@ -32,6 +33,7 @@ from tether.serve.problems import install
 from tether.serve.runs import AgentRuns
 from tether.serve.service import open_run_store, stop_runs_on_sigterm
 from tether.serve.settings import DEFAULT_MAX_BODY_BYTES, Settings, run_store
+from tether.serve.temporal import DEFAULT_TASK_QUEUE, TemporalRuns, check_engine
 from tether.store import default_path
 from tether.store.records import DEFAULT_LEASE_SECONDS
 
@@ -53,6 +55,9 @@ def app(
     log_content: bool = False,
     a2a: bool = False,
     mcp: bool = False,
+    engine: str = "local",
+    temporal: str | None = None,
+    task_queue: str = DEFAULT_TASK_QUEUE,
 ) -> FastAPI:
     """Serve ``agent``: each caller (as ``authenticator`` says) starts and follows its own runs and conversations.
 
@@ -62,7 +67,12 @@ def app(
 
     ``a2a``: serve the agent over A2A too (``tether.serve.a2a``, the ``a2a`` extra); ``mcp``: as one MCP tool
     over streamable HTTP at ``/mcp`` (``tether.serve.mcp_http``, the ``mcp`` extra). Both behind ``authenticator``.
+
+    ``engine="temporal"``: each run is a Temporal workflow on the server ``temporal`` (HOST:PORT), driven by the
+    ``tether worker`` processes polling ``task_queue`` with their own model and tools (``tether.serve.temporal``);
+    they and this service share ``store``. What a workflow cannot carry is a ``ConfigurationError`` here.
     """
+    check_engine(agent, engine, temporal, a2a=a2a)  # before the store is opened
     settings = Settings(
         run_db=store_target(store),
         max_body_bytes=max_body_bytes,
@@ -71,7 +81,15 @@ def app(
         system=None,
     )
     opened = open_run_store(settings)
-    runs = AgentRuns(settings, opened, agent)
+    if engine == "temporal":
+        assert temporal is not None
+        try:
+            runs: AgentRuns = TemporalRuns(settings, opened, agent, address=temporal, task_queue=task_queue)
+        except ConfigurationError:
+            opened.close()
+            raise
+    else:
+        runs = AgentRuns(settings, opened, agent)
     running: list[Callable[[], AbstractAsyncContextManager[None]]] = []  # what a protocol keeps going while served
 
     @asynccontextmanager

@@ -21,6 +21,7 @@ from tether.serve.auth import authenticator_from
 from tether.serve.identity import Authenticator
 from tether.serve.settings import POSTGRES_SCHEMES, Settings
 from tether.serve.target import load_agent
+from tether.serve.temporal import DEFAULT_TASK_QUEUE, check_engine, check_reachable
 from tether.store import open_store
 from tether.store.records import DEFAULT_LEASE_SECONDS
 
@@ -33,6 +34,9 @@ AUTH_ENV = "TETHER_SERVE_AUTH"
 STORE_ENV = "TETHER_DB"
 LEASE_ENV = "TETHER_LEASE_SECONDS"
 PROTOCOLS_ENV = "TETHER_SERVE_PROTOCOLS"  # a2a, mcp: comma-separated
+ENGINE_ENV = "TETHER_SERVE_ENGINE"  # local or temporal; with temporal, the server and task queue below
+TEMPORAL_ENV = "TETHER_TEMPORAL"
+TASK_QUEUE_ENV = "TETHER_TASK_QUEUE"
 PROTOCOL_MODULES = {"a2a": "tether.serve.a2a", "mcp": "tether.serve.mcp_http"}  # each needs the extra of its name
 
 
@@ -64,10 +68,16 @@ def serve(
     lease_seconds: float | None = None,
     a2a: bool = False,
     mcp: bool = False,
+    engine: str = "local",
+    temporal: str | None = None,
+    task_queue: str = DEFAULT_TASK_QUEUE,
 ) -> None:
     """Serve the Agent ``target`` names until stopped; a configuration error is raised before anything listens."""
     agent = load_agent(target)
     check_protocols(a2a, mcp)
+    check_engine(agent, engine, temporal, a2a=a2a)
+    if engine == "temporal" and temporal:
+        check_reachable(temporal)
     where = store_target(store)
     if workers > 1 and not (isinstance(where, str) and where.startswith(POSTGRES_SCHEMES)):
         raise ConfigurationError(
@@ -78,12 +88,15 @@ def serve(
     who = authenticator(auth, host, store)
     log_level = os.environ.get("TETHER_LOG_LEVEL", "info")
     if workers == 1:
-        served = app(agent, authenticator=who, store=where, lease_seconds=lease, a2a=a2a, mcp=mcp)
+        served = app(agent, authenticator=who, store=where, lease_seconds=lease, a2a=a2a, mcp=mcp, engine=engine,
+                     temporal=temporal, task_queue=task_queue)  # fmt: skip
         uvicorn.run(served, host=host, port=port, log_level=log_level)
         return
     protocols = ",".join(name for name, asked in (("a2a", a2a), ("mcp", mcp)) if asked)
     os.environ.update({TARGET_ENV: target, AUTH_ENV: auth, STORE_ENV: str(where), LEASE_ENV: repr(lease),
-                       PROTOCOLS_ENV: protocols})  # fmt: skip
+                       PROTOCOLS_ENV: protocols, ENGINE_ENV: engine, TASK_QUEUE_ENV: task_queue})  # fmt: skip
+    if temporal:
+        os.environ[TEMPORAL_ENV] = temporal
     uvicorn.run(
         "tether.serve.launch:app_from_env", factory=True, workers=workers, host=host, port=port, log_level=log_level
     )
@@ -97,4 +110,5 @@ def app_from_env() -> FastAPI:
     who = authenticator(env.get(AUTH_ENV) or NO_AUTH, DEFAULT_HOST, store)  # ``serve`` checked it against --host
     protocols = set((env.get(PROTOCOLS_ENV) or "").split(","))
     return app(load_agent(env[TARGET_ENV]), authenticator=who, store=store, lease_seconds=lease,
-               a2a="a2a" in protocols, mcp="mcp" in protocols)  # fmt: skip
+               a2a="a2a" in protocols, mcp="mcp" in protocols, engine=env.get(ENGINE_ENV) or "local",
+               temporal=env.get(TEMPORAL_ENV), task_queue=env.get(TASK_QUEUE_ENV) or DEFAULT_TASK_QUEUE)  # fmt: skip
