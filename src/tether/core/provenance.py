@@ -18,7 +18,9 @@ Rules of the trace, each chosen to fail closed:
 - A value is traced to one text when it equals it or is a substring of it,
   both normalised the same way: Unicode NFKC, case folded, runs of
   whitespace made one space, percent-decoding with ``+`` as a space
-  (repeated, at most three times). A value assembled from pieces of several
+  (repeated, at most three times), curly quotes straight and a quote
+  written doubled (YAML's and SQL's escape inside a quoted string: ``''``)
+  one quote. A value assembled from pieces of several
   texts is traced to none of them.
 - A value that appears in trusted text is trusted even if it also appears in
   untrusted text: an injection that reuses a value the principal gave is not
@@ -59,6 +61,7 @@ NOWHERE = "nowhere"
 
 SHORT = 3  # a value shorter than this must appear as a whole word
 _SPACES = re.compile(r"\s+")
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201b": "'", "\u201c": '"', "\u201d": '"'})
 _WORDS = re.compile(r"\w+")
 _SEP = "\x00"  # between the leaves of one result: never whitespace, never in a normalised value
 _SHOWN = 80  # how much of a value a reason shows
@@ -68,13 +71,14 @@ CORRECTIONS = ("Your final answer is invalid (", "Your final answer was refused:
 
 
 def normalise(text: str) -> str:
-    """``text`` as it is compared: NFKC, case folded, percent-decoded (``+`` a space), whitespace runs one space."""
+    """``text`` as compared: NFKC, case folded, percent-decoded, quotes straight and undoubled, spaces squeezed."""
     for _ in range(3):  # twice-encoded still found; bounded, so a crafted text costs little
         decoded = unquote_plus(text) if ("%" in text or "+" in text) else text
         if decoded == text:
             break
         text = decoded
-    text = unicodedata.normalize("NFKC", text).casefold().replace(_SEP, " ")
+    text = unicodedata.normalize("NFKC", text).casefold().replace(_SEP, " ").translate(_QUOTES)
+    text = text.replace("''", "'")  # a result printed as YAML quotes `grandma's` as 'grandma''s'
     return _SPACES.sub(" ", text).strip()
 
 
