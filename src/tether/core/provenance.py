@@ -29,8 +29,11 @@ Rules of the trace, each chosen to fail closed:
   a trusted result only where the result repeats what the call was asked
   (an error echoing a bad argument, say) is not traced there.
 - Numbers are matched as their decimal text (``42``, ``12.5``; ``3.0`` as
-  ``3``). A value shorter than three characters must appear as a whole word;
-  an empty string carries nothing and counts as traced. Booleans and nulls
+  ``3``). A value shorter than three characters must appear as a whole word
+  of a tool result, or be a whole message: in prose (the prompt, the system
+  message, the instructions) a number of one or two digits is a day, an hour
+  or a count ("June 13") as often as a reference, so file ``13`` is not
+  traced to it. An empty string carries nothing and counts as traced. Booleans and nulls
   are not values to trace.
 - A tool result's text is the strings, keys and numbers of its JSON (not the
   envelope's punctuation), kept as one text; text inside it that imitates a
@@ -128,11 +131,15 @@ class TextIndex:
         self._grams: dict[str, list[int]] = {}
         self._short: dict[str, list[int]] = {}
 
-    def add(self, parts: Sequence[str], trusted: bool, label: str, echo: Sequence[str] = ()) -> None:
+    def add(
+        self, parts: Sequence[str], trusted: bool, label: str, echo: Sequence[str] = (), prose: bool = False
+    ) -> None:
         """Index the text made of ``parts`` (a value is found within one part).
 
         ``echo``: the arguments of the call a result answers; a value found
         in the result that is also among them does not count as traced there.
+        ``prose``: a message, not a result: a short value is found in it only
+        when it is the whole message.
         """
         norm = _SEP.join(filter(None, map(normalise, parts)))
         if not norm:
@@ -141,7 +148,8 @@ class TextIndex:
         self.texts.append((norm, trusted, label, _SEP.join(map(normalise, echo))))
         for gram in {norm[i : i + SHORT] for i in range(len(norm) - SHORT + 1)}:
             self._grams.setdefault(gram, []).append(tid)
-        for word in {w for w in (*_WORDS.findall(norm), *norm.replace(_SEP, " ").split(" ")) if 0 < len(w) < SHORT}:
+        words = {norm} if prose else {*_WORDS.findall(norm), *norm.replace(_SEP, " ").split(" ")}
+        for word in {w for w in words if 0 < len(w) < SHORT}:
             self._short.setdefault(word, []).append(tid)
 
     def find(self, value: str) -> tuple[bool, list[str]]:
@@ -194,14 +202,14 @@ class Provenance:
         """Add text the host wrote outside the transcript (a run's fixed instructions) as trusted, once."""
         if text not in self._host:
             self._host.add(text)
-            self.index.add([text], True, "the instructions")
+            self.index.add([text], True, "the instructions", prose=True)
 
     def sync(self, messages: Sequence[Message], untrusted: Mapping[str, str]) -> None:
         """Index the messages added since the last call (the transcript only grows)."""
         if len(messages) < self._seen:  # not expected: a transcript rewritten is indexed afresh
             self.index, self._seen, self._calls, self._prompts = TextIndex(), 0, {}, 0
             for text in sorted(self._host):
-                self.index.add([text], True, "the instructions")
+                self.index.add([text], True, "the instructions", prose=True)
         for position in range(self._seen, len(messages)):
             self._add(position, messages[position], untrusted)
         self._seen = len(messages)
@@ -213,13 +221,13 @@ class Provenance:
             return  # the model's own writing is no source
         content = message.content or ""
         if message.role == "system":
-            self.index.add([content], True, "the system message")
+            self.index.add([content], True, "the system message", prose=True)
         elif message.role == "user" and not content.startswith(CORRECTIONS):
             self._prompts += 1
             if self.outer is None:
-                self.index.add([content], True, f"the principal's message {self._prompts}")
+                self.index.add([content], True, f"the principal's message {self._prompts}", prose=True)
             else:
-                self.index.add([content], False, "the prompt the parent run's model wrote")
+                self.index.add([content], False, "the prompt the parent run's model wrote", prose=True)
         elif message.role == "tool":
             call_id = message.tool_call_id or ""
             tool, arguments = self._calls.get(call_id, (untrusted.get(call_id, "a tool"), ""))
