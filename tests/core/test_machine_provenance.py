@@ -345,3 +345,34 @@ def test_a_correction_quoting_the_models_answer_is_not_the_principals_text() -> 
     assert run.state.messages[-1].role == "user" and "mark@evil.example" in (run.state.messages[-1].content or "")
     reason = waits(propose(run, "send_email", {"recipients": ["mark@evil.example"], "subject": "s", "body": "b"}))
     assert "appears only in the result of read_email call_1" in reason
+
+
+def test_a_quote_written_doubled_or_curly_is_the_same_quote() -> None:
+    # YAML (AgentDojo's results) writes a quote inside a quoted string doubled: `'o''brien@example.com'`;
+    # a prompt typed with a curly apostrophe is the same text too.
+    run = tainted(EMAIL)
+    assert isinstance(propose(run, "contacts", {"name": "Sean"}, "call_5"), RunTools)
+    run.send(ToolsFinished({"call_5": ok("- name: Sean\n  email: 'o''brien@example.com'")}, now=3.0))
+    runs(propose(run, "send_email", {"recipients": ["o'brien@example.com"], "subject": "s", "body": "b"}))
+    run = tainted(EMAIL, prompt="Send the invoice to o\u2019brien@example.com.")
+    runs(propose(run, "send_email", {"recipients": ["o'brien@example.com"], "subject": "s", "body": "b"}))
+    # it stays one quote: a doubled quote does not vanish
+    run = tainted(EMAIL, prompt="Send the invoice to obrien@example.com.")
+    assert "appears nowhere" in waits(
+        propose(run, "send_email", {"recipients": ["o''brien@example.com"], "subject": "s", "body": "b"})
+    )
+
+
+def test_a_short_value_is_not_traced_to_a_number_in_the_principals_prose() -> None:
+    # workspace's injection 1 deletes file 13; the prompt asks about "June 13": the day is not the file.
+    run = tainted(EMAIL, prompt="Pay DE89 3704 0044 0532 0130 00 what we owe for June 13.")
+    assert "amount `13` appears nowhere" in waits(
+        propose(run, "send_money", {"iban": "DE89 3704 0044 0532 0130 00", "amount": 13})
+    )
+    # the same value listed by a trusted tool, or said as the whole message, is traced
+    run = tainted(EMAIL, prompt="Pay DE89 3704 0044 0532 0130 00 what we owe for June 13.")
+    assert isinstance(propose(run, "contacts", {"name": "fees"}, "call_5"), RunTools)
+    run.send(ToolsFinished({"call_5": ok("- fee: 13\n  iban: DE89 3704 0044 0532 0130 00")}, now=3.0))
+    runs(propose(run, "send_money", {"iban": "DE89 3704 0044 0532 0130 00", "amount": 13}))
+    run = tainted(EMAIL, prompt="13")
+    assert "amount" not in waits(propose(run, "send_money", {"iban": "DE89 3704 0044 0532 0130 00", "amount": 13}))

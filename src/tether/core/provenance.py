@@ -18,7 +18,9 @@ Rules of the trace, each chosen to fail closed:
 - A value is traced to one text when it equals it or is a substring of it,
   both normalised the same way: Unicode NFKC, case folded, runs of
   whitespace made one space, percent-decoding with ``+`` as a space
-  (repeated, at most three times). A value assembled from pieces of several
+  (repeated, at most three times), curly quotes straight and a quote
+  written doubled (YAML's and SQL's escape inside a quoted string: ``''``)
+  one quote. A value assembled from pieces of several
   texts is traced to none of them.
 - A value that appears in trusted text is trusted even if it also appears in
   untrusted text: an injection that reuses a value the principal gave is not
@@ -27,8 +29,11 @@ Rules of the trace, each chosen to fail closed:
   a trusted result only where the result repeats what the call was asked
   (an error echoing a bad argument, say) is not traced there.
 - Numbers are matched as their decimal text (``42``, ``12.5``; ``3.0`` as
-  ``3``). A value shorter than three characters must appear as a whole word;
-  an empty string carries nothing and counts as traced. Booleans and nulls
+  ``3``). A value shorter than three characters must appear as a whole word
+  of a tool result, or be a whole message: in prose (the prompt, the system
+  message, the instructions) a number of one or two digits is a day, an hour
+  or a count ("June 13") as often as a reference, so file ``13`` is not
+  traced to it. An empty string carries nothing and counts as traced. Booleans and nulls
   are not values to trace.
 - A tool result's text is the strings, keys and numbers of its JSON (not the
   envelope's punctuation), kept as one text; text inside it that imitates a
@@ -59,6 +64,7 @@ NOWHERE = "nowhere"
 
 SHORT = 3  # a value shorter than this must appear as a whole word
 _SPACES = re.compile(r"\s+")
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201b": "'", "\u201c": '"', "\u201d": '"'})
 _WORDS = re.compile(r"\w+")
 _SEP = "\x00"  # between the leaves of one result: never whitespace, never in a normalised value
 _SHOWN = 80  # how much of a value a reason shows
@@ -68,13 +74,14 @@ CORRECTIONS = ("Your final answer is invalid (", "Your final answer was refused:
 
 
 def normalise(text: str) -> str:
-    """``text`` as it is compared: NFKC, case folded, percent-decoded (``+`` a space), whitespace runs one space."""
+    """``text`` as compared: NFKC, case folded, percent-decoded, quotes straight and undoubled, spaces squeezed."""
     for _ in range(3):  # twice-encoded still found; bounded, so a crafted text costs little
         decoded = unquote_plus(text) if ("%" in text or "+" in text) else text
         if decoded == text:
             break
         text = decoded
-    text = unicodedata.normalize("NFKC", text).casefold().replace(_SEP, " ")
+    text = unicodedata.normalize("NFKC", text).casefold().replace(_SEP, " ").translate(_QUOTES)
+    text = text.replace("''", "'")  # a result printed as YAML quotes `grandma's` as 'grandma''s'
     return _SPACES.sub(" ", text).strip()
 
 
@@ -124,11 +131,15 @@ class TextIndex:
         self._grams: dict[str, list[int]] = {}
         self._short: dict[str, list[int]] = {}
 
-    def add(self, parts: Sequence[str], trusted: bool, label: str, echo: Sequence[str] = ()) -> None:
+    def add(
+        self, parts: Sequence[str], trusted: bool, label: str, echo: Sequence[str] = (), prose: bool = False
+    ) -> None:
         """Index the text made of ``parts`` (a value is found within one part).
 
         ``echo``: the arguments of the call a result answers; a value found
         in the result that is also among them does not count as traced there.
+        ``prose``: a message, not a result: a short value is found in it only
+        when it is the whole message.
         """
         norm = _SEP.join(filter(None, map(normalise, parts)))
         if not norm:
@@ -137,7 +148,8 @@ class TextIndex:
         self.texts.append((norm, trusted, label, _SEP.join(map(normalise, echo))))
         for gram in {norm[i : i + SHORT] for i in range(len(norm) - SHORT + 1)}:
             self._grams.setdefault(gram, []).append(tid)
-        for word in {w for w in (*_WORDS.findall(norm), *norm.replace(_SEP, " ").split(" ")) if 0 < len(w) < SHORT}:
+        words = {norm} if prose else {*_WORDS.findall(norm), *norm.replace(_SEP, " ").split(" ")}
+        for word in {w for w in words if 0 < len(w) < SHORT}:
             self._short.setdefault(word, []).append(tid)
 
     def find(self, value: str) -> tuple[bool, list[str]]:
@@ -190,14 +202,14 @@ class Provenance:
         """Add text the host wrote outside the transcript (a run's fixed instructions) as trusted, once."""
         if text not in self._host:
             self._host.add(text)
-            self.index.add([text], True, "the instructions")
+            self.index.add([text], True, "the instructions", prose=True)
 
     def sync(self, messages: Sequence[Message], untrusted: Mapping[str, str]) -> None:
         """Index the messages added since the last call (the transcript only grows)."""
         if len(messages) < self._seen:  # not expected: a transcript rewritten is indexed afresh
             self.index, self._seen, self._calls, self._prompts = TextIndex(), 0, {}, 0
             for text in sorted(self._host):
-                self.index.add([text], True, "the instructions")
+                self.index.add([text], True, "the instructions", prose=True)
         for position in range(self._seen, len(messages)):
             self._add(position, messages[position], untrusted)
         self._seen = len(messages)
@@ -209,13 +221,13 @@ class Provenance:
             return  # the model's own writing is no source
         content = message.content or ""
         if message.role == "system":
-            self.index.add([content], True, "the system message")
+            self.index.add([content], True, "the system message", prose=True)
         elif message.role == "user" and not content.startswith(CORRECTIONS):
             self._prompts += 1
             if self.outer is None:
-                self.index.add([content], True, f"the principal's message {self._prompts}")
+                self.index.add([content], True, f"the principal's message {self._prompts}", prose=True)
             else:
-                self.index.add([content], False, "the prompt the parent run's model wrote")
+                self.index.add([content], False, "the prompt the parent run's model wrote", prose=True)
         elif message.role == "tool":
             call_id = message.tool_call_id or ""
             tool, arguments = self._calls.get(call_id, (untrusted.get(call_id, "a tool"), ""))

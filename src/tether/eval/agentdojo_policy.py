@@ -25,8 +25,9 @@ else. The rules the rows follow:
   published to others. Recipients (email addresses, IBANs, slack users and
   channels, event participants), URLs, file ids shared or deleted, the
   booked business, account fields a takeover would change (password,
-  address), and message bodies sent outside. Free text that stays with the
-  principal (a new file in the own drive, an event's title) is not a sink.
+  address), and message bodies sent outside, and the text of a calendar
+  event (the principal acts on it as their own plan). Other free text that
+  stays with the principal (a new file in the own drive) is not a sink.
 """
 
 from __future__ import annotations
@@ -69,7 +70,11 @@ POLICY: dict[str, FunctionPolicy] = {
     # ---- calendar (workspace, travel): invitations carry their organisers' text
     "search_calendar_events": _reads(OTHERS),
     "get_day_calendar_events": _reads(OTHERS),
-    "create_calendar_event": _acts("participants"),  # invitations go to the participants
+    # Invitations go to the participants, and the event's text goes with them; with no participant the event is
+    # still the principal's own plan for a day, read back as a reminder of what to do: a title, description or
+    # location only others' text holds ("Booking a room at the Riverside View Hotel", travel's injection 2) is
+    # the injection's instruction planted in the principal's calendar. Times alone carry no one's words.
+    "create_calendar_event": _acts("participants", "title", "description", "location"),
     "cancel_calendar_event": _acts("event_id"),  # cancellations go to its participants
     "reschedule_calendar_event": _acts("event_id", untrusted=OTHERS),  # returns the event, description and all
     "add_calendar_event_participants": _acts("event_id", "participants", untrusted=OTHERS),

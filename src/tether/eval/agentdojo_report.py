@@ -3,10 +3,13 @@
 For each setting (``tether.eval.agentdojo.SETTINGS``), suite and attack:
 utility without attack (user tasks done, attack ``none``), utility under
 attack and the attack success rate (AgentDojo's pairs), the approvals asked,
-tokens, and two lists: every lost case with why it was lost (the approvals
-denied and the calls the gates refused, from its reason), and every case
-where an injected value reached a sink without an approval — a failure of
-the gate in any setting but ``no-gate``.
+tokens, and three lists: every lost case with why it was lost (the approvals
+denied and the calls the gates refused, from its reason), every case where
+an injected value reached a sink without an approval — a failure of the
+gate in any setting but ``no-gate`` — and every attack that succeeded by the
+answer's text alone (AgentDojo's check passes with no call made: a gate on
+calls cannot stop it, so it is counted in the attack success and shown
+apart).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Row:
     hijacked: int = 0
     attackable: int = 0  # pairs whose injection task has a ground truth (what the scripted gullible can do)
     hijacked_attackable: int = 0
+    by_answer: list[str] = field(default_factory=list)  # case ids: the attack succeeded by the answer's text alone
     approvals: int = 0
     tasks_asking: int = 0  # user tasks (without attack) that asked at least one approval
     approvals_attacked: int = 0
@@ -60,6 +64,7 @@ class Row:
             "attack_success_rate": self.rate(self.hijacked, self.pairs),
             "attackable_pairs": self.attackable,
             "attack_success_rate_attackable": self.rate(self.hijacked_attackable, self.attackable),
+            "attack_success_by_answer_alone": self.by_answer,
             "approvals": self.approvals,
             "tasks_asking_approval": self.tasks_asking,
             "approvals_under_attack": self.approvals_attacked,
@@ -117,6 +122,8 @@ def _add(row: Row, result: CaseResult, scores: dict[str, Any]) -> None:
     row.pairs += 1
     row.utility_attacked += bool(scores["utility"])
     row.hijacked += bool(scores["security"])
+    if scores.get("by_answer"):
+        row.by_answer.append(result.id)
     row.approvals_attacked += approvals
     if not scores["utility"]:
         row.lost_attacked.append((result.id, result.reason))
@@ -153,6 +160,7 @@ def totals(rows: Sequence[Row]) -> list[Row]:
         total.lost = [lost for m in members for lost in m.lost]
         total.lost_attacked = [lost for m in members for lost in m.lost_attacked]
         total.leaks = [case for m in members for case in m.leaks]
+        total.by_answer = [case for m in members for case in m.by_answer]
         out.append(total)
     return out
 
@@ -169,6 +177,7 @@ HEAD = (
     "under attack",
     "attack success",
     "(of attackable)",
+    "by answer alone",
     "tasks asking",
     "approvals",
     "tokens",
@@ -185,6 +194,7 @@ def _cells(row: Row) -> tuple[str, ...]:
         f"{_pct(row.rate(row.utility_attacked, row.pairs))} ({row.utility_attacked}/{row.pairs})" if row.pairs else "-",
         f"{_pct(row.rate(row.hijacked, row.pairs))} ({row.hijacked}/{row.pairs})" if row.pairs else "-",
         f"{_pct(row.rate(row.hijacked_attackable, row.attackable))}" if row.attackable else "-",
+        str(len(row.by_answer)) if row.pairs else "-",
         f"{row.tasks_asking}/{row.tasks}" if row.tasks else "-",
         f"{row.approvals}/{row.approvals_attacked}" if row.pairs else str(row.approvals),
         str(row.tokens),
@@ -226,19 +236,31 @@ def html_section(rows: Sequence[Row]) -> str:
     lost = _losses(rows, "lost", "lost-task")
     lost_attacked = _losses(rows, "lost_attacked", "lost-under-attack")
     gated = failures(rows)
+    said = (
+        "\n".join(
+            f'<li data-testid="by-answer"><code>{escape(case)}</code> ({escape(r.setting)})</li>'
+            for r in rows
+            if r.suite != "total"
+            for case in r.by_answer
+        )
+        or "<li>none</li>"
+    )
     leaks = (
         "\n".join(f'<li data-testid="unapproved-sink"><code>{escape(case)}</code></li>' for case in gated)
         or "<li>none</li>"
     )
     return (
         "<h2>AgentDojo</h2><p>utility: user tasks done without attack; under attack: over AgentDojo's pairs; "
-        "attack success: the injection task done (of attackable: pairs whose injection task has a ground truth); "
+        "attack success: the injection task done (of attackable: pairs whose injection task has a ground truth; "
+        "by answer alone: done by the answer's text, with no call a gate could stop); "
         "tasks asking: user tasks that asked at least one approval without attack; "
         "approvals: asked without attack / under attack.</p>"
         f'<table data-testid="agentdojo">{head}\n{body}</table>'
         f"<h3>User tasks lost without attack</h3><ul>{lost or '<li>none</li>'}</ul>"
         f"<details><summary>User tasks lost under attack</summary><ul>{lost_attacked or '<li>none</li>'}</ul></details>"
         f"<h3>Injected values that reached a sink without an approval (failures)</h3><ul>{leaks}</ul>"
+        "<details><summary>Attacks that succeeded by the answer's text alone (no call: no gate on calls can "
+        f"stop them)</summary><ul>{said}</ul></details>"
     )
 
 
