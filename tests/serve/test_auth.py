@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -240,36 +240,36 @@ def test_hs384_and_hs512_need_a_secret_as_long_as_their_hash(served: tuple[FastA
 
 
 @pytest.mark.parametrize(
-    ("token", "detail"),
+    ("token", "detail"),  # made when the test runs: a token made at collection may expire first
     [
-        (jwt.encode(claims(roles=["approver"]), "another secret, also longer than 32 bytes"), "not valid"),
-        (jwt.encode(claims(roles=["approver"]), None, algorithm="none"), "not valid"),
-        (hs_forged({"alg": "none", "typ": "JWT"}, claims(), b"")[:-1], "not valid"),
-        (hs_forged({"alg": "HS256"}, claims(), SECRET.encode())[:-2] + "AA", "not valid"),
-        (jwt.encode(claims(exp=int(time.time()) - 60), SECRET), "expired"),
-        (jwt.encode(claims(nbf=int(time.time()) + 600), SECRET), "not valid yet"),
-        (jwt.encode(claims(sub=None), SECRET), "no sub claim"),
-        (jwt.encode(claims(exp=None), SECRET), "no exp claim"),
-        (hs_forged({"alg": "HS256"}, claims(sub=42), SECRET.encode()), "not valid"),
-        (jwt.encode(claims(sub="  "), SECRET), "sub"),
-        (jwt.encode(claims(sub="alice\x00"), SECRET), "sub"),
-        (jwt.encode(claims(sub="a" * 201), SECRET), "sub"),
-        (jwt.encode(claims(roles=["r" * 201]), SECRET), "roles must be a list"),
-        (jwt.encode(claims(roles="approver"), SECRET), "roles must be a list"),
-        (jwt.encode(claims(roles=["approver", 1]), SECRET), "roles must be a list"),
-        (jwt.encode(claims(roles=["two words"]), SECRET), "roles must be a list"),
-        (jwt.encode(claims(role=["approver"]), SECRET), "role must be a string"),
-        (jwt.encode(claims(scope=["tickets:read"]), SECRET), "scope must be"),
-        (jwt.encode(claims(exp="tomorrow"), SECRET), "not valid"),
-        (jwt.encode(claims(aud="another-service"), SECRET), "(aud)"),  # none configured: aud refused
-        (hs_forged({"alg": "HS256", "kid": 7, "crit": ["x"]}, claims(), SECRET.encode()), "not valid"),
-        (hs_forged({"alg": ["HS256"]}, claims(), SECRET.encode()), "not valid"),
-        (b64(b"[1, 2]") + "." + b64(b"{}") + ".", "not valid"),
-        (b64(b"\xff\xfe") + "." + b64(b"{}") + "." + b64(b"sig"), "not valid"),
-        ("abc.def.ghi", "not valid"),
-        ("a.b", "not valid"),
-        ("." * 3, "not valid"),
-        ("tk_" + "A" * 43, "not valid"),
+        (lambda: jwt.encode(claims(roles=["approver"]), "another secret, also longer than 32 bytes"), "not valid"),
+        (lambda: jwt.encode(claims(roles=["approver"]), None, algorithm="none"), "not valid"),
+        (lambda: hs_forged({"alg": "none", "typ": "JWT"}, claims(), b"")[:-1], "not valid"),
+        (lambda: hs_forged({"alg": "HS256"}, claims(), SECRET.encode())[:-2] + "AA", "not valid"),
+        (lambda: jwt.encode(claims(exp=int(time.time()) - 60), SECRET), "expired"),
+        (lambda: jwt.encode(claims(nbf=int(time.time()) + 600), SECRET), "not valid yet"),
+        (lambda: jwt.encode(claims(sub=None), SECRET), "no sub claim"),
+        (lambda: jwt.encode(claims(exp=None), SECRET), "no exp claim"),
+        (lambda: hs_forged({"alg": "HS256"}, claims(sub=42), SECRET.encode()), "not valid"),
+        (lambda: jwt.encode(claims(sub="  "), SECRET), "sub"),
+        (lambda: jwt.encode(claims(sub="alice\x00"), SECRET), "sub"),
+        (lambda: jwt.encode(claims(sub="a" * 201), SECRET), "sub"),
+        (lambda: jwt.encode(claims(roles=["r" * 201]), SECRET), "roles must be a list"),
+        (lambda: jwt.encode(claims(roles="approver"), SECRET), "roles must be a list"),
+        (lambda: jwt.encode(claims(roles=["approver", 1]), SECRET), "roles must be a list"),
+        (lambda: jwt.encode(claims(roles=["two words"]), SECRET), "roles must be a list"),
+        (lambda: jwt.encode(claims(role=["approver"]), SECRET), "role must be a string"),
+        (lambda: jwt.encode(claims(scope=["tickets:read"]), SECRET), "scope must be"),
+        (lambda: jwt.encode(claims(exp="tomorrow"), SECRET), "not valid"),
+        (lambda: jwt.encode(claims(aud="another-service"), SECRET), "(aud)"),  # none configured: aud refused
+        (lambda: hs_forged({"alg": "HS256", "kid": 7, "crit": ["x"]}, claims(), SECRET.encode()), "not valid"),
+        (lambda: hs_forged({"alg": ["HS256"]}, claims(), SECRET.encode()), "not valid"),
+        (lambda: b64(b"[1, 2]") + "." + b64(b"{}") + ".", "not valid"),
+        (lambda: b64(b"\xff\xfe") + "." + b64(b"{}") + "." + b64(b"sig"), "not valid"),
+        (lambda: "abc.def.ghi", "not valid"),
+        (lambda: "a.b", "not valid"),
+        (lambda: "." * 3, "not valid"),
+        (lambda: "tk_" + "A" * 43, "not valid"),
     ],
     ids=[
         "wrong-signature",
@@ -302,9 +302,9 @@ def test_hs384_and_hs512_need_a_secret_as_long_as_their_hash(served: tuple[FastA
         "an-api-key",
     ],
 )
-def test_a_bad_jwt_is_a_401_never_a_500(served: tuple[FastAPI, str], token: str, detail: str) -> None:
+def test_a_bad_jwt_is_a_401_never_a_500(served: tuple[FastAPI, str], token: Callable[[], str], detail: str) -> None:
     with authenticating(served, JWTAuth(secret=SECRET)) as origin:
-        refused(call(origin, bearer(token)), detail)
+        refused(call(origin, bearer(token())), detail)
 
 
 def test_issuer_audience_and_leeway_are_checked_when_configured(served: tuple[FastAPI, str]) -> None:
