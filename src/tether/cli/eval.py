@@ -6,8 +6,9 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -76,29 +77,48 @@ def eval_command() -> None:
     """
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _model_options(command: F) -> F:
+    """The options that choose the model a command evaluates, and how many cases run at once."""
+    options: list[Callable[[Any], Any]] = [
+        click.option("--model", help="Model name [env: OPENAI_MODEL]."),
+        click.option(
+            "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env: OPENAI_BASE_URL]."
+        ),
+        api_key_option,
+        click.option(
+            "--provider",
+            metavar="NAME",
+            help="A provider profile, as for tether run: openai, llama-cpp-python, snowflake, or anthropic "
+            "[env: TETHER_PROVIDER].",
+        ),
+        protocol_option,
+        click.option(
+            "--local-model",
+            type=click.Path(dir_okay=False, exists=True),
+            envvar="TETHER_LOCAL_MODEL",
+            help="Run this GGUF file in-process instead of an endpoint; with no endpoint set, the embedded "
+            "SmolLM2-135M is used [env: TETHER_LOCAL_MODEL].",
+        ),
+        with_settings_options,
+        click.option(
+            "--concurrency",
+            type=click.IntRange(min=1),
+            default=8,
+            show_default=True,
+            help="Cases run at the same time.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @eval_command.command("run")
 @click.argument("datasets", nargs=-1, required=True, metavar="DATASET...")
-@click.option("--model", help="Model name [env: OPENAI_MODEL].")
-@click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env: OPENAI_BASE_URL].")
-@api_key_option
-@click.option(
-    "--provider",
-    metavar="NAME",
-    help="A provider profile, as for tether run: openai, llama-cpp-python, snowflake, or anthropic "
-    "[env: TETHER_PROVIDER].",
-)
-@protocol_option
-@click.option(
-    "--local-model",
-    type=click.Path(dir_okay=False, exists=True),
-    envvar="TETHER_LOCAL_MODEL",
-    help="Run this GGUF file in-process instead of an endpoint; with no endpoint set, the embedded "
-    "SmolLM2-135M is used [env: TETHER_LOCAL_MODEL].",
-)
-@with_settings_options
-@click.option(
-    "--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Cases run at the same time."
-)
+@_model_options
 @click.option("--limit", type=click.IntRange(min=1), help="Run only the first N cases of each dataset.")
 @click.option(
     "--toolset",
@@ -323,30 +343,10 @@ DEFAULT_AGENTDOJO_OUT = "agentdojo-results"
     type=click.Choice(["no-gate", "taint", "provenance", "provenance-deny"]),
     help="What the gates know (repeatable): no-gate (nothing untrusted), taint (untrusted results taint the "
     "run; its side effects need approval, granted), provenance (taint, and each tool's sinks), provenance-deny "
-    "(provenance, approvals denied) [default: every setting this tether supports].",
+    "(provenance, approvals denied) [default: every setting].",
 )
 @click.option("--scripted", type=click.Choice(["oracle", "gullible"]), help="A scripted model instead of an endpoint.")
-@click.option("--model", help="Model name [env: OPENAI_MODEL].")
-@click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env: OPENAI_BASE_URL].")
-@api_key_option
-@click.option(
-    "--provider",
-    metavar="NAME",
-    help="A provider profile, as for tether run: openai, llama-cpp-python, snowflake, or anthropic "
-    "[env: TETHER_PROVIDER].",
-)
-@protocol_option
-@click.option(
-    "--local-model",
-    type=click.Path(dir_okay=False, exists=True),
-    envvar="TETHER_LOCAL_MODEL",
-    help="Run this GGUF file in-process instead of an endpoint; with no endpoint set, the embedded "
-    "SmolLM2-135M is used [env: TETHER_LOCAL_MODEL].",
-)
-@with_settings_options
-@click.option(
-    "--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Cases run at the same time."
-)
+@_model_options
 @click.option("--limit", type=click.IntRange(min=1), help="Run only the first N user tasks of each suite.")
 @click.option(
     "--out",
