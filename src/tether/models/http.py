@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
@@ -78,6 +79,27 @@ def checked_base_url(url: str, setting: str) -> str:
         shown = re.sub(r"//[^/@]*@", "//***@", url)  # never echo a password written into the URL
         raise ConfigurationError(f"{setting} {shown!r} is not a base URL: {problem}; e.g. http://127.0.0.1:8080/v1")
     return url.rstrip("/")
+
+
+OPENAI_API = "https://api.openai.com/v1"
+
+
+def openai_endpoint(adapter: str, base_url: str | None, api_key: str | None) -> tuple[str, dict[str, str]]:
+    """The checked base URL (``base_url``, ``OPENAI_BASE_URL``, else OpenAI's) and the request headers of an
+    OpenAI adapter; a ``ConfigurationError`` naming ``adapter`` when OpenAI's own API is meant without a key."""
+    url = checked_base_url(
+        base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_API, "base_url" if base_url else "OPENAI_BASE_URL"
+    )
+    api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+    if not api_key and url == OPENAI_API:
+        raise ConfigurationError(
+            f"no API key: pass {adapter}(api_key=...) or set OPENAI_API_KEY; for another server, "
+            "base_url=... or OPENAI_BASE_URL"
+        )
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return url, headers
 
 
 def retry_after(value: str | None) -> float | None:

@@ -34,8 +34,9 @@ from tether.models.http import (
     DEFAULT_MAX_REPLY_BYTES,
     DEFAULT_MAX_RETRIES,
     DEFAULT_READ_TIMEOUT,
+    OPENAI_API,
     HTTPModel,
-    checked_base_url,
+    openai_endpoint,
     sse_events,
 )
 from tether.models.stream import Assembler, content_text, error_message, parse_usage
@@ -43,7 +44,7 @@ from tether.models.stream import Assembler, content_text, error_message, parse_u
 if TYPE_CHECKING:
     from tether.tools.output import OutputMode
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_BASE_URL = OPENAI_API
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,19 +189,7 @@ class OpenAIChatModel(HTTPModel):
         )
         if not self.name:
             raise ConfigurationError("no model named: pass OpenAIChatModel(model=...) or set OPENAI_MODEL")
-        self.base_url = checked_base_url(
-            base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
-            "base_url" if base_url else "OPENAI_BASE_URL",
-        )
-        api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        if not api_key and self.base_url == DEFAULT_BASE_URL:
-            raise ConfigurationError(
-                "no API key: pass OpenAIChatModel(api_key=...) or set OPENAI_API_KEY; for a local server, "
-                "base_url=... or OPENAI_BASE_URL"
-            )
-        headers = {"Content-Type": "application/json"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+        self.base_url, headers = openai_endpoint("OpenAIChatModel", base_url, api_key)
         super().__init__(
             headers,
             max_retries=max_retries,

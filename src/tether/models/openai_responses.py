@@ -73,8 +73,9 @@ from tether.models.http import (
     DEFAULT_MAX_REPLY_BYTES,
     DEFAULT_MAX_RETRIES,
     DEFAULT_READ_TIMEOUT,
+    OPENAI_API,
     HTTPModel,
-    checked_base_url,
+    openai_endpoint,
     sse_events,
 )
 from tether.models.stream import error_message
@@ -82,7 +83,7 @@ from tether.models.stream import error_message
 if TYPE_CHECKING:
     from tether.tools.output import OutputMode
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_BASE_URL = OPENAI_API
 # The key of this adapter's part of ``Message.provider_data``.
 PROVIDER_KEY = "openai_responses"
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
@@ -494,19 +495,7 @@ class OpenAIResponsesModel(HTTPModel):
         if not self.name:
             raise ConfigurationError("no model named: pass OpenAIResponsesModel(model=...) or set OPENAI_MODEL")
         self.output_mode = checked_output_mode(output_mode, self.output_modes, "OpenAIResponsesModel")
-        self.base_url = checked_base_url(
-            base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
-            "base_url" if base_url else "OPENAI_BASE_URL",
-        )
-        api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        if not api_key and self.base_url == DEFAULT_BASE_URL:
-            raise ConfigurationError(
-                "no API key: pass OpenAIResponsesModel(api_key=...) or set OPENAI_API_KEY; for another server, "
-                "base_url=... or OPENAI_BASE_URL"
-            )
-        headers = {"Content-Type": "application/json"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+        self.base_url, headers = openai_endpoint("OpenAIResponsesModel", base_url, api_key)
         super().__init__(
             headers,
             max_retries=max_retries,
