@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench self-check clean browser sysdeps postgres
+.PHONY: demo test docs bench self-check clean browser sysdeps postgres
 
 # llama.cpp built for the CPU it runs on (GGML_NATIVE) crashes in its batched kernels on some virtual
 # machines, this one among them (a segfault on any prompt past one token): it is built for plain AVX2,
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install -q --no-cache-dir --no-binary llama-cpp-python \
 		'llama-cpp-python[server]>=0.3.7,<0.4'
-	$(BIN)/python -m pip install -q -e '.[dev,local,server,kb,a2a,mcp,otel,postgres,temporal]'
+	$(BIN)/python -m pip install -q -e '.[dev,docs,local,server,kb,a2a,mcp,otel,postgres,temporal]'
 	touch $(STAMP)
 
 # BFCL's official checker and data, the oracle of tests/eval. Its package pins heavy dependencies
@@ -66,7 +66,12 @@ postgres:
 	@test -x /usr/lib/postgresql/15/bin/initdb || { apt-get update -qq && apt-get install -y -qq postgresql-15 >/dev/null; } \
 		|| { echo "install Debian's postgresql-15 (apt-get install postgresql-15) for the store contract tests"; exit 1; }
 
-test: $(STAMP) $(BFCL) $(AGENTDOJO) $(E2E) browser sysdeps postgres
+# The documentation site, built offline into site/; --strict turns every warning (a broken link, a page missing
+# from the navigation, a reference to a name that does not exist) into a failure.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+test: $(STAMP) $(BFCL) $(AGENTDOJO) $(E2E) browser sysdeps postgres docs
 	$(BIN)/ruff check src tests bench docs examples
 	$(BIN)/ruff format --check src tests bench docs examples
 	$(BIN)/mypy
@@ -76,4 +81,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

@@ -1,6 +1,6 @@
 """Regenerate the parts of the docs that are derived from code.
 
-python docs/generate.py          # rewrite docs/state-machine.md, docs/cli.md and docs/errors.md
+python docs/generate.py          # rewrite the generated pages under docs/reference/
 python docs/generate.py --check  # exit 1 if one is stale (the test suite runs this)
 """
 
@@ -68,9 +68,9 @@ def main() -> int:
     check = "--check" in sys.argv
     stale = []
     pages = (
-        (DOCS / "state-machine.md", state_machine()),
-        (DOCS / "cli.md", cli_reference()),
-        (DOCS / "errors.md", errors_reference()),
+        (DOCS / "reference" / "state-machine.md", state_machine()),
+        (DOCS / "reference" / "cli.md", cli_reference()),
+        (DOCS / "reference" / "errors.md", errors_reference()),
     )
     for path, text in pages:
         if check:

@@ -1,4 +1,4 @@
-"""docs/migrating-from-pydantic-ai.md: its tether program runs and prints what the page says, pydantic-ai's prints
+"""docs/migrating/pydantic-ai.md: its tether program runs and prints what the page says, pydantic-ai's prints
 the same against the same server, and the one is the other with the page's renames and nothing else."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tether.testing import FakeServer
 from tether.testing.replies import raw, text, tool_calls
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = ROOT / "docs" / "migrating-from-pydantic-ai.md"
+PAGE = ROOT / "docs" / "migrating" / "pydantic-ai.md"
 
 
 def block(name: str) -> str:
