@@ -11,7 +11,7 @@ from shop_tools import TOOLS
 from temporalio.client import Client
 
 from tether import Agent
-from tether.core.budget import Budget, RunConfig
+from tether.core.budget import Budget, Compat, RunConfig
 from tether.drivers.temporal.client import start_run
 from tether.drivers.temporal.devserver import DevServer
 from tether.drivers.temporal.worker import make_worker
@@ -24,12 +24,8 @@ PRICES = tool_calls([("c1", "price", '{"item": "tea"}'), ("c2", "price", '{"item
 
 
 def recorded(store: RunStore, run_id: str) -> list[tuple[str, dict[str, Any]]]:
-    """The run's events; ``model_replied`` without the answering model's name, which only the local driver
-    records so far (the workflow's model outcome does not carry the worker's model name)."""
-    return [
-        (e.kind, {k: v for k, v in e.data.items() if k != "model"} if e.kind == "model_replied" else e.data)
-        for e in store.events(run_id)
-    ]
+    """The run's events, the answering model's name in ``model_replied`` among them."""
+    return [(e.kind, e.data) for e in store.events(run_id)]
 
 
 @pytest.mark.parametrize(
@@ -63,4 +59,25 @@ async def test_calls_cut_off_by_the_budget_are_recorded_as_the_local_driver_reco
     assert "call_rejected" in [kind for kind, _ in events]
     assert events == recorded(store, f"local-{run_id}")
     assert store.verify(run_id) == []
+    store.close()
+
+
+async def test_the_small_model_policy_chooses_the_tool_choice_on_a_worker_as_it_does_locally(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    """``call_first`` asks for a call when a user message is answered, ``answer_after_success`` for text after
+    a step whose calls succeeded: the worker's model request carries the workflow's choice."""
+    store = SQLiteStore(tmp_path / "runs.db")
+    client = await Client.connect(temporal_server.address)
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    config = RunConfig(Budget(), Compat(call_first=True, answer_after_success=True))
+    script = [tool_calls([("c1", "price", '{"item": "tea"}')]), text("Tea is 3.")]
+    async with FakeServer(script=list(script)) as server:
+        model = OpenAIChatModel("fake", base_url=server.base_url, api_key="k")
+        async with make_worker(client, queue, model, TOOLS, store=store):
+            handle = await start_run(client, "Tea?", task_queue=queue, run_id=uuid.uuid4().hex, config=config)
+            result = await handle.result()
+        await model.aclose()
+    assert result["status"] == "completed"
+    assert [r.get("tool_choice") for r in server.requests] == ["required", "none"]
     store.close()

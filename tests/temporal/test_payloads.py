@@ -24,9 +24,12 @@ from tether.core.machine import PendingCall
 from tether.drivers.temporal.payloads import (
     AcceptedCall,
     CallModelRequest,
+    ChoosingRequest,
     ModelAnswer,
     ModelFailure,
     ModelOutcome,
+    NamedAnswer,
+    NamedFailure,
     PrincipalData,
     ReconcileAnswer,
     ReconciledExecuted,
@@ -185,3 +188,26 @@ def test_a_traced_call_reads_back_as_its_own_class_with_its_sinks_and_an_accepte
     assert json.loads(payload.data)["verdicts"][0]["sinks"] == ["to"]
     assert "sinks" not in json.loads(payload.data)["verdicts"][1]  # an untraced call's payload is as it always was
     assert back.verdicts[0].verdict().sinks == frozenset({"to"})
+
+
+def test_a_named_answer_and_failure_read_back_as_their_own_classes_and_the_plain_ones_as_before() -> None:
+    """Workers name the model that answered; answers recorded before they did read and write as they were."""
+    named = NamedAnswer(REPLY, False, (ACCEPTED,), "gpt-4o-mini")
+    failure = NamedFailure("ModelTimeout: no reply", "gpt-4o-mini")
+
+    assert read(CONVERTER.to_payloads([named])[0], ModelOutcome) == named
+    assert read(CONVERTER.to_payloads([failure])[0], ModelOutcome) == failure
+    plain = ModelAnswer(REPLY, False, (ACCEPTED,))
+    back = read(CONVERTER.to_payloads([plain])[0], ModelOutcome)
+    assert type(back) is ModelAnswer and back == plain
+    assert type(read(CONVERTER.to_payloads([ModelFailure("x")])[0], ModelOutcome)) is ModelFailure
+
+
+def test_a_request_with_a_tool_choice_reads_back_as_its_own_class_and_one_without_as_before() -> None:
+    first = read(next(recorded())[1], CallModelRequest)
+    choosing = ChoosingRequest(first.save, 1, first.principal, None, False, "required")
+    hint = ChoosingRequest | CallModelRequest
+
+    assert read(CONVERTER.to_payloads([choosing])[0], hint) == choosing
+    plain = read(CONVERTER.to_payloads([first])[0], hint)
+    assert type(plain) is CallModelRequest and plain == first

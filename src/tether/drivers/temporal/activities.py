@@ -37,9 +37,10 @@ from tether.core.messages import Message, ToolCall
 from tether.drivers.local.subagents import AgentTool
 from tether.drivers.temporal.payloads import (
     CallModelRequest,
-    ModelAnswer,
-    ModelFailure,
+    ChoosingRequest,
     ModelOutcome,
+    NamedAnswer,
+    NamedFailure,
     PrincipalData,
     ReconcileAnswer,
     ReconciledExecuted,
@@ -219,7 +220,7 @@ class Activities:
         save_run(self.store, request)
 
     @activity.defn(name=CALL_MODEL)
-    async def call_model(self, request: CallModelRequest) -> ModelOutcome:
+    async def call_model(self, request: ChoosingRequest | CallModelRequest) -> ModelOutcome:
         """Save what happened since the last save, then one model request on the stored transcript,
         and the verdict on each call of the reply."""
         toolbox = self.toolbox(request.principal)
@@ -237,11 +238,14 @@ class Activities:
         if request.deadline_at is not None:
             info = activity.info()
             timeout = max(0.0, request.deadline_at - info.current_attempt_scheduled_time.timestamp())
-        model_request = ModelRequest(messages, toolbox.specs, max_tokens=self.max_tokens, timeout=timeout)
+        choice = request.tool_choice if isinstance(request, ChoosingRequest) and toolbox.specs else None
+        model_request = ModelRequest(
+            messages, toolbox.specs, max_tokens=self.max_tokens, timeout=timeout, tool_choice=choice
+        )
         try:
             reply = await _heartbeating(self.model.complete(model_request))
         except ModelError as exc:
-            return ModelFailure(f"{type(exc).__name__}: {exc}")
+            return NamedFailure(f"{type(exc).__name__}: {exc}", self.model.name)
         reply, estimated = with_estimated_usage(reply, messages, toolbox.specs, request.counts_tokens)
         verdicts: list[Verdict | None] = []
         for wire in reply.tool_calls:
@@ -252,7 +256,8 @@ class Activities:
             found = toolbox.offered.get(wire.name)
             timeout_s = found.timeout if found is not None else None
             verdicts.append(verdict_data(toolbox.check(call), wire.name, wire.arguments, timeout_s))
-        answer = ModelAnswer(ReplyData.of(reply), estimated, tuple(verdicts))
+        answered_by = reply.answered_by or self.model.name
+        answer = NamedAnswer(ReplyData.of(reply), estimated, tuple(verdicts), answered_by)
         return fitting(answer, "the model's reply")  # too large: not asked again, the workflow fails
 
     @activity.defn(name=RUN_TOOL)

@@ -86,6 +86,14 @@ class CallModelRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ChoosingRequest(CallModelRequest):
+    """A model request with the run's small-model tool choice for the step (``Compat``: "none", "required");
+    a shape of its own, so requests without one are written as before."""
+
+    tool_choice: str
+
+
+@dataclass(frozen=True, slots=True)
 class WireCall:
     """A tool call as the provider sent it (``WireToolCall``): each field may be any JSON, the machine judges it."""
 
@@ -229,13 +237,29 @@ class ModelAnswer:
 
 
 @dataclass(frozen=True, slots=True)
+class NamedAnswer(ModelAnswer):
+    """A model answer that names the model that answered (the worker's, or which one of its fallback chain);
+    a shape of its own, so the answers of histories recorded before are read and written as they were."""
+
+    answered_by: str
+
+
+@dataclass(frozen=True, slots=True)
 class ModelFailure:
     """The model request failed (``ModelError``): its type and message."""
 
     error: str
 
 
-ModelOutcome = ModelAnswer | ModelFailure
+@dataclass(frozen=True, slots=True)
+class NamedFailure(ModelFailure):
+    """A failed model request that names the worker's model."""
+
+    model: str
+
+
+# The shapes with more keys first: the converter takes the first that reads.
+ModelOutcome = NamedAnswer | ModelAnswer | NamedFailure | ModelFailure
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,9 +103,12 @@ with workflow.unsafe.imports_passed_through():
     from tether.drivers.temporal.payloads import (
         AuditEvent,
         CallModelRequest,
+        ChoosingRequest,
         Creation,
         ModelFailure,
         ModelOutcome,
+        NamedAnswer,
+        NamedFailure,
         PrincipalData,
         ReconcileAnswer,
         ReconciledExecuted,
@@ -398,7 +401,9 @@ class RunWorkflow:
         self._announced = set()
         self._step_start = len(self._machine.state.messages)
         save = self._save_request()
-        request = CallModelRequest(save, command.step, self._principal, command.deadline_at, budget.counts_tokens)
+        fields = (save, command.step, self._principal, command.deadline_at, budget.counts_tokens)
+        choice = command.tool_choice
+        request = CallModelRequest(*fields) if choice is None else ChoosingRequest(*fields, choice)
         answer: ModelOutcome = await workflow.execute_activity(
             CALL_MODEL,
             fitting(request, "the run's save before the model request"),
@@ -409,7 +414,7 @@ class RunWorkflow:
         )
         self._saved(save)
         if isinstance(answer, ModelFailure):
-            self._emit(MODEL_REPLIED, error=answer.error)
+            self._emit(MODEL_REPLIED, error=answer.error, **_answered_by(answer))
             return self._send(ModelFailed(answer.error, self._now()))
         self._catalog.load(answer.verdicts)
         reply = answer.reply.reply()
@@ -422,6 +427,7 @@ class RunWorkflow:
             usage=usage
             | {"total_tokens": reply.usage.total_tokens}
             | ({"estimated": True} if answer.usage_estimated else {}),
+            **_answered_by(answer),
         )
         return self._send(ModelReplied(reply, self._now(), usage_estimated=answer.usage_estimated))
 
@@ -668,3 +674,10 @@ class RunWorkflow:
                 p.to_dict() | {"waiting_for": "reconciliation"} for p in machine.state.pending if p.call_id in unknown
             ]
         return []
+
+
+def _answered_by(answer: ModelOutcome) -> dict[str, str]:
+    """The ``model`` of a ``model_replied`` event; a history recorded before workers named it has none."""
+    if isinstance(answer, NamedAnswer):
+        return {"model": answer.answered_by}
+    return {"model": answer.model} if isinstance(answer, NamedFailure) else {}
