@@ -112,8 +112,11 @@ async def test_a_run_waits_on_temporal_for_an_approval_decided_over_http(
         done = await client.settled(OWNER, run_id)
         assert (done["status"], done["output"]) == ("completed", "Ordered 2 tea for 6."), done
         assert len(orders.read_text().splitlines()) == 1  # ordered once, by the worker
-        events = [name for name, _, _ in await client.events(OWNER, run_id)]
+        stream = await client.events(OWNER, run_id)
+        events = [name for name, _, _ in stream]
         assert events[0] == "run_started" and events[-1] == "run_finished"
+        [decision] = [event["data"] for name, _, event in stream if name == "approval_decided"]
+        assert (decision["approved"], decision["by"]) == (True, "bob")  # who decided, not the transport
 
         # Conversations are not run on Temporal: a clear problem, not a crash.
         refused = await client.call("POST", "/conversations", OWNER)

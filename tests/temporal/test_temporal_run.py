@@ -139,7 +139,7 @@ async def test_model_read_only_call_approval_from_another_process_effect_and_ans
         "intent_recorded", "call_executed", "outcome_recorded", "step_started", "model_replied", "run_finished",
     ]  # fmt: skip
     decided = next(e for e in store.events(run_id) if e.kind == "approval_decided")
-    assert (decided.data["id"], decided.data["approved"], decided.data["by"]) == ("c2", True, "update")
+    assert (decided.data["id"], decided.data["approved"], decided.data["by"]) == ("c2", True, "cli")
     store.close()
     if os.environ.get("TETHER_RECORD_HISTORY"):
         HISTORY.parent.mkdir(exist_ok=True)

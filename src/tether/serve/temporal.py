@@ -166,7 +166,15 @@ class TemporalRuns(AgentRuns):
             raise Problem(403, f"deciding on a call needs the {APPROVER_ROLE!r} role")
         after = await self._update(
             run_id,
-            decide(self._temporal(), run_id, call_id, approved=approved, reason=reason, fingerprint=fingerprint or ""),
+            decide(
+                self._temporal(),
+                run_id,
+                call_id,
+                approved=approved,
+                reason=reason,
+                fingerprint=fingerprint or "",
+                by=caller.username,
+            ),
         )
         await self._recorded(run_id, call_id)
         return {"run_id": run_id, "call_id": call_id, "approved": approved, "status": after}
@@ -181,7 +189,9 @@ class TemporalRuns(AgentRuns):
         if not caller.approves:
             raise Problem(403, f"settling a call's outcome needs the {APPROVER_ROLE!r} role")
         text = json.dumps(result) if executed else None
-        after = await self._update(run_id, reconcile(self._temporal(), run_id, call_id, executed=executed, result=text))
+        after = await self._update(
+            run_id, reconcile(self._temporal(), run_id, call_id, executed=executed, result=text, by=caller.username)
+        )
         await self._recorded(run_id, call_id)
         return {"run_id": run_id, "call_id": call_id, "executed": executed, "status": after}
 

@@ -183,20 +183,25 @@ async def decide(
     approved: bool,
     reason: str | None = None,
     fingerprint: str | None = None,
+    by: str = "cli",
 ) -> str:
     """Approve or deny a waiting call; the run's status after it.
 
     Without ``fingerprint`` the one of the call as it waits now is used
     (read with a query); with it, a decision for other arguments is refused.
+    ``by`` names who decided in the audit log.
     """
     if fingerprint is None:
         found = next((c for c in await pending(client, run_id) if c["call_id"] == call_id), None)
         if found is None:
             raise NotWaiting(f"run {run_id}: call {call_id} is not waiting for approval")
         fingerprint = found["fingerprint"] or ""
-    return await _update(client, run_id, "decide", Decision(call_id, fingerprint, approved, reason))
+    return await _update(client, run_id, "decide", Decision(call_id, fingerprint, approved, reason, by))
 
 
-async def reconcile(client: Client, run_id: str, call_id: str, *, executed: bool, result: str | None = None) -> str:
-    """Say what became of a call whose outcome is unknown (``result``: JSON text); the run's status after it."""
-    return await _update(client, run_id, "reconcile", Reconciliation(call_id, executed, result))
+async def reconcile(
+    client: Client, run_id: str, call_id: str, *, executed: bool, result: str | None = None, by: str = "cli"
+) -> str:
+    """Say what became of a call whose outcome is unknown (``result``: JSON text); the run's status after it.
+    ``by`` names who said so in the audit log."""
+    return await _update(client, run_id, "reconcile", Reconciliation(call_id, executed, result, by))

@@ -207,6 +207,7 @@ class Decision:
     fingerprint: str
     approved: bool
     reason: str | None = None
+    by: str | None = None  # who decided, as the audit log names them (None: an update of an earlier client)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +217,7 @@ class Reconciliation:
     call_id: str
     executed: bool
     result: str | None = None
+    by: str | None = None  # who said so, as the audit log names them
 
 
 @workflow.defn(name=WORKFLOW_NAME, failure_exception_types=[Exception])
@@ -592,7 +594,7 @@ class RunWorkflow:
             tool=call.tool,
             approved=decision.approved,
             reason=decision.reason,
-            by="update",
+            by=decision.by or "update",
             fingerprint=decision.fingerprint,
         )
         return self._machine.status.value
@@ -623,7 +625,7 @@ class RunWorkflow:
         assert self._machine is not None
         result = envelope.ok(json.loads(answer.result)) if answer.executed and answer.result is not None else None
         call = next(p for p in self._machine.state.pending if p.call_id == answer.call_id)
-        self._settle(call, answer.executed, result, "update")
+        self._settle(call, answer.executed, result, answer.by or "update")
         return self._machine.status.value
 
     @reconcile.validator
