@@ -108,6 +108,14 @@ def test_every_python_block_of_the_old_readme_still_runs() -> None:
     assert [title for _, _, title in FILES] == ["agent.py"]
 
 
+def test_no_python_block_escapes_the_collection() -> None:
+    """An indented fence, ```py or ```python3 would not run: every fence naming python is one FENCE reads."""
+    anything = re.compile(r"^[ \t]*```[ \t]*\{?[ \t]*\.?py", re.M)
+    for page in pages():
+        text = page.read_text()
+        assert len(anything.findall(text)) == len(FENCE.findall(text)), page
+
+
 @pytest.mark.parametrize(("name", "block"), [(n, c) for n, c, _ in SCRIPTS], ids=[n for n, _, _ in SCRIPTS])
 def test_a_python_block_runs_as_written(name: str, block: str, tmp_path: Path) -> None:
     with FakeServer(docs_model) as server:
