@@ -189,10 +189,10 @@ def test_a_circle_is_found_even_through_type_checking(tree: Path) -> None:
     assert circles(tree) == [["pkg.low.a", "pkg.low.b", "pkg.low.c"]]
 
 
-def test_the_readme_layout_lists_every_package_in_its_layer() -> None:
-    """README's "Layout" names each package folder of src/tether once, under the layer ``LAYERS`` puts it in."""
-    readme = (SRC.parent / "README.md").read_text()
-    section = readme.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+def test_the_documented_layout_lists_every_package_in_its_layer() -> None:
+    """The site's "Layout" names each package folder of src/tether once, under the layer ``LAYERS`` puts it in."""
+    page = (SRC.parent / "docs" / "concepts" / "layout.md").read_text()
+    section = page.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
     listed: dict[str, str] = {}
     current = ""
     for line in section.splitlines():

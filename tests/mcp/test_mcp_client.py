@@ -173,7 +173,7 @@ async def test_approval_scopes_and_budgets_gate_mcp_tools_before_the_server_sees
 async def test_a_hung_call_times_out_and_a_server_killed_mid_call_is_a_clear_error_and_reaped(log: Path) -> None:
     before = our_servers()
     env = {"MCP_TEST_LOG": str(log)}
-    toolset = await asyncio.to_thread(  # as the README says to, inside a running loop
+    toolset = await asyncio.to_thread(  # as docs/guides/mcp.md says to, inside a running loop
         MCPToolset.stdio, server_argv("stdio"), env=env, read_only={"sleepy"}, timeout=3, errlog=QUIET
     )
     try:

@@ -190,7 +190,7 @@ async def test_a_declined_call_is_denied_and_never_runs(
 
 
 def test_a_tether_result_reaches_an_mcp_client_once(tools_file: Path) -> None:
-    """The README's chain: tether's tools served over MCP, and offered to a run by tether's MCP client."""
+    """The MCP guide's chain: tether's tools served over MCP, and offered to a run by tether's MCP client."""
     server_command = f"{sys.executable} -m tether mcp serve --tools {tools_file}"
     env = {"PYTHONPATH": os.pathsep.join(sys.path), "SERVE_TEST_LOG": str(tools_file.with_name("effects.jsonl"))}
     script = [tool_calls([("c1", "add", '{"a": 248, "b": 15}'), ("c2", "record", "{}")]), text("263")]
