@@ -163,7 +163,7 @@ def run_command(
     A DATASET is a BFCL_v4_<category>.json file (its possible_answer/ file
     beside it), a category name when the bfcl-eval package is installed, or
     a tether eval file (*.jsonl: a prompt or conversation per line, its
-    toolsets or tool schemas, the expected calls; see the README).
+    toolsets or tool schemas, the expected calls; see docs/guides/evaluating.md).
     BFCL single-turn categories: simple_python, simple_java,
     simple_javascript, multiple, parallel, parallel_multiple, irrelevance
     and the live_ ones; multi-turn: multi_turn_base, multi_turn_miss_func,
@@ -400,7 +400,7 @@ def agentdojo_command(
     with tether eval compare); run the same command again to resume.
 
     Needs the agentdojo package: pip install --no-deps agentdojo==0.1.35, then
-    what its suites import (see the README).
+    what its suites import (docs/guides/agentdojo.md).
 
     \b
     Examples:

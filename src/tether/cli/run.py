@@ -231,7 +231,7 @@ def run(
     is refused (-o on such a turn goes over the conversation's own settings).
 
     -s replaces the agent's system message; -o sets a model setting, sent in
-    the protocol's own field (the README's table), and a resumed run is sent
+    the protocol's own field (docs/guides/agents.md), and a resumed run is sent
     the same. --fallback-model names models asked in order when the one before
     is down; the chain is recorded, so a resumed run uses it too.
 

@@ -7,7 +7,7 @@ merged field by field, each over the one before: the model's own settings
 model_settings=...)``). ``extra`` is merged key by key. Each adapter
 translates the result into its protocol's fields, or refuses a field it has
 no equivalent for with a ``ConfigurationError`` before the run starts (see
-the README's table); a setting is never dropped silently.
+the table in docs/guides/agents.md); a setting is never dropped silently.
 
 The merged settings of the agent and the run are stored with the run's
 setup (``with_settings``, under ``SETUP_KEY``), so a stored run is resumed

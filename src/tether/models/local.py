@@ -74,7 +74,7 @@ TOOL_LINE = "The function {name}: {description}"
 PLAIN_LINE = "You are a helpful assistant."  # the same request scored with no tool in view
 # How much less likely the request may be under its best tool's line than under PLAIN_LINE (natural log
 # units) and still get a call: on bench/local_prompts.jsonl every prompt needing no tool scored 1.2-3.6 less
-# likely under its best tool, every arithmetic and time prompt at most 0.5 less likely (see README).
+# likely under its best tool, every arithmetic and time prompt at most 0.5 less likely (docs/benchmarks.md).
 DEFAULT_TOOL_MARGIN = 0.9
 
 # create_completion's arguments that the adapter sets itself: never taken from ModelSettings.extra.

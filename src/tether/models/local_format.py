@@ -171,7 +171,7 @@ def _result_line(call: ToolCall | None, content: str) -> str:
     SmolLM2 echoed ``{"ok": true, "result": 30}`` back as its answer; ``add returned 30.`` it puts in a
     sentence. A success restates the call with its arguments (``Result of subtract(a=900, b=358): 542.``):
     with the name alone it garbled the operands into its answer ("The result of subtracting 542 from 900
-    is 100."); ``subtract(a=900, b=358) returned 542.`` did better, but not as well (see README).
+    is 100."); ``subtract(a=900, b=358) returned 542.`` did better, but not as well (docs/benchmarks.md).
     """
     name = call.name if call else "tool"
     try:

@@ -13,9 +13,9 @@ anyway (resumed after an approval, or after a restart) are not asked.
 Everything here runs on the event loop's thread; there is no lock. The
 slots and lines are one process's: several processes sharing a PostgreSQL
 run store each apply these limits to the runs they drive, so with N of them
-a user may have up to N times as many (README, "One SQLite file or a shared
-PostgreSQL"). A run a process takes over from a dead one waits in the taker's
-line like a resumed run, never refused.
+a user may have up to N times as many (docs/guides/postgres.md). A run a
+process takes over from a dead one waits in the taker's line like a resumed
+run, never refused.
 """
 
 from __future__ import annotations
