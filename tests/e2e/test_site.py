@@ -161,9 +161,10 @@ def test_the_walk_reports_a_link_to_a_page_that_is_gone(site: Path, tmp_path: Pa
     # The walk itself can fail: the same site with one linked page deleted.
     copy = tmp_path / "site"
     shutil.copytree(site, copy)
-    gone = sorted(p for p in copy.rglob("index.html") if p.parent != copy)[0]
-    gone.unlink()
+    pages = sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*.html"))
+    gone = next(p for p in pages if p not in ("index.html", "404.html"))  # x.html, or x/index.html served as x/
+    (copy / gone).unlink()
     base, report = drive(copy)
-    url = urljoin(base, gone.parent.relative_to(copy).as_posix() + "/")
+    url = urljoin(base, gone.removesuffix("index.html"))
     assert report["links"][url] == 404
     assert url not in report["pages"]
