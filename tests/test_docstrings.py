@@ -40,6 +40,7 @@ PUBLIC_MODULES = (
 # Public names of modules without an ``__all__``: the ones the README and the guides use.
 PUBLIC_NAMES = {
     "tether.models.scripted": ("reply_text", "reply_calls"),
+    "tether.serve.identity": ("Authenticator", "APPROVER_ROLE"),
     "tether.drivers.tracing": ("configure", "available", "TraceContextMiddleware"),
     "tether.drivers.temporal.client": ("connect", "start_run", "status", "pending", "decide", "reconcile"),
     "tether.drivers.temporal.worker": ("make_worker",),

@@ -788,7 +788,7 @@ class Run:
 
     @property
     def deadline_at(self) -> float | None:
-        """When the run's time budget runs out (a ``time.time()`` value), or None without one."""
+        """When the run's time budget runs out (on the clock its events' ``now`` reads), or None without one."""
         seconds = self.state.config.budget.deadline_seconds
         if seconds is None or self.state.started_at is None:
             return None
