@@ -389,8 +389,10 @@ def http_api_reference() -> str:
             parts += ["| Parameter | In | Type | Required | Description |", "|---|---|---|---|---|"]
             for p in op["parameters"]:
                 required = "yes" if p.get("required") else "no"
-                kind = _schema_type(p.get("schema", {}))
-                parts.append(f"| `{p['name']}` | {p['in']} | {kind} | {required} | {_cell(p.get('description'))} |")
+                schema = p.get("schema", {})
+                default = f" Default: `{json.dumps(schema['default'])}`." if "default" in schema else ""
+                text = (_cell(p.get("description")) + default).strip()
+                parts.append(f"| `{p['name']}` | {p['in']} | {_schema_type(schema)} | {required} | {text} |")
             parts.append("")
         if "requestBody" in op:
             for media, content in op["requestBody"]["content"].items():
@@ -411,7 +413,7 @@ def http_api_reference() -> str:
             parts += ["| Field | Type | Required | Description |", "|---|---|---|---|"]
             for field, value in properties.items():
                 default = f" Default: `{json.dumps(value['default'])}`." if "default" in value else ""
-                description = _cell(value.get("description")) + default
+                description = (_cell(value.get("description")) + default).strip()
                 parts.append(
                     f"| `{field}` | {_schema_type(value)} | {'yes' if field in required else 'no'} | {description} |"
                 )

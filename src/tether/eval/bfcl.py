@@ -74,7 +74,7 @@ class Case:
         return check(self.category, self.functions, self.ground_truth, output)
 
     def call_name(self, tool_name: str) -> str:
-        """The name BFCL knows a tool by (tools' names cannot hold the dots BFCL's may)."""
+        """The BFCL function name of a tool name (a tool's name has ``-`` where BFCL's has ``.``)."""
         return bfcl_name(tool_name)
 
 

@@ -285,7 +285,7 @@ class MultiTurnCase:
 
     @property
     def long_context(self) -> bool:
-        """Whether BFCL's long-context variant applies (large states in the tools' results)."""
+        """Whether the case is of BFCL's long-context category: its classes load their long scenarios."""
         return "long_context" in self.category
 
     @property

@@ -301,7 +301,7 @@ class NoAuth:
         self.principal = Principal(principal_id, frozenset({ALL_SCOPES}), frozenset(roles))
 
     async def authenticate(self, request: Request) -> Principal:
-        """The local principal, for requests addressed to the loopback host only (421 otherwise)."""
+        """The one principal, for requests addressed to localhost or 127.0.0.1 only (421 otherwise)."""
         # Binding to loopback keeps other machines out, not other origins: a web page whose DNS name is
         # rebound to 127.0.0.1 reaches this server from the user's browser with its own name in Host.
         if not _loopback(_host_name(request.headers.get("host", ""))):
