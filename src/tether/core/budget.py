@@ -95,11 +95,14 @@ class Compat:
 
 @dataclass(frozen=True, slots=True)
 class RunConfig:
+    """The limits and leniencies a run is made with: its budget, its compat switches and its fallback answer."""
+
     budget: Budget = field(default_factory=Budget)
     compat: Compat = field(default_factory=Compat)
     fallback_answer: str = DEFAULT_FALLBACK_ANSWER
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as plain JSON data, as a checkpoint stores it."""
         # Not dataclasses.asdict: it deep-copies every field and costs more than a whole checkpoint.
         b, c = self.budget, self.compat
         return {
@@ -110,6 +113,7 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """The config ``to_dict`` gave."""
         return cls(
             budget=Budget(**data["budget"]),
             compat=Compat(**data["compat"]),

@@ -8,6 +8,8 @@ from typing import Any
 
 
 class ErrorCode(StrEnum):
+    """The error codes of the result envelope: why a call was not run, or how it failed (DESIGN.md §4)."""
+
     INVALID_JSON = "invalid_json"
     UNKNOWN_TOOL = "unknown_tool"
     INVALID_ARGUMENTS = "invalid_arguments"

@@ -61,6 +61,8 @@ from tether.core.messages import Message, ModelReply, ToolCall, Usage
 
 
 class Status(StrEnum):
+    """Where a run is: live (waiting on the model, tools or a person) or terminal (how it ended)."""
+
     READY = "ready"
     AWAITING_MODEL = "awaiting_model"
     AWAITING_TOOLS = "awaiting_tools"
@@ -79,6 +81,7 @@ class Status(StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """Whether the run has ended: no event moves it on."""
         return self not in _LIVE
 
 
@@ -98,6 +101,8 @@ _LIVE = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Begin:
+    """The driver starts the run at ``now``."""
+
     now: float
 
 
@@ -111,6 +116,8 @@ class Validated:
 
 @dataclass(frozen=True, slots=True)
 class ModelReplied:
+    """The model gave ``reply``: the machine judges its calls or its answer."""
+
     reply: ModelReply
     now: float
     usage_estimated: bool = False  # the provider reported no usage; the driver counted it locally
@@ -121,6 +128,8 @@ class ModelReplied:
 
 @dataclass(frozen=True, slots=True)
 class ModelFailed:
+    """The model endpoint failed with ``message`` (retries, if any, are already spent)."""
+
     message: str
     now: float
 
@@ -148,6 +157,8 @@ class ChildRun:
 
 @dataclass(frozen=True, slots=True)
 class ToolsFinished:
+    """The step's tool calls finished: ``results`` maps each call id to its envelope's JSON text."""
+
     results: Mapping[str, str]  # call id -> envelope JSON text
     now: float
     untrusted: frozenset[str] = frozenset()  # call ids whose result the tool marked untrusted
@@ -178,6 +189,8 @@ class ChildResumed:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalDecided:
+    """A person (or an approver) decided the call ``call_id`` with these arguments (``fingerprint``)."""
+
     call_id: str
     fingerprint: str
     approved: bool
@@ -187,6 +200,8 @@ class ApprovalDecided:
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
+    """Stop the run; ``finished`` holds the results of calls that did finish before it."""
+
     now: float
     reason: str = "cancelled"
     finished: Mapping[str, str] = field(default_factory=dict)  # results of calls that did finish
@@ -241,6 +256,8 @@ class Accepted:
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
+    """A gate's refusal of a call: the envelope's error code and a message for the model."""
+
     code: ErrorCode
     message: str
 
@@ -248,7 +265,8 @@ class Rejected:
 class Catalog(Protocol):
     """The tools offered to this run's principal, as the machine sees them."""
 
-    def check(self, call: ToolCall) -> Accepted | Rejected: ...
+    def check(self, call: ToolCall) -> Accepted | Rejected:
+        """``Accepted`` with the call's parsed arguments, or ``Rejected`` saying which gate refused it."""
 
 
 class AnswerCheck(Protocol):
@@ -260,9 +278,11 @@ class AnswerCheck(Protocol):
     """
 
     @property
-    def tool(self) -> str | None: ...
+    def tool(self) -> str | None:
+        """The final-answer tool's name, or None when the answer comes as text."""
 
-    def check_answer(self, text: str) -> Rejected | None: ...
+    def check_answer(self, text: str) -> Rejected | None:
+        """None when ``text`` is an acceptable answer, else why it is not."""
 
 
 # --- commands (machine -> driver) --------------------------------------------
@@ -288,6 +308,7 @@ class PendingCall:
     approval_reason: str | None = None  # why a person must decide, for the approval request
 
     def to_dict(self) -> dict[str, Any]:
+        """The call as plain JSON data, as a checkpoint stores it."""
         return {
             "call_id": self.call_id,
             "tool": self.tool,
@@ -303,11 +324,14 @@ class PendingCall:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingCall:
+        """The call ``to_dict`` gave."""
         return cls(**data)
 
 
 @dataclass(frozen=True, slots=True)
 class CallModel:
+    """Ask the model for step ``step``'s reply to ``messages``, before ``deadline_at`` if set."""
+
     step: int
     messages: tuple[Message, ...]
     deadline_at: float | None
@@ -316,11 +340,14 @@ class CallModel:
 
 @dataclass(frozen=True, slots=True)
 class RunTools:
+    """Run the accepted calls of step ``step``; the refused ones are in ``calls`` with their verdicts."""
+
     step: int
     calls: tuple[PendingCall, ...]  # every call of the step, in call order
 
     @property
     def to_execute(self) -> tuple[PendingCall, ...]:
+        """The calls the driver must execute, in call order."""
         return tuple(c for c in self.calls if c.execute)
 
     @property
@@ -343,11 +370,15 @@ class RunTools:
 
 @dataclass(frozen=True, slots=True)
 class AwaitApproval:
+    """Wait for a decision on each of ``calls`` (``ApprovalDecided``); the run is paused."""
+
     calls: tuple[PendingCall, ...]  # the calls still waiting for a decision
 
 
 @dataclass(frozen=True, slots=True)
 class Finish:
+    """The run ended with ``status``; ``output`` is its answer, ``reason`` why it stopped otherwise."""
+
     status: Status
     output: str | None
     reason: str | None
@@ -355,11 +386,15 @@ class Finish:
 
 @dataclass(frozen=True, slots=True)
 class AwaitReconciliation:
+    """Wait for a person to say whether each of ``calls`` ran (their intent was recorded, their outcome was not)."""
+
     calls: tuple[PendingCall, ...]  # the calls whose outcome nobody knows yet
 
 
 @dataclass(frozen=True, slots=True)
 class AwaitChildren:
+    """Wait for child runs (sub-agents) that wait for a person: ``children`` maps call ids to their run ids."""
+
     children: Mapping[str, str]  # call id -> the child run that waits for a person
 
 
@@ -495,6 +530,7 @@ class RunState:
         return [p for p in self.pending if p.execute and p.needs_approval and p.call_id not in self.approvals]
 
     def to_dict(self) -> dict[str, Any]:
+        """The state as plain JSON data: what the store's checkpoint holds."""
         return {
             "run_id": self.run_id,
             "config": self.config.to_dict(),
@@ -542,6 +578,7 @@ class RunState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
+        """The state ``to_dict`` gave."""
         return cls(
             run_id=data["run_id"],
             config=RunConfig.from_dict(data["config"]),
@@ -628,6 +665,7 @@ class Run:
 
     @property
     def status(self) -> Status:
+        """Where the run is now."""
         return self.state.status
 
     def hand_off(self, agent: str, catalog: Catalog, answer: AnswerCheck | None = None) -> None:
@@ -638,6 +676,11 @@ class Run:
         self._catalog, self._answer = catalog, answer
 
     def send(self, event: Event) -> Command:
+        """Feed ``event`` to the machine and get the command the driver must perform next.
+
+        Raises ``TransitionError`` for an event the current status does not allow (and poisons the run),
+        ``RunPoisoned`` for any event after an earlier error.
+        """
         if self._poisoned is not None:
             raise RunPoisoned(f"run {self.state.run_id} refused input after: {self._poisoned}")
         before = self.state.status
@@ -745,6 +788,7 @@ class Run:
 
     @property
     def deadline_at(self) -> float | None:
+        """When the run's time budget runs out (on the clock its events' ``now`` reads), or None without one."""
         seconds = self.state.config.budget.deadline_seconds
         if seconds is None or self.state.started_at is None:
             return None

@@ -22,10 +22,12 @@ class ToolCall:
     arguments: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The call as plain JSON data."""
         return {"id": self.id, "name": self.name, "arguments": self.arguments}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolCall:
+        """The call ``to_dict`` gave."""
         return cls(id=data["id"], name=data["name"], arguments=data["arguments"])
 
 
@@ -51,6 +53,7 @@ class Message:
     agent: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The message as plain JSON data (keys left out when empty)."""
         data: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls:
             data["tool_calls"] = [c.to_dict() for c in self.tool_calls]
@@ -64,6 +67,7 @@ class Message:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Message:
+        """The message ``to_dict`` gave."""
         return cls(
             role=data["role"],
             content=data.get("content"),
@@ -76,11 +80,14 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """Tokens used: by the prompt (input) and by the reply (output)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
+        """Input and output tokens together."""
         return self.input_tokens + self.output_tokens
 
     def __add__(self, other: Usage) -> Usage:

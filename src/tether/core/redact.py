@@ -42,6 +42,7 @@ def redact(value: Any) -> Any:
 
 
 def redact_text(text: str) -> str:
+    """``text`` with anything that looks like an API key or a bearer token replaced by ``REDACTED``."""
     if "sk-" not in text and "Bearer" not in text:  # the common case, without running the pattern
         return text
     return SECRET_TEXT.sub(lambda m: (m.group(1) or "") + REDACTED, text)

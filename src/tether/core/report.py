@@ -80,6 +80,12 @@ class StepReport:
 
 @dataclass(slots=True)
 class RunResult:
+    """What a run returns: its status, its answer (``output``), why it stopped, and each step's report.
+
+    ``output`` is the answer's text, or its typed value when the agent has an ``output_type``; it is
+    None unless the run completed (or ended with a fallback answer). ``state`` is the run's full state.
+    """
+
     run_id: str
     status: Status
     output: Any  # the answer's text, or its typed value with an output_type; None unless completed (or fallback)
@@ -96,6 +102,7 @@ class RunResult:
 
     @property
     def usage(self) -> Usage:
+        """The tokens the run used, over all its steps."""
         return self.state.usage
 
     @property
@@ -137,6 +144,7 @@ class RunResult:
         return own + [dict(call) for call in self.child_pending]
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as plain JSON data (what ``tether run --json`` prints)."""
         return {
             "run_id": self.run_id,
             "status": self.status.value,

@@ -99,6 +99,7 @@ class ModelSettings:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelSettings:
+        """The settings named in ``data``; an unknown name is a ``ConfigurationError`` listing the known ones."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

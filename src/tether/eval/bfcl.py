@@ -57,6 +57,7 @@ class Case:
 
     @property
     def language(self) -> str:
+        """The language of the case's functions: ``python``, ``java`` or ``javascript``."""
         return language_of(self.category)
 
     @property
@@ -65,6 +66,7 @@ class Case:
         return list(self.ground_truth) if self.ground_truth is not None else []
 
     def tools(self) -> list[Tool]:
+        """The case's functions as tools (without implementations: eval runs only judge calls)."""
         return [tool_from_document(doc, self.language) for doc in self.functions]
 
     def check(self, output: Output) -> Verdict:
@@ -72,6 +74,7 @@ class Case:
         return check(self.category, self.functions, self.ground_truth, output)
 
     def call_name(self, tool_name: str) -> str:
+        """The BFCL function name of a tool name (a tool's name has ``-`` where BFCL's has ``.``)."""
         return bfcl_name(tool_name)
 
 

@@ -39,6 +39,8 @@ _NESTED_CONVERTED = ("Array", "ArrayList", "array")
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    """A checker's verdict on a case's calls: whether they are right, and BFCL's error type if not."""
+
     valid: bool
     error_type: str = ""  # BFCL's own error type, e.g. "simple_function_checker:missing_required"
     errors: list[Any] = field(default_factory=list)

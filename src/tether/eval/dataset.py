@@ -146,17 +146,21 @@ class TetherCase:
 
     @property
     def expected(self) -> Any:
+        """The expected calls, as the dataset writes them."""
         return [c.to_json() for c in self.calls]
 
     def tools(self) -> list[Tool]:
+        """The tools the case offers; a ``ToolDefinitionError`` when one of them cannot be used."""
         if self.broken:
             raise ToolDefinitionError(self.broken)
         return list(self.offered)
 
     def call_name(self, tool_name: str) -> str:
+        """The tool's own name: tether's cases name tools as they are."""
         return tool_name
 
     def check(self, output: Output) -> Verdict:
+        """Whether the model's calls are the expected ones."""
         if not self.calls:
             if output:
                 return _fail(UNEXPECTED_CALL, f"no call was expected; got {', '.join(n for n, _ in output)}")

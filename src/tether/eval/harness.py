@@ -102,6 +102,7 @@ class CaseResult:
         return None if self.outcome == ERROR else self.outcome == PASSED
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as one line of ``results.jsonl``."""
         scores = {} if self.scores is None else {"scores": self.scores}
         return {
             "id": self.id,
@@ -120,6 +121,7 @@ class CaseResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CaseResult:
+        """The result a line of ``results.jsonl`` holds."""
         return cls(
             data["id"],
             data["category"],
@@ -416,6 +418,8 @@ def check_cases(cases: Sequence[EvalCase]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Row:
+    """One category's counts in a summary: cases, passed, mistakes, refused and errors."""
+
     category: str
     cases: int
     passed: int
@@ -425,10 +429,12 @@ class Row:
 
     @property
     def accuracy(self) -> float | None:
+        """Passed over the cases that could be scored (errors left out), or None when none could."""
         scored = self.cases - self.errors
         return self.passed / scored if scored else None
 
     def to_dict(self) -> dict[str, Any]:
+        """The row as plain JSON data."""
         return {
             "category": self.category,
             "cases": self.cases,

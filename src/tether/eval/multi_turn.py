@@ -285,6 +285,7 @@ class MultiTurnCase:
 
     @property
     def long_context(self) -> bool:
+        """Whether the case is of BFCL's long-context category: its classes load their long scenarios."""
         return "long_context" in self.category
 
     @property
@@ -294,6 +295,7 @@ class MultiTurnCase:
 
     @property
     def expected(self) -> Any:
+        """BFCL's expected calls, turn by turn."""
         return [list(turn) for turn in self.ground_truth]
 
     def user_turns(self) -> list[tuple[Message, ...]]:
@@ -305,6 +307,7 @@ class MultiTurnCase:
         return [tool_from_document(doc) for doc in self.functions]
 
     def call_name(self, tool_name: str) -> str:
+        """The name BFCL knows a tool by."""
         return bfcl_name(tool_name)
 
     def check(self, output: Output) -> Verdict:
@@ -313,6 +316,7 @@ class MultiTurnCase:
         return self.check_turns([[calls]] if calls else [[]])
 
     def check_turns(self, turns: Turns) -> Verdict:
+        """BFCL's multi-turn checker's verdict on the calls of every turn (final state and responses)."""
         return check_turns(self.ground_truth, turns, self.involved_classes, self.initial_config, self.long_context)
 
     async def evaluate(

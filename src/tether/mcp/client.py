@@ -314,6 +314,7 @@ class MCPToolset(Sequence[Tool]):
             self._loop.close()
 
     async def aclose(self) -> None:
+        """Stop the MCP server (or close the connection), without blocking the event loop."""
         await asyncio.to_thread(self.close)
 
     async def _stop(self) -> None:

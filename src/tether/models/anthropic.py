@@ -493,6 +493,7 @@ class AnthropicModel(HTTPModel):
             )
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
+        """The Messages API request body for ``request``."""
         system, messages = messages_to_wire(request.messages)
         body: dict[str, Any] = {"model": self.name, "max_tokens": self.max_tokens, "messages": messages}
         settings = settings_for(self.settings, request)
@@ -521,6 +522,7 @@ class AnthropicModel(HTTPModel):
         return body
 
     async def complete(self, request: ModelRequest) -> ModelReply:
+        """One reply to ``request``, within its timeout (a ``ModelError`` if the endpoint fails)."""
         return await self.within(self._turns(request), request.timeout)
 
     async def _turns(self, request: ModelRequest) -> ModelReply:

@@ -58,9 +58,11 @@ class Model(Protocol):
 
     name: str
 
-    async def complete(self, request: ModelRequest) -> ModelReply: ...
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """One reply to ``request``, within ``request.timeout``; a ``ModelError`` when none can be had."""
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Close what the model holds open (connections, loaded weights)."""
 
 
 def output_mode(mode: str, supported: Sequence[OutputMode], adapter: str) -> OutputMode:

@@ -110,6 +110,7 @@ class FallbackModel:
         return bool(self.on(error))
 
     async def complete(self, request: ModelRequest) -> ModelReply:
+        """The first model's reply that can be had; ``FallbackExhausted`` naming each failure when none can."""
         failed: list[tuple[str, ModelError]] = []
         started = time.monotonic() if request.timeout is not None else 0.0
         for model in self.models:

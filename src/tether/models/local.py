@@ -405,6 +405,7 @@ class LocalModel:
         return self._scorer.logprob(self._tokens(prefix + text), len(self._tokens(prefix)))
 
     async def complete(self, request: ModelRequest) -> ModelReply:
+        """One reply to ``request``, generated in a worker thread; ``ModelTimeout`` past its deadline."""
         try:
             reply = await asyncio.wait_for(asyncio.to_thread(self._generate, request), request.timeout)
         except TimeoutError:
@@ -418,6 +419,7 @@ class LocalModel:
         return reply
 
     async def aclose(self) -> None:
+        """Nothing to close: the weights stay loaded for the process."""
         return None
 
 

@@ -209,6 +209,7 @@ class OpenAIChatModel(HTTPModel):
         return f"OpenAIChatModel(model={self.name!r}, base_url={self.base_url!r})"
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
+        """The chat completions request body for ``request``."""
         body: dict[str, Any] = {
             "model": self.name,
             "messages": [message_to_wire(m, self.compat) for m in request.messages],
@@ -248,6 +249,7 @@ class OpenAIChatModel(HTTPModel):
         return f'{json.dumps(rest)[:-1]}, "response_format": {known[2]}}}'
 
     async def complete(self, request: ModelRequest) -> ModelReply:
+        """One reply to ``request``, retried on rate limits and server errors, within its timeout."""
         body = self.body(request)
         return await self.within(self.retrying(lambda: self._once(body, request)), request.timeout)
 

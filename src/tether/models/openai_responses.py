@@ -525,6 +525,7 @@ class OpenAIResponsesModel(HTTPModel):
                 )
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
+        """The Responses API request body for ``request``."""
         instructions, items = messages_to_wire(request.messages, self._origin)
         settings = settings_for(self.settings, request)
         body: dict[str, Any] = {"model": self.name, "input": items}
@@ -556,6 +557,7 @@ class OpenAIResponsesModel(HTTPModel):
         return body
 
     async def complete(self, request: ModelRequest) -> ModelReply:
+        """One reply to ``request``, retried on rate limits and server errors, within its timeout."""
         body = self.body(request)
         return await self.within(self.retrying(lambda: self._once(body, request)), request.timeout)
 

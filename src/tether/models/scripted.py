@@ -72,6 +72,7 @@ class ScriptedModel:
             self.name = name
 
     async def complete(self, request: ModelRequest) -> ModelReply:
+        """The script's next reply (or raise its next exception); records the request in ``requests``."""
         self.requests.append(request)
         self.settings_asked.append(settings_for(self.settings, request))
         if len(self.requests) > len(self._script):
@@ -90,4 +91,5 @@ class ScriptedModel:
         return step
 
     async def aclose(self) -> None:
+        """Nothing to close."""
         return None

@@ -93,6 +93,7 @@ class ApiKeyAuth:
         self.store = store
 
     async def authenticate(self, request: Request) -> Principal:
+        """The principal whose API key the request carries; a 401 problem when it has none or an unknown one."""
         if "authorization" in request.headers or "x-api-key" not in request.headers:
             key = _bearer(request, "an API key: Authorization: Bearer tk_... (or X-API-Key: tk_...)")
         else:
@@ -156,6 +157,7 @@ class JWTAuth:
             self._keys = _read_jwks(Path(jwks_file))
 
     async def authenticate(self, request: Request) -> Principal:
+        """The principal the request's bearer JWT names, once verified; a 401 problem otherwise."""
         token = _bearer(request, "a bearer token: Authorization: Bearer <JWT>")
         try:
             claims = self._verified(token)
@@ -299,6 +301,7 @@ class NoAuth:
         self.principal = Principal(principal_id, frozenset({ALL_SCOPES}), frozenset(roles))
 
     async def authenticate(self, request: Request) -> Principal:
+        """The one principal, for requests addressed to localhost or 127.0.0.1 only (421 otherwise)."""
         # Binding to loopback keeps other machines out, not other origins: a web page whose DNS name is
         # rebound to 127.0.0.1 reaches this server from the user's browser with its own name in Host.
         if not _loopback(_host_name(request.headers.get("host", ""))):

@@ -22,4 +22,5 @@ APPROVER_ROLE = "approver"
 class Authenticator(Protocol):
     """Turns a request into its caller's ``Principal``; raises ``tether.serve.problems.Problem(401, ...)``."""
 
-    async def authenticate(self, request: Request) -> Principal: ...
+    async def authenticate(self, request: Request) -> Principal:
+        """The principal the request's caller acts as; a 401 ``Problem`` when it proves no one."""

@@ -43,6 +43,8 @@ def omitted(value: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
+    """One call's ledger row: its intent (recorded before it runs) and its outcome (after)."""
+
     call_id: str
     tool: str
     fingerprint: str
@@ -54,6 +56,8 @@ class LedgerEntry:
 
 @dataclass(frozen=True, slots=True)
 class StoredEvent:
+    """One audit event of a run, as stored."""
+
     seq: int
     at: float
     kind: str
@@ -63,6 +67,8 @@ class StoredEvent:
 
 @dataclass(frozen=True, slots=True)
 class RunSummary:
+    """A run as ``tether runs list`` shows it."""
+
     run_id: str
     status: str
     principal: str
@@ -84,6 +90,8 @@ class RunSummary:
 
 @dataclass(frozen=True, slots=True)
 class StoredConversation:
+    """A conversation as stored: whose it is, its budget, and its turns (run id and status)."""
+
     conversation_id: str
     principal: Principal
     budget: dict[str, Any]
@@ -95,6 +103,8 @@ class StoredConversation:
 
 @dataclass(slots=True)
 class StoredRun:
+    """A run as stored: its state, its principal, how it was set up, and when."""
+
     state: RunState
     principal: Principal
     setup: dict[str, Any]

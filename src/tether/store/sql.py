@@ -349,6 +349,7 @@ class SQLStore:
         )
 
     def close(self) -> None:
+        """Let go of every run this store holds and close its connections."""
         self.dialect.close()
 
     @contextmanager
@@ -479,6 +480,7 @@ class SQLStore:
                 raise LeaseHeld(f"run {run_id}: this process no longer holds its lease")
 
     def release(self, run_id: str) -> None:
+        """Let go of ``run_id`` (its lease and its lock)."""
         self._heads.pop(run_id, None)
         try:
             with self._write() as tx:
@@ -714,6 +716,7 @@ class SQLStore:
         return conversation(conversation_id, row, turns)
 
     def list_conversations(self, principal_id: str | None = None, limit: int = 50) -> list[StoredConversation]:
+        """Conversations, newest first; only a principal's, when given."""
         query = "SELECT id FROM conversations"
         params: tuple[Any, ...] = ()
         if principal_id is not None:
@@ -738,6 +741,7 @@ class SQLStore:
     # --- reading -----------------------------------------------------------------
 
     def ledger_entry(self, run_id: str, call_id: str) -> LedgerEntry | None:
+        """One call's ledger row, if it has one."""
         with self._read() as tx:
             row = tx.execute(_LEDGER_ROW + " WHERE run_id = ? AND call_id = ?", (run_id, call_id)).fetchone()
         return LedgerEntry(*row) if row else None
@@ -870,6 +874,7 @@ class SQLStore:
         ]
 
     def ledger(self, run_id: str) -> list[LedgerEntry]:
+        """The run's ledger rows, in the order their intents were recorded."""
         with self._read() as tx:
             rows = tx.execute(_LEDGER_ROW + " WHERE run_id = ? ORDER BY intent_at", (run_id,)).fetchall()
         return [LedgerEntry(*row) for row in rows]
@@ -939,6 +944,7 @@ class SQLStore:
         return audit_problems(self.audit_key, run_id, head[:-1], head[-1], events, messages, ledger)
 
     def messages(self, run_id: str) -> list[Message]:
+        """The messages this run stored (a conversation's turn: only those it added)."""
         with self._read() as tx:
             rows = tx.execute("SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
         return [Message.from_dict(decode(body, run_id, f"message {seq}")) for seq, body in rows]

@@ -256,12 +256,15 @@ class FakeServer(ServerBase):
 
     @property
     def base_url(self) -> str:
+        """The OpenAI-compatible base URL to give a model adapter (``.../v1``)."""
         return f"{self.origin}/v1"
 
     def banner(self) -> str:
+        """The line the server prints when it is ready."""
         return f"listening on {self.base_url}"
 
     def make_app(self) -> web.Application:
+        """The aiohttp application: chat completions, Messages and Responses endpoints."""
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/v1/messages", self._handle_messages)

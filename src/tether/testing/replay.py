@@ -45,12 +45,15 @@ class ReplayServer(ServerBase):
         return len(self.interactions)
 
     def base_url_for(self, index: int) -> str:
+        """The base URL that replays interaction ``index``."""
         return f"{self.origin}/{index}"
 
     def banner(self) -> str:
+        """The line the server prints when it is ready."""
         return f"listening on {self.origin}/{{index}} ({len(self)} interactions)"
 
     def make_app(self) -> web.Application:
+        """The aiohttp application: each interaction's endpoints under its index."""
         app = web.Application(client_max_size=64 * 1024**2)  # recorded requests can carry images
         app.router.add_post(r"/{index:\d+}/chat/completions", self._handle)
         app.router.add_post(r"/{index:\d+}/v1/messages", self._handle)

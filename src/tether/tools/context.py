@@ -21,6 +21,7 @@ class Principal:
     roles: frozenset[str] = frozenset()
 
     def allows(self, scopes: frozenset[str]) -> bool:
+        """Whether the principal holds every one of ``scopes`` (or all scopes)."""
         return ALL_SCOPES in self.scopes or scopes <= self.scopes
 
 
@@ -63,6 +64,7 @@ class ToolContext(Generic[DepsT]):
 
     @property
     def idempotency_key(self) -> str:
+        """A key unique to this call (run id and call id): pass it on so a retried call is done once."""
         return f"{self.run_id}:{self.call_id}"
 
     def mark_untrusted(self) -> None:
@@ -71,6 +73,7 @@ class ToolContext(Generic[DepsT]):
 
     @property
     def untrusted(self) -> bool:
+        """Whether this call's result was marked untrusted (``mark_untrusted``)."""
         return UNTRUSTED in self._marks
 
 

@@ -91,6 +91,13 @@ DEFAULT_RETRIES = 1
 
 @dataclass(frozen=True, slots=True)
 class Tool:
+    """A tool the model may call: its name, description and JSON Schema, and the function that runs it.
+
+    Made by ``@tool`` from a function's signature, or by ``tool_from_schema`` from a schema you
+    write. A tool is side-effecting unless ``read_only``; ``approval`` asks a person first (always,
+    or when a predicate of the arguments says so).
+    """
+
     name: str
     description: str
     parameters: dict[str, Any]
@@ -143,6 +150,7 @@ class Tool:
         return [_describe(e) for e in errors[:3]]
 
     def needs_approval(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether a call with ``arguments`` needs approval; a predicate that raises counts as yes."""
         if callable(self.approval):
             try:
                 return bool(self.approval(arguments))
@@ -162,6 +170,7 @@ class Tool:
         return kwargs
 
     def call(self, arguments: Mapping[str, Any], context: ToolContext) -> Any | Awaitable[Any]:
+        """Run the function with ``arguments`` (and the context, if it takes one); may return an awaitable."""
         return self.function(**self.bind(arguments, context))
 
 

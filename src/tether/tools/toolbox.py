@@ -101,6 +101,7 @@ class Toolbox:
         self.specs = [t.spec(strict) for t in self.offered.values()]
 
     def check(self, call: ToolCall) -> Accepted | Rejected:
+        """Judge ``call``: its JSON, its tool, its arguments against the schema; ``Accepted`` or ``Rejected``."""
         try:
             arguments = strict_loads(call.arguments)
         except InvalidJson as exc:

@@ -111,6 +111,7 @@ class ConversationBudget:
     max_total_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The budget as plain JSON data, as the store keeps it."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 

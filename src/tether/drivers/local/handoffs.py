@@ -140,6 +140,7 @@ class Handoff:
 
     @property
     def tool_name(self) -> str:
+        """The tool name the model calls to hand the floor over: ``transfer_to_`` and the agent's name."""
         return TRANSFER_PREFIX + self.agent.name
 
 

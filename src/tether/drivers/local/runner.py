@@ -140,6 +140,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """An approver's decision on a call: run it (``approved``) or refuse it, with a reason the model sees."""
+
     approved: bool
     reason: str | None = None
 

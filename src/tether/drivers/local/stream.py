@@ -73,6 +73,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamEvent:
+    """What every stream event carries: when, which run, which step, which model (and which agent)."""
+
     at: float
     run_id: str
     step: int
@@ -82,16 +84,20 @@ class StreamEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepStarted(StreamEvent):
-    pass
+    """A step began: the model is asked for a reply."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextDelta(StreamEvent):
+    """A piece of the answer's text, as the model streams it."""
+
     text: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallDelta(StreamEvent):
+    """A piece of a tool call's arguments, as the model streams them (before any gate has judged the call)."""
+
     index: int  # the call's position in the reply
     call_id: str | None  # in the first delta of a call
     tool: str | None  # in the first delta of a call
@@ -107,33 +113,39 @@ class _CallEvent(StreamEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallValidated(_CallEvent):
-    pass
+    """A call passed every gate."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallRefused(_CallEvent):
+    """A gate refused a call: ``code`` is the envelope's error code."""
+
     code: str  # invalid_json, unknown_tool, invalid_arguments, ... (DESIGN.md §4)
     message: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalNeeded(_CallEvent):
-    pass
+    """A call waits for approval; the run pauses unless an approver decides it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallStarted(_CallEvent):
-    pass
+    """A call started running."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallFinished(_CallEvent):
+    """A call finished: ``outcome`` is ``ok`` or an error code; ``duration`` in seconds."""
+
     outcome: str  # "ok" or an error code
     duration: float  # seconds
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepFinished(StreamEvent):
+    """A step ended: the model's finish reason and the tokens the step used."""
+
     finish_reason: str | None
     usage: Usage
 
@@ -149,6 +161,8 @@ class HandedOff(StreamEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunFinished(StreamEvent):
+    """The run ended; the last event of every stream."""
+
     result: RunResult
 
 

@@ -65,6 +65,7 @@ def transient(error: RPCError) -> bool:
 
 
 async def connect(address: str, namespace: str = "default") -> Client:
+    """A Temporal client for the server at ``address`` (``host:port``)."""
     return await Client.connect(address, namespace=namespace)
 
 
