@@ -14,9 +14,16 @@ def every_subclass() -> list[type[errors.TetherError]]:
         if not found.name.endswith("__main__"):  # running it would start the CLI
             importlib.import_module(found.name)
     classes = [errors.TetherError]
-    for cls in classes:
-        classes.extend(cls.__subclasses__())
+    for cls in classes:  # tether's own: an application may subclass them (the ticket example's TicketsDBError)
+        classes.extend(c for c in cls.__subclasses__() if c.__module__.startswith("tether."))
     return classes
+
+
+def test_an_application_may_subclass_tethers_errors_outside_the_tree() -> None:
+    class AppError(errors.TetherError):
+        """An application's own error."""
+
+    assert AppError not in every_subclass() and "AppError" not in errors.tree()
 
 
 def test_every_error_class_lives_in_core_errors() -> None:

@@ -6,12 +6,12 @@ HTTP API and page (``auth``, ``throttle``, ``app``), and how it starts
 for ``tether serve tickets_app.agent:agent``.
 """
 
-from tether.core.errors import TicketsDBError
 from tickets_app.db import (
     Comment,
     Ticket,
     TicketPage,
     TicketsDB,
+    TicketsDBError,
     User,
     verify_password,
 )

@@ -30,14 +30,13 @@ from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.core.errors import TicketsDBError
 from tether.drivers import tracing
 from tether.serve.headers import SecurityHeaders
 from tether.serve.problems import Problem, install
 from tether.serve.service import RunService, open_run_store, stop_runs_on_sigterm
 from tether.tools.context import Principal
 from tickets_app.auth import Approver, Authority, CurrentUser
-from tickets_app.db import TicketsDB, User, verify_password
+from tickets_app.db import TicketsDB, TicketsDBError, User, verify_password
 from tickets_app.settings import DEFAULT_APPROVALS_PAGE, Settings
 from tickets_app.throttle import SignInThrottle, Throttled, hashing_executor
 from tickets_app.tools import KnowledgeSource, ticket_tools

@@ -37,8 +37,14 @@ from typing import Any, Literal, get_args
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
-from tether.core.errors import ConfigurationError, TicketsDBError
+from tether.core.errors import ConfigurationError, TetherError
 from tether.store.dialects.sqlite import connect, immediate
+
+
+class TicketsDBError(TetherError):
+    """A tickets database statement failed after the database was opened (the example's own error, a
+    ``TetherError`` so the CLI and the service report it as tether's)."""
+
 
 Role = Literal["customer", "agent", "admin"]
 Status = Literal["open", "pending", "closed"]

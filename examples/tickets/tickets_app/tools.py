@@ -29,10 +29,9 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import Field
 
-from tether.core.errors import TicketsDBError
 from tether.tools import Executed, NotExecuted, Tool, ToolContext, ToolError, tool
 from tether.tools.tool import Verdict
-from tickets_app.db import ROLES, TICKET_ID_PATTERN, Role, Ticket, TicketsDB
+from tickets_app.db import ROLES, TICKET_ID_PATTERN, Role, Ticket, TicketsDB, TicketsDBError
 
 TicketId = Annotated[str, Field(pattern=TICKET_ID_PATTERN)]
 

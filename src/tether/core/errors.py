@@ -21,7 +21,6 @@ test keeps the two equal::
     │   ├── AmbiguousRun (exit 3)  A run id prefix that several runs start with
     │   ├── LeaseHeld (exit 5)  A live driver holds the run
     │   └── TamperedRun (exit 6)  Its rows fail the audit check; nothing of it is acted on
-    ├── TicketsDBError (exit 1)  A tickets database statement failed after the database was opened
     └── ModelError (exit 4)  The model endpoint failed to give a usable reply
         ├── ModelConnectionError (exit 4)  Could not connect
         ├── ModelTimeout (exit 4)  Connect or read timed out
@@ -56,7 +55,7 @@ def tree() -> str:
     def walk(cls: type[TetherError], prefix: str, branch: str) -> None:
         summary = (cls.__doc__ or "").strip().splitlines()[0].rstrip(".")
         lines.append(f"{branch}{cls.__name__} (exit {cls.exit_code})  {summary}")
-        children = cls.__subclasses__()
+        children = [c for c in cls.__subclasses__() if c.__module__.startswith("tether.")]  # not an application's
         for index, child in enumerate(children):
             last = index == len(children) - 1
             walk(child, prefix + ("    " if last else "│   "), prefix + ("└── " if last else "├── "))
@@ -175,10 +174,6 @@ class TamperedRun(StoreError):
     """
 
     exit_code: ClassVar[int] = 6
-
-
-class TicketsDBError(TetherError):
-    """A tickets database statement failed after the database was opened."""
 
 
 class ModelError(TetherError):
