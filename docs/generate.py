@@ -31,7 +31,7 @@ from tether.cli.common import ERROR_CODES, EXIT_CODES, PROTOCOLS, env_prefix
 from tether.cli.main import cli
 from tether.core import errors
 from tether.core.envelope import RETRYABLE, ErrorCode
-from tether.core.machine import Status, mermaid_diagram
+from tether.core.machine import TRANSITIONS, Status, mermaid_diagram
 
 DOCS = Path(__file__).resolve().parent
 SRC = DOCS.parent / "src" / "tether"
@@ -47,8 +47,20 @@ def state_machine() -> str:
     return (
         "# The run state machine\n\n"
         "Generated from `tether.core.machine.TRANSITIONS` by `docs/generate.py`; do not edit.\n\n"
-        "```mermaid\n" + mermaid_diagram() + "\n```\n"
+        "```mermaid\n" + mermaid_diagram() + "\n```\n\n"
+        "The same transitions as a table (Mermaid's script draws the diagram above; offline, without it, the\n"
+        "page shows the diagram's source):\n\n" + transitions_table()
     )
+
+
+def transitions_table() -> str:
+    """Each status, the events it takes and the statuses each may lead to."""
+    rows = ["| from | event | to |", "|---|---|---|"]
+    for status, events in TRANSITIONS.items():
+        for event, targets in events.items():
+            to = ", ".join(f"`{target.value}`" for target in sorted(targets, key=lambda s: s.value))
+            rows.append(f"| `{status.value}` | `{event.__name__}` | {to} |")
+    return "\n".join(rows) + "\n"
 
 
 def cli_reference() -> str:
