@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -103,3 +104,16 @@ def test_the_generator_exits_2_naming_what_it_cannot_describe(tmp_path: Path) ->
     assert result.returncode == 2, result.stdout + result.stderr
     assert "no description for the environment variable(s) TETHER_DB" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_every_file_the_site_names_exists() -> None:
+    """A page that says which test holds a guarantee, or which bench measures it, names a file that is there."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    named = {
+        (page.relative_to(REPO).as_posix(), path)
+        for page in pages
+        for path in re.findall(r"`((?:tests|bench|src|examples|docs)/[\w./-]+)`", page.read_text())
+    }
+    assert len(named) > 20  # the security page alone names a dozen tests
+    missing = sorted((page, path) for page, path in named if not (REPO / path.rstrip("/")).exists())
+    assert missing == [], "(page, path)"
