@@ -237,6 +237,7 @@ class Accepted:
     untrusted_output: bool = False
     handoff: str | None = None  # the call transfers the run to the agent of this name
     sinks: frozenset[str] | None = None  # the tool's sink parameters (``core.provenance``); None: no policy
+    trusted_fields: tuple[str, ...] = ()  # the fields of its untrusted result the system vouches for
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,9 +287,10 @@ class PendingCall:
     untrusted_output: bool = False
     result: str | None = None
     approval_reason: str | None = None  # why a person must decide, for the approval request
+    trusted_fields: tuple[str, ...] = ()  # the fields of its untrusted result the system vouches for
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "call_id": self.call_id,
             "tool": self.tool,
             "arguments": self.arguments,
@@ -300,10 +302,13 @@ class PendingCall:
             "result": self.result,
             "approval_reason": self.approval_reason,
         }
+        if self.trusted_fields:  # only for a tool that names some: other records are as they always were
+            data["trusted_fields"] = list(self.trusted_fields)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingCall:
-        return cls(**data)
+        return cls(**{**data, "trusted_fields": tuple(data.get("trusted_fields", ()))})
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,6 +489,9 @@ class RunState:
     # Calls of the current step traced in a tainted run (``core.provenance``): call id -> {"sinks": the tool's sink
     # parameters, "provenance": where each sink value was found}. Checked again before the call runs after a load.
     traced: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # call id -> the fields of its untrusted result the tool vouches for (``Tool.trusted_fields``): their values are
+    # trusted text of that result when the transcript is indexed (``core.provenance``), again after a load.
+    vouched: dict[str, list[str]] = field(default_factory=dict)
 
     def provenance_of(self, call_id: str) -> list[dict[str, Any]] | None:
         """Where each sink value of a call of the current step was found; None for a call not traced."""
@@ -538,6 +546,8 @@ class RunState:
             progress["waiting_on"] = dict(self.waiting_on)
         if self.traced:  # only for a step with a traced call: likewise
             progress["traced"] = {k: dict(v) for k, v in self.traced.items()}
+        if self.vouched:  # only once a result with trusted fields was read: likewise
+            progress["vouched"] = {k: list(v) for k, v in self.vouched.items()}
         return progress
 
     @classmethod
@@ -569,6 +579,7 @@ class RunState:
             child_steps=data.get("child_steps", 0),
             waiting_on=dict(data.get("waiting_on", {})),
             traced={k: dict(v) for k, v in data.get("traced", {}).items()},
+            vouched={k: list(v) for k, v in data.get("vouched", {}).items()},
         )
 
 
@@ -953,6 +964,7 @@ class Run:
                 fp,
                 read_only=verdict.read_only,
                 untrusted_output=verdict.untrusted_output,
+                trusted_fields=verdict.trusted_fields,
             )
             earlier = s.executed.get(call.id)
             if s.repeats == b.loop_limit:
@@ -1033,7 +1045,7 @@ class Run:
         s = self.state
         if sinks is None or not (s.untrusted or self.provenance.outer is not None):
             return None
-        self.provenance.sync(s.messages, s.untrusted)
+        self.provenance.sync(s.messages, s.untrusted, s.vouched)
         return self.provenance.trace(sorted(sinks), arguments)
 
     def _taint(self, hidden: frozenset[str]) -> str | None:
@@ -1217,6 +1229,8 @@ class Run:
         s.tool_calls += 1
         if untrusted or call.untrusted_output:
             s.untrusted[call.call_id] = call.tool
+            if call.trusted_fields:
+                s.vouched[call.call_id] = list(call.trusted_fields)
             if not s.tainted:
                 s.tainted, s.tainted_by = True, call.tool
         return content

@@ -39,6 +39,38 @@ Rules of the trace, each chosen to fail closed:
   envelope's punctuation), kept as one text; text inside it that imitates a
   message, an approval or an envelope is only text of that result.
 
+Per-field provenance: an untrusted result may mix facts the system vouches
+for (the id it assigned, the sender it verified, the counterparty's IBAN the
+bank recorded, an amount, a timestamp) with text others wrote freely (a body,
+a subject, a description). A tool names the former with
+``@tool(untrusted_output=True, trusted_fields=("id_", "sender"))``; when the
+transcript is indexed, the values of those fields in each of its results
+(``field_values``) are added as a second, trusted text of that result, and
+the result's whole text stays untrusted (it still taints the run). The
+rules, each chosen to fail closed:
+
+- A field name is a key of the result's *record*: the result itself when it
+  is an object, each item when it is a list (lists are walked, at any depth);
+  ``"a.b"`` names key ``b`` of the object under key ``a``. A key deeper than
+  the path says is not matched: an event attached to an email is its
+  sender's record, not the mail system's, so the email's ``id_`` is not the
+  attachment's ``id_``.
+- Only a string or a number at that place is trusted, or each string and
+  number of a list there. An object there is refused (nothing of it, keys
+  nor values, is trusted): it holds fields of its own, which may be free
+  text; name them by path instead.
+- Only the JSON structure counts: text inside a string that imitates a
+  field (an email body saying ``"sender": "x"``) is part of that string, so
+  it stays untrusted. Only the result of an ``ok`` envelope is read; an
+  error's message is not a field.
+- The fields are kept with the run's state per call (``RunState.vouched``),
+  so a resumed run indexes its transcript, and traces a call, exactly as
+  before (a sub-agent traces through its parent's index, fields and all).
+  A conversation's next turn sees an earlier turn's result wholly
+  untrusted: its fields are not passed on.
+- The trusted text of a result, like a trusted tool's, does not vouch for
+  the call's own arguments (an id the call searched for, echoed back).
+
 Cost: each text is indexed once, when the run's transcript grows (trigrams
 and short words mapped to the texts holding them); a value is looked up in
 the postings of its rarest trigram, so a call's trace does not rescan the
@@ -118,6 +150,37 @@ def _result_parts(content: str) -> list[str]:
     return [text for _, text in leaves(data, "")]
 
 
+def field_values(result: Any, fields: Sequence[str]) -> list[str]:
+    """The text of each trusted field of ``result`` (a tool's result, parsed JSON), as the module's rules say."""
+    found: list[str] = []
+    for name in fields:
+        _field(result, name.split("."), found)
+    return found
+
+
+def _field(value: Any, path: Sequence[str], found: list[str]) -> None:
+    if isinstance(value, list | tuple):  # a list of records, or of values at the end of the path: each item
+        for item in value:
+            _field(item, path, found)
+    elif not path:
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            found.append(value if isinstance(value, str) else number_text(value))
+        # an object (or a null, a boolean) where a value was named: refused, nothing of it is trusted
+    elif isinstance(value, Mapping) and path[0] in value:
+        _field(value[path[0]], path[1:], found)
+
+
+def _vouched_parts(content: str, fields: Sequence[str]) -> list[str]:
+    """The trusted fields' text in a tool message: only in the result of an ``ok`` envelope, else nothing."""
+    try:
+        data = nesting.loads(content, nesting.MAX_REPLY_DEPTH)
+    except ValueError:
+        return []
+    if not isinstance(data, Mapping) or data.get("ok") is not True:
+        return []
+    return field_values(data.get("result"), fields)
+
+
 class TextIndex:
     """Texts, each trusted or not, indexed so that a value is found without reading them all.
 
@@ -188,15 +251,21 @@ class Provenance:
     def __init__(self) -> None:
         self.index = TextIndex()
         self.outer: Provenance | None = None
-        self._outer_transcript: tuple[Sequence[Message], Mapping[str, str]] = ((), {})
+        self._outer_transcript: tuple[Sequence[Message], Mapping[str, str], Mapping[str, Sequence[str]]] = ((), {}, {})
         self._seen = 0  # messages indexed so far
         self._calls: dict[str, tuple[str, str]] = {}  # call id -> (tool, arguments), from the assistant messages
         self._host: set[str] = set()  # host texts (instructions) added
         self._prompts = 0
 
-    def inherit(self, outer: Provenance, messages: Sequence[Message], untrusted: Mapping[str, str]) -> None:
+    def inherit(
+        self,
+        outer: Provenance,
+        messages: Sequence[Message],
+        untrusted: Mapping[str, str],
+        vouched: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         """Trace through the index ``outer`` of the parent run whose transcript is ``messages`` (live, not copied)."""
-        self.outer, self._outer_transcript = outer, (messages, untrusted)
+        self.outer, self._outer_transcript = outer, (messages, untrusted, {} if vouched is None else vouched)
 
     def host_text(self, text: str) -> None:
         """Add text the host wrote outside the transcript (a run's fixed instructions) as trusted, once."""
@@ -204,17 +273,27 @@ class Provenance:
             self._host.add(text)
             self.index.add([text], True, "the instructions", prose=True)
 
-    def sync(self, messages: Sequence[Message], untrusted: Mapping[str, str]) -> None:
-        """Index the messages added since the last call (the transcript only grows)."""
+    def sync(
+        self,
+        messages: Sequence[Message],
+        untrusted: Mapping[str, str],
+        vouched: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        """Index the messages added since the last call (the transcript only grows).
+
+        ``vouched``: call id -> the trusted fields of its untrusted result (``RunState.vouched``).
+        """
         if len(messages) < self._seen:  # not expected: a transcript rewritten is indexed afresh
             self.index, self._seen, self._calls, self._prompts = TextIndex(), 0, {}, 0
             for text in sorted(self._host):
                 self.index.add([text], True, "the instructions", prose=True)
         for position in range(self._seen, len(messages)):
-            self._add(position, messages[position], untrusted)
+            self._add(position, messages[position], untrusted, vouched or {})
         self._seen = len(messages)
 
-    def _add(self, position: int, message: Message, untrusted: Mapping[str, str]) -> None:
+    def _add(
+        self, position: int, message: Message, untrusted: Mapping[str, str], vouched: Mapping[str, Sequence[str]]
+    ) -> None:
         if message.role == "assistant":
             for call in message.tool_calls:
                 self._calls[call.id] = (call.name, call.arguments)
@@ -234,6 +313,10 @@ class Provenance:
             trusted = call_id not in untrusted
             echo = _result_parts(arguments) if arguments else []
             self.index.add(_result_parts(content), trusted, f"the result of {tool} {call_id}", echo)
+            fields = vouched.get(call_id, ())
+            if not trusted and fields:  # the facts the system vouches for in it: a second text, trusted
+                label = f"the trusted fields of the result of {tool} {call_id}"
+                self.index.add(_vouched_parts(content, fields), True, label, echo)
 
     def find(self, value: str) -> tuple[bool, list[str]]:
         trusted, where = self.index.find(value)

@@ -120,6 +120,7 @@ class Toolbox:
             needs_approval=found.needs_approval(arguments),
             untrusted_output=found.untrusted_output,
             sinks=found.sinks,
+            trusted_fields=found.trusted_fields,
         )
 
     async def invoke(
