@@ -238,6 +238,7 @@ class Accepted:
     handoff: str | None = None  # the call transfers the run to the agent of this name
     sinks: frozenset[str] | None = None  # the tool's sink parameters (``core.provenance``); None: no policy
     trusted_fields: tuple[str, ...] = ()  # the fields of its untrusted result the system vouches for
+    principal_sinks: frozenset[str] = frozenset()  # sinks a vouched field is not enough for: the principal's word
 
 
 @dataclass(frozen=True, slots=True)
@@ -980,6 +981,8 @@ class Run:
                 if traced is not None:
                     self._traced.add(call.id)
                     s.traced[call.id] = {"sinks": sorted(verdict.sinks or ()), "provenance": traced}
+                    if verdict.principal_sinks:  # only for a tool that has some: other records are as they were
+                        s.traced[call.id]["principal"] = sorted(verdict.principal_sinks)
                 pending.append(replace(base, execute=True, needs_approval=why is not None, approval_reason=why))
         s.pending = pending
         s.approvals = {}  # a decision binds one call of one step, never a later reuse of its id
@@ -1027,7 +1030,7 @@ class Run:
         if verdict.needs_approval:
             reasons.append(f"{tool} requires approval")
         if not verdict.read_only and (source := self._taint(hidden)) is not None:
-            traced = self._trace(verdict.sinks, verdict.arguments)
+            traced = self._trace(verdict.sinks, verdict.arguments, verdict.principal_sinks)
             if traced is None or provenance.untraced(traced):
                 why = f"the run read untrusted text from {source}"
                 if traced:
@@ -1035,7 +1038,9 @@ class Run:
                 reasons.append(why)
         return "; ".join(reasons) or None, traced
 
-    def _trace(self, sinks: Collection[str] | None, arguments: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    def _trace(
+        self, sinks: Collection[str] | None, arguments: Mapping[str, Any], principal: Collection[str] = ()
+    ) -> list[dict[str, Any]] | None:
         """Where each sink value of a call was found in the transcript; None for a tool without sinks.
 
         None too for a run whose untrusted results are not listed (saved
@@ -1046,7 +1051,7 @@ class Run:
         if sinks is None or not (s.untrusted or self.provenance.outer is not None):
             return None
         self.provenance.sync(s.messages, s.untrusted, s.vouched)
-        return self.provenance.trace(sorted(sinks), arguments)
+        return self.provenance.trace(sorted(sinks), arguments, principal)
 
     def _taint(self, hidden: frozenset[str]) -> str | None:
         """The tool whose untrusted result the model saw for this reply, if any.
@@ -1093,7 +1098,7 @@ class Run:
         """
         traced = self.state.traced.get(call.call_id)
         if self._executes and call.execute and traced is not None and call.call_id not in self._traced:
-            again = self._trace(traced["sinks"], call.arguments or {})
+            again = self._trace(traced["sinks"], call.arguments or {}, traced.get("principal", ()))
             if again != traced["provenance"]:
                 return _refused(call, ErrorCode.DENIED, "its sink values' provenance changed; not executed")
             self._traced.add(call.call_id)

@@ -70,6 +70,11 @@ rules, each chosen to fail closed:
   untrusted: its fields are not passed on.
 - The trusted text of a result, like a trusted tool's, does not vouch for
   the call's own arguments (an id the call searched for, echoed back).
+- A true fact is not a choice: an injection can name a real id to act on
+  (the file to delete) as easily as a made-up one. A tool's
+  ``principal_sinks`` (some of its sinks) must therefore be traced to the
+  principal's own text, or the host's, or a trusted tool's result; a value
+  found only in a vouched field counts there as found in untrusted text.
 
 Cost: each text is indexed once, when the run's transcript grows (trigrams
 and short words mapped to the texts holding them); a value is looked up in
@@ -82,7 +87,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -94,6 +99,7 @@ TRUSTED = "trusted"
 UNTRUSTED = "untrusted"
 NOWHERE = "nowhere"
 
+VOUCHED, PRINCIPAL = 1, 2  # trust levels: a field an untrusted result vouches for; the principal's or the host's text
 SHORT = 3  # a value shorter than this must appear as a whole word
 _SPACES = re.compile(r"\s+")
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201b": "'", "\u201c": '"', "\u201d": '"'})
@@ -190,33 +196,42 @@ class TextIndex:
     """
 
     def __init__(self) -> None:
-        self.texts: list[tuple[str, bool, str, str]] = []  # (normalised text, trusted, label, echo)
+        self.texts: list[tuple[str, int, str, str]] = []  # (normalised text, trust level, label, echo)
         self._grams: dict[str, list[int]] = {}
         self._short: dict[str, list[int]] = {}
 
     def add(
-        self, parts: Sequence[str], trusted: bool, label: str, echo: Sequence[str] = (), prose: bool = False
+        self,
+        parts: Sequence[str],
+        trusted: bool,
+        label: str,
+        echo: Sequence[str] = (),
+        prose: bool = False,
+        vouched: bool = False,
     ) -> None:
         """Index the text made of ``parts`` (a value is found within one part).
 
         ``echo``: the arguments of the call a result answers; a value found
         in the result that is also among them does not count as traced there.
         ``prose``: a message, not a result: a short value is found in it only
-        when it is the whole message.
+        when it is the whole message. ``vouched``: trusted fields of an
+        untrusted result: trusted, but not the principal's word.
         """
         norm = _SEP.join(filter(None, map(normalise, parts)))
         if not norm:
             return
         tid = len(self.texts)
-        self.texts.append((norm, trusted, label, _SEP.join(map(normalise, echo))))
+        level = (VOUCHED if vouched else PRINCIPAL) if trusted else 0
+        self.texts.append((norm, level, label, _SEP.join(map(normalise, echo))))
         for gram in {norm[i : i + SHORT] for i in range(len(norm) - SHORT + 1)}:
             self._grams.setdefault(gram, []).append(tid)
         words = {norm} if prose else {*_WORDS.findall(norm), *norm.replace(_SEP, " ").split(" ")}
         for word in {w for w in words if 0 < len(w) < SHORT}:
             self._short.setdefault(word, []).append(tid)
 
-    def find(self, value: str) -> tuple[bool, list[str]]:
-        """Whether normalised ``value`` is in a trusted text, and the labels of the untrusted texts holding it."""
+    def find(self, value: str, needs: int = VOUCHED) -> tuple[bool, list[str]]:
+        """Whether normalised ``value`` is in a text trusted at level ``needs`` (``PRINCIPAL``: not a vouched
+        field), and the labels of the other texts holding it."""
         if len(value) < SHORT:
             candidates: Sequence[int] = self._short.get(value, ())
         else:
@@ -229,12 +244,14 @@ class TextIndex:
             candidates = min(postings, key=len)
         untrusted: list[str] = []
         for tid in candidates:
-            text, trusted, label, echo = self.texts[tid]
+            text, level, label, echo = self.texts[tid]
             if len(value) >= SHORT and value not in text:
                 continue
-            if trusted and not (echo and value in echo):
+            if level and echo and value in echo:
+                continue  # a result does not vouch for its own call's arguments
+            if level >= needs:
                 return True, []
-            if not trusted and label not in untrusted:
+            if label not in untrusted:
                 untrusted.append(label)
         return False, untrusted
 
@@ -315,21 +332,27 @@ class Provenance:
             self.index.add(_result_parts(content), trusted, f"the result of {tool} {call_id}", echo)
             fields = vouched.get(call_id, ())
             if not trusted and fields:  # the facts the system vouches for in it: a second text, trusted
-                label = f"the trusted fields of the result of {tool} {call_id}"
-                self.index.add(_vouched_parts(content, fields), True, label, echo)
+                label = f"the trusted fields of the result of {tool} {call_id} (not the principal's word)"
+                self.index.add(_vouched_parts(content, fields), True, label, echo, vouched=True)
 
-    def find(self, value: str) -> tuple[bool, list[str]]:
-        trusted, where = self.index.find(value)
+    def find(self, value: str, needs: int = VOUCHED) -> tuple[bool, list[str]]:
+        trusted, where = self.index.find(value, needs)
         if not trusted and self.outer is not None:
             self.outer.sync(*self._outer_transcript)
-            outer_trusted, outer_where = self.outer.find(value)
+            outer_trusted, outer_where = self.outer.find(value, needs)
             if outer_trusted:
                 return True, []
             where += [f"{label} (in the parent run)" for label in outer_where]
         return trusted, where
 
-    def trace(self, sinks: Sequence[str], arguments: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The verdict on each sink value of ``arguments``: its path, where it was found, and in which texts."""
+    def trace(
+        self, sinks: Sequence[str], arguments: Mapping[str, Any], principal: Collection[str] = ()
+    ) -> list[dict[str, Any]]:
+        """The verdict on each sink value of ``arguments``: its path, where it was found, and in which texts.
+
+        A sink among ``principal`` needs the principal's own text: a trusted field of an untrusted result
+        holding its value counts as untrusted text there.
+        """
         verdict: list[dict[str, Any]] = []
         for param in sorted(sinks):
             if param not in arguments:
@@ -339,7 +362,7 @@ class Provenance:
                 if not value:
                     verdict.append({"path": path, "found": TRUSTED, "in": []})
                     continue
-                trusted, where = self.find(value)
+                trusted, where = self.find(value, PRINCIPAL if param in principal else VOUCHED)
                 found = TRUSTED if trusted else (UNTRUSTED if where else NOWHERE)
                 verdict.append({"path": path, "found": found, "in": where[:3]})
         return verdict

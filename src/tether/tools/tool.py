@@ -110,6 +110,9 @@ class Tool:
     # The fields of an untrusted result the system vouches for (ids it assigned, a verified sender): their values are
     # trusted text of the result, the rest of it stays untrusted (``core.provenance.field_values``).
     trusted_fields: tuple[str, ...] = ()
+    # The sinks whose values must be the principal's own word: a field an untrusted result vouches for is not enough
+    # (deleting a file: an id the drive lists is a real id, but the injection chose which).
+    principal_sinks: frozenset[str] = frozenset()
     # How to call ``function``: its argument model and the context parameter.
     args_model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
     context_param: str | None = field(default=None, repr=False)
@@ -128,6 +131,12 @@ class Tool:
         if self.sinks is not None:
             object.__setattr__(self, "sinks", _sinks(self.name, self.sinks, self.parameters))
         object.__setattr__(self, "trusted_fields", _fields(self.name, self.trusted_fields))
+        if self.principal_sinks:
+            wanted = {self.principal_sinks} if isinstance(self.principal_sinks, str) else set(self.principal_sinks)
+            if not wanted <= (self.sinks or frozenset()):
+                others = ", ".join(sorted(map(repr, wanted - (self.sinks or frozenset()))))
+                raise ConfigurationError(f"tool {self.name}: principal_sinks {others} are not among its sinks")
+            object.__setattr__(self, "principal_sinks", frozenset(wanted))
         made = strict_schema(self.parameters)
         if made is not None:
             object.__setattr__(self, "strict_parameters", made[0])
@@ -629,6 +638,7 @@ def tool(
     retries: int = DEFAULT_RETRIES,
     sinks: Iterable[str] | None = None,
     trusted_fields: Iterable[str] = (),
+    principal_sinks: Iterable[str] = (),
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -649,6 +659,7 @@ def tool(
     retries: int = DEFAULT_RETRIES,
     sinks: Iterable[str] | None = None,
     trusted_fields: Iterable[str] = (),
+    principal_sinks: Iterable[str] = (),
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a typed function as a tool.
 
@@ -677,6 +688,9 @@ def tool(
     it is a list; ``"a.b"`` descends into ``a``); only the values found there
     (a string or number, or each one in a list) become trusted text of that
     result, and the rest stays untrusted (``tether.core.provenance``).
+    ``principal_sinks`` (some of ``sinks``) must be traced to the
+    principal's own text: such a trusted field is not enough there, since
+    an injection can pick a real id to act on (the file to delete).
 
     A plain (not ``async``) function runs on a worker thread, so that one
     that blocks (a file, a socket, a database) never holds up the event
@@ -708,6 +722,7 @@ def tool(
         "retries": retries,
         "sinks": None if sinks is None else sinks,
         "trusted_fields": trusted_fields,
+        "principal_sinks": frozenset(principal_sinks),
     }
 
     def wrap(fn: Callable[..., Any]) -> Tool:

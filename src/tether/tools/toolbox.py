@@ -121,6 +121,7 @@ class Toolbox:
             untrusted_output=found.untrusted_output,
             sinks=found.sinks,
             trusted_fields=found.trusted_fields,
+            principal_sinks=found.principal_sinks,
         )
 
     async def invoke(
