@@ -239,3 +239,16 @@ def test_principal_sinks_must_be_among_the_sinks() -> None:
         def remove(file_id: str, note: str) -> str:
             """Remove."""
             return ""
+
+
+def test_a_short_id_is_not_taken_for_an_echo_of_a_longer_argument_holding_its_digits() -> None:
+    """Workspace's user task 8: event `24` found by a search for the day 2024-05-15. The result does not vouch for
+    its call's own arguments, but `24` is not one of them: only a whole word of an argument is an echo."""
+    messages = [Message("user", "Add Ann to my meeting on the 15th.")]
+    for folder, runs in (("2024-05-15", True), ("24", False)):
+        run = Run.new("run-1", messages, TOOLBOX)
+        run.send(Begin(now=0.0))
+        listing = wire("call_1", "inbox", {"folder": folder})
+        run.send(ModelReplied(ModelReply(1, "tool_calls", tool_calls=(listing,), usage=Usage()), now=1.0))
+        run.send(ToolsFinished({"call_1": json.dumps({"ok": True, "result": [{"id_": "24"}]})}, now=2.0))
+        assert runs_unapproved(propose(run, "delete_email", email_id="24")) is runs, folder

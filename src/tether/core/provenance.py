@@ -27,7 +27,9 @@ Rules of the trace, each chosen to fail closed:
   a new sink value.
 - A tool result does not vouch for the call's own arguments: a value found in
   a trusted result only where the result repeats what the call was asked
-  (an error echoing a bad argument, say) is not traced there.
+  (an error echoing a bad argument, say) is not traced there; a value
+  shorter than three characters is an echo only as a whole word of the
+  arguments (id ``24`` found by a search for the day ``2024-05-15`` is not).
 - Numbers are matched as their decimal text (``42``, ``12.5``; ``3.0`` as
   ``3``). A value shorter than three characters must appear as a whole word
   of a tool result, or be a whole message: in prose (the prompt, the system
@@ -187,6 +189,14 @@ def _vouched_parts(content: str, fields: Sequence[str]) -> list[str]:
     return field_values(data.get("result"), fields)
 
 
+def _echoed(value: str, echo: str) -> bool:
+    """Whether ``value`` is in the arguments ``echo``: a short value only as a whole word of them (``24`` is not
+    in the day ``2024-05-15``)."""
+    if len(value) < SHORT:
+        return value in {*_WORDS.findall(echo), *echo.replace(_SEP, " ").split(" ")}
+    return value in echo
+
+
 class TextIndex:
     """Texts, each trusted or not, indexed so that a value is found without reading them all.
 
@@ -247,7 +257,7 @@ class TextIndex:
             text, level, label, echo = self.texts[tid]
             if len(value) >= SHORT and value not in text:
                 continue
-            if level and echo and value in echo:
+            if level and echo and _echoed(value, echo):
                 continue  # a result does not vouch for its own call's arguments
             if level >= needs:
                 return True, []

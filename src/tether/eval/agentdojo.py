@@ -218,7 +218,6 @@ class AgentDojoCase:
 def tools_for(world: _World, setting: Setting) -> list[Tool]:
     """The suite's functions as tether tools, each running AgentDojo's function on the case's environment."""
     runtime = imported("functions_runtime").FunctionsRuntime(world.suite.tools)
-    to_text = imported("agent_pipeline.tool_execution").tool_result_to_str
     tools = []
     for function in world.suite.tools:
         policy = POLICY.get(function.name)
@@ -227,11 +226,14 @@ def tools_for(world: _World, setting: Setting) -> list[Tool]:
         options: dict[str, Any] = {}
         if setting.sinks and not policy.read_only:  # a read-only call never needs approval: no policy to give
             options["sinks"] = policy.sinks
+            options["principal_sinks"] = policy.principal
+        if setting.sinks and policy.untrusted_output:
+            options["trusted_fields"] = policy.fields
         tools.append(
             tool_from_schema(
                 function.name,
                 function.parameters.model_json_schema(),
-                _runner(runtime, world, function.name, to_text),
+                _runner(runtime, world, function.name),
                 str(function.description),
                 read_only=policy.read_only,
                 untrusted_output=policy.untrusted_output and setting.untrusted,
@@ -243,12 +245,13 @@ def tools_for(world: _World, setting: Setting) -> list[Tool]:
     return tools
 
 
-def _runner(runtime: Any, world: _World, name: str, to_text: Any) -> Any:
-    def run(**arguments: Any) -> str:
+def _runner(runtime: Any, world: _World, name: str) -> Any:
+    def run(**arguments: Any) -> Any:
         result, error = runtime.run_function(world.environment, name, arguments)
         if error is not None:
             raise ToolError(str(error))  # what AgentDojo's executor shows the model
-        return str(to_text(result))
+        # The result as JSON, the fields AgentDojo's YAML shows: per-field provenance reads its structure.
+        return result.model_dump(mode="json") if hasattr(result, "model_dump") else result
 
     return run
 
