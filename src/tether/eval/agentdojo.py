@@ -7,8 +7,10 @@ where the user task's ground truth will read it, as AgentDojo does). Running
 a case (``AgentDojoCase.evaluate``): the suite's environment is loaded (with
 the injections), each suite function becomes a tether tool that runs
 AgentDojo's own function on that environment (``FunctionsRuntime``; results
-as AgentDojo shows them, YAML), declared as ``tether.eval.agentdojo_policy``
-says (read-only or not, untrusted output, sinks), and the user task's prompt
+whole, as JSON: the fields AgentDojo's YAML shows, in a structure per-field
+provenance reads), declared as ``tether.eval.agentdojo_policy`` says
+(read-only or not, untrusted output, sinks, trusted result fields, principal
+sinks), and the user task's prompt
 is one tether run with every gate on. Then AgentDojo's checks score the
 environment before and after, the run's answer and the calls that ran:
 ``utility`` (the user task was done) and, under attack, ``security``
@@ -19,8 +21,10 @@ Settings (``SETTINGS``) say what the gate knows:
 - ``no-gate``: no tool is marked untrusted, so taint never rises;
 - ``taint``: tools returning others' text taint the run, and every
   side-effecting call of a tainted run needs approval;
-- ``provenance``: taint, and the table's sinks (``Tool.sinks``): such a call
-  runs without approval when each sink value is traced to trusted text;
+- ``provenance``: taint, and the table's sinks (``Tool.sinks``), trusted
+  result fields (``Tool.trusted_fields``) and principal sinks
+  (``Tool.principal_sinks``): such a call runs without approval when each
+  sink value is traced to trusted text;
 - ``provenance-deny``: provenance, with every approval denied.
 
 An approval asked is counted; in ``taint`` and ``provenance`` it is granted
