@@ -252,6 +252,8 @@ class Accepted:
     untrusted_output: bool = False
     handoff: str | None = None  # the call transfers the run to the agent of this name
     sinks: frozenset[str] | None = None  # the tool's sink parameters (``core.provenance``); None: no policy
+    trusted_fields: tuple[str, ...] = ()  # the fields of its untrusted result the system vouches for
+    principal_sinks: frozenset[str] = frozenset()  # sinks a vouched field is not enough for: the principal's word
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,10 +308,11 @@ class PendingCall:
     untrusted_output: bool = False
     result: str | None = None
     approval_reason: str | None = None  # why a person must decide, for the approval request
+    trusted_fields: tuple[str, ...] = ()  # the fields of its untrusted result the system vouches for
 
     def to_dict(self) -> dict[str, Any]:
         """The call as plain JSON data, as a checkpoint stores it."""
-        return {
+        data: dict[str, Any] = {
             "call_id": self.call_id,
             "tool": self.tool,
             "arguments": self.arguments,
@@ -321,11 +324,14 @@ class PendingCall:
             "result": self.result,
             "approval_reason": self.approval_reason,
         }
+        if self.trusted_fields:  # only for a tool that names some: other records are as they always were
+            data["trusted_fields"] = list(self.trusted_fields)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingCall:
         """The call ``to_dict`` gave."""
-        return cls(**data)
+        return cls(**{**data, "trusted_fields": tuple(data.get("trusted_fields", ()))})
 
 
 @dataclass(frozen=True, slots=True)
@@ -519,6 +525,9 @@ class RunState:
     # Calls of the current step traced in a tainted run (``core.provenance``): call id -> {"sinks": the tool's sink
     # parameters, "provenance": where each sink value was found}. Checked again before the call runs after a load.
     traced: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # call id -> the fields of its untrusted result the tool vouches for (``Tool.trusted_fields``): their values are
+    # trusted text of that result when the transcript is indexed (``core.provenance``), again after a load.
+    vouched: dict[str, list[str]] = field(default_factory=dict)
 
     def provenance_of(self, call_id: str) -> list[dict[str, Any]] | None:
         """Where each sink value of a call of the current step was found; None for a call not traced."""
@@ -574,6 +583,8 @@ class RunState:
             progress["waiting_on"] = dict(self.waiting_on)
         if self.traced:  # only for a step with a traced call: likewise
             progress["traced"] = {k: dict(v) for k, v in self.traced.items()}
+        if self.vouched:  # only once a result with trusted fields was read: likewise
+            progress["vouched"] = {k: list(v) for k, v in self.vouched.items()}
         return progress
 
     @classmethod
@@ -606,6 +617,7 @@ class RunState:
             child_steps=data.get("child_steps", 0),
             waiting_on=dict(data.get("waiting_on", {})),
             traced={k: dict(v) for k, v in data.get("traced", {}).items()},
+            vouched={k: list(v) for k, v in data.get("vouched", {}).items()},
         )
 
 
@@ -997,6 +1009,7 @@ class Run:
                 fp,
                 read_only=verdict.read_only,
                 untrusted_output=verdict.untrusted_output,
+                trusted_fields=verdict.trusted_fields,
             )
             earlier = s.executed.get(call.id)
             if s.repeats == b.loop_limit:
@@ -1012,6 +1025,8 @@ class Run:
                 if traced is not None:
                     self._traced.add(call.id)
                     s.traced[call.id] = {"sinks": sorted(verdict.sinks or ()), "provenance": traced}
+                    if verdict.principal_sinks:  # only for a tool that has some: other records are as they were
+                        s.traced[call.id]["principal"] = sorted(verdict.principal_sinks)
                 pending.append(replace(base, execute=True, needs_approval=why is not None, approval_reason=why))
         s.pending = pending
         s.approvals = {}  # a decision binds one call of one step, never a later reuse of its id
@@ -1059,7 +1074,7 @@ class Run:
         if verdict.needs_approval:
             reasons.append(f"{tool} requires approval")
         if not verdict.read_only and (source := self._taint(hidden)) is not None:
-            traced = self._trace(verdict.sinks, verdict.arguments)
+            traced = self._trace(verdict.sinks, verdict.arguments, verdict.principal_sinks)
             if traced is None or provenance.untraced(traced):
                 why = f"the run read untrusted text from {source}"
                 if traced:
@@ -1067,7 +1082,9 @@ class Run:
                 reasons.append(why)
         return "; ".join(reasons) or None, traced
 
-    def _trace(self, sinks: Collection[str] | None, arguments: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    def _trace(
+        self, sinks: Collection[str] | None, arguments: Mapping[str, Any], principal: Collection[str] = ()
+    ) -> list[dict[str, Any]] | None:
         """Where each sink value of a call was found in the transcript; None for a tool without sinks.
 
         None too for a run whose untrusted results are not listed (saved
@@ -1077,8 +1094,8 @@ class Run:
         s = self.state
         if sinks is None or not (s.untrusted or self.provenance.outer is not None):
             return None
-        self.provenance.sync(s.messages, s.untrusted)
-        return self.provenance.trace(sorted(sinks), arguments)
+        self.provenance.sync(s.messages, s.untrusted, s.vouched)
+        return self.provenance.trace(sorted(sinks), arguments, principal)
 
     def _taint(self, hidden: frozenset[str]) -> str | None:
         """The tool whose untrusted result the model saw for this reply, if any.
@@ -1125,7 +1142,7 @@ class Run:
         """
         traced = self.state.traced.get(call.call_id)
         if self._executes and call.execute and traced is not None and call.call_id not in self._traced:
-            again = self._trace(traced["sinks"], call.arguments or {})
+            again = self._trace(traced["sinks"], call.arguments or {}, traced.get("principal", ()))
             if again != traced["provenance"]:
                 return _refused(call, ErrorCode.DENIED, "its sink values' provenance changed; not executed")
             self._traced.add(call.call_id)
@@ -1261,6 +1278,8 @@ class Run:
         s.tool_calls += 1
         if untrusted or call.untrusted_output:
             s.untrusted[call.call_id] = call.tool
+            if call.trusted_fields:
+                s.vouched[call.call_id] = list(call.trusted_fields)
             if not s.tainted:
                 s.tainted, s.tainted_by = True, call.tool
         return content

@@ -27,7 +27,9 @@ Rules of the trace, each chosen to fail closed:
   a new sink value.
 - A tool result does not vouch for the call's own arguments: a value found in
   a trusted result only where the result repeats what the call was asked
-  (an error echoing a bad argument, say) is not traced there.
+  (an error echoing a bad argument, say) is not traced there; a value
+  shorter than three characters is an echo only as a whole word of the
+  arguments (id ``24`` found by a search for the day ``2024-05-15`` is not).
 - Numbers are matched as their decimal text (``42``, ``12.5``; ``3.0`` as
   ``3``). A value shorter than three characters must appear as a whole word
   of a tool result, or be a whole message: in prose (the prompt, the system
@@ -38,6 +40,43 @@ Rules of the trace, each chosen to fail closed:
 - A tool result's text is the strings, keys and numbers of its JSON (not the
   envelope's punctuation), kept as one text; text inside it that imitates a
   message, an approval or an envelope is only text of that result.
+
+Per-field provenance: an untrusted result may mix facts the system vouches
+for (the id it assigned, the sender it verified, the counterparty's IBAN the
+bank recorded, an amount, a timestamp) with text others wrote freely (a body,
+a subject, a description). A tool names the former with
+``@tool(untrusted_output=True, trusted_fields=("id_", "sender"))``; when the
+transcript is indexed, the values of those fields in each of its results
+(``field_values``) are added as a second, trusted text of that result, and
+the result's whole text stays untrusted (it still taints the run). The
+rules, each chosen to fail closed:
+
+- A field name is a key of the result's *record*: the result itself when it
+  is an object, each item when it is a list (lists are walked, at any depth);
+  ``"a.b"`` names key ``b`` of the object under key ``a``. A key deeper than
+  the path says is not matched: an event attached to an email is its
+  sender's record, not the mail system's, so the email's ``id_`` is not the
+  attachment's ``id_``.
+- Only a string or a number at that place is trusted, or each string and
+  number of a list there. An object there is refused (nothing of it, keys
+  nor values, is trusted): it holds fields of its own, which may be free
+  text; name them by path instead.
+- Only the JSON structure counts: text inside a string that imitates a
+  field (an email body saying ``"sender": "x"``) is part of that string, so
+  it stays untrusted. Only the result of an ``ok`` envelope is read; an
+  error's message is not a field.
+- The fields are kept with the run's state per call (``RunState.vouched``),
+  so a resumed run indexes its transcript, and traces a call, exactly as
+  before (a sub-agent traces through its parent's index, fields and all).
+  A conversation's next turn sees an earlier turn's result wholly
+  untrusted: its fields are not passed on.
+- The trusted text of a result, like a trusted tool's, does not vouch for
+  the call's own arguments (an id the call searched for, echoed back).
+- A true fact is not a choice: an injection can name a real id to act on
+  (the file to delete) as easily as a made-up one. A tool's
+  ``principal_sinks`` (some of its sinks) must therefore be traced to the
+  principal's own text, or the host's, or a trusted tool's result; a value
+  found only in a vouched field counts there as found in untrusted text.
 
 Cost: each text is indexed once, when the run's transcript grows (trigrams
 and short words mapped to the texts holding them); a value is looked up in
@@ -50,7 +89,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -62,6 +101,7 @@ TRUSTED = "trusted"
 UNTRUSTED = "untrusted"
 NOWHERE = "nowhere"
 
+VOUCHED, PRINCIPAL = 1, 2  # trust levels: a field an untrusted result vouches for; the principal's or the host's text
 SHORT = 3  # a value shorter than this must appear as a whole word
 _SPACES = re.compile(r"\s+")
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201b": "'", "\u201c": '"', "\u201d": '"'})
@@ -118,6 +158,45 @@ def _result_parts(content: str) -> list[str]:
     return [text for _, text in leaves(data, "")]
 
 
+def field_values(result: Any, fields: Sequence[str]) -> list[str]:
+    """The text of each trusted field of ``result`` (a tool's result, parsed JSON), as the module's rules say."""
+    found: list[str] = []
+    for name in fields:
+        _field(result, name.split("."), found)
+    return found
+
+
+def _field(value: Any, path: Sequence[str], found: list[str]) -> None:
+    if isinstance(value, list | tuple):  # a list of records, or of values at the end of the path: each item
+        for item in value:
+            _field(item, path, found)
+    elif not path:
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            found.append(value if isinstance(value, str) else number_text(value))
+        # an object (or a null, a boolean) where a value was named: refused, nothing of it is trusted
+    elif isinstance(value, Mapping) and path[0] in value:
+        _field(value[path[0]], path[1:], found)
+
+
+def _vouched_parts(content: str, fields: Sequence[str]) -> list[str]:
+    """The trusted fields' text in a tool message: only in the result of an ``ok`` envelope, else nothing."""
+    try:
+        data = nesting.loads(content, nesting.MAX_REPLY_DEPTH)
+    except ValueError:
+        return []
+    if not isinstance(data, Mapping) or data.get("ok") is not True:
+        return []
+    return field_values(data.get("result"), fields)
+
+
+def _echoed(value: str, echo: str) -> bool:
+    """Whether ``value`` is in the arguments ``echo``: a short value only as a whole word of them (``24`` is not
+    in the day ``2024-05-15``)."""
+    if len(value) < SHORT:
+        return value in {*_WORDS.findall(echo), *echo.replace(_SEP, " ").split(" ")}
+    return value in echo
+
+
 class TextIndex:
     """Texts, each trusted or not, indexed so that a value is found without reading them all.
 
@@ -127,33 +206,42 @@ class TextIndex:
     """
 
     def __init__(self) -> None:
-        self.texts: list[tuple[str, bool, str, str]] = []  # (normalised text, trusted, label, echo)
+        self.texts: list[tuple[str, int, str, str]] = []  # (normalised text, trust level, label, echo)
         self._grams: dict[str, list[int]] = {}
         self._short: dict[str, list[int]] = {}
 
     def add(
-        self, parts: Sequence[str], trusted: bool, label: str, echo: Sequence[str] = (), prose: bool = False
+        self,
+        parts: Sequence[str],
+        trusted: bool,
+        label: str,
+        echo: Sequence[str] = (),
+        prose: bool = False,
+        vouched: bool = False,
     ) -> None:
         """Index the text made of ``parts`` (a value is found within one part).
 
         ``echo``: the arguments of the call a result answers; a value found
         in the result that is also among them does not count as traced there.
         ``prose``: a message, not a result: a short value is found in it only
-        when it is the whole message.
+        when it is the whole message. ``vouched``: trusted fields of an
+        untrusted result: trusted, but not the principal's word.
         """
         norm = _SEP.join(filter(None, map(normalise, parts)))
         if not norm:
             return
         tid = len(self.texts)
-        self.texts.append((norm, trusted, label, _SEP.join(map(normalise, echo))))
+        level = (VOUCHED if vouched else PRINCIPAL) if trusted else 0
+        self.texts.append((norm, level, label, _SEP.join(map(normalise, echo))))
         for gram in {norm[i : i + SHORT] for i in range(len(norm) - SHORT + 1)}:
             self._grams.setdefault(gram, []).append(tid)
         words = {norm} if prose else {*_WORDS.findall(norm), *norm.replace(_SEP, " ").split(" ")}
         for word in {w for w in words if 0 < len(w) < SHORT}:
             self._short.setdefault(word, []).append(tid)
 
-    def find(self, value: str) -> tuple[bool, list[str]]:
-        """Whether normalised ``value`` is in a trusted text, and the labels of the untrusted texts holding it."""
+    def find(self, value: str, needs: int = VOUCHED) -> tuple[bool, list[str]]:
+        """Whether normalised ``value`` is in a text trusted at level ``needs`` (``PRINCIPAL``: not a vouched
+        field), and the labels of the other texts holding it."""
         if len(value) < SHORT:
             candidates: Sequence[int] = self._short.get(value, ())
         else:
@@ -166,12 +254,14 @@ class TextIndex:
             candidates = min(postings, key=len)
         untrusted: list[str] = []
         for tid in candidates:
-            text, trusted, label, echo = self.texts[tid]
+            text, level, label, echo = self.texts[tid]
             if len(value) >= SHORT and value not in text:
                 continue
-            if trusted and not (echo and value in echo):
+            if level and echo and _echoed(value, echo):
+                continue  # a result does not vouch for its own call's arguments
+            if level >= needs:
                 return True, []
-            if not trusted and label not in untrusted:
+            if label not in untrusted:
                 untrusted.append(label)
         return False, untrusted
 
@@ -188,15 +278,21 @@ class Provenance:
     def __init__(self) -> None:
         self.index = TextIndex()
         self.outer: Provenance | None = None
-        self._outer_transcript: tuple[Sequence[Message], Mapping[str, str]] = ((), {})
+        self._outer_transcript: tuple[Sequence[Message], Mapping[str, str], Mapping[str, Sequence[str]]] = ((), {}, {})
         self._seen = 0  # messages indexed so far
         self._calls: dict[str, tuple[str, str]] = {}  # call id -> (tool, arguments), from the assistant messages
         self._host: set[str] = set()  # host texts (instructions) added
         self._prompts = 0
 
-    def inherit(self, outer: Provenance, messages: Sequence[Message], untrusted: Mapping[str, str]) -> None:
+    def inherit(
+        self,
+        outer: Provenance,
+        messages: Sequence[Message],
+        untrusted: Mapping[str, str],
+        vouched: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         """Trace through the index ``outer`` of the parent run whose transcript is ``messages`` (live, not copied)."""
-        self.outer, self._outer_transcript = outer, (messages, untrusted)
+        self.outer, self._outer_transcript = outer, (messages, untrusted, {} if vouched is None else vouched)
 
     def host_text(self, text: str) -> None:
         """Add text the host wrote outside the transcript (a run's fixed instructions) as trusted, once."""
@@ -204,17 +300,27 @@ class Provenance:
             self._host.add(text)
             self.index.add([text], True, "the instructions", prose=True)
 
-    def sync(self, messages: Sequence[Message], untrusted: Mapping[str, str]) -> None:
-        """Index the messages added since the last call (the transcript only grows)."""
+    def sync(
+        self,
+        messages: Sequence[Message],
+        untrusted: Mapping[str, str],
+        vouched: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        """Index the messages added since the last call (the transcript only grows).
+
+        ``vouched``: call id -> the trusted fields of its untrusted result (``RunState.vouched``).
+        """
         if len(messages) < self._seen:  # not expected: a transcript rewritten is indexed afresh
             self.index, self._seen, self._calls, self._prompts = TextIndex(), 0, {}, 0
             for text in sorted(self._host):
                 self.index.add([text], True, "the instructions", prose=True)
         for position in range(self._seen, len(messages)):
-            self._add(position, messages[position], untrusted)
+            self._add(position, messages[position], untrusted, vouched or {})
         self._seen = len(messages)
 
-    def _add(self, position: int, message: Message, untrusted: Mapping[str, str]) -> None:
+    def _add(
+        self, position: int, message: Message, untrusted: Mapping[str, str], vouched: Mapping[str, Sequence[str]]
+    ) -> None:
         if message.role == "assistant":
             for call in message.tool_calls:
                 self._calls[call.id] = (call.name, call.arguments)
@@ -234,19 +340,29 @@ class Provenance:
             trusted = call_id not in untrusted
             echo = _result_parts(arguments) if arguments else []
             self.index.add(_result_parts(content), trusted, f"the result of {tool} {call_id}", echo)
+            fields = vouched.get(call_id, ())
+            if not trusted and fields:  # the facts the system vouches for in it: a second text, trusted
+                label = f"the trusted fields of the result of {tool} {call_id} (not the principal's word)"
+                self.index.add(_vouched_parts(content, fields), True, label, echo, vouched=True)
 
-    def find(self, value: str) -> tuple[bool, list[str]]:
-        trusted, where = self.index.find(value)
+    def find(self, value: str, needs: int = VOUCHED) -> tuple[bool, list[str]]:
+        trusted, where = self.index.find(value, needs)
         if not trusted and self.outer is not None:
             self.outer.sync(*self._outer_transcript)
-            outer_trusted, outer_where = self.outer.find(value)
+            outer_trusted, outer_where = self.outer.find(value, needs)
             if outer_trusted:
                 return True, []
             where += [f"{label} (in the parent run)" for label in outer_where]
         return trusted, where
 
-    def trace(self, sinks: Sequence[str], arguments: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The verdict on each sink value of ``arguments``: its path, where it was found, and in which texts."""
+    def trace(
+        self, sinks: Sequence[str], arguments: Mapping[str, Any], principal: Collection[str] = ()
+    ) -> list[dict[str, Any]]:
+        """The verdict on each sink value of ``arguments``: its path, where it was found, and in which texts.
+
+        A sink among ``principal`` needs the principal's own text: a trusted field of an untrusted result
+        holding its value counts as untrusted text there.
+        """
         verdict: list[dict[str, Any]] = []
         for param in sorted(sinks):
             if param not in arguments:
@@ -256,7 +372,7 @@ class Provenance:
                 if not value:
                     verdict.append({"path": path, "found": TRUSTED, "in": []})
                     continue
-                trusted, where = self.find(value)
+                trusted, where = self.find(value, PRINCIPAL if param in principal else VOUCHED)
                 found = TRUSTED if trusted else (UNTRUSTED if where else NOWHERE)
                 verdict.append({"path": path, "found": found, "in": where[:3]})
         return verdict

@@ -7,8 +7,10 @@ where the user task's ground truth will read it, as AgentDojo does). Running
 a case (``AgentDojoCase.evaluate``): the suite's environment is loaded (with
 the injections), each suite function becomes a tether tool that runs
 AgentDojo's own function on that environment (``FunctionsRuntime``; results
-as AgentDojo shows them, YAML), declared as ``tether.eval.agentdojo_policy``
-says (read-only or not, untrusted output, sinks), and the user task's prompt
+whole, as JSON: the fields AgentDojo's YAML shows, in a structure per-field
+provenance reads), declared as ``tether.eval.agentdojo_policy`` says
+(read-only or not, untrusted output, sinks, trusted result fields, principal
+sinks), and the user task's prompt
 is one tether run with every gate on. Then AgentDojo's checks score the
 environment before and after, the run's answer and the calls that ran:
 ``utility`` (the user task was done) and, under attack, ``security``
@@ -19,8 +21,10 @@ Settings (``SETTINGS``) say what the gate knows:
 - ``no-gate``: no tool is marked untrusted, so taint never rises;
 - ``taint``: tools returning others' text taint the run, and every
   side-effecting call of a tainted run needs approval;
-- ``provenance``: taint, and the table's sinks (``Tool.sinks``): such a call
-  runs without approval when each sink value is traced to trusted text;
+- ``provenance``: taint, and the table's sinks (``Tool.sinks``), trusted
+  result fields (``Tool.trusted_fields``) and principal sinks
+  (``Tool.principal_sinks``): such a call runs without approval when each
+  sink value is traced to trusted text;
 - ``provenance-deny``: provenance, with every approval denied.
 
 An approval asked is counted; in ``taint`` and ``provenance`` it is granted
@@ -218,7 +222,6 @@ class AgentDojoCase:
 def tools_for(world: _World, setting: Setting) -> list[Tool]:
     """The suite's functions as tether tools, each running AgentDojo's function on the case's environment."""
     runtime = imported("functions_runtime").FunctionsRuntime(world.suite.tools)
-    to_text = imported("agent_pipeline.tool_execution").tool_result_to_str
     tools = []
     for function in world.suite.tools:
         policy = POLICY.get(function.name)
@@ -227,11 +230,14 @@ def tools_for(world: _World, setting: Setting) -> list[Tool]:
         options: dict[str, Any] = {}
         if setting.sinks and not policy.read_only:  # a read-only call never needs approval: no policy to give
             options["sinks"] = policy.sinks
+            options["principal_sinks"] = policy.principal
+        if setting.sinks and policy.untrusted_output:
+            options["trusted_fields"] = policy.fields
         tools.append(
             tool_from_schema(
                 function.name,
                 function.parameters.model_json_schema(),
-                _runner(runtime, world, function.name, to_text),
+                _runner(runtime, world, function.name),
                 str(function.description),
                 read_only=policy.read_only,
                 untrusted_output=policy.untrusted_output and setting.untrusted,
@@ -243,12 +249,13 @@ def tools_for(world: _World, setting: Setting) -> list[Tool]:
     return tools
 
 
-def _runner(runtime: Any, world: _World, name: str, to_text: Any) -> Any:
-    def run(**arguments: Any) -> str:
+def _runner(runtime: Any, world: _World, name: str) -> Any:
+    def run(**arguments: Any) -> Any:
         result, error = runtime.run_function(world.environment, name, arguments)
         if error is not None:
             raise ToolError(str(error))  # what AgentDojo's executor shows the model
-        return str(to_text(result))
+        # The result as JSON, the fields AgentDojo's YAML shows: per-field provenance reads its structure.
+        return result.model_dump(mode="json") if hasattr(result, "model_dump") else result
 
     return run
 

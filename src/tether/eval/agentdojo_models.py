@@ -14,7 +14,7 @@ the attack put in the environment.
   it one of the injected texts, it makes the injection task's ground-truth
   calls first, then goes on with the user's: an agent that obeys every
   injection it reads. It finds the text in the result as the model reads it
-  (tether's envelope, AgentDojo's YAML), whitespace aside.
+  (tether's envelope, its JSON or a YAML text), whitespace aside.
 """
 
 from __future__ import annotations

@@ -28,6 +28,40 @@ else. The rules the rows follow:
   address), and message bodies sent outside, and the text of a calendar
   event (the principal acts on it as their own plan). Other free text that
   stays with the principal (a new file in the own drive) is not a sink.
+- **principal** (some of the sinks): the sinks whose value must be the
+  principal's own word, not a fact a result vouches for: which of the
+  principal's things a call destroys (a file, an email, an event). The
+  ids are real, so an injection can pick one: workspace's injection 1
+  deletes file 13, which the drive lists.
+- **fields** (of an untrusted result, ``Tool.trusted_fields``): the fields
+  the system itself writes, whose values become trusted text of the result
+  while the rest stays others'. A field is named only when neither the
+  attacker nor any third party can write its value, in AgentDojo's threat
+  model (its injection vectors write emails' bodies, events' descriptions,
+  files' contents, reviews, transactions' subjects, web pages and a
+  channel's name) and in real life:
+  - ``id_`` of an email, event or file, ``id`` of a transaction: assigned by
+    the mail server, the calendar, the drive, the bank;
+  - an email's ``sender``: the address the mail system delivered it from
+    (verified), not the display name; a slack message's ``sender``: the
+    member the workspace says posted it;
+  - an email's ``timestamp``, ``status`` and ``read``; an event's
+    ``start_time``, ``end_time``, ``all_day`` and ``status``: the server's
+    records (times are values, not words);
+  - a file's ``owner``, ``last_modified`` and ``size``: the drive's records;
+  - a transaction's ``sender`` and ``recipient`` (IBANs the bank recorded,
+    the counterparty's account, not its name), ``amount``, ``date`` and
+    ``recurring``.
+  Not trusted: names, titles, subjects, bodies, descriptions, locations,
+  file names and contents, reviews, URLs in messages, channel names (slack's
+  attack writes one), an email's recipients and cc (its sender chose them),
+  an event's participants (its organiser chose them), a file's
+  ``shared_with`` (its owner's choice, an object), attachments (the sender's
+  records), and every field of the travel catalogues (the businesses write
+  them, prices included).
+- A slack channel's member list (``get_users_in_channel``) holds only
+  member ids the workspace keeps: it is the workspace's record, not others'
+  text (a bare list: no field to name, so the function is ``OWN``).
 """
 
 from __future__ import annotations
@@ -42,14 +76,25 @@ class FunctionPolicy:
     read_only: bool
     untrusted_output: bool
     sinks: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()  # the fields of its untrusted result the system vouches for
+    principal: tuple[str, ...] = ()  # the sinks that must be the principal's own word
 
 
-def _reads(untrusted: bool) -> FunctionPolicy:
-    return FunctionPolicy(True, untrusted)
+def _reads(untrusted: bool, fields: tuple[str, ...] = ()) -> FunctionPolicy:
+    return FunctionPolicy(True, untrusted, fields=fields)
 
 
-def _acts(*sinks: str, untrusted: bool = False) -> FunctionPolicy:
-    return FunctionPolicy(False, untrusted, sinks)
+def _acts(
+    *sinks: str, untrusted: bool = False, fields: tuple[str, ...] = (), principal: tuple[str, ...] = ()
+) -> FunctionPolicy:
+    return FunctionPolicy(False, untrusted, sinks, fields, principal)
+
+
+EMAIL = ("id_", "sender", "timestamp", "status", "read")
+EVENT = ("id_", "start_time", "end_time", "all_day", "status")
+FILE = ("id_", "owner", "last_modified", "size")
+TRANSACTION = ("id", "sender", "recipient", "amount", "date", "recurring")
+MESSAGE = ("sender",)
 
 
 OTHERS = True  # returns text others wrote
@@ -58,35 +103,35 @@ OWN = False  # returns only the principal's own records or the call's own argume
 POLICY: dict[str, FunctionPolicy] = {
     # ---- email (workspace, travel)
     "send_email": _acts("recipients", "cc", "bcc", "body", "attachments"),
-    "delete_email": _acts("email_id"),
-    "get_unread_emails": _reads(OTHERS),  # marks them read: the principal's own bookkeeping
-    "get_sent_emails": _reads(OTHERS),  # replies quote what others wrote
-    "get_received_emails": _reads(OTHERS),
-    "get_draft_emails": _reads(OTHERS),
-    "search_emails": _reads(OTHERS),
+    "delete_email": _acts("email_id", principal=("email_id",)),
+    "get_unread_emails": _reads(OTHERS, EMAIL),  # marks them read: the principal's own bookkeeping
+    "get_sent_emails": _reads(OTHERS, EMAIL),  # replies quote what others wrote
+    "get_received_emails": _reads(OTHERS, EMAIL),
+    "get_draft_emails": _reads(OTHERS, EMAIL),
+    "search_emails": _reads(OTHERS, EMAIL),
     "search_contacts_by_name": _reads(OWN),  # the principal's address book
     "search_contacts_by_email": _reads(OWN),
     "get_current_day": _reads(OWN),
     # ---- calendar (workspace, travel): invitations carry their organisers' text
-    "search_calendar_events": _reads(OTHERS),
-    "get_day_calendar_events": _reads(OTHERS),
+    "search_calendar_events": _reads(OTHERS, EVENT),
+    "get_day_calendar_events": _reads(OTHERS, EVENT),
     # Invitations go to the participants, and the event's text goes with them; with no participant the event is
     # still the principal's own plan for a day, read back as a reminder of what to do: a title, description or
     # location only others' text holds ("Booking a room at the Riverside View Hotel", travel's injection 2) is
     # the injection's instruction planted in the principal's calendar. Times alone carry no one's words.
     "create_calendar_event": _acts("participants", "title", "description", "location"),
-    "cancel_calendar_event": _acts("event_id"),  # cancellations go to its participants
-    "reschedule_calendar_event": _acts("event_id", untrusted=OTHERS),  # returns the event, description and all
-    "add_calendar_event_participants": _acts("event_id", "participants", untrusted=OTHERS),
+    "cancel_calendar_event": _acts("event_id", principal=("event_id",)),  # cancellations go to its participants
+    "reschedule_calendar_event": _acts("event_id", untrusted=OTHERS, fields=EVENT),  # returns the event, all of it
+    "add_calendar_event_participants": _acts("event_id", "participants", untrusted=OTHERS, fields=EVENT),
     # ---- cloud drive (workspace): files are shared, their content others'
-    "append_to_file": _acts("file_id", untrusted=OTHERS),  # returns the whole file
-    "search_files_by_filename": _reads(OTHERS),
+    "append_to_file": _acts("file_id", untrusted=OTHERS, fields=FILE),  # returns the whole file
+    "search_files_by_filename": _reads(OTHERS, FILE),
     "create_file": _acts(),  # a new file in the principal's own drive, returned as written
-    "delete_file": _acts("file_id", untrusted=OTHERS),  # returns the deleted file
-    "get_file_by_id": _reads(OTHERS),
-    "list_files": _reads(OTHERS),
-    "share_file": _acts("file_id", "email", untrusted=OTHERS),  # returns the shared file
-    "search_files": _reads(OTHERS),
+    "delete_file": _acts("file_id", untrusted=OTHERS, fields=FILE, principal=("file_id",)),  # returns the file
+    "get_file_by_id": _reads(OTHERS, FILE),
+    "list_files": _reads(OTHERS, FILE),
+    "share_file": _acts("file_id", "email", untrusted=OTHERS, fields=FILE),  # returns the shared file
+    "search_files": _reads(OTHERS, FILE),
     # ---- travel: third-party catalogues and their reviews
     "get_user_information": _reads(OWN),
     "get_all_hotels_in_city": _reads(OTHERS),
@@ -117,7 +162,7 @@ POLICY: dict[str, FunctionPolicy] = {
     "schedule_transaction": _acts("recipient"),
     "update_scheduled_transaction": _acts("id", "recipient"),
     "get_balance": _reads(OWN),
-    "get_most_recent_transactions": _reads(OTHERS),  # incoming transfers carry their senders' subjects
+    "get_most_recent_transactions": _reads(OTHERS, TRANSACTION),  # incoming transfers carry their senders' subjects
     "get_scheduled_transactions": _reads(OWN),  # the principal's own standing orders
     "read_file": _reads(OTHERS),  # bills and notices others sent
     "get_user_info": _reads(OWN),
@@ -126,15 +171,15 @@ POLICY: dict[str, FunctionPolicy] = {
     # ---- slack: names, messages and web pages are all others'
     "get_channels": _reads(OTHERS),
     "add_user_to_channel": _acts("user", "channel"),
-    "read_channel_messages": _reads(OTHERS),
-    "read_inbox": _reads(OTHERS),
+    "read_channel_messages": _reads(OTHERS, MESSAGE),
+    "read_inbox": _reads(OTHERS, MESSAGE),
     "send_direct_message": _acts("recipient", "body"),
     "send_channel_message": _acts("channel", "body"),
-    "get_users_in_channel": _reads(OTHERS),
+    "get_users_in_channel": _reads(OWN),  # member ids the workspace keeps (see the rules)
     "invite_user_to_slack": _acts("user", "user_email"),
     "remove_user_from_slack": _acts("user"),
     "get_webpage": _acts("url", untrusted=OTHERS),  # the request goes out: the URL is sent to its server
     "post_webpage": _acts("url", "content"),
 }
 
-__all__ = ["POLICY", "FunctionPolicy"]
+__all__ = ["EMAIL", "EVENT", "FILE", "MESSAGE", "POLICY", "TRANSACTION", "FunctionPolicy"]

@@ -114,6 +114,12 @@ class Tool:
     # The top-level parameters whose values the effect goes to (a recipient, an account, a URL, a path, a body sent
     # outside): in a tainted run they must be traced to trusted text (``core.provenance``). None: no policy.
     sinks: frozenset[str] | None = None
+    # The fields of an untrusted result the system vouches for (ids it assigned, a verified sender): their values are
+    # trusted text of the result, the rest of it stays untrusted (``core.provenance.field_values``).
+    trusted_fields: tuple[str, ...] = ()
+    # The sinks whose values must be the principal's own word: a field an untrusted result vouches for is not enough
+    # (deleting a file: an id the drive lists is a real id, but the injection chose which).
+    principal_sinks: frozenset[str] = frozenset()
     # How to call ``function``: its argument model and the context parameter.
     args_model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
     context_param: str | None = field(default=None, repr=False)
@@ -131,6 +137,13 @@ class Tool:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.function))
         if self.sinks is not None:
             object.__setattr__(self, "sinks", _sinks(self.name, self.sinks, self.parameters))
+        object.__setattr__(self, "trusted_fields", _fields(self.name, self.trusted_fields))
+        if self.principal_sinks:
+            wanted = {self.principal_sinks} if isinstance(self.principal_sinks, str) else set(self.principal_sinks)
+            if not wanted <= (self.sinks or frozenset()):
+                others = ", ".join(sorted(map(repr, wanted - (self.sinks or frozenset()))))
+                raise ConfigurationError(f"tool {self.name}: principal_sinks {others} are not among its sinks")
+            object.__setattr__(self, "principal_sinks", frozenset(wanted))
         made = strict_schema(self.parameters)
         if made is not None:
             object.__setattr__(self, "strict_parameters", made[0])
@@ -185,6 +198,19 @@ def _sinks(name: str, sinks: Any, parameters: Mapping[str, Any]) -> frozenset[st
         listed = ", ".join(map(repr, known)) or "none"
         raise ConfigurationError(f"tool {name}: sinks {', '.join(map(repr, unknown))} are not parameters ({listed})")
     return names
+
+
+def _fields(name: str, fields: Any) -> tuple[str, ...]:
+    """``trusted_fields`` as a sorted tuple of field names; a ``ConfigurationError`` for anything else."""
+    if isinstance(fields, str) or not isinstance(fields, Iterable):
+        raise ConfigurationError(
+            f"tool {name}: trusted_fields must be a list of field names, not {type(fields).__name__}"
+        )
+    names = list(fields)
+    bad = [n for n in names if not isinstance(n, str) or "" in n.split(".")]
+    if bad:
+        raise ConfigurationError(f"tool {name}: trusted_fields {', '.join(map(repr, bad))} are not field names")
+    return tuple(sorted(set(names)))
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
@@ -620,6 +646,8 @@ def tool(
     inline: bool = False,
     retries: int = DEFAULT_RETRIES,
     sinks: Iterable[str] | None = None,
+    trusted_fields: Iterable[str] = (),
+    principal_sinks: Iterable[str] = (),
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -639,6 +667,8 @@ def tool(
     inline: bool = False,
     retries: int = DEFAULT_RETRIES,
     sinks: Iterable[str] | None = None,
+    trusted_fields: Iterable[str] = (),
+    principal_sinks: Iterable[str] = (),
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a typed function as a tool.
 
@@ -659,6 +689,17 @@ def tool(
     nowhere, needs approval (``tether.core.provenance``). ``sinks=()``: the
     tool's effect goes nowhere a value could steer. Without ``sinks`` every
     side effect of a tainted run needs approval.
+
+    ``trusted_fields`` (with ``untrusted_output``) names the fields of a
+    result that the system itself vouches for, not text others wrote: ids it
+    assigned, the sender it verified, a timestamp, an amount. A name is a key
+    of the result's record (the result when it is an object, each item when
+    it is a list; ``"a.b"`` descends into ``a``); only the values found there
+    (a string or number, or each one in a list) become trusted text of that
+    result, and the rest stays untrusted (``tether.core.provenance``).
+    ``principal_sinks`` (some of ``sinks``) must be traced to the
+    principal's own text: such a trusted field is not enough there, since
+    an injection can pick a real id to act on (the file to delete).
 
     A plain (not ``async``) function runs on a worker thread, so that one
     that blocks (a file, a socket, a database) never holds up the event
@@ -689,6 +730,8 @@ def tool(
         "inline": inline,
         "retries": retries,
         "sinks": None if sinks is None else sinks,
+        "trusted_fields": trusted_fields,
+        "principal_sinks": frozenset(principal_sinks),
     }
 
     def wrap(fn: Callable[..., Any]) -> Tool:

@@ -121,6 +121,8 @@ class Toolbox:
             needs_approval=found.needs_approval(arguments),
             untrusted_output=found.untrusted_output,
             sinks=found.sinks,
+            trusted_fields=found.trusted_fields,
+            principal_sinks=found.principal_sinks,
         )
 
     async def invoke(

@@ -279,7 +279,9 @@ async def delegate(parent: _Driving, call: PendingCall, principal: Principal) ->
     driver.lineage = lineage
     driver.stream_model = parent.stream_model
     # The child's sink values are traced through its parent's transcript too; its prompt is the parent model's.
-    driver.run_machine.provenance.inherit(parent.run_machine.provenance, parent.state.messages, parent.state.untrusted)
+    driver.run_machine.provenance.inherit(
+        parent.run_machine.provenance, parent.state.messages, parent.state.untrusted, parent.state.vouched
+    )
     parent._emit(CHILD_RUN, id=call.call_id, tool=call.tool, run=run_id)
     await parent._flush()  # the call, and the child it drives, are on record before the child acts
     parent.child = driver
