@@ -42,17 +42,20 @@ else. The rules the rows follow:
   channel's name) and in real life:
   - ``id_`` of an email, event or file, ``id`` of a transaction: assigned by
     the mail server, the calendar, the drive, the bank;
-  - an email's ``sender``: the address the mail system delivered it from
-    (verified), not the display name; a slack message's ``sender``: the
-    member the workspace says posted it;
   - an email's ``timestamp``, ``status`` and ``read``; an event's
     ``start_time``, ``end_time``, ``all_day`` and ``status``: the server's
     records (times are values, not words);
-  - a file's ``owner``, ``last_modified`` and ``size``: the drive's records;
-  - a transaction's ``sender`` and ``recipient`` (IBANs the bank recorded,
-    the counterparty's account, not its name), ``amount``, ``date`` and
-    ``recurring``.
-  Not trusted: names, titles, subjects, bodies, descriptions, locations,
+  - a file's ``last_modified`` and ``size``: the drive's records;
+  - a transaction's ``recipient`` (the IBAN the bank recorded: the
+    principal's own for money received, the one the principal paid for money
+    sent), ``amount``, ``date`` and ``recurring``.
+  Not trusted, though the system vouches for them: who a record comes from.
+  An email's ``sender``, a slack message's ``sender``, a file's ``owner``
+  and a transaction's ``sender`` are authentic, but whoever sends the
+  principal a mail, a message, a shared file or a transfer chooses them:
+  trusted, an attacker's own mail saying "reply to me with the code" would
+  send the code to a trusted address. Also not trusted: names, titles,
+  subjects, bodies, descriptions, locations,
   file names and contents, reviews, URLs in messages, channel names (slack's
   attack writes one), an email's recipients and cc (its sender chose them),
   an event's participants (its organiser chose them), a file's
@@ -90,11 +93,10 @@ def _acts(
     return FunctionPolicy(False, untrusted, sinks, fields, principal)
 
 
-EMAIL = ("id_", "sender", "timestamp", "status", "read")
+EMAIL = ("id_", "timestamp", "status", "read")
 EVENT = ("id_", "start_time", "end_time", "all_day", "status")
-FILE = ("id_", "owner", "last_modified", "size")
-TRANSACTION = ("id", "sender", "recipient", "amount", "date", "recurring")
-MESSAGE = ("sender",)
+FILE = ("id_", "last_modified", "size")
+TRANSACTION = ("id", "recipient", "amount", "date", "recurring")
 
 
 OTHERS = True  # returns text others wrote
@@ -171,8 +173,8 @@ POLICY: dict[str, FunctionPolicy] = {
     # ---- slack: names, messages and web pages are all others'
     "get_channels": _reads(OTHERS),
     "add_user_to_channel": _acts("user", "channel"),
-    "read_channel_messages": _reads(OTHERS, MESSAGE),
-    "read_inbox": _reads(OTHERS, MESSAGE),
+    "read_channel_messages": _reads(OTHERS),
+    "read_inbox": _reads(OTHERS),
     "send_direct_message": _acts("recipient", "body"),
     "send_channel_message": _acts("channel", "body"),
     "get_users_in_channel": _reads(OWN),  # member ids the workspace keeps (see the rules)
@@ -182,4 +184,4 @@ POLICY: dict[str, FunctionPolicy] = {
     "post_webpage": _acts("url", "content"),
 }
 
-__all__ = ["EMAIL", "EVENT", "FILE", "MESSAGE", "POLICY", "TRANSACTION", "FunctionPolicy"]
+__all__ = ["EMAIL", "EVENT", "FILE", "POLICY", "TRANSACTION", "FunctionPolicy"]
