@@ -26,11 +26,12 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "src"))
-
-from overhead import fake_server  # noqa: E402
+# The tree measured: this one's src, or another's (``--src``, read before anything of tether is imported).
+SRC = sys.argv[sys.argv.index("--src") + 1] if "--src" in sys.argv[:-1] else str(HERE.parent / "src")
+sys.path.insert(0, SRC)
 
 import aiohttp  # noqa: E402
+from overhead import fake_server  # noqa: E402
 
 
 async def multiply(a: int, b: int) -> int:
@@ -117,7 +118,8 @@ def report(setup: str, stats: pstats.Stats, runs: int, top: int) -> dict[str, An
         mine = sorted(((k, e) for k, e in raw.items() if "/tether/" in k[0]), key=lambda item: -item[1][1])[:top]
         for (filename, line, name), entry in mine:
             print(f"  {entry[1] / runs:8.2f}  {where(filename)}:{line}({name})")
-    return {"calls": total / runs, "own": own / runs, "per_function": {key: entry[1] / runs for key, entry in raw.items()}}
+    per_function = {key: entry[1] / runs for key, entry in raw.items()}
+    return {"calls": total / runs, "own": own / runs, "per_function": per_function}
 
 
 def compare(base: dict[Any, float], other: dict[Any, float], top: int) -> None:
@@ -137,6 +139,7 @@ def main() -> None:
     parser.add_argument("--setups", default="bare,memory")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--src", default=SRC, help="the src folder of the tree to measure (default: this one's)")
     args = parser.parse_args()
     runs = max(args.runs, args.concurrent) // args.concurrent * args.concurrent
     server, base_url = fake_server()
