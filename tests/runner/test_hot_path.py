@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import cProfile
 import json
+import logging
 import pstats
 
 from tether import Agent, ScriptedModel, tool
@@ -40,7 +41,13 @@ def calls_per_run(agent: Agent, runs: int = RUNS) -> tuple[float, float]:
         profile.disable()
         return pstats.Stats(profile)
 
-    raw = asyncio.run(drive()).stats  # type: ignore[attr-defined]
+    logger = logging.getLogger("tether")
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # as by default: a test before this one may have turned the run log on
+    try:
+        raw = asyncio.run(drive()).stats  # type: ignore[attr-defined]
+    finally:
+        logger.setLevel(level)
     total = sum(entry[1] for entry in raw.values())
     own = sum(entry[1] for key, entry in raw.items() if "/tether/" in key[0])
     return total / runs, own / runs
