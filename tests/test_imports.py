@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+# Modules of tether an agent without sub-agent tools or sink-naming tools never needs (issue 19: import time).
+LAZY = ("tether.core.provenance", "tether.drivers.local.subagents", "tether.models.fallback", "tether.models.scripted")
 HEAVY = ("sqlite3", "_sqlite3", "pydantic", "pydantic_core", "jsonschema", "opentelemetry", "psycopg", "llama_cpp")
 
 
@@ -18,7 +20,7 @@ def loaded_after(code: str) -> list[str]:
         + "\nimport json, sys\n"
         + f"heavy = {HEAVY!r}\n"
         + "print(json.dumps(sorted({m for m in sys.modules if m.split('.')[0] in heavy or m.startswith('tether.store')"
-        + " or m.startswith('opentelemetry.sdk')})))"
+        + f" or m.startswith('opentelemetry.sdk') or m in {LAZY!r}}})))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     found: list[str] = json.loads(done.stdout.splitlines()[-1])
@@ -43,4 +45,6 @@ assert asyncio.run(Agent(model, [multiply]).run("248 * 15?")).output == "3720"
 """
     found = loaded_after(code)
     assert [m for m in found if m.startswith(("tether.store", "sqlite3", "_sqlite3", "opentelemetry.sdk"))] == []
+    # no sub-agent tool, no sinks, no fallback chain: none of theirs is loaded (the ScriptedModel's own is)
+    assert [m for m in found if m in LAZY] == ["tether.models.scripted"]
     assert "pydantic" not in found  # a raw-schema tool with a JSON-native result needs no pydantic

@@ -165,6 +165,7 @@ def with_estimated_usage(
     budget limits tokens (``counts_tokens``, ``Budget.counts_tokens``);
     otherwise the zeros stand.
     """
-    if reply.usage != Usage() or not counts_tokens:
+    usage = reply.usage
+    if usage.input_tokens or usage.output_tokens or not counts_tokens:  # ``usage != Usage()``, with no Usage made
         return reply, False
     return replace(reply, usage=estimate_usage(messages, tools, reply)), True

@@ -51,13 +51,16 @@ import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from tether.core import envelope, nesting, provenance
+from tether.core import envelope, nesting
 from tether.core.budget import ESTIMATED_NOTE, RunConfig
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ApprovalMismatch, RunPoisoned, TransitionError
 from tether.core.messages import Message, ModelReply, ToolCall, Usage
+
+if TYPE_CHECKING:
+    from tether.core import provenance
 
 
 class Status(StrEnum):
@@ -482,12 +485,23 @@ def _last_step_succeeded(messages: list[Message]) -> bool:
     return results > 0
 
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode  # made once, not per call
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+# The C encoder ``_CANONICAL.encode`` would build on every call, built once (its same arguments, without the
+# circular-reference check: arguments are decoded JSON, which has no cycles); the text is the same.
+_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # the C encoder's factory (CPython has it)
+_C_CANONICAL = (
+    None
+    if _MAKE_ENCODER is None
+    else _MAKE_ENCODER(
+        None, _CANONICAL.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True
+    )
+)
 
 
 def fingerprint(tool: str, arguments: Mapping[str, Any]) -> str:
     """A stable digest of a tool name and its canonical arguments."""
-    canonical = _CANONICAL([tool, arguments])
+    pair = [tool, arguments]
+    canonical = "".join(_C_CANONICAL(pair, 0)) if _C_CANONICAL is not None else _CANONICAL.encode(pair)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -637,7 +651,7 @@ class Run:
         self._catalog = catalog
         self._answer = answer  # None: any text is a final answer
         self._poisoned: str | None = None
-        self.provenance = provenance.Provenance()  # the transcript's index, rebuilt from the state when loaded
+        self._provenance: provenance.Provenance | None = None  # made at first use (``provenance``)
         self._traced: set[str] = set()  # calls traced by this object: their verdict is checked again only after a load
         self._executes = executes
 
@@ -679,6 +693,15 @@ class Run:
     def status(self) -> Status:
         """Where the run is now."""
         return self.state.status
+
+    @property
+    def provenance(self) -> provenance.Provenance:
+        """The transcript's index, rebuilt from the state when loaded; made (and its module loaded) at first use."""
+        if self._provenance is None:
+            from tether.core.provenance import Provenance
+
+            self._provenance = Provenance()
+        return self._provenance
 
     def hand_off(self, agent: str, catalog: Catalog, answer: AnswerCheck | None = None) -> None:
         """Give the floor to the agent named ``agent``: later replies are judged against its catalog and answer."""
@@ -1027,7 +1050,20 @@ class Run:
                     s.traced[call.id] = {"sinks": sorted(verdict.sinks or ()), "provenance": traced}
                     if verdict.principal_sinks:  # only for a tool that has some: other records are as they were
                         s.traced[call.id]["principal"] = sorted(verdict.principal_sinks)
-                pending.append(replace(base, execute=True, needs_approval=why is not None, approval_reason=why))
+                pending.append(
+                    PendingCall(
+                        call.id,
+                        call.name,
+                        verdict.arguments,
+                        fp,
+                        read_only=verdict.read_only,
+                        untrusted_output=verdict.untrusted_output,
+                        execute=True,
+                        needs_approval=why is not None,
+                        approval_reason=why,
+                        trusted_fields=verdict.trusted_fields,
+                    )
+                )  # built anew, not with dataclasses.replace: this is every executed call's path
         s.pending = pending
         s.approvals = {}  # a decision binds one call of one step, never a later reuse of its id
         s.failed_repairs = s.failed_repairs + 1 if repair_needed else 0
@@ -1075,6 +1111,8 @@ class Run:
             reasons.append(f"{tool} requires approval")
         if not verdict.read_only and (source := self._taint(hidden)) is not None:
             traced = self._trace(verdict.sinks, verdict.arguments, verdict.principal_sinks)
+            from tether.core import provenance  # a side effect in a tainted run: rare, and its module is not small
+
             if traced is None or provenance.untraced(traced):
                 why = f"the run read untrusted text from {source}"
                 if traced:
@@ -1216,8 +1254,7 @@ class Run:
         spent: str | None = None  # why the step counts as a failed repair: a tool out of retries
         for p in s.pending:
             if p.execute:
-                missing = envelope.error(ErrorCode.TOOL_FAILED, "the tool produced no result")
-                content = results.get(p.call_id) or missing
+                content = results.get(p.call_id) or envelope.error(ErrorCode.TOOL_FAILED, "the tool produced no result")
                 if (retry := retried.get(p.call_id)) is not None:
                     content, over = self._retry_result(p.tool, retry)
                     spent = spent or over

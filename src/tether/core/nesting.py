@@ -46,6 +46,8 @@ def text_of(data: str | bytes | bytearray) -> str:
     """``data`` as text, decoded as ``json.loads`` decodes bytes (UTF-8, -16 or -32)."""
     if isinstance(data, str):
         return data
+    if data[:1] in (b"{", b"[") and data[1:2] != b"\x00":  # what detect_encoding says of such a start: UTF-8
+        return bytes(data).decode("utf-8", "surrogatepass")
     return bytes(data).decode(json.detect_encoding(data), "surrogatepass")
 
 

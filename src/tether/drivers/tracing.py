@@ -90,7 +90,7 @@ def active() -> bool:
     if trace is None:
         return False
     provider = _settings["provider"] or trace.get_tracer_provider()
-    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))  # a tuple: no union per call
 
 
 def _tracer() -> Any:

@@ -7,13 +7,13 @@ imported lazily so that ``import tether.models`` does not pull in aiohttp.
 from typing import TYPE_CHECKING, Any
 
 from tether.models.base import Model, ModelRequest, ModelSettings
-from tether.models.fallback import FallbackModel
-from tether.models.scripted import ScriptedModel
 
 if TYPE_CHECKING:
     from tether.models.anthropic import AnthropicModel
+    from tether.models.fallback import FallbackModel
     from tether.models.openai_chat import OpenAIChatModel, WireCompat
     from tether.models.openai_responses import OpenAIResponsesModel
+    from tether.models.scripted import ScriptedModel
 
 __all__ = [
     "AnthropicModel",
@@ -29,6 +29,14 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "FallbackModel":  # loaded on first use, like the adapters: an agent of another model never needs it
+        from tether.models.fallback import FallbackModel
+
+        return FallbackModel
+    if name == "ScriptedModel":
+        from tether.models.scripted import ScriptedModel
+
+        return ScriptedModel
     if name in ("OpenAIChatModel", "WireCompat"):
         from tether.models import openai_chat
 

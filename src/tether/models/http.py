@@ -191,7 +191,7 @@ async def sse_events(content: aiohttp.StreamReader, max_bytes: int) -> AsyncIter
 async def read_within(content: aiohttp.StreamReader, max_bytes: int) -> bytes:
     """The whole body, or ``ReplyTooLarge`` as soon as more than ``max_bytes`` have arrived."""
     body = bytearray()
-    async for chunk in content.iter_any():
+    while chunk := await content.readany():  # what iter_any yields, without its iterator
         if len(body) + len(chunk) > max_bytes:
             raise ReplyTooLarge(max_bytes)
         body += chunk
@@ -270,7 +270,10 @@ class HTTPModel:
     async def within(self, work: Awaitable[T], timeout: float | None) -> T:
         """``work``, or ``ModelTimeout`` once the run's deadline passes."""
         try:
-            return await asyncio.wait_for(work, timeout)
+            if timeout is None:
+                return await work
+            async with asyncio.timeout(timeout):  # in this task: no task of its own, unlike wait_for
+                return await work
         except TimeoutError:
             raise ModelTimeout("the run's deadline passed while waiting for the model") from None
 
@@ -299,8 +302,10 @@ class HTTPModel:
         read_body: Callable[[bytes], T],
     ) -> T:
         """POST ``body``; an SSE answer goes to ``read_stream``, any other to ``read_body``."""
+        entry = self._sessions.get(asyncio.get_running_loop())
+        session = entry[0] if entry is not None and not entry[0].closed else await self._client()
         try:
-            async with (await self._client()).post(url, json=body) as response:
+            async with session.post(url, json=body) as response:
                 if response.status >= 400:
                     try:
                         text = (await read_within(response.content, self.max_reply_bytes)).decode(errors="replace")

@@ -130,6 +130,10 @@ class Tool:
     # and the optional parameters made nullable for it (tools/strict.py).
     strict_parameters: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
     strict_nulls: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
+    # The argument model's field names, read once from the class; and, when every field is a plain str, int or
+    # bool with no constraint or validator of its own, their types (``bind`` then needs no pydantic call).
+    field_names: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    plain_fields: dict[str, type] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.retries, int) or isinstance(self.retries, bool) or self.retries < 0:
@@ -144,6 +148,9 @@ class Tool:
                 others = ", ".join(sorted(map(repr, wanted - (self.sinks or frozenset()))))
                 raise ConfigurationError(f"tool {self.name}: principal_sinks {others} are not among its sinks")
             object.__setattr__(self, "principal_sinks", frozenset(wanted))
+        if self.args_model is not None:
+            object.__setattr__(self, "field_names", tuple(self.args_model.model_fields))
+            object.__setattr__(self, "plain_fields", _plain_fields(self.args_model))
         made = strict_schema(self.parameters)
         if made is not None:
             object.__setattr__(self, "strict_parameters", made[0])
@@ -173,11 +180,11 @@ class Tool:
 
     def bind(self, arguments: Mapping[str, Any], context: ToolContext) -> dict[str, Any]:
         """Keyword arguments for ``function``; raises ``pydantic.ValidationError``."""
-        if self.args_model is None:
-            kwargs = dict(arguments)
+        if self.args_model is None or _given_plainly(self.plain_fields, arguments):
+            kwargs = dict(arguments)  # every field given, each of exactly its type: pydantic would return it as is
         else:
             model = self.args_model.model_validate(arguments)
-            kwargs = {name: getattr(model, name) for name in type(model).model_fields}
+            kwargs = {name: getattr(model, name) for name in self.field_names}
         if self.context_param is not None:
             kwargs[self.context_param] = context
         return kwargs
@@ -185,6 +192,40 @@ class Tool:
     def call(self, arguments: Mapping[str, Any], context: ToolContext) -> Any | Awaitable[Any]:
         """Run the function with ``arguments`` (and the context, if it takes one); may return an awaitable."""
         return self.function(**self.bind(arguments, context))
+
+
+_PLAIN = (str, int, bool)
+_PLAIN_CONFIG = {"extra": "forbid", "allow_inf_nan": False}  # what ``_from_function`` gives its argument models
+
+
+def _plain_fields(model: type[pydantic.BaseModel]) -> dict[str, type] | None:
+    """Each field's type when all are a bare ``str``, ``int`` or ``bool`` (no constraint, alias, validator); else None.
+
+    Only for a model configured as ``_from_function`` makes them. A value of
+    exactly that type passes pydantic's validation unchanged, so an argument
+    object that gives every field so can be passed on as it is.
+    """
+    decorators = model.__pydantic_decorators__
+    if model.model_config != _PLAIN_CONFIG or decorators.field_validators or decorators.model_validators:
+        return None
+    if decorators.validators or decorators.root_validators:  # pydantic's older decorators
+        return None
+    plain: dict[str, type] = {}
+    for name, info in model.model_fields.items():
+        if info.annotation not in _PLAIN or info.metadata or info.alias or info.validation_alias:
+            return None
+        plain[name] = info.annotation  # type: ignore[assignment]  # one of _PLAIN, checked above
+    return plain
+
+
+def _given_plainly(plain: dict[str, type] | None, arguments: Mapping[str, Any]) -> bool:
+    """Whether ``arguments`` gives every one of ``plain``'s fields, each a value of exactly its type."""
+    if plain is None or len(arguments) != len(plain):
+        return False
+    for name, kind in plain.items():  # noqa: SIM110 (a loop: no generator made per call)
+        if type(arguments.get(name)) is not kind:
+            return False
+    return True
 
 
 def _sinks(name: str, sinks: Any, parameters: Mapping[str, Any]) -> frozenset[str]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Generator, Iterable
 from dataclasses import dataclass
+from types import CoroutineType
 from typing import Any
 
 from tether.core import envelope
@@ -179,12 +180,13 @@ class Toolbox:
             left = max(0.0, deadline_at - time.time())
             limit = left if limit is None else min(limit, left)
         try:
-            async with asyncio.timeout(limit):  # no extra task, unlike wait_for
-                if found.is_async:
-                    result = await found.function(**kwargs)
-                elif found.inline:  # declared not to block: no thread hop
-                    result = found.function(**kwargs)
-                else:  # a sync tool may block: keep it off the event loop
+            if found.inline and not found.is_async:
+                # Declared not to block: no thread hop, and no timer, which could only fire once it had returned.
+                result = found.function(**kwargs)
+            elif found.is_async:
+                result = await _within(found.function(**kwargs), limit)
+            else:  # a sync tool may block: keep it off the event loop
+                async with asyncio.timeout(limit):  # no extra task, unlike wait_for
                     result = await asyncio.to_thread(found.function, **kwargs)
         except TimeoutError:
             if found.read_only:
@@ -202,3 +204,56 @@ class Toolbox:
         except Exception as exc:
             return envelope.error(ErrorCode.TOOL_FAILED, f"{found.name} failed ({type(exc).__name__})")
         return result_envelope(result, found.max_result_chars)
+
+
+async def _within(work: Coroutine[Any, Any, Any], limit: float | None) -> Any:
+    """``await work`` under a timeout of ``limit`` seconds, with no timer for a coroutine that never waits.
+
+    The coroutine runs up to its first wait first: one that returns before
+    waiting (most in-process tools) gave the event loop no chance to run a
+    timer, so none is made. One that waits goes on under ``asyncio.timeout_at``
+    with the deadline taken before it started, as ``asyncio.timeout(limit)``
+    around the whole ``await`` would have set it.
+    """
+    if type(work) is not CoroutineType:  # an awaitable of another kind: awaited as it always was
+        async with asyncio.timeout(limit):
+            return await work
+    deadline = None if limit is None else asyncio.get_running_loop().time() + limit
+    try:
+        waiting = work.send(None)
+    except StopIteration as done:
+        return done.value
+    async with asyncio.timeout_at(deadline):
+        return await _Resumed(work, waiting)
+
+
+class _Resumed:
+    """Awaits the rest of a coroutine already run to its first wait (``waiting``: what it yielded there).
+
+    Values sent and exceptions thrown in (a cancellation) reach the coroutine
+    as they would through ``await``; closing it closes the coroutine.
+    """
+
+    __slots__ = ("_waiting", "_work")
+
+    def __init__(self, work: Coroutine[Any, Any, Any], waiting: Any) -> None:
+        self._work, self._waiting = work, waiting
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        work, waiting = self._work, self._waiting
+        while True:
+            try:
+                sent = yield waiting
+            except GeneratorExit:
+                work.close()
+                raise
+            except BaseException as exc:
+                try:
+                    waiting = work.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    waiting = work.send(sent)
+                except StopIteration as done:
+                    return done.value

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
+import sys
 import time
-import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from contextvars import ContextVar
@@ -90,7 +91,6 @@ from tether.core.report import CallReport, RunResult, StepReport, usage_dict
 from tether.core.settings import ModelSettings, merge_settings, stored_settings, with_settings
 from tether.drivers import tracing
 from tether.drivers.common import json_object
-from tether.drivers.local import subagents
 from tether.drivers.local.handoffs import (
     DEFAULT_NAME,
     Floor,
@@ -118,6 +118,7 @@ from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, ToolResult, result_envelope
 
 if TYPE_CHECKING:
+    from tether.drivers.local import subagents
     from tether.drivers.local.conversation import Conversation, ConversationBudget
     from tether.drivers.local.stream import StreamEvent
     from tether.store.base import RunStore
@@ -247,7 +248,8 @@ class Agent:
         self.propose_only = propose_only
         self.model = model
         self.tools = _checked(model, tools, principal)
-        subagents.check_tools(self.tools, store)
+        if (found := _subagents()) is not None:
+            found.check_tools(self.tools, store)
         if (
             store is None
             and approver is None
@@ -335,6 +337,8 @@ class Agent:
         (what is left of it): ``tether.drivers.local.subagents``. ``name`` defaults to ``agent``, ``description``
         to the agent's ``system`` message.
         """
+        from tether.drivers.local import subagents  # loaded by the agents that delegate
+
         return subagents.agent_tool(self, name, description)
 
     def output_spec(self, output_type: Any) -> OutputSpec | None:
@@ -415,7 +419,7 @@ class Agent:
             prompted = Message("system", output.instructions())
             if prompted not in messages[: at + 1]:  # a conversation's later turn has it already
                 messages.insert(new_from if message_history else at, prompted)
-        run = Run.new(run_id or uuid.uuid4().hex, messages, toolbox, config or self.config, output, untrusted)
+        run = Run.new(run_id or new_run_id(), messages, toolbox, config or self.config, output, untrusted)
         if self.store is not None:
             setup = with_settings({**self.setup, "new_from": new_from} if new_from else self.setup, settings)
             self.store.create_run(run.state, toolbox.principal, setup, turn=turn, parent=parent)
@@ -779,6 +783,8 @@ class Driver:
         Only the strings: what a function computes for one request is not
         known when a call is traced again after a resume, so it is no source.
         """
+        if not (self.instructions or self.floor._instructions):
+            return
         for found in (*self.instructions, *self.floor._instructions):
             if isinstance(found, str):
                 self.run_machine.provenance.host_text(found)
@@ -814,7 +820,8 @@ class Driver:
             if self._lease_timer is not None:
                 self._lease_timer.cancel()
                 self._lease_timer = None
-        await self._flush(release=True)
+        if self.store is not None:
+            await self._flush(release=True)
         if self.on_result is not None:
             self.on_result(result)
         return result
@@ -822,8 +829,9 @@ class Driver:
     async def _drive(self) -> RunResult:
         clock = self.agent.clock
         if self.state.status is Status.READY:
-            prompt = "\n".join(m.content or "" for m in self.state.messages[self.prompt_from :] if m.role == "user")
-            self._emit(RUN_STARTED, principal=self.toolbox.principal.id, prompt=prompt)
+            if not self._quiet:
+                prompt = "\n".join(m.content or "" for m in self.state.messages[self.prompt_from :] if m.role == "user")
+                self._emit(RUN_STARTED, principal=self.toolbox.principal.id, prompt=prompt)
             command = self._send(Begin(clock()))
         else:
             command = await self._resume_command()
@@ -1016,7 +1024,8 @@ class Driver:
             on_tool_delta=on_tool_delta,
             settings=settings,
         )
-        await self._flush()
+        if self.store is not None:  # nothing to checkpoint in memory: not even the coroutine is made
+            await self._flush()
         self._asking_model = True
         try:
             if self._traced:
@@ -1074,11 +1083,13 @@ class Driver:
     def _note_reply(self, reply: ModelReply, usage_estimated: bool) -> None:
         step = self.steps[-1]
         step.finish_reason, step.content, step.usage = reply.finish_reason, reply.content, reply.usage
-        usage = usage_dict(reply.usage) | ({"estimated": True} if usage_estimated else {})
         speaker = {}
         if self.handoffs is not None:  # who answered, in a run with handoffs
             step.agent = self.floor.name
             speaker = {"agent": step.agent}
+        if self._quiet:
+            return  # no one to tell: the event is not made
+        usage = usage_dict(reply.usage) | ({"estimated": True} if usage_estimated else {})
         model = reply.answered_by or self.floor.model.name  # a fallback chain says which of it answered
         data = {"skipped": list(reply.skipped)} if reply.skipped else {}
         self._emit(
@@ -1116,7 +1127,7 @@ class Driver:
                 await self._flush()  # an effect's outcome is not left unsaved while reads take their time
             if len(batch) == 1:
                 await self._invoke(batch[0])
-            elif any(isinstance(self.toolbox.all.get(p.tool), subagents.AgentTool) for p in batch):
+            elif any(_is_agent_tool(self.toolbox.all.get(p.tool)) for p in batch):
                 for p in batch:  # a child run never runs beside another call: one at a time, in call order
                     if not (self._suspending or self.waiting):
                         await self._invoke(p)
@@ -1211,9 +1222,12 @@ class Driver:
             self._emit(INTENT_RECORDED, **intent_event(call, self.state.provenance_of(call.call_id)))
             # One commit with whatever the step has not saved yet, on disk (fsynced) before the effect can happen.
             await self._flush(intent=call)
-        self._emit(CALL_STARTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
+        if not self._quiet:
+            self._emit(CALL_STARTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
         started = time.perf_counter()
-        if isinstance(self.toolbox.all.get(call.tool), subagents.AgentTool):
+        if _is_agent_tool(self.toolbox.all.get(call.tool)):
+            from tether.drivers.local import subagents
+
             executing: Awaitable[ToolResult | None] = subagents.delegate(self, call, principal)
         else:
             executing = self.toolbox.execute(
@@ -1228,15 +1242,15 @@ class Driver:
         if outcome.retry is not None:  # the machine counts it against the tool's retries
             found = self.toolbox.all.get(call.tool)
             self._retried[call.call_id] = Retried(outcome.retry, found.retries if found is not None else 0)
-        duration = time.perf_counter() - started
-        self._emit(
-            CALL_FINISHED,
-            id=call.call_id,
-            tool=call.tool,
-            arguments=call.arguments,
-            outcome=outcome_code(content),
-            duration=duration,
-        )
+        if not self._quiet:
+            self._emit(
+                CALL_FINISHED,
+                id=call.call_id,
+                tool=call.tool,
+                arguments=call.arguments,
+                outcome=outcome_code(content),
+                duration=time.perf_counter() - started,
+            )
         self._done(call, content, CALL_EXECUTED)
         if store is not None:
             # The outcome rides on the next commit: the next call's intent, the checkpoint before the next model
@@ -1311,6 +1325,26 @@ class Driver:
                 report.outcome = outcome_code(report.result)
 
 
+def _subagents() -> Any:
+    """``tether.drivers.local.subagents`` once something has loaded it, else None: until then no ``AgentTool``
+    exists (making one loads it), so its checks have nothing to find and an agent without one never loads it."""
+    return sys.modules.get("tether.drivers.local.subagents")
+
+
+def _is_agent_tool(found: Tool | None) -> bool:
+    """Whether ``found`` is a sub-agent's tool (``subagents.AgentTool``)."""
+    module = _subagents()
+    return module is not None and isinstance(found, module.AgentTool)
+
+
+def new_run_id() -> str:
+    """A random run id, the ``hex`` of a version-4 UUID, made without building a ``uuid.UUID``."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # the version, 4
+    raw[8] = raw[8] & 0x3F | 0x80  # the variant, RFC 4122
+    return raw.hex()
+
+
 def checked(model: Model, settings: ModelSettings | None) -> ModelSettings | None:
     """``settings``, once ``model`` has said it can send them (its ``check_settings`` raises ``ConfigurationError``)."""
     check = getattr(model, "check_settings", None)
@@ -1369,7 +1403,9 @@ def approval_reason(tools: Sequence[Tool]) -> str | None:
             f"tool {taints.name!r} has untrusted output, so side-effecting calls (of {acts.name!r}) after it "
             "need approval"
         )
-    return why or subagents.pause_reason(tools, approval_reason)
+    if why is None and (found := _subagents()) is not None:
+        why = found.pause_reason(tools, approval_reason)
+    return why
 
 
 async def _decision(approver: Approver, call: PendingCall) -> Decision | None:
