@@ -74,7 +74,7 @@ async def test_two_workers_share_one_postgres_store(
     assert (entry["status"], entry["engine"], entry["steps"]) == ("completed", "temporal", 3)
     shown = tether(env, "runs", "show", run_id, "--db", url)
     assert shown.returncode == 0, shown.stderr
-    assert "on temporal" in shown.stdout and "call c2 place_order: approved by update" in shown.stdout
+    assert "on temporal" in shown.stdout and "call c2 place_order: approved by cli" in shown.stdout
     assert "answer: Ordered 2 tea for 6." in shown.stdout
     verified = tether(env, "runs", "verify", run_id, "--db", url)
     assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -96,7 +96,7 @@ async def test_run_pauses_for_approval_and_approve_sends_an_update(
     shown = tether(env, "runs", "show", run_id)
     assert shown.returncode == 0, shown.stderr
     assert f"run {run_id}  completed  principal local" in shown.stdout and "on temporal" in shown.stdout
-    assert "call c2 place_order: approved by update" in shown.stdout
+    assert "call c2 place_order: approved by cli" in shown.stdout
     assert "answer: Ordered 2 tea for 6." in shown.stdout
     verified = tether(env, "runs", "verify", run_id)
     assert verified.returncode == 0, verified.stdout + verified.stderr
