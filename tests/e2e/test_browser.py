@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -32,33 +31,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chromium import CHROMIUM, require_browser
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "browser.mjs"
-CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
-SETUP = "apt-get install -y chromium && npm ci --prefix tests/e2e"
 
 pytestmark = pytest.mark.timeout(240)
 
 
-def _missing() -> str | None:
-    if shutil.which("node") is None:
-        return "node is not installed"
-    if not CHROMIUM.exists():
-        return f"{CHROMIUM} is missing"
-    if not (HERE / "node_modules" / "playwright-core").is_dir():
-        return "tests/e2e/node_modules has no playwright-core"
-    return None
-
-
 @pytest.fixture(autouse=True)
 def _browser_available() -> None:
-    reason = _missing()
-    if reason is not None:
-        message = f"browser e2e: {reason} (run: {SETUP})"
-        if os.environ.get("TETHER_REQUIRE_BROWSER"):  # CI sets it, so a broken set-up fails instead of skipping
-            pytest.fail(message)
-        pytest.skip(message)
+    require_browser("browser e2e")
 
 
 # ----------------------------------------------------------------- the scripted model

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -38,10 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chromium import CHROMIUM, require_browser
 
 HERE = Path(__file__).resolve().parent
-CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
-SETUP = "apt-get install -y chromium && npm ci --prefix tests/e2e"
 SCRIPT = HERE / "serve_page.mjs"
 SRC = HERE.parents[1] / "src"
 HOSTILE = """<img src=x onerror="window.__xss=1"><script>window.__xss=2</script><x-evil>"""
@@ -57,24 +55,9 @@ from test_serve_runs import HANGING_REFUND  # noqa: E402
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls  # noqa: E402
 
 
-def _missing() -> str | None:
-    if shutil.which("node") is None:
-        return "node is not installed"
-    if not CHROMIUM.exists():
-        return f"{CHROMIUM} is missing"
-    if not (HERE / "node_modules" / "playwright-core").is_dir():
-        return "tests/e2e/node_modules has no playwright-core"
-    return None
-
-
 @pytest.fixture(autouse=True)
 def _browser_available() -> None:
-    reason = _missing()
-    if reason is not None:
-        message = f"browser e2e: {reason} (run: {SETUP})"
-        if os.environ.get("TETHER_REQUIRE_BROWSER"):  # CI sets it, so a broken set-up fails instead of skipping
-            pytest.fail(message)
-        pytest.skip(message)
+    require_browser("browser e2e")
 
 
 def desk(request: dict[str, Any]) -> ReplySpec:

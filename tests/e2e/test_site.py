@@ -34,36 +34,19 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import pytest
+from chromium import CHROMIUM, require_browser
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 SCRIPT = HERE / "site.mjs"
-CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
-SETUP = "pip install -e '.[docs]' && apt-get install -y chromium && npm ci --prefix tests/e2e"
 QUERIES = ("approval", "reconcile")
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def _missing() -> str | None:
-    if importlib.util.find_spec("mkdocs") is None:
-        return "mkdocs is not installed (the docs extra)"
-    if shutil.which("node") is None:
-        return "node is not installed"
-    if not CHROMIUM.exists():
-        return f"{CHROMIUM} is missing"
-    if not (HERE / "node_modules" / "playwright-core").is_dir():
-        return "tests/e2e/node_modules has no playwright-core"
-    return None
-
-
-def require_browser() -> None:
-    reason = _missing()
-    if reason is not None:
-        message = f"site e2e: {reason} (run: {SETUP})"
-        if os.environ.get("TETHER_REQUIRE_BROWSER"):  # CI sets it, so a broken set-up fails instead of skipping
-            pytest.fail(message)
-        pytest.skip(message)
+def require_site_browser() -> None:
+    docs = None if importlib.util.find_spec("mkdocs") else "mkdocs is not installed (pip install -e '.[docs]')"
+    require_browser("site e2e", docs)
 
 
 class _StaticHost(http.server.SimpleHTTPRequestHandler):
@@ -114,7 +97,7 @@ def built_pages(folder: Path, base: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require_browser()
+    require_site_browser()
     folder = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     build = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(ROOT / "mkdocs.yml")]

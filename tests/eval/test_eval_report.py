@@ -11,14 +11,12 @@ import json
 import os
 import pty
 import select
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from bfcl_oracle import DATA, Oracle, Output, oracle_output
 
 from tether.eval import Case, load
@@ -28,7 +26,11 @@ from tether.testing.fake_server import FakeServer, ReplySpec, text
 
 ROOT = Path(__file__).resolve().parents[2]
 E2E = ROOT / "tests" / "e2e"
-CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
+if str(E2E) not in sys.path:  # the browser tests' set-up check (tests/e2e/chromium.py)
+    sys.path.insert(0, str(E2E))
+
+from chromium import CHROMIUM, require_browser  # noqa: E402
+
 SIMPLE, IRRELEVANCE = DATA / "BFCL_v4_simple_python.json", DATA / "BFCL_v4_irrelevance.json"
 HOSTILE = "<script>window.pwned = true; document.title = 'pwned'</script><img src=x onerror=alert(1)>"
 
@@ -117,17 +119,7 @@ def test_report_html_compare_and_the_browser(tmp_path: Path) -> None:
 
 
 def _open_in_browser(report: Path, failing: str, rows: str, tmp_path: Path) -> None:
-    missing = None
-    if shutil.which("node") is None:
-        missing = "node is not installed"
-    elif not CHROMIUM.exists():
-        missing = f"{CHROMIUM} is missing"
-    elif not (E2E / "node_modules" / "playwright-core").is_dir():
-        missing = "tests/e2e/node_modules has no playwright-core (npm ci --prefix tests/e2e)"
-    if missing is not None:
-        if os.environ.get("TETHER_REQUIRE_BROWSER"):
-            pytest.fail(f"eval report in the browser: {missing}")
-        pytest.skip(f"eval report in the browser: {missing}")
+    require_browser("eval report in the browser")
     env = {**os.environ, "FAILING_CASE": failing, "EXPECT_ROWS": rows, "SCREENSHOT_DIR": str(tmp_path / "shots")}
     env["CHROMIUM_PATH"] = str(CHROMIUM)
     argv = ["node", str(E2E / "eval_report.mjs"), str(report)]
