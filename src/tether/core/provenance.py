@@ -42,10 +42,10 @@ Rules of the trace, each chosen to fail closed:
   message, an approval or an envelope is only text of that result.
 
 Per-field provenance: an untrusted result may mix facts the system vouches
-for (the id it assigned, the sender it verified, the counterparty's IBAN the
-bank recorded, an amount, a timestamp) with text others wrote freely (a body,
-a subject, a description). A tool names the former with
-``@tool(untrusted_output=True, trusted_fields=("id_", "sender"))``; when the
+for (the id it assigned, an amount, a timestamp) with text others wrote
+freely (a body, a subject, a description). Who sent a record is authentic but
+not vouched for: whoever sent it chose it. A tool names the former with
+``@tool(untrusted_output=True, trusted_fields=("id_", "timestamp"))``; when the
 transcript is indexed, the values of those fields in each of its results
 (``field_values``) are added as a second, trusted text of that result, and
 the result's whole text stays untrusted (it still taints the run). The

@@ -114,7 +114,7 @@ class Tool:
     # The top-level parameters whose values the effect goes to (a recipient, an account, a URL, a path, a body sent
     # outside): in a tainted run they must be traced to trusted text (``core.provenance``). None: no policy.
     sinks: frozenset[str] | None = None
-    # The fields of an untrusted result the system vouches for (ids it assigned, a verified sender): their values are
+    # The fields of an untrusted result the system vouches for (ids it assigned, its timestamps): their values are
     # trusted text of the result, the rest of it stays untrusted (``core.provenance.field_values``).
     trusted_fields: tuple[str, ...] = ()
     # The sinks whose values must be the principal's own word: a field an untrusted result vouches for is not enough
@@ -733,7 +733,9 @@ def tool(
 
     ``trusted_fields`` (with ``untrusted_output``) names the fields of a
     result that the system itself vouches for, not text others wrote: ids it
-    assigned, the sender it verified, a timestamp, an amount. A name is a key
+    assigned, a timestamp, an amount; not who sent the record, which whoever
+    sent it chose (an attacker's own mail has the attacker's address as its
+    verified sender). A name is a key
     of the result's record (the result when it is an object, each item when
     it is a list; ``"a.b"`` descends into ``a``); only the values found there
     (a string or number, or each one in a list) become trusted text of that
