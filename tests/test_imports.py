@@ -11,9 +11,10 @@ import sys
 
 # Modules of tether an agent without sub-agent tools or sink-naming tools never needs (issue 19: import time).
 LAZY = ("tether.core.provenance", "tether.drivers.local.subagents", "tether.models.fallback", "tether.models.scripted")
-# Modules a run needs and building an agent does not: the state machine (most of the core's import cost) and what a
-# run reports; they are imported when the first run starts (issue 19: `from tether import Agent` against aiohttp).
-RUN_ONLY = ("tether.core.machine", "tether.core.report")
+# Modules a run needs and building an agent does not: the state machine (most of the core's import cost), what a run
+# reports, its tracing and the reading of a model's reply. The first run imports them (issue 19: `from tether import
+# Agent` against `import aiohttp`).
+RUN_ONLY = ("tether.core.machine", "tether.core.report", "tether.drivers.tracing", "tether.models.stream")
 HEAVY = ("sqlite3", "_sqlite3", "pydantic", "pydantic_core", "jsonschema", "opentelemetry", "psycopg", "llama_cpp")
 
 
@@ -50,7 +51,8 @@ assert asyncio.run(Agent(model, [multiply]).run("248 * 15?")).output == "3720"
     assert [m for m in found if m.startswith(("tether.store", "sqlite3", "_sqlite3", "opentelemetry.sdk"))] == []
     # no sub-agent tool, no sinks, no fallback chain: none of theirs is loaded (the ScriptedModel's own is)
     assert [m for m in found if m in LAZY] == ["tether.models.scripted"]
-    assert [m for m in found if m in RUN_ONLY] == sorted(RUN_ONLY)  # the probe sees them once a run needs them
+    # the probe sees them once a run needs them (a scripted model reads no HTTP reply: no stream)
+    assert [m for m in found if m in RUN_ONLY] == sorted(set(RUN_ONLY) - {"tether.models.stream"})
     assert "pydantic" not in found  # a raw-schema tool with a JSON-native result needs no pydantic
 
 

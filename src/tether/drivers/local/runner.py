@@ -63,7 +63,6 @@ from tether.core.events import (
 from tether.core.history import given_history, untrusted_results
 from tether.core.messages import Message, ModelReply
 from tether.core.settings import ModelSettings, merge_settings, stored_settings, with_settings
-from tether.drivers import tracing
 from tether.drivers.common import json_object
 from tether.drivers.local.handoffs import (
     DEFAULT_NAME,
@@ -87,7 +86,6 @@ from tether.drivers.local.hooks import (
 from tether.models.base import Model, ModelRequest
 from tether.models.base import output_mode as checked_output_mode
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, RunContext, ToolContext
-from tether.tools.output import OutputMode, OutputSpec
 from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, ToolResult, result_envelope
 
@@ -109,15 +107,18 @@ if TYPE_CHECKING:
         Validated,
     )
     from tether.core.report import RunResult, StepReport
+    from tether.drivers import tracing
     from tether.drivers.local import subagents
     from tether.drivers.local.conversation import Conversation, ConversationBudget
     from tether.drivers.local.stream import StreamEvent
     from tether.store.base import RunStore
+    from tether.tools.output import OutputMode, OutputSpec
 else:
-    # A run needs the state machine and makes a report; building an Agent needs neither (issue 19: the cost of
-    # the import).
+    # A run needs the state machine, makes a report and may be traced; building an Agent needs none of them
+    # (issue 19: the cost of the import).
     machine = deferred("tether.core.machine")
     reporting = deferred("tether.core.report")
+    tracing = deferred("tether.drivers.tracing")
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -1433,6 +1434,8 @@ def _output_spec(
         mode = checked_output_mode(mode, supported, type(model).__name__)
     if output_type is None:  # an output_mode alone is for the output types given per run
         return None
+    from tether.tools.output import OutputSpec  # only an agent with an output type needs it (issue 19: imports)
+
     mode = mode or getattr(model, "output_mode", None) or "native"
     spec = OutputSpec(output_type, mode=mode, strict=strict_tools or mode != "tool")
     if spec.mode == "tool" and any(t.name == spec.tool_name for t in tools):
