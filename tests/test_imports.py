@@ -11,10 +11,17 @@ import sys
 
 # Modules of tether an agent without sub-agent tools or sink-naming tools never needs (issue 19: import time).
 LAZY = ("tether.core.provenance", "tether.drivers.local.subagents", "tether.models.fallback", "tether.models.scripted")
-# Modules a run needs and building an agent does not: the state machine (most of the core's import cost), what a run
-# reports, its tracing and the reading of a model's reply. The first run imports them (issue 19: `from tether import
-# Agent` against `import aiohttp`).
-RUN_ONLY = ("tether.core.machine", "tether.core.report", "tether.drivers.tracing", "tether.models.stream")
+# Modules a run needs and building an agent does not: the state machine (most of the core's import cost), the
+# messages and history, what a run reports, its tracing and the reading of a model's reply. The first run imports
+# them (issue 19: `from tether import Agent, OpenAIChatModel, tool` against `import aiohttp`).
+RUN_ONLY = (
+    "tether.core.history",
+    "tether.core.machine",
+    "tether.core.messages",
+    "tether.core.report",
+    "tether.drivers.tracing",
+    "tether.models.stream",
+)
 HEAVY = ("sqlite3", "_sqlite3", "pydantic", "pydantic_core", "jsonschema", "opentelemetry", "psycopg", "llama_cpp")
 
 

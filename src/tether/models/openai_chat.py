@@ -26,7 +26,6 @@ import aiohttp
 from tether.core import nesting
 from tether.core.deferred import deferred
 from tether.core.errors import ConfigurationError, ModelResponseError
-from tether.core.messages import Message, ModelReply, WireToolCall
 from tether.core.settings import ModelSettings, merge_settings
 from tether.models.base import ModelRequest, settings_for
 from tether.models.base import output_mode as checked_output_mode
@@ -42,6 +41,7 @@ from tether.models.http import (
 )
 
 if TYPE_CHECKING:
+    from tether.core.messages import Message, ModelReply
     from tether.models import stream as chunks
     from tether.tools.output import OutputMode
 else:
@@ -103,6 +103,9 @@ def message_to_wire(message: Message, compat: WireCompat = WireCompat()) -> dict
 
 def parse_reply(body: Any) -> ModelReply:
     """A ``ModelReply`` from a decoded non-streamed response body."""
+    # Reading a reply needs them, building the model does not (as the stream module).
+    from tether.core.messages import ModelReply, WireToolCall
+
     if not isinstance(body, dict):
         raise ModelResponseError("response body is not a JSON object")
     if "error" in body and not body.get("choices"):

@@ -20,7 +20,6 @@ from tether.core import envelope
 from tether.core.deferred import deferred
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ToolDefinitionError
-from tether.core.messages import ToolCall
 from tether.core.nesting import MAX_DEPTH, nested_deeper, value_nested_deeper
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
 from tether.tools.decoding import InvalidJson, strict_loads
@@ -30,6 +29,7 @@ from tether.tools.tool import Retry, Tool, ToolError
 if TYPE_CHECKING:
     from tether.core import machine
     from tether.core.machine import Accepted, PendingCall, Rejected
+    from tether.core.messages import ToolCall
 else:
     # The state machine is needed once a run starts, not to build an agent (issue 19: the cost of the import).
     machine = deferred("tether.core.machine")

@@ -59,13 +59,13 @@ from tether.core.deferred import deferred
 from tether.core.envelope import outcome_code
 from tether.core.errors import ConfigurationError
 from tether.core.events import HANDOFF
-from tether.core.messages import Message, ToolCall
 from tether.tools.tool import Tool, tool_from_schema
 from tether.tools.toolbox import Toolbox
 
 if TYPE_CHECKING:
     from tether.core import machine
     from tether.core.machine import Accepted, CallModel, Rejected, Run, RunTools
+    from tether.core.messages import Message, ToolCall
     from tether.drivers.local.hooks import Hook
     from tether.models.base import Model
     from tether.store.base import RunStore
@@ -366,6 +366,9 @@ class Floor:
 
     def _leading(self, agent: HandingOff) -> list[Message]:
         """The system messages a run of ``agent`` alone would start with: its ``system``, a prompted output's."""
+        # A run needs the messages module, building an agent does not (issue 19: the cost of the import).
+        from tether.core.messages import Message
+
         leading = [Message("system", agent.system)] if agent.system is not None else []
         spec = agent.output_spec(self.output_type)
         if spec is not None and spec.mode == "prompted":

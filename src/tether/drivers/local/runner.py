@@ -60,8 +60,6 @@ from tether.core.events import (
     rejected_event,
     validated_event,
 )
-from tether.core.history import given_history, untrusted_results
-from tether.core.messages import Message, ModelReply
 from tether.core.settings import ModelSettings, merge_settings, stored_settings, with_settings
 from tether.drivers.common import json_object
 from tether.drivers.local.handoffs import (
@@ -106,6 +104,7 @@ if TYPE_CHECKING:
         Status,
         Validated,
     )
+    from tether.core.messages import Message, ModelReply
     from tether.core.report import RunResult, StepReport
     from tether.drivers import tracing
     from tether.drivers.local import subagents
@@ -404,6 +403,10 @@ class Agent:
             handoffs = Floor.open(self, floor, output_type, instructions is not None, approval_reason)
         toolbox = self.toolbox_for(principal or self.toolbox.principal)
         output = self.output if output_type is None else self.output_spec(output_type)
+        # Imported once a run starts, as the machine is.
+        from tether.core.history import given_history, untrusted_results
+        from tether.core.messages import Message
+
         messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
         new_from = 0 if turn is None else turn[2]  # where the run's own messages start: after a history
         if message_history is not None and (history := given_history(message_history, messages)):
