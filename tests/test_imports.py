@@ -11,6 +11,17 @@ import sys
 
 # Modules of tether an agent without sub-agent tools or sink-naming tools never needs (issue 19: import time).
 LAZY = ("tether.core.provenance", "tether.drivers.local.subagents", "tether.models.fallback", "tether.models.scripted")
+# Modules a run needs and building an agent does not: the state machine (most of the core's import cost), the
+# messages and history, what a run reports, its tracing and the reading of a model's reply. The first run imports
+# them (issue 19: `from tether import Agent, OpenAIChatModel, tool` against `import aiohttp`).
+RUN_ONLY = (
+    "tether.core.history",
+    "tether.core.machine",
+    "tether.core.messages",
+    "tether.core.report",
+    "tether.drivers.tracing",
+    "tether.models.stream",
+)
 HEAVY = ("sqlite3", "_sqlite3", "pydantic", "pydantic_core", "jsonschema", "opentelemetry", "psycopg", "llama_cpp")
 
 
@@ -20,7 +31,7 @@ def loaded_after(code: str) -> list[str]:
         + "\nimport json, sys\n"
         + f"heavy = {HEAVY!r}\n"
         + "print(json.dumps(sorted({m for m in sys.modules if m.split('.')[0] in heavy or m.startswith('tether.store')"
-        + f" or m.startswith('opentelemetry.sdk') or m in {LAZY!r}}})))"
+        + f" or m.startswith('opentelemetry.sdk') or m in {LAZY + RUN_ONLY!r}}})))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     found: list[str] = json.loads(done.stdout.splitlines()[-1])
@@ -47,4 +58,20 @@ assert asyncio.run(Agent(model, [multiply]).run("248 * 15?")).output == "3720"
     assert [m for m in found if m.startswith(("tether.store", "sqlite3", "_sqlite3", "opentelemetry.sdk"))] == []
     # no sub-agent tool, no sinks, no fallback chain: none of theirs is loaded (the ScriptedModel's own is)
     assert [m for m in found if m in LAZY] == ["tether.models.scripted"]
+    # the probe sees them once a run needs them (a scripted model reads no HTTP reply: no stream)
+    assert [m for m in found if m in RUN_ONLY] == sorted(set(RUN_ONLY) - {"tether.models.stream"})
     assert "pydantic" not in found  # a raw-schema tool with a JSON-native result needs no pydantic
+
+
+def test_building_an_agent_and_its_tools_loads_nothing_only_a_run_needs() -> None:
+    code = """
+from tether import Agent, OpenAIChatModel, tool
+
+@tool
+def add(a: int, b: int) -> int:
+    '''Add two numbers.'''
+    return a + b
+
+Agent(OpenAIChatModel(model="m", base_url="http://127.0.0.1:9/v1", api_key="k"), [add], instructions="Add.")
+"""
+    assert [m for m in loaded_after(code) if m in RUN_ONLY] == []

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import tether
 
 PUBLIC = {
@@ -65,7 +67,6 @@ PUBLIC = {
     "SQLiteStore",
     "open_store",
 }
-INIT = Path(tether.__file__)
 
 
 def test_the_public_names_are_exactly_the_documented_ones() -> None:
@@ -78,9 +79,11 @@ def test_each_public_name_resolves_to_the_module_the_table_names() -> None:
         assert getattr(tether, name) is getattr(importlib.import_module(module), name), name
 
 
-def test_the_type_checkers_imports_name_the_same_things() -> None:
+@pytest.mark.parametrize("package", ["tether", "tether.core"])
+def test_the_type_checkers_imports_name_the_same_things(package: str) -> None:
     """The TYPE_CHECKING block is the one other place the names are written: it must agree with the table."""
-    tree = ast.parse(INIT.read_text())
+    lazy = importlib.import_module(package)
+    tree = ast.parse(Path(str(lazy.__file__)).read_text())
     guarded = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
     imported = {
         alias.asname or alias.name: node.module
@@ -88,9 +91,10 @@ def test_the_type_checkers_imports_name_the_same_things() -> None:
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
     }
-    assert set(imported) == set(tether._WHERE)
+    assert set(imported) == set(lazy._WHERE)
+    assert sorted(lazy.__all__) == sorted({*lazy._WHERE, *(["__version__"] if package == "tether" else [])})
     for name, module in imported.items():
-        assert getattr(importlib.import_module(str(module)), name) is getattr(tether, name), name
+        assert getattr(importlib.import_module(str(module)), name) is getattr(lazy, name), name
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.core.errors import ConfigurationError
-from tether.core.messages import Message, ModelReply, Usage
+
+if TYPE_CHECKING:
+    from tether.core.messages import Message, ModelReply, Usage
 
 DEFAULT_MAX_STEPS = 8
 DEFAULT_MAX_TOOL_CALLS = 32
@@ -151,6 +153,9 @@ def estimate_usage(messages: Sequence[Message], tools: Sequence[Mapping[str, Any
     for call in reply.tool_calls:
         for part in (call.name, call.arguments):
             received += _tokens(part if isinstance(part, str) else json.dumps(part, default=str))
+    # A run needs the messages module, building an agent does not (issue 19: the cost of the import).
+    from tether.core.messages import Usage
+
     return Usage(sent, received)
 
 

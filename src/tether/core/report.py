@@ -7,12 +7,19 @@ Arguments and answers appear as they are; whoever prints them redacts
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tether.core.deferred import deferred
 from tether.core.errors import RunFailed
 from tether.core.history import MessageHistory
-from tether.core.machine import RunState, Status
 from tether.core.messages import Usage
+
+if TYPE_CHECKING:
+    from tether.core import machine
+    from tether.core.machine import RunState, Status
+else:
+    # The state machine is needed once a run starts, not to build an agent (issue 19: the cost of the import).
+    machine = deferred("tether.core.machine")
 
 
 def usage_dict(usage: Usage) -> dict[str, int]:
@@ -108,7 +115,7 @@ class RunResult:
     @property
     def ok(self) -> bool:
         """Whether the run completed: only then is ``output`` an answer."""
-        return self.status is Status.COMPLETED
+        return self.status is machine.Status.COMPLETED
 
     def all_messages(self) -> MessageHistory:
         """Every message of the run's transcript, a history it was given included (``run(..., message_history=)``).
@@ -135,8 +142,8 @@ class RunResult:
         run it belongs to; deciding one through this run (``decide(store, run_id, call_id, ...)``) records it there.
         """
         state = self.state
-        waiting = state.undecided() if self.status is Status.AWAITING_APPROVAL else []
-        if self.status is Status.AWAITING_RECONCILIATION:
+        waiting = state.undecided() if self.status is machine.Status.AWAITING_APPROVAL else []
+        if self.status is machine.Status.AWAITING_RECONCILIATION:
             waiting = [p for p in state.pending if p.call_id in state.unknown]
         own = [
             {"id": p.call_id, "tool": p.tool, "arguments": p.arguments, "fingerprint": p.fingerprint} for p in waiting

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tether.core.errors import ConfigurationError
-from tether.core.messages import Message, ModelReply
 from tether.core.settings import ModelSettings
 
 if TYPE_CHECKING:
+    from tether.core.messages import Message, ModelReply
     from tether.tools.output import OutputMode
 
 __all__ = ["Model", "ModelRequest", "ModelSettings", "output_mode", "settings_for"]

@@ -40,7 +40,6 @@ from tether.core.errors import (
     ReplyTooLarge,
     ServerError,
 )
-from tether.models.stream import error_message
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_READ_TIMEOUT = 120.0
@@ -121,6 +120,8 @@ def retry_after(value: str | None) -> float | None:
 
 def http_error(status: int, text: str, retry_after: float | None, key_variable: str) -> ModelHTTPError:
     """The most specific error for a non-2xx answer; ``key_variable`` is named on 401/403."""
+    from tether.models.stream import error_message  # only an error needs it (issue 19: the cost of the import)
+
     try:
         message = error_message(nesting.loads(text, nesting.MAX_REPLY_DEPTH).get("error", text))
     except (ValueError, AttributeError):

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from tether.core import nesting
+from tether.core.deferred import deferred
 from tether.core.errors import ConfigurationError, ModelResponseError
-from tether.core.messages import Message, ModelReply, WireToolCall
 from tether.core.settings import ModelSettings, merge_settings
 from tether.models.base import ModelRequest, settings_for
 from tether.models.base import output_mode as checked_output_mode
@@ -39,10 +39,14 @@ from tether.models.http import (
     openai_endpoint,
     sse_events,
 )
-from tether.models.stream import Assembler, content_text, error_message, parse_usage
 
 if TYPE_CHECKING:
+    from tether.core.messages import Message, ModelReply
+    from tether.models import stream as chunks
     from tether.tools.output import OutputMode
+else:
+    # Reading a reply needs it, building the model does not (issue 19: the cost of the import).
+    chunks = deferred("tether.models.stream")
 
 DEFAULT_BASE_URL = OPENAI_API
 
@@ -99,12 +103,15 @@ def message_to_wire(message: Message, compat: WireCompat = WireCompat()) -> dict
 
 def parse_reply(body: Any) -> ModelReply:
     """A ``ModelReply`` from a decoded non-streamed response body."""
+    # Reading a reply needs them, building the model does not (as the stream module).
+    from tether.core.messages import ModelReply, WireToolCall
+
     if not isinstance(body, dict):
         raise ModelResponseError("response body is not a JSON object")
     if "error" in body and not body.get("choices"):
-        raise ModelResponseError(f"error in response: {error_message(body['error'])}")
+        raise ModelResponseError(f"error in response: {chunks.error_message(body['error'])}")
     choices = body.get("choices")
-    usage = parse_usage(body.get("usage"))
+    usage = chunks.parse_usage(body.get("usage"))
     if not isinstance(choices, list) or not choices:
         return ModelReply(choices=0, finish_reason=None, usage=usage)
     choice = choices[0]
@@ -131,7 +138,7 @@ def parse_reply(body: Any) -> ModelReply:
     return ModelReply(
         choices=len(choices),
         finish_reason=choice.get("finish_reason"),
-        content=content_text(message.get("content")) or None,  # "" and null both mean no text
+        content=chunks.content_text(message.get("content")) or None,  # "" and null both mean no text
         tool_calls=tuple(calls),
         usage=usage,
         model=body.get("model") if isinstance(body.get("model"), str) else None,
@@ -261,7 +268,7 @@ class OpenAIChatModel(HTTPModel):
         return reply
 
     async def _read_stream(self, response: aiohttp.ClientResponse, request: ModelRequest) -> ModelReply:
-        assembler = Assembler()
+        assembler = chunks.Assembler()
         async for _, payload in sse_events(response.content, self.max_reply_bytes):
             if payload == "[DONE]":
                 break

@@ -31,9 +31,9 @@ import typing
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from tether.core.deferred import deferred
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ToolDefinitionError
-from tether.core.machine import Rejected
 from tether.tools.decoding import InvalidJson, strict_loads
 from tether.tools.refs import check_references
 from tether.tools.strict import drop_nulls, strict_schema
@@ -42,6 +42,12 @@ from tether.tools.tool import _close, _describe, _Gate, _strip_titles, strict_va
 if TYPE_CHECKING:  # imported only for an output type that is not a JSON Schema dict
     import pydantic
     from pydantic_core import SchemaValidator
+
+    from tether.core import machine
+    from tether.core.machine import Rejected
+else:
+    # The state machine is needed once a run starts, not to build an agent (issue 19: the cost of the import).
+    machine = deferred("tether.core.machine")
 
 OutputMode = Literal["native", "tool", "prompted"]
 OUTPUT_MODES: tuple[str, ...] = ("native", "tool", "prompted")
@@ -155,7 +161,9 @@ class OutputSpec:
         try:
             data = drop_nulls(strict_loads(text), self._nulls)
         except InvalidJson as exc:
-            raise _Invalid(Rejected(ErrorCode.INVALID_JSON, str(exc).replace("arguments", "the answer"))) from None
+            raise _Invalid(
+                machine.Rejected(ErrorCode.INVALID_JSON, str(exc).replace("arguments", "the answer"))
+            ) from None
         if self._plain is not None and self._core is not None and data.keys() <= self._plain:
             try:  # pydantic's strict mode checks such a model as its schema would, and builds it in one call
                 return self._core.validate_python(data, strict=True)
@@ -164,7 +172,7 @@ class OutputSpec:
         errors = sorted(self._gate.iter_errors(data), key=lambda e: list(e.absolute_path))
         if errors:
             message = "; ".join(_describe(e) for e in errors[:3]).replace("arguments", "answer")
-            raise _Invalid(Rejected(ErrorCode.INVALID_ARGUMENTS, message))
+            raise _Invalid(machine.Rejected(ErrorCode.INVALID_ARGUMENTS, message))
         value = data["result"] if self.wrapped else data
         if self._adapter is None:
             return value
@@ -173,7 +181,7 @@ class OutputSpec:
         except self._error as exc:  # e.g. a validator of the model refused it
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "answer"
-            raise _Invalid(Rejected(ErrorCode.INVALID_ARGUMENTS, f"{where}: {first['msg']}")) from None
+            raise _Invalid(machine.Rejected(ErrorCode.INVALID_ARGUMENTS, f"{where}: {first['msg']}")) from None
 
     def response_format(self) -> dict[str, Any]:
         """The ``response_format`` of a request in ``native`` mode (one dict, built once: treat it as read-only)."""

@@ -14,18 +14,25 @@ import time
 from collections.abc import Coroutine, Generator, Iterable
 from dataclasses import dataclass
 from types import CoroutineType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.core import envelope
+from tether.core.deferred import deferred
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ToolDefinitionError
-from tether.core.machine import Accepted, PendingCall, Rejected
-from tether.core.messages import ToolCall
 from tether.core.nesting import MAX_DEPTH, nested_deeper, value_nested_deeper
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
 from tether.tools.decoding import InvalidJson, strict_loads
 from tether.tools.strict import drop_nulls
 from tether.tools.tool import Retry, Tool, ToolError
+
+if TYPE_CHECKING:
+    from tether.core import machine
+    from tether.core.machine import Accepted, PendingCall, Rejected
+    from tether.core.messages import ToolCall
+else:
+    # The state machine is needed once a run starts, not to build an agent (issue 19: the cost of the import).
+    machine = deferred("tether.core.machine")
 
 
 def _validation_error(exc: Exception) -> bool:
@@ -106,17 +113,17 @@ class Toolbox:
         try:
             arguments = strict_loads(call.arguments)
         except InvalidJson as exc:
-            return Rejected(ErrorCode.INVALID_JSON, str(exc))
+            return machine.Rejected(ErrorCode.INVALID_JSON, str(exc))
         found = self.offered.get(call.name)
         if found is None:
             names = ", ".join(self.offered) or "none"
-            return Rejected(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.name!r}; available: {names}")
+            return machine.Rejected(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.name!r}; available: {names}")
         if self.strict:
             arguments = drop_nulls(arguments, found.strict_nulls)  # strict mode's "not given"
         problems = found.validation_errors(arguments)
         if problems:
-            return Rejected(ErrorCode.INVALID_ARGUMENTS, "; ".join(problems))
-        return Accepted(
+            return machine.Rejected(ErrorCode.INVALID_ARGUMENTS, "; ".join(problems))
+        return machine.Accepted(
             arguments=arguments,
             read_only=found.read_only,
             needs_approval=found.needs_approval(arguments),

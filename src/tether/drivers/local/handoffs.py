@@ -55,20 +55,25 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from tether.core.deferred import deferred
 from tether.core.envelope import outcome_code
 from tether.core.errors import ConfigurationError
 from tether.core.events import HANDOFF
-from tether.core.machine import Accepted, CallModel, Rejected, Run, RunTools
-from tether.core.messages import Message, ToolCall
 from tether.tools.tool import Tool, tool_from_schema
 from tether.tools.toolbox import Toolbox
 
 if TYPE_CHECKING:
+    from tether.core import machine
+    from tether.core.machine import Accepted, CallModel, Rejected, Run, RunTools
+    from tether.core.messages import Message, ToolCall
     from tether.drivers.local.hooks import Hook
     from tether.models.base import Model
     from tether.store.base import RunStore
     from tether.tools.context import Principal
     from tether.tools.output import OutputSpec
+else:
+    # The state machine is needed once a run starts, not to build an agent (issue 19: the cost of the import).
+    machine = deferred("tether.core.machine")
 
 __all__ = ["DEFAULT_NAME", "TRANSFER_PREFIX", "Floor", "Handoff", "handoff"]
 
@@ -280,7 +285,7 @@ class _Catalog:
     def check(self, call: ToolCall) -> Accepted | Rejected:
         verdict = self.toolbox.check(call)
         target = self.targets.get(call.name)
-        if target is not None and isinstance(verdict, Accepted):
+        if target is not None and isinstance(verdict, machine.Accepted):
             return replace(verdict, handoff=target)
         return verdict
 
@@ -361,6 +366,9 @@ class Floor:
 
     def _leading(self, agent: HandingOff) -> list[Message]:
         """The system messages a run of ``agent`` alone would start with: its ``system``, a prompted output's."""
+        # A run needs the messages module, building an agent does not (issue 19: the cost of the import).
+        from tether.core.messages import Message
+
         leading = [Message("system", agent.system)] if agent.system is not None else []
         spec = agent.output_spec(self.output_type)
         if spec is not None and spec.mode == "prompted":

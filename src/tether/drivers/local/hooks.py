@@ -26,19 +26,20 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.core.errors import ConfigurationError
-from tether.core.history import check_history
-from tether.core.messages import Message
 from tether.tools.context import RunContext
 from tether.tools.tool import Retry
 from tether.tools.toolbox import truncate
 
+if TYPE_CHECKING:
+    from tether.core.messages import Message
+
 InstructionFunction = Callable[..., str | Awaitable[str | None] | None]
 Instruction = str | InstructionFunction
 Instructions = Instruction | Sequence[Instruction]
-HistoryProcessor = Callable[..., list[Message] | Awaitable[list[Message]]]
+HistoryProcessor = Callable[..., "list[Message] | Awaitable[list[Message]]"]
 OutputValidator = Callable[..., Any]
 
 __all__ = [
@@ -136,6 +137,9 @@ async def process_history(
     processors: Sequence[Hook], context: RunContext[Any], messages: list[Message]
 ) -> list[Message]:
     """``messages`` as the history processors leave them, checked to be a history a request can send."""
+    # A run needs the history and messages modules, building an agent does not (issue 19: the cost of the import).
+    from tether.core.history import check_history
+
     for processor in processors:
         found = await processor(context, messages)
         if not isinstance(found, list):
@@ -183,6 +187,8 @@ async def request_messages(
     text = await render_instructions(instructions, context) if instructions else None
     if text is not None:
         at = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
+        from tether.core.messages import Message
+
         messages = [*messages[:at], Message("system", text), *messages[at:]]
     return messages, hidden
 

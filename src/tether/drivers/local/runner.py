@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.core import envelope
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig, with_estimated_usage
+from tether.core.deferred import deferred
 from tether.core.envelope import ErrorCode, outcome_code
 from tether.core.errors import ConfigurationError, ModelError, TetherError, ToolDefinitionError
 from tether.core.events import (
@@ -59,37 +60,7 @@ from tether.core.events import (
     rejected_event,
     validated_event,
 )
-from tether.core.history import given_history, untrusted_results
-from tether.core.machine import (
-    ApprovalDecided,
-    AwaitApproval,
-    AwaitChildren,
-    AwaitReconciliation,
-    Begin,
-    CallModel,
-    Cancel,
-    ChildPaused,
-    ChildResumed,
-    ChildRun,
-    Command,
-    Finish,
-    ModelFailed,
-    ModelReplied,
-    OutcomeUnknown,
-    PendingCall,
-    Reconciled,
-    Retried,
-    Run,
-    RunState,
-    RunTools,
-    Status,
-    ToolsFinished,
-    Validated,
-)
-from tether.core.messages import Message, ModelReply
-from tether.core.report import CallReport, RunResult, StepReport, usage_dict
 from tether.core.settings import ModelSettings, merge_settings, stored_settings, with_settings
-from tether.drivers import tracing
 from tether.drivers.common import json_object
 from tether.drivers.local.handoffs import (
     DEFAULT_NAME,
@@ -113,15 +84,40 @@ from tether.drivers.local.hooks import (
 from tether.models.base import Model, ModelRequest
 from tether.models.base import output_mode as checked_output_mode
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, RunContext, ToolContext
-from tether.tools.output import OutputMode, OutputSpec
 from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, ToolResult, result_envelope
 
 if TYPE_CHECKING:
+    from tether.core import machine
+    from tether.core import report as reporting
+    from tether.core.machine import (
+        AwaitApproval,
+        AwaitReconciliation,
+        CallModel,
+        ChildRun,
+        Command,
+        PendingCall,
+        Retried,
+        Run,
+        RunState,
+        RunTools,
+        Status,
+        Validated,
+    )
+    from tether.core.messages import Message, ModelReply
+    from tether.core.report import RunResult, StepReport
+    from tether.drivers import tracing
     from tether.drivers.local import subagents
     from tether.drivers.local.conversation import Conversation, ConversationBudget
     from tether.drivers.local.stream import StreamEvent
     from tether.store.base import RunStore
+    from tether.tools.output import OutputMode, OutputSpec
+else:
+    # A run needs the state machine, makes a report and may be traced; building an Agent needs none of them
+    # (issue 19: the cost of the import).
+    machine = deferred("tether.core.machine")
+    reporting = deferred("tether.core.report")
+    tracing = deferred("tether.drivers.tracing")
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -156,7 +152,7 @@ DepsFactory = Callable[[str, Principal], Any]
 ToolChoice = str | dict[str, Any] | None
 # Decides a call that needs approval: a Decision, True (approve) or False (deny), or None to pause the run
 # until someone decides (``tether approve``). A plain function or an async one.
-Approver = Callable[[PendingCall], Awaitable[Decision | bool | None] | Decision | bool | None]
+Approver = Callable[["PendingCall"], Awaitable[Decision | bool | None] | Decision | bool | None]
 # The run's principal as the application knows it now; None when it no longer exists.
 PrincipalResolver = Callable[[Principal], Awaitable[Principal | None] | Principal | None]
 # True while `tether serve` builds the Agent it serves: the service gives it its run store and decides its
@@ -407,6 +403,10 @@ class Agent:
             handoffs = Floor.open(self, floor, output_type, instructions is not None, approval_reason)
         toolbox = self.toolbox_for(principal or self.toolbox.principal)
         output = self.output if output_type is None else self.output_spec(output_type)
+        # Imported once a run starts, as the machine is.
+        from tether.core.history import given_history, untrusted_results
+        from tether.core.messages import Message
+
         messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
         new_from = 0 if turn is None else turn[2]  # where the run's own messages start: after a history
         if message_history is not None and (history := given_history(message_history, messages)):
@@ -419,7 +419,7 @@ class Agent:
             prompted = Message("system", output.instructions())
             if prompted not in messages[: at + 1]:  # a conversation's later turn has it already
                 messages.insert(new_from if message_history else at, prompted)
-        run = Run.new(run_id or new_run_id(), messages, toolbox, config or self.config, output, untrusted)
+        run = machine.Run.new(run_id or new_run_id(), messages, toolbox, config or self.config, output, untrusted)
         if self.store is not None:
             setup = with_settings({**self.setup, "new_from": new_from} if new_from else self.setup, settings)
             self.store.create_run(run.state, toolbox.principal, setup, turn=turn, parent=parent)
@@ -484,7 +484,7 @@ class Agent:
             raise
         toolbox = self.toolbox_for(stored.principal)
         output = self.output_spec(output_type)
-        driver = Driver(self, Run(stored.state, toolbox, output), toolbox, on_event, deps, settings)
+        driver = Driver(self, machine.Run(stored.state, toolbox, output), toolbox, on_event, deps, settings)
         driver.output, driver.prompt_from = output, int(stored.setup.get("new_from", 0))
         if instructions is not None:
             driver.instructions = instructions_of(instructions)
@@ -790,7 +790,7 @@ class Driver:
                 self.run_machine.provenance.host_text(found)
 
     async def run(self) -> RunResult:
-        resumed = self.state.status is not Status.READY
+        resumed = self.state.status is not machine.Status.READY
         # Decided once a drive: with no tracer provider configured, no span, attribute or context is made.
         self._traced = tracing.active()
         return await tracing.traced_run(self.state.run_id, self.agent.model, resumed, self._run, traced=self._traced)
@@ -805,9 +805,9 @@ class Driver:
         except asyncio.CancelledError:
             # Cancelled while suspending (its grace period over): the run is handed on as it is, not ended.
             if not self.state.status.terminal and not self._suspending:
-                self._send(Cancel(self.agent.clock(), finished=dict(self._finished)))
+                self._send(machine.Cancel(self.agent.clock(), finished=dict(self._finished)))
                 self._sync_last_step()
-                self._emit(RUN_FINISHED, status=Status.CANCELLED.value, output=None, reason="cancelled")
+                self._emit(RUN_FINISHED, status=machine.Status.CANCELLED.value, output=None, reason="cancelled")
             with contextlib.suppress(TetherError):  # the cancellation is the news; a failed save must not hide it
                 await self._flush(release=True)
             raise
@@ -828,11 +828,11 @@ class Driver:
 
     async def _drive(self) -> RunResult:
         clock = self.agent.clock
-        if self.state.status is Status.READY:
+        if self.state.status is machine.Status.READY:
             if not self._quiet:
                 prompt = "\n".join(m.content or "" for m in self.state.messages[self.prompt_from :] if m.role == "user")
                 self._emit(RUN_STARTED, principal=self.toolbox.principal.id, prompt=prompt)
-            command = self._send(Begin(clock()))
+            command = self._send(machine.Begin(clock()))
         else:
             command = await self._resume_command()
         while True:
@@ -840,26 +840,26 @@ class Driver:
                 self._emit(RUN_PAUSED, status=self.state.status.value, reason=SUSPENDED_REASON)
                 return self._result(self.state.status, None, SUSPENDED_REASON)
             match command:
-                case RunTools() | AwaitApproval() if self.agent.propose_only:
+                case machine.RunTools() | machine.AwaitApproval() if self.agent.propose_only:
                     command = self._stop_proposed()
-                case CallModel():
+                case machine.CallModel():
                     command = await self._call_model(command)
-                case RunTools():
+                case machine.RunTools():
                     command = await self._run_tools(command)
-                case AwaitApproval():
+                case machine.AwaitApproval():
                     next_command = await self._ask_approver(command)
                     if next_command is None:
                         return self._pause("waiting for approval")
                     command = next_command
-                case AwaitChildren():
+                case machine.AwaitChildren():
                     waiting = ", ".join(f"{run} ({status.value})" for run, status in self.waiting.values())
                     return self._pause(f"waiting with its child run {waiting or ', '.join(command.children.values())}")
-                case AwaitReconciliation():
+                case machine.AwaitReconciliation():
                     next_command = await self._reconcile(command)
                     if next_command is None:
                         return self._pause("waiting for reconciliation: the outcome of a call is unknown")
                     command = next_command
-                case Finish():
+                case machine.Finish():
                     self._sync_last_step()
                     for call in self.steps[-1].calls if self.steps else ():
                         if call.id not in self._reported and call.result:
@@ -875,7 +875,7 @@ class Driver:
                 self._emit(CALL_VALIDATED, id=p.call_id, tool=p.tool, read_only=p.read_only)
             else:
                 self._reject(p.call_id, p.tool, p.result or "")
-        return self._send(Cancel(self.agent.clock(), reason=PROPOSE_ONLY_REASON))
+        return self._send(machine.Cancel(self.agent.clock(), reason=PROPOSE_ONLY_REASON))
 
     def _pause(self, reason: str) -> RunResult:
         self._note_waiting_calls()
@@ -885,14 +885,14 @@ class Driver:
     def _note_waiting_calls(self) -> None:
         """The current step's calls as the run pauses: those waiting for a person, those that will run, the refused."""
         if not self.steps:  # resumed while paused
-            self.steps.append(StepReport(self.state.steps))
-        if self.state.status is Status.AWAITING_APPROVAL:
+            self.steps.append(reporting.StepReport(self.state.steps))
+        if self.state.status is machine.Status.AWAITING_APPROVAL:
             waiting, outcome = {p.call_id for p in self.state.undecided()}, "awaiting_approval"
         else:
             waiting, outcome = set(self.state.unknown), "awaiting_reconciliation"
         reports = []
         for p in self.state.pending:
-            report = CallReport(p.call_id, p.tool, executed=False, arguments=p.arguments)
+            report = reporting.CallReport(p.call_id, p.tool, executed=False, arguments=p.arguments)
             if p.call_id in waiting:
                 report.outcome = outcome
             elif not p.execute:
@@ -904,7 +904,7 @@ class Driver:
     async def _resume_command(self) -> Command:
         """Where a stored run goes on; intents without outcomes become unknown outcomes."""
         self._emit(RUN_RESUMED, status=self.state.status.value)
-        if self.state.status is Status.AWAITING_TOOLS and self.store is not None:
+        if self.state.status is machine.Status.AWAITING_TOOLS and self.store is not None:
             unknown = []
             for call in self.state.pending:
                 entry = (
@@ -916,11 +916,11 @@ class Driver:
                     unknown.append(call.call_id)
             if unknown:
                 self._emit(RECONCILIATION_NEEDED, ids=unknown)
-                return self._send(OutcomeUnknown(tuple(unknown), self.agent.clock()))
+                return self._send(machine.OutcomeUnknown(tuple(unknown), self.agent.clock()))
         self._trust_instructions()
         command = self.run_machine.pending_command()
-        if isinstance(command, AwaitChildren):  # the child runs it waited with may have been decided: go on
-            return self._send(ChildResumed(self.agent.clock()))
+        if isinstance(command, machine.AwaitChildren):  # the child runs it waited with may have been decided: go on
+            return self._send(machine.ChildResumed(self.agent.clock()))
         return command
 
     async def _reconcile(self, command: AwaitReconciliation) -> Command | None:
@@ -948,11 +948,11 @@ class Driver:
                 )
             elif isinstance(verdict, NotExecuted):
                 next_command = self.settle(call, executed=False, result=None, by="reconcile hook")
-        return None if isinstance(next_command, AwaitReconciliation) else next_command
+        return None if isinstance(next_command, machine.AwaitReconciliation) else next_command
 
     def settle(self, call: PendingCall, *, executed: bool, result: str | None, by: str) -> Command:
         """Record what became of a call with an unknown outcome; the ledger write rides on the next checkpoint."""
-        command = self._send(Reconciled(call.call_id, executed, self.agent.clock(), result))
+        command = self._send(machine.Reconciled(call.call_id, executed, self.agent.clock(), result))
         if executed and result is not None:
             self._outcomes.append((call, result))
         elif not executed:
@@ -962,14 +962,14 @@ class Driver:
 
     def _result(self, status: Status, output: str | None, reason: str | None) -> RunResult:
         value: Any = output
-        if status is Status.REPAIR_EXHAUSTED and self.agent.fallback_answer is None:
+        if status is machine.Status.REPAIR_EXHAUSTED and self.agent.fallback_answer is None:
             value = None  # the machine's fallback sentence would read like an answer
         spec = self.output
-        if status is Status.COMPLETED and self._replaced is not None:
+        if status is machine.Status.COMPLETED and self._replaced is not None:
             value = self._replaced  # an output validator's replacement, as it returned it
         elif spec is not None:  # only a completed run has an answer, and the machine has validated it
-            value = spec.decode(output) if status is Status.COMPLETED and output is not None else None
-        return RunResult(
+            value = spec.decode(output) if status is machine.Status.COMPLETED and output is not None else None
+        return reporting.RunResult(
             self.state.run_id,
             status,
             value,
@@ -984,7 +984,7 @@ class Driver:
 
     async def _call_model(self, command: CallModel) -> Command:
         clock = self.agent.clock
-        self.steps.append(StepReport(command.step))
+        self.steps.append(reporting.StepReport(command.step))
         self._step_start = len(self.state.messages)
         self._reported = set()
         self._emit(STEP_STARTED)
@@ -1041,14 +1041,16 @@ class Driver:
             raise
         except ModelError as exc:
             self._emit(MODEL_REPLIED, error=str(exc), model=self.agent.model.name)
-            return self._send(ModelFailed(f"{type(exc).__name__}: {exc}", clock()))
+            return self._send(machine.ModelFailed(f"{type(exc).__name__}: {exc}", clock()))
         finally:
             self._asking_model = False
         counts_tokens = self.state.config.budget.counts_tokens
         reply, estimated = with_estimated_usage(reply, request.messages, request.tools, counts_tokens)
         self._note_reply(reply, estimated)
         validated = await self._validated(reply) if self.floor.output_validators else None
-        return self._send(ModelReplied(reply, clock(), usage_estimated=estimated, hidden=hidden, validated=validated))
+        return self._send(
+            machine.ModelReplied(reply, clock(), usage_estimated=estimated, hidden=hidden, validated=validated)
+        )
 
     def _context(self, step: int) -> RunContext[Any]:
         return RunContext(self.state.run_id, self.toolbox.principal, step, self.deps)
@@ -1069,16 +1071,16 @@ class Driver:
         value = spec.decode(answer) if spec is not None else answer
         output, refused = await validate_output(self.floor.output_validators, self._context(self.state.steps), value)
         if refused is not None:
-            return Validated(refused=refused)
+            return machine.Validated(refused=refused)
         if output is value:
-            return Validated()
+            return machine.Validated()
         if spec is None and not isinstance(output, str):
             raise ConfigurationError(
                 f"an output validator returned {type(output).__name__} for a run without an output_type: "
                 "return the answer's text (a str), or None to keep it"
             )
         self._replaced = output
-        return Validated(output=output if spec is None else spec.encode(output))
+        return machine.Validated(output=output if spec is None else spec.encode(output))
 
     def _note_reply(self, reply: ModelReply, usage_estimated: bool) -> None:
         step = self.steps[-1]
@@ -1089,7 +1091,7 @@ class Driver:
             speaker = {"agent": step.agent}
         if self._quiet:
             return  # no one to tell: the event is not made
-        usage = usage_dict(reply.usage) | ({"estimated": True} if usage_estimated else {})
+        usage = reporting.usage_dict(reply.usage) | ({"estimated": True} if usage_estimated else {})
         model = reply.answered_by or self.floor.model.name  # a fallback chain says which of it answered
         data = {"skipped": list(reply.skipped)} if reply.skipped else {}
         self._emit(
@@ -1105,10 +1107,10 @@ class Driver:
 
     async def _run_tools(self, command: RunTools) -> Command:
         if not self.steps:  # resumed mid-step
-            self.steps.append(StepReport(command.step))
+            self.steps.append(reporting.StepReport(command.step))
             self._step_start = self._assistant_index()
         step = self.steps[-1]
-        step.calls = [CallReport(p.call_id, p.tool, p.execute, arguments=p.arguments) for p in command.calls]
+        step.calls = [reporting.CallReport(p.call_id, p.tool, p.execute, arguments=p.arguments) for p in command.calls]
         self.arguments.update((p.call_id, p.arguments) for p in command.calls)
         for p in command.calls:
             if p.execute:
@@ -1136,10 +1138,10 @@ class Driver:
         if self.waiting:  # a child run waits for a person, and this run with it
             status = next(iter(self.waiting.values()))[1]
             children = {call_id: run for call_id, (run, _) in self.waiting.items()}
-            return self._send(ChildPaused(children, status, self.agent.clock()))
+            return self._send(machine.ChildPaused(children, status, self.agent.clock()))
         if self._suspending and any(p.call_id not in self._finished for p in command.to_execute):
             return command
-        finished = ToolsFinished(
+        finished = machine.ToolsFinished(
             dict(self._finished),
             self.agent.clock(),
             frozenset(self._untrusted),
@@ -1241,7 +1243,7 @@ class Driver:
             self._untrusted.add(call.call_id)
         if outcome.retry is not None:  # the machine counts it against the tool's retries
             found = self.toolbox.all.get(call.tool)
-            self._retried[call.call_id] = Retried(outcome.retry, found.retries if found is not None else 0)
+            self._retried[call.call_id] = machine.Retried(outcome.retry, found.retries if found is not None else 0)
         if not self._quiet:
             self._emit(
                 CALL_FINISHED,
@@ -1287,7 +1289,7 @@ class Driver:
             if decision is None:
                 return None
             next_command = self._send(
-                ApprovalDecided(
+                machine.ApprovalDecided(
                     call.call_id,
                     call.fingerprint or "",
                     decision.approved,
@@ -1316,7 +1318,7 @@ class Driver:
         known = {c.id: c for c in step.calls}
         replies = {m.tool_call_id: m.content or "" for m in messages[self._step_start + 1 :]}
         step.calls = [
-            known.get(c.id) or CallReport(c.id, c.name, executed=False, arguments=json_object(c.arguments))
+            known.get(c.id) or reporting.CallReport(c.id, c.name, executed=False, arguments=json_object(c.arguments))
             for c in assistant.tool_calls
         ]
         for report in step.calls:
@@ -1435,6 +1437,8 @@ def _output_spec(
         mode = checked_output_mode(mode, supported, type(model).__name__)
     if output_type is None:  # an output_mode alone is for the output types given per run
         return None
+    from tether.tools.output import OutputSpec  # only an agent with an output type needs it (issue 19: imports)
+
     mode = mode or getattr(model, "output_mode", None) or "native"
     spec = OutputSpec(output_type, mode=mode, strict=strict_tools or mode != "tool")
     if spec.mode == "tool" and any(t.name == spec.tool_name for t in tools):
