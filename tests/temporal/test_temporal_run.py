@@ -86,8 +86,12 @@ async def test_model_read_only_call_approval_from_another_process_effect_and_ans
             handle = await start_run(client, "Order 2 tea and tell me the price.", task_queue=queue, run_id=run_id)
             assert handle.id == run_id  # the workflow id is the run id
             await wait_for_status(handle, "awaiting_approval")
-            paused = store.list_runs()
-            assert [(r.run_id, r.status) for r in paused] == [(run_id, "awaiting_approval")]  # saved at the pause
+            # Saved at the pause: the workflow's state moves first, the store once the pause's save has run.
+            deadline = asyncio.get_running_loop().time() + 20
+            while (paused := store.list_runs()) and paused[0].status != "awaiting_approval":
+                assert asyncio.get_running_loop().time() < deadline, paused
+                await asyncio.sleep(0.05)
+            assert [(r.run_id, r.status) for r in paused] == [(run_id, "awaiting_approval")]
             waiting = await pending(client, run_id)
             assert [(c["call_id"], c["tool"], c["waiting_for"]) for c in waiting] == [("c2", "place_order", "approval")]
             assert waiting[0]["fingerprint"] == fingerprint("place_order", {"item": "tea", "quantity": 2})

@@ -311,11 +311,10 @@ class PendingCall:
     untrusted_output: bool = False
     result: str | None = None
     approval_reason: str | None = None  # why a person must decide, for the approval request
-    trusted_fields: tuple[str, ...] = ()  # the fields of its untrusted result the system vouches for
 
     def to_dict(self) -> dict[str, Any]:
         """The call as plain JSON data, as a checkpoint stores it."""
-        data: dict[str, Any] = {
+        return {
             "call_id": self.call_id,
             "tool": self.tool,
             "arguments": self.arguments,
@@ -327,14 +326,11 @@ class PendingCall:
             "result": self.result,
             "approval_reason": self.approval_reason,
         }
-        if self.trusted_fields:  # only for a tool that names some: other records are as they always were
-            data["trusted_fields"] = list(self.trusted_fields)
-        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingCall:
         """The call ``to_dict`` gave."""
-        return cls(**{**data, "trusted_fields": tuple(data.get("trusted_fields", ()))})
+        return cls(**data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,8 +535,9 @@ class RunState:
     # Calls of the current step traced in a tainted run (``core.provenance``): call id -> {"sinks": the tool's sink
     # parameters, "provenance": where each sink value was found}. Checked again before the call runs after a load.
     traced: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # call id -> the fields of its untrusted result the tool vouches for (``Tool.trusted_fields``): their values are
-    # trusted text of that result when the transcript is indexed (``core.provenance``), again after a load.
+    # call id -> the fields of its untrusted result the tool vouches for (``Tool.trusted_fields``), set when the call
+    # is accepted: their values are trusted text of that result once it is read as untrusted and the transcript is
+    # indexed (``core.provenance``), again after a load.
     vouched: dict[str, list[str]] = field(default_factory=dict)
 
     def provenance_of(self, call_id: str) -> list[dict[str, Any]] | None:
@@ -597,7 +594,7 @@ class RunState:
             progress["waiting_on"] = dict(self.waiting_on)
         if self.traced:  # only for a step with a traced call: likewise
             progress["traced"] = {k: dict(v) for k, v in self.traced.items()}
-        if self.vouched:  # only once a result with trusted fields was read: likewise
+        if self.vouched:  # only once a call of a tool with trusted fields was accepted: likewise
             progress["vouched"] = {k: list(v) for k, v in self.vouched.items()}
         return progress
 
@@ -1032,7 +1029,6 @@ class Run:
                 fp,
                 read_only=verdict.read_only,
                 untrusted_output=verdict.untrusted_output,
-                trusted_fields=verdict.trusted_fields,
             )
             earlier = s.executed.get(call.id)
             if s.repeats == b.loop_limit:
@@ -1061,9 +1057,10 @@ class Run:
                         execute=True,
                         needs_approval=why is not None,
                         approval_reason=why,
-                        trusted_fields=verdict.trusted_fields,
                     )
                 )  # built anew, not with dataclasses.replace: this is every executed call's path
+                if verdict.trusted_fields:  # used only once its result is read as untrusted text (``_record``)
+                    s.vouched[call.id] = list(verdict.trusted_fields)
         s.pending = pending
         s.approvals = {}  # a decision binds one call of one step, never a later reuse of its id
         s.failed_repairs = s.failed_repairs + 1 if repair_needed else 0
@@ -1315,8 +1312,6 @@ class Run:
         s.tool_calls += 1
         if untrusted or call.untrusted_output:
             s.untrusted[call.call_id] = call.tool
-            if call.trusted_fields:
-                s.vouched[call.call_id] = list(call.trusted_fields)
             if not s.tainted:
                 s.tainted, s.tainted_by = True, call.tool
         return content

@@ -52,6 +52,10 @@ from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    # The machine imports these on first use (a traced call, a redacted event): imported here, so the sandbox
+    # passes them through like the rest instead of loading them again inside a running workflow.
+    import tether.core.provenance
+    import tether.core.redact  # noqa: F401
     from tether.core import envelope
     from tether.core.budget import RunConfig
     from tether.core.events import (
