@@ -26,7 +26,6 @@ from tether.drivers.local.runner import Agent, approval_reason
 from tether.store import open_store as open_run_store
 
 if TYPE_CHECKING:
-    from tether.drivers.local.runner import Agent
     from tether.store.base import RunStore
     from tether.tools.context import Principal
 
