@@ -227,22 +227,25 @@ class AgentRuns(RunService):
             ]
         return shown
 
+    async def _approver_sees(self, run_id: str, caller: Caller, doing: str) -> StoredRun:
+        """The run, when ``caller`` sees it (else the 404 a missing run gets) and holds the approver role (else 403)."""
+        stored = await self._visible(run_id, caller)
+        if not caller.approves:
+            raise Problem(403, f"{doing} needs the {APPROVER_ROLE!r} role")
+        return stored
+
     async def decide_as(
         self, run_id: str, call_id: str, caller: Caller, *, approved: bool, reason: str | None, fingerprint: str | None
     ) -> dict[str, Any]:
         """Record ``caller``'s decision on a call, bound to its fingerprint; the run goes on once none waits."""
-        await self._visible(run_id, caller)
-        if not caller.approves:
-            raise Problem(403, f"deciding on a call needs the {APPROVER_ROLE!r} role")
+        await self._approver_sees(run_id, caller, "deciding on a call")
         return await self.decide(run_id, call_id, approved=approved, reason=reason, fingerprint=fingerprint, by=caller)
 
     async def reconcile_as(
         self, run_id: str, call_id: str, caller: Caller, *, executed: bool, result: Any
     ) -> dict[str, Any]:
         """Record what became of a call whose outcome is unknown; the run goes on once none waits."""
-        stored = await self._visible(run_id, caller)
-        if not caller.approves:
-            raise Problem(403, f"settling a call's outcome needs the {APPROVER_ROLE!r} role")
+        stored = await self._approver_sees(run_id, caller, "settling a call's outcome")
         if run_id in self.live:
             raise Problem(409, f"run {run_id} is running; outcomes are settled while it waits for a person")
         try:

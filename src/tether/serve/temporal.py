@@ -31,7 +31,6 @@ from tether.core.events import RUN_FINISHED
 from tether.core.machine import Cancel, Run, Status
 from tether.drivers.local.runner import Agent
 from tether.drivers.local.subagents import AgentTool
-from tether.serve.identity import APPROVER_ROLE
 from tether.serve.problems import Problem
 from tether.serve.runs import AgentRuns, Caller, waiting_for_a_person
 from tether.serve.service import Caller as Owner
@@ -161,9 +160,7 @@ class TemporalRuns(AgentRuns):
         """Send ``caller``'s decision as the ``decide`` update, bound to the fingerprint; the workers go on."""
         from tether.drivers.temporal.client import decide
 
-        await self._visible(run_id, caller)
-        if not caller.approves:
-            raise Problem(403, f"deciding on a call needs the {APPROVER_ROLE!r} role")
+        await self._approver_sees(run_id, caller, "deciding on a call")
         after = await self._update(
             run_id,
             decide(
@@ -185,9 +182,7 @@ class TemporalRuns(AgentRuns):
         """Send what became of a call whose outcome is unknown as the ``reconcile`` update; the workers go on."""
         from tether.drivers.temporal.client import reconcile
 
-        await self._visible(run_id, caller)
-        if not caller.approves:
-            raise Problem(403, f"settling a call's outcome needs the {APPROVER_ROLE!r} role")
+        await self._approver_sees(run_id, caller, "settling a call's outcome")
         text = json.dumps(result) if executed else None
         after = await self._update(
             run_id, reconcile(self._temporal(), run_id, call_id, executed=executed, result=text, by=caller.username)
