@@ -1022,23 +1022,24 @@ class Run:
                 s.pending = pending + [PendingCall(c.id, c.name, None, None) for c in calls[len(pending) :]]
                 self._close_pending(ErrorCode.REPEATED_CALL, "call not executed: loop detected")
                 return self._finish(Status.LOOP_DETECTED, None, f"{call.name} requested {s.repeats} times in a row")
-            base = PendingCall(
-                call.id,
-                call.name,
-                verdict.arguments,
-                fp,
-                read_only=verdict.read_only,
-                untrusted_output=verdict.untrusted_output,
-            )
             earlier = s.executed.get(call.id)
-            if s.repeats == b.loop_limit:
-                message = f"same call made {s.repeats} times in a row; change the arguments or answer"
-                pending.append(_refused(base, ErrorCode.REPEATED_CALL, message))
-            elif earlier is not None and earlier[0] == fp:
-                pending.append(replace(base, result=earlier[1]))  # the recorded result, not a second execution
-            elif earlier is not None:
-                message = f"call id {call.id} was already used with other arguments; use a new id"
-                pending.append(_refused(base, ErrorCode.CALL_ID_REUSED, message))
+            if s.repeats == b.loop_limit or earlier is not None:  # not executed: answered from here
+                base = PendingCall(
+                    call.id,
+                    call.name,
+                    verdict.arguments,
+                    fp,
+                    read_only=verdict.read_only,
+                    untrusted_output=verdict.untrusted_output,
+                )
+                if s.repeats == b.loop_limit:
+                    message = f"same call made {s.repeats} times in a row; change the arguments or answer"
+                    pending.append(_refused(base, ErrorCode.REPEATED_CALL, message))
+                elif earlier is not None and earlier[0] == fp:
+                    pending.append(replace(base, result=earlier[1]))  # the recorded result, not a second execution
+                else:
+                    message = f"call id {call.id} was already used with other arguments; use a new id"
+                    pending.append(_refused(base, ErrorCode.CALL_ID_REUSED, message))
             else:
                 why, traced = self._approval_reason(call.name, verdict, hidden)
                 if traced is not None:
@@ -1058,7 +1059,7 @@ class Run:
                         needs_approval=why is not None,
                         approval_reason=why,
                     )
-                )  # built anew, not with dataclasses.replace: this is every executed call's path
+                )  # the path of every executed call: built once, with what it needs
                 if verdict.trusted_fields:  # used only once its result is read as untrusted text (``_record``)
                     s.vouched[call.id] = list(verdict.trusted_fields)
         s.pending = pending
