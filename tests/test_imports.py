@@ -9,6 +9,9 @@ import json
 import subprocess
 import sys
 
+from tether.testing import FakeServer
+from tether.testing.fake_server import multiply
+
 # Modules of tether an agent without sub-agent tools or sink-naming tools never needs (issue 19: import time).
 LAZY = ("tether.core.provenance", "tether.drivers.local.subagents", "tether.models.fallback", "tether.models.scripted")
 # Modules a run needs and building an agent does not: the state machine (most of the core's import cost), the
@@ -75,3 +78,31 @@ def add(a: int, b: int) -> int:
 Agent(OpenAIChatModel(model="m", base_url="http://127.0.0.1:9/v1", api_key="k"), [add], instructions="Add.")
 """
     assert [m for m in loaded_after(code) if m in RUN_ONLY] == []
+
+
+def test_the_http_client_is_imported_by_the_first_request_not_with_the_model() -> None:
+    # aiohttp costs more to import than the rest of the agent's path: a process that builds an agent, or a CLI
+    # command that sends no request, does without it; the first request imports it (off the event loop).
+    with FakeServer(multiply) as server:
+        before, output, after = _first_request(server.base_url)
+    assert (before, after) == ("False", "True")
+    assert "3720" in output
+
+
+def _first_request(base_url: str) -> list[str]:
+    code = f"""
+import asyncio, sys
+from tether import Agent, OpenAIChatModel, tool
+
+@tool(read_only=True)
+def multiply(a: int, b: int) -> int:
+    '''Multiply two integers.'''
+    return a * b
+
+agent = Agent(OpenAIChatModel("fake", base_url={base_url!r}, api_key="k"), [multiply])
+print("aiohttp" in sys.modules)
+print(asyncio.run(agent.run("What is 248 times 15?")).output)
+print("aiohttp" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout.splitlines()[-3:]

@@ -45,8 +45,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 from tether.core import nesting
 from tether.core.errors import ConfigurationError, ModelResponseError
 from tether.core.messages import ModelReply, Usage, WireToolCall
@@ -65,6 +63,8 @@ from tether.models.http import (
 from tether.models.stream import error_message
 
 if TYPE_CHECKING:
+    import aiohttp  # annotations only: a request imports it (``tether.models.http``)
+
     from tether.tools.output import OutputMode
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"

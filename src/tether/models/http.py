@@ -9,6 +9,10 @@ An adapter subclasses ``HTTPModel``, builds its body and parses its replies;
 connection failures) with backoff honouring ``Retry-After``; 401/403 are not
 retried.
 
+aiohttp itself is imported at an adapter's first request (on a thread, so
+that the event loop is not held up), not with the adapter: building an agent,
+and a CLI command that sends no request, do without its ~150 ms (issue 19).
+
 A reply is read within ``max_reply_bytes`` (counted as the bytes arrive,
 streamed or not, so memory stays bounded by it): one that grows past it is a
 ``ModelResponseError`` naming the limit. Its JSON is decoded within
@@ -18,17 +22,17 @@ streamed or not, so memory stays bounded by it): one that grows past it is a
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import random
 import re
+import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from email.utils import parsedate_to_datetime
-from typing import Any, TypeVar
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.core import nesting
+from tether.core.deferred import deferred
 from tether.core.errors import (
     AuthenticationError,
     ConfigurationError,
@@ -49,6 +53,11 @@ MAX_RETRY_AFTER = 60.0
 DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024
 
 T = TypeVar("T")
+
+if TYPE_CHECKING:
+    import aiohttp
+else:
+    aiohttp = deferred("aiohttp")  # imported by the first request (``HTTPModel._client``)
 
 
 def checked_base_url(url: str, setting: str) -> str:
@@ -109,6 +118,8 @@ def retry_after(value: str | None) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
+    from email.utils import parsedate_to_datetime  # a header date is rare: its module is loaded when one comes
+
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -233,7 +244,7 @@ class HTTPModel:
         self.max_retries = max_retries
         self.max_reply_bytes = max_reply_bytes
         self._headers = dict(headers)
-        self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
+        self._timeouts = connect_timeout, read_timeout
         # One client per event loop: an aiohttp session belongs to the loop it was made in, and a
         # script may call asyncio.run (or run_sync) several times with the same model.
         self._sessions: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncGenerator[None, None]]] = {}
@@ -245,10 +256,13 @@ class HTTPModel:
             return entry[0]
         for gone in [other for other in self._sessions if other.is_closed()]:
             del self._sessions[gone]  # closed with its loop, by its guard
+        if "aiohttp" not in sys.modules:  # the first request of the process: import it off the event loop
+            await asyncio.to_thread(importlib.import_module, "aiohttp")
+        connect_timeout, read_timeout = self._timeouts
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         session = aiohttp.ClientSession(
             headers=self._headers,
-            timeout=self._timeout,
+            timeout=aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout),
             connector=connector,
             raise_for_status=False,
             json_serialize=self.encode,

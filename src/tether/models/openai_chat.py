@@ -21,8 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 from tether.core import nesting
 from tether.core.deferred import deferred
 from tether.core.errors import ConfigurationError, ModelResponseError
@@ -41,6 +39,8 @@ from tether.models.http import (
 )
 
 if TYPE_CHECKING:
+    import aiohttp  # annotations only: a request imports it (``tether.models.http``)
+
     from tether.core.messages import Message, ModelReply
     from tether.models import stream as chunks
     from tether.tools.output import OutputMode

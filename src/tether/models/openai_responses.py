@@ -60,8 +60,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 from tether.core import nesting
 from tether.core.errors import ConfigurationError, ModelResponseError
 from tether.core.messages import Message, ModelReply, Usage, WireToolCall
@@ -81,6 +79,8 @@ from tether.models.http import (
 from tether.models.stream import error_message
 
 if TYPE_CHECKING:
+    import aiohttp  # annotations only: a request imports it (``tether.models.http``)
+
     from tether.tools.output import OutputMode
 
 DEFAULT_BASE_URL = OPENAI_API
