@@ -58,6 +58,7 @@ from tether.core.budget import ESTIMATED_NOTE, RunConfig
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ApprovalMismatch, RunPoisoned, TransitionError
 from tether.core.messages import Message, ModelReply, ToolCall, Usage
+from tether.core.quick import quick_init
 
 if TYPE_CHECKING:
     from tether.core import provenance
@@ -102,6 +103,7 @@ _LIVE = frozenset(
 # --- events (driver -> machine) ---------------------------------------------
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Begin:
     """The driver starts the run at ``now``."""
@@ -117,6 +119,7 @@ class Validated:
     output: str | None = None  # the answer as the validators replaced it (its text or JSON), if they did
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ModelReplied:
     """The model gave ``reply``: the machine judges its calls or its answer."""
@@ -158,6 +161,7 @@ class ChildRun:
     usage_estimated: bool = False
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolsFinished:
     """The step's tool calls finished: ``results`` maps each call id to its envelope's JSON text."""
@@ -245,6 +249,7 @@ Event = (
 # --- what the tools layer tells the machine about one call ------------------
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Accepted:
     """The call decodes, names an offered tool and validates strictly."""
@@ -293,6 +298,7 @@ class AnswerCheck(Protocol):
 # --- commands (machine -> driver) --------------------------------------------
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PendingCall:
     """One call of the current step and what the machine decided for it.
@@ -333,6 +339,7 @@ class PendingCall:
         return cls(**data)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CallModel:
     """Ask the model for step ``step``'s reply to ``messages``, before ``deadline_at`` if set."""
@@ -343,6 +350,7 @@ class CallModel:
     tool_choice: str | None = None  # what the run's policy asks for ("none", "required"); None: the driver's
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RunTools:
     """Run the accepted calls of step ``step``; the refused ones are in ``calls`` with their verdicts."""
@@ -380,6 +388,7 @@ class AwaitApproval:
     calls: tuple[PendingCall, ...]  # the calls still waiting for a decision
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Finish:
     """The run ended with ``status``; ``output`` is its answer, ``reason`` why it stopped otherwise."""

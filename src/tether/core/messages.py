@@ -10,9 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tether.core.quick import quick_init
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """One checked tool call: a non-empty id, a name and the raw JSON text."""
@@ -31,6 +34,7 @@ class ToolCall:
         return cls(id=data["id"], name=data["name"], arguments=data["arguments"])
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Message:
     """One message of a run's history.
@@ -78,6 +82,7 @@ class Message:
         )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Tokens used: by the prompt (input) and by the reply (output)."""
@@ -94,6 +99,7 @@ class Usage:
         return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class WireToolCall:
     """A tool call exactly as the provider sent it; any field may be wrong."""
@@ -104,6 +110,7 @@ class WireToolCall:
     arguments: object
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ModelReply:
     """The first choice of one model response, as received.

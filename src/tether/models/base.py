@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tether.core.errors import ConfigurationError
+from tether.core.quick import quick_init
 from tether.core.settings import ModelSettings
 
 if TYPE_CHECKING:
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["Model", "ModelRequest", "ModelSettings", "output_mode", "settings_for"]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """One step's request. ``settings`` are the run's model settings (the agent's and the run's, merged);

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from tether.core.quick import quick_init
+
 ALL_SCOPES = "*"
 
 
@@ -36,6 +38,7 @@ else:  # at run time the default changes nothing, and typing_extensions costs mi
     DepsT = TypeVar("DepsT")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolContext(Generic[DepsT]):
     """Injected into a tool that declares a parameter of this type (``ToolContext`` or ``ToolContext[Deps]``).

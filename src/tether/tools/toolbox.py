@@ -21,6 +21,7 @@ from tether.core.deferred import deferred
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ToolDefinitionError
 from tether.core.nesting import MAX_DEPTH, nested_deeper, value_nested_deeper
+from tether.core.quick import quick_init
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
 from tether.tools.decoding import InvalidJson, strict_loads
 from tether.tools.strict import drop_nulls
@@ -79,6 +80,7 @@ def result_envelope(result: Any, limit: int) -> str:
     return envelope.ok(truncate(shown, limit))
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """What running a call gave: the envelope, and whether its text taints the run.
