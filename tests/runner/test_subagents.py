@@ -19,13 +19,16 @@ import pytest
 from pydantic import BaseModel
 
 from tether import Agent, Budget, Decision, OpenAIChatModel, Principal, Status, decide, tool
-from tether.core.errors import ConfigurationError, ToolDefinitionError
-from tether.core.machine import PendingCall
+from tether.core.errors import ApprovalMismatch, ConfigurationError, ToolDefinitionError
+from tether.core.machine import Cancel, PendingCall, Run
+from tether.drivers.local.durable import cancel
 from tether.drivers.local.stream import CallFinished, RunFinished
 from tether.drivers.local.subagents import MAX_DEPTH, AgentTool, child_run_id
 from tether.store import SQLiteStore
 from tether.testing import FakeServer
 from tether.testing.fake_server import ReplySpec, text, tool_calls
+from tether.tools.context import LOCAL_PRINCIPAL
+from tether.tools.toolbox import Toolbox
 
 effects: list[str] = []
 
@@ -541,3 +544,54 @@ async def test_a_parent_cancelled_mid_child_cancels_both(tmp_path: Path) -> None
             await task
     assert store.load(driver.state.run_id).state.status is Status.CANCELLED
     assert store.load(child_run_id(driver.state.run_id, "c1")).state.status is Status.CANCELLED
+
+
+async def test_cancelling_a_parent_that_waits_with_its_child_cancels_the_child_and_its_call_never_runs(
+    tmp_path: Path,
+) -> None:
+    script = [delegate("c1", "refund A-1"), call("r1", "refund", order="A-1"), text("refunded"), text("Done.")]
+    with FakeServer(script) as server:
+        store = SQLiteStore(tmp_path / "runs.db")
+        child = Agent(model(server), [refund], store=store)
+        parent = Agent(model(server), [child.as_tool(name="helper")], store=store)
+        paused = await parent.run("Refund A-1.")
+        child_id = child_run_id(paused.run_id, "c1")
+        assert store.load(child_id).state.status is Status.AWAITING_APPROVAL
+
+        cancel(store, paused.run_id, by="alice")
+        ended = store.load(child_id).state
+        assert (ended.status, ended.reason) == (Status.CANCELLED, f"its parent run {paused.run_id} was cancelled")
+        assert [e.data["by"] for e in store.events(child_id) if e.kind == "run_finished"] == ["alice"]
+        with pytest.raises(ApprovalMismatch):
+            decide(store, child_id, "r1", approved=True)
+        with pytest.raises(ApprovalMismatch):
+            await child.resume(child_id)
+    assert effects == [] and len(server.requests) == 2
+    assert store.verify(paused.run_id) == [] and store.verify(child_id) == []
+
+
+async def test_a_child_left_waiting_by_an_ended_parent_takes_no_decision_and_does_not_go_on_alone(
+    tmp_path: Path,
+) -> None:
+    # A parent cancelled before cancelling reached its children (or cut off between the two): the child still waits.
+    script = [delegate("c1", "refund A-1"), call("r1", "refund", order="A-1"), text("refunded"), text("Done.")]
+    with FakeServer(script) as server:
+        store = SQLiteStore(tmp_path / "runs.db")
+        child = Agent(model(server), [refund], store=store)
+        parent = Agent(model(server), [child.as_tool(name="helper")], store=store)
+        paused = await parent.run("Refund A-1.")
+        child_id = child_run_id(paused.run_id, "c1")
+        store.acquire(paused.run_id)
+        run = Run(store.load(paused.run_id).state, Toolbox([], LOCAL_PRINCIPAL), executes=False)
+        run.send(Cancel(0.0, "cancelled"))
+        store.checkpoint(run.state, [], release=True)
+        assert store.load(child_id).state.status is Status.AWAITING_APPROVAL
+
+        for through in (paused.run_id, child_id):  # the parent lists the child's call no more; the child refuses
+            with pytest.raises(ApprovalMismatch):
+                decide(store, through, "r1", approved=True)
+        with pytest.raises(ApprovalMismatch, match=f"child of run {paused.run_id}, which is cancelled"):
+            await child.resume(child_id)
+        assert store.load(child_id).state.status is Status.AWAITING_APPROVAL  # refused, untouched
+        cancel(store, child_id)  # ending it is allowed
+    assert effects == [] and store.load(child_id).state.status is Status.CANCELLED

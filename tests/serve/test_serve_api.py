@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from pathlib import Path
+from typing import Any
 
 import aiohttp
-from serve_harness import Client, Served
+from serve_harness import AGENT_PY, Client, Served, refund_desk
+
+from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
 
 ALICE = "alice"
 BOB = "bob:approver"
@@ -138,3 +143,48 @@ async def test_a_run_started_between_pages_neither_repeats_nor_hides_one(
     assert [r["run_id"] for r in first["runs"]] == [older[2], older[1]]
     assert [r["run_id"] for r in second["runs"]] == [older[0]] and second["next_cursor"] is None
     assert [r["run_id"] for r in fresh["runs"]] == [newer]
+
+
+DELEGATING_AGENT_PY = (
+    AGENT_PY
+    + """
+desk = agent
+agent = Agent(OpenAIChatModel("fake-model"), [desk.as_tool(name="helper", description="Hand a refund on.")])
+"""
+)
+
+
+def delegating_desk(request: dict[str, Any]) -> ReplySpec:
+    """The parent hands the refund to its helper (the refund desk, a child run) and then answers."""
+    if "helper" not in {t["function"]["name"] for t in request.get("tools", [])}:
+        return refund_desk(request)
+    if request["messages"][-1]["role"] == "user":
+        return tool_calls([("call_helper", "helper", json.dumps({"input": "refund A7"}))])
+    return text("Done.")
+
+
+async def test_cancelling_a_run_that_waits_with_its_child_run_cancels_the_child_and_no_approval_acts(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    agent_py = tmp_path / "agent.py"
+    agent_py.write_text(DELEGATING_AGENT_PY)
+    with FakeServer(delegating_desk) as model:
+        served = Served(agent_py, tmp_path / "runs.db", tmp_path / "refunds.log", model)
+        with served.process() as (_, base):
+            api = Client(base, session)
+            run_id = await api.start(ALICE, "refund A7")
+            assert (await api.settled(ALICE, run_id))["status"] == "awaiting_approval"
+            [item] = (await api.call("GET", "/approvals", BOB)).body["approvals"]
+            child = item["run_id"]
+            assert child != run_id and item["tool"] == "refund"
+
+            cancelled = await api.call("POST", f"/runs/{run_id}/cancel", ALICE)
+            assert cancelled.status == 200 and cancelled.body["status"] == "cancelled", cancelled.body
+            of_child = (await api.call("GET", f"/runs/{child}", ALICE)).body
+            assert of_child["status"] == "cancelled"
+            assert (await api.call("GET", "/approvals", BOB)).body["approvals"] == []
+            decision = {"approve": True, "fingerprint": item["fingerprint"]}
+            for through in (run_id, child):  # an approver sees a run of another's only while it waits for one
+                late = await api.call("POST", f"/runs/{through}/approvals/{item['call_id']}", BOB, decision)
+                assert late.status == 404, late.body
+    assert served.refunds_made() == []

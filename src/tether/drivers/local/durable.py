@@ -10,6 +10,11 @@ A run that waits with a child run (a sub-agent's, ``waiting_on``) lists the
 child's calls as its own; a decision given for the run about one of them is
 recorded on the run that holds the call (the child, or a child of it), and
 resuming the run resumes the child.
+
+A child run lives only as its parent's call: cancelling a run cancels the
+child runs it waits with, and a child whose parent has ended (cancelled
+before this was so, or in a crash between the two) takes no decision and
+does not go on alone (``ended_parent``); cancelling it is still allowed.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.core import envelope
-from tether.core.errors import ApprovalMismatch, RunNotFound
+from tether.core.errors import ApprovalMismatch, LeaseHeld, RunNotFound
 from tether.core.events import APPROVAL_DECIDED, RECONCILED, RUN_FINISHED, reconciled_event
 from tether.core.machine import ApprovalDecided, Cancel, PendingCall, Reconciled, Run, RunState, Status
 from tether.drivers.local.subagents import MAX_DEPTH
@@ -29,10 +34,28 @@ from tether.store.records import StoredRun
 from tether.tools.toolbox import Toolbox
 
 
-def _open(store: RunStore, run_id: str) -> tuple[StoredRun, Run]:
+def ended_parent(store: RunStore, stored: StoredRun) -> str | None:
+    """Why the child run ``stored`` must not act: its parent run has ended (None for a run with no parent, or whose
+    parent is still there to take its result). Its approvals would otherwise still run its calls."""
+    if stored.parent_id is None:
+        return None
+    try:
+        parent = store.load(stored.parent_id, check=False).state
+    except RunNotFound:
+        return f"run {stored.state.run_id} is a child of run {stored.parent_id}, which is not in the store"
+    if parent.status.terminal:
+        return f"run {stored.state.run_id} is a child of run {stored.parent_id}, which is {parent.status.value}"
+    return None
+
+
+def _open(store: RunStore, run_id: str, *, acting: bool = True) -> tuple[StoredRun, Run]:
+    """The stored run, its lease held, and a machine to send it one event; ``acting``: refused for a child run whose
+    parent has ended (``ended_parent``), as a decision there would still run a call."""
     store.acquire(run_id)
     try:
         stored = store.load(run_id)
+        if acting and (why := ended_parent(store, stored)) is not None:
+            raise ApprovalMismatch(f"{why}: it takes no decision and does not go on alone")
     except BaseException:
         store.release(run_id)
         raise
@@ -160,17 +183,24 @@ def reconcile(
 def cancel(
     store: RunStore, run_id: str, *, reason: str = "cancelled", by: str = "cli", clock: Callable[[], float] = time.time
 ) -> RunState:
-    """End a stored run that no driver holds (one waiting for a person, or one cut off) as ``cancelled``.
+    """End a stored run that no driver holds (one waiting for a person, or one cut off) as ``cancelled``, and the
+    child runs it waits with (and theirs): a child left waiting would still run a call once approved.
 
     A run being driven is cancelled by its driver (``LeaseHeld`` here); a finished one is an ``ApprovalMismatch``.
     """
-    _, run = _open(store, run_id)
+    _, run = _open(store, run_id, acting=False)
     try:
         if run.status.terminal:
             raise ApprovalMismatch(f"run {run_id} is {run.status.value}: there is nothing to cancel")
+        children = list(run.state.waiting_on.values())
         run.send(Cancel(clock(), reason))
         finished = {"status": Status.CANCELLED.value, "output": None, "reason": reason, "by": by}
         store.checkpoint(run.state, [(RUN_FINISHED, finished)])
-        return run.state
     finally:
         store.release(run_id)
+    for child in children:
+        # Best effort: a child this cannot end now (held, gone) still acts no more, its parent having ended.
+        with contextlib.suppress(RunNotFound, LeaseHeld, ApprovalMismatch):
+            if store.load(child, check=False).parent_id == run_id:
+                cancel(store, child, reason=f"its parent run {run_id} was cancelled", by=by, clock=clock)
+    return run.state

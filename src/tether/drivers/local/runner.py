@@ -28,7 +28,7 @@ from tether.core import envelope
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig, with_estimated_usage
 from tether.core.deferred import deferred
 from tether.core.envelope import ErrorCode, outcome_code
-from tether.core.errors import ConfigurationError, ModelError, TetherError, ToolDefinitionError
+from tether.core.errors import ApprovalMismatch, ConfigurationError, ModelError, TetherError, ToolDefinitionError
 from tether.core.events import (
     APPROVAL_DECIDED,
     APPROVAL_REQUESTED,
@@ -473,6 +473,10 @@ class Agent:
         handoffs = None
         try:
             stored = self.store.load(run_id)
+            from tether.drivers.local.durable import ended_parent  # loaded by the agents that resume
+
+            if (why := ended_parent(self.store, stored)) is not None:
+                raise ApprovalMismatch(f"{why}: it does not go on alone")
             if self._handoffs or stored.state.agent is not None:  # the floor: found in this agent's graph
                 handoffs = Floor.open(self, stored.state.agent, output_type, instructions is not None, approval_reason)
             settings = checked(self.model, stored_settings(stored.setup))  # it goes on with its own settings
