@@ -595,3 +595,33 @@ async def test_a_child_left_waiting_by_an_ended_parent_takes_no_decision_and_doe
         assert store.load(child_id).state.status is Status.AWAITING_APPROVAL  # refused, untouched
         cancel(store, child_id)  # ending it is allowed
     assert effects == [] and store.load(child_id).state.status is Status.CANCELLED
+
+
+async def test_cancelling_a_parent_cut_off_mid_child_cancels_the_child_a_service_would_take_over(
+    tmp_path: Path,
+) -> None:
+    drivers: list[Any] = []
+
+    @tool(read_only=True)
+    async def stall() -> str:
+        """Stands in for a long call during which the process is asked to stop."""
+        drivers[0].suspend()
+        return "stalled"
+
+    script = [delegate("c1", "go"), call("s1", "stall"), call("b1", "bump", n=1), text("parent done")]
+    with FakeServer(script) as server:
+        store = SQLiteStore(tmp_path / "runs.db")
+        child = Agent(model(server), [stall, bump], store=store)
+        parent = Agent(model(server), [child.as_tool(name="helper")], store=store)
+        driver = parent.driver("go")
+        drivers.append(driver)
+        stopped = await driver.run()
+        child_id = child_run_id(stopped.run_id, "c1")
+        assert store.load(child_id).state.status is Status.AWAITING_MODEL  # cut off, not waiting for a person
+        assert stopped.state.waiting_on == {}
+
+        cancel(store, stopped.run_id)
+        assert store.load(child_id).state.status is Status.CANCELLED
+        with pytest.raises(ApprovalMismatch):
+            await child.resume(child_id)
+    assert effects == [] and len(server.requests) == 2

@@ -62,7 +62,7 @@ from tether.core.errors import ApprovalMismatch, ConfigurationError
 from tether.core.events import RUN_FINISHED, RUN_PAUSED, TEXT, TRANSIENT, RunEvent
 from tether.core.machine import PendingCall, RunState, Status
 from tether.core.redact import redact
-from tether.drivers.local.durable import decide, waiting_calls
+from tether.drivers.local.durable import cancel, decide, ended_parent, waiting_calls
 from tether.drivers.local.runner import Agent, Driver
 from tether.models.base import Model
 from tether.serve.problems import Problem
@@ -276,8 +276,14 @@ class RunService:
                 if stored.state.status.value not in INTERRUPTED:
                     await self.io(self.store.release, run_id)  # finished or paused since the scan
                     continue
+                if (why := await self.io(ended_parent, self.store, stored)) is not None:
+                    # A sub-agent's child cut off with a parent that has ended since: it never goes on alone.
+                    await self.io(self.store.release, run_id)
+                    await self.io(cancel, self.store, run_id, reason=why, by="tether serve")
+                    log.info("cancelled run %s: %s", run_id, why)
+                    continue
                 self.resume(run_id, stored.principal)
-            except (StoreError, Problem) as exc:
+            except (StoreError, Problem, ApprovalMismatch) as exc:
                 log.warning("cannot resume run %s: %s", run_id, exc)
                 if isinstance(exc, TamperedRun):
                     self.refused.add(run_id)  # until a person looks at it: tether runs verify

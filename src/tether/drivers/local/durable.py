@@ -11,8 +11,8 @@ child's calls as its own; a decision given for the run about one of them is
 recorded on the run that holds the call (the child, or a child of it), and
 resuming the run resumes the child.
 
-A child run lives only as its parent's call: cancelling a run cancels the
-child runs it waits with, and a child whose parent has ended (cancelled
+A child run lives only as its parent's call: cancelling a run cancels its
+unfinished child runs, and a child whose parent has ended (cancelled
 before this was so, or in a crash between the two) takes no decision and
 does not go on alone (``ended_parent``); cancelling it is still allowed.
 """
@@ -32,6 +32,8 @@ from tether.drivers.local.subagents import MAX_DEPTH
 from tether.store.base import RunStore
 from tether.store.records import StoredRun
 from tether.tools.toolbox import Toolbox
+
+TERMINAL = frozenset(status.value for status in Status if status.terminal)  # as a run's summary names them
 
 
 def ended_parent(store: RunStore, stored: StoredRun) -> str | None:
@@ -184,7 +186,7 @@ def cancel(
     store: RunStore, run_id: str, *, reason: str = "cancelled", by: str = "cli", clock: Callable[[], float] = time.time
 ) -> RunState:
     """End a stored run that no driver holds (one waiting for a person, or one cut off) as ``cancelled``, and the
-    child runs it waits with (and theirs): a child left waiting would still run a call once approved.
+    unfinished child runs (and theirs): a child left waiting would still run a call once approved.
 
     A run being driven is cancelled by its driver (``LeaseHeld`` here); a finished one is an ``ApprovalMismatch``.
     """
@@ -192,15 +194,16 @@ def cancel(
     try:
         if run.status.terminal:
             raise ApprovalMismatch(f"run {run_id} is {run.status.value}: there is nothing to cancel")
-        children = list(run.state.waiting_on.values())
         run.send(Cancel(clock(), reason))
         finished = {"status": Status.CANCELLED.value, "output": None, "reason": reason, "by": by}
         store.checkpoint(run.state, [(RUN_FINISHED, finished)])
     finally:
         store.release(run_id)
-    for child in children:
-        # Best effort: a child this cannot end now (held, gone) still acts no more, its parent having ended.
-        with contextlib.suppress(RunNotFound, LeaseHeld, ApprovalMismatch):
-            if store.load(child, check=False).parent_id == run_id:
-                cancel(store, child, reason=f"its parent run {run_id} was cancelled", by=by, clock=clock)
+    # Every unfinished child: one waiting for a person, and one cut off with its parent (``suspend``) that a
+    # service would otherwise take over and drive alone. Best effort: a child this cannot end now (held, gone)
+    # still acts no more, its parent having ended (``ended_parent``).
+    for child in store.children(run_id):
+        if child.status not in TERMINAL:
+            with contextlib.suppress(RunNotFound, LeaseHeld, ApprovalMismatch):
+                cancel(store, child.run_id, reason=f"its parent run {run_id} was cancelled", by=by, clock=clock)
     return run.state
