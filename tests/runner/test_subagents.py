@@ -24,7 +24,7 @@ from tether.core.machine import Cancel, PendingCall, Run
 from tether.drivers.local.durable import cancel
 from tether.drivers.local.stream import CallFinished, RunFinished
 from tether.drivers.local.subagents import MAX_DEPTH, AgentTool, child_run_id
-from tether.store import SQLiteStore
+from tether.store import RunStore, SQLiteStore
 from tether.testing import FakeServer
 from tether.testing.fake_server import ReplySpec, text, tool_calls
 from tether.tools.context import LOCAL_PRINCIPAL
@@ -88,6 +88,16 @@ def delegate(call_id: str, task: str, tool_name: str = "helper") -> ReplySpec:
 
 def call(call_id: str, tool_name: str, /, **arguments: Any) -> ReplySpec:
     return tool_calls([(call_id, tool_name, json.dumps(arguments))])
+
+
+# The parent hands a refund to its helper, a child agent on the same store whose refund waits for a person.
+REFUND_TREE = [delegate("c1", "refund A-1"), call("r1", "refund", order="A-1"), text("refunded"), text("Done.")]
+
+
+def refund_tree(server: FakeServer, store: RunStore) -> tuple[Agent, Agent]:
+    """The child agent (it refunds) and the parent agent (its tool ``helper`` runs the child)."""
+    child = Agent(model(server), [refund], store=store)
+    return child, Agent(model(server), [child.as_tool(name="helper")], store=store)
 
 
 def tool_message(messages: list[Any], call_id: str) -> dict[str, Any]:
@@ -217,11 +227,9 @@ async def test_a_child_with_its_own_approver_is_asked_by_it() -> None:
 async def test_a_child_waiting_for_approval_pauses_the_parent_and_a_decision_through_it_completes_both(
     tmp_path: Path,
 ) -> None:
-    script = [delegate("c1", "refund A-1"), call("r1", "refund", order="A-1"), text("refunded"), text("Done.")]
-    with FakeServer(script) as server:
+    with FakeServer(REFUND_TREE) as server:
         store = SQLiteStore(tmp_path / "runs.db")
-        child = Agent(model(server), [refund], store=store)
-        parent = Agent(model(server), [child.as_tool(name="helper")], store=store)
+        _, parent = refund_tree(server, store)
         paused = await parent.run("Refund A-1.")
         child_id = child_run_id(paused.run_id, "c1")
         assert paused.status is Status.AWAITING_APPROVAL and effects == []
@@ -549,11 +557,9 @@ async def test_a_parent_cancelled_mid_child_cancels_both(tmp_path: Path) -> None
 async def test_cancelling_a_parent_that_waits_with_its_child_cancels_the_child_and_its_call_never_runs(
     tmp_path: Path,
 ) -> None:
-    script = [delegate("c1", "refund A-1"), call("r1", "refund", order="A-1"), text("refunded"), text("Done.")]
-    with FakeServer(script) as server:
+    with FakeServer(REFUND_TREE) as server:
         store = SQLiteStore(tmp_path / "runs.db")
-        child = Agent(model(server), [refund], store=store)
-        parent = Agent(model(server), [child.as_tool(name="helper")], store=store)
+        child, parent = refund_tree(server, store)
         paused = await parent.run("Refund A-1.")
         child_id = child_run_id(paused.run_id, "c1")
         assert store.load(child_id).state.status is Status.AWAITING_APPROVAL
@@ -574,11 +580,9 @@ async def test_a_child_left_waiting_by_an_ended_parent_takes_no_decision_and_doe
     tmp_path: Path,
 ) -> None:
     # A parent cancelled before cancelling reached its children (or cut off between the two): the child still waits.
-    script = [delegate("c1", "refund A-1"), call("r1", "refund", order="A-1"), text("refunded"), text("Done.")]
-    with FakeServer(script) as server:
+    with FakeServer(REFUND_TREE) as server:
         store = SQLiteStore(tmp_path / "runs.db")
-        child = Agent(model(server), [refund], store=store)
-        parent = Agent(model(server), [child.as_tool(name="helper")], store=store)
+        child, parent = refund_tree(server, store)
         paused = await parent.run("Refund A-1.")
         child_id = child_run_id(paused.run_id, "c1")
         store.acquire(paused.run_id)
