@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from tether import Agent, Budget, Decision, OpenAIChatModel, Principal, Status, decide, tool
+from tether import Agent, Budget, Decision, OpenAIChatModel, Principal, RunResult, Status, decide, tool
 from tether.core.errors import ApprovalMismatch, ConfigurationError, ToolDefinitionError
 from tether.core.machine import Cancel, PendingCall, Run
 from tether.drivers.local.durable import cancel
@@ -94,10 +94,13 @@ def call(call_id: str, tool_name: str, /, **arguments: Any) -> ReplySpec:
 REFUND_TREE = [delegate("c1", "refund A-1"), call("r1", "refund", order="A-1"), text("refunded"), text("Done.")]
 
 
-def refund_tree(server: FakeServer, store: RunStore) -> tuple[Agent, Agent]:
-    """The child agent (it refunds) and the parent agent (its tool ``helper`` runs the child)."""
+async def paused_refund_tree(server: FakeServer, store: RunStore) -> tuple[Agent, Agent, RunResult, str]:
+    """The child agent (it refunds), the parent agent (its ``helper`` runs the child), the parent's run paused
+    with the child's refund waiting for a person, and the child's run id."""
     child = Agent(model(server), [refund], store=store)
-    return child, Agent(model(server), [child.as_tool(name="helper")], store=store)
+    parent = Agent(model(server), [child.as_tool(name="helper")], store=store)
+    paused = await parent.run("Refund A-1.")
+    return child, parent, paused, child_run_id(paused.run_id, "c1")
 
 
 def tool_message(messages: list[Any], call_id: str) -> dict[str, Any]:
@@ -229,9 +232,7 @@ async def test_a_child_waiting_for_approval_pauses_the_parent_and_a_decision_thr
 ) -> None:
     with FakeServer(REFUND_TREE) as server:
         store = SQLiteStore(tmp_path / "runs.db")
-        _, parent = refund_tree(server, store)
-        paused = await parent.run("Refund A-1.")
-        child_id = child_run_id(paused.run_id, "c1")
+        _, parent, paused, child_id = await paused_refund_tree(server, store)
         assert paused.status is Status.AWAITING_APPROVAL and effects == []
         assert paused.state.waiting_on == {"c1": child_id}
         [waiting] = paused.pending()
@@ -559,9 +560,7 @@ async def test_cancelling_a_parent_that_waits_with_its_child_cancels_the_child_a
 ) -> None:
     with FakeServer(REFUND_TREE) as server:
         store = SQLiteStore(tmp_path / "runs.db")
-        child, parent = refund_tree(server, store)
-        paused = await parent.run("Refund A-1.")
-        child_id = child_run_id(paused.run_id, "c1")
+        child, _, paused, child_id = await paused_refund_tree(server, store)
         assert store.load(child_id).state.status is Status.AWAITING_APPROVAL
 
         cancel(store, paused.run_id, by="alice")
@@ -582,9 +581,7 @@ async def test_a_child_left_waiting_by_an_ended_parent_takes_no_decision_and_doe
     # A parent cancelled before cancelling reached its children (or cut off between the two): the child still waits.
     with FakeServer(REFUND_TREE) as server:
         store = SQLiteStore(tmp_path / "runs.db")
-        child, parent = refund_tree(server, store)
-        paused = await parent.run("Refund A-1.")
-        child_id = child_run_id(paused.run_id, "c1")
+        child, _, paused, child_id = await paused_refund_tree(server, store)
         store.acquire(paused.run_id)
         run = Run(store.load(paused.run_id).state, Toolbox([], LOCAL_PRINCIPAL), executes=False)
         run.send(Cancel(0.0, "cancelled"))
