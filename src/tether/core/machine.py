@@ -1032,43 +1032,34 @@ class Run:
                 self._close_pending(ErrorCode.REPEATED_CALL, "call not executed: loop detected")
                 return self._finish(Status.LOOP_DETECTED, None, f"{call.name} requested {s.repeats} times in a row")
             earlier = s.executed.get(call.id)
-            if s.repeats == b.loop_limit or earlier is not None:  # not executed: answered from here
-                base = PendingCall(
-                    call.id,
-                    call.name,
-                    verdict.arguments,
-                    fp,
-                    read_only=verdict.read_only,
-                    untrusted_output=verdict.untrusted_output,
-                )
-                if s.repeats == b.loop_limit:
-                    message = f"same call made {s.repeats} times in a row; change the arguments or answer"
-                    pending.append(_refused(base, ErrorCode.REPEATED_CALL, message))
-                elif earlier is not None and earlier[0] == fp:
-                    pending.append(replace(base, result=earlier[1]))  # the recorded result, not a second execution
-                else:
-                    message = f"call id {call.id} was already used with other arguments; use a new id"
-                    pending.append(_refused(base, ErrorCode.CALL_ID_REUSED, message))
+            executes = s.repeats != b.loop_limit and earlier is None  # else not executed: answered from here
+            why, traced = self._approval_reason(call.name, verdict, hidden) if executes else (None, None)
+            record = PendingCall(
+                call.id,
+                call.name,
+                verdict.arguments,
+                fp,
+                read_only=verdict.read_only,
+                untrusted_output=verdict.untrusted_output,
+                execute=executes,
+                needs_approval=why is not None,
+                approval_reason=why,
+            )  # built once, whichever way the call goes
+            if s.repeats == b.loop_limit:
+                message = f"same call made {s.repeats} times in a row; change the arguments or answer"
+                pending.append(_refused(record, ErrorCode.REPEATED_CALL, message))
+            elif earlier is not None and earlier[0] == fp:
+                pending.append(replace(record, result=earlier[1]))  # the recorded result, not a second execution
+            elif earlier is not None:
+                message = f"call id {call.id} was already used with other arguments; use a new id"
+                pending.append(_refused(record, ErrorCode.CALL_ID_REUSED, message))
             else:
-                why, traced = self._approval_reason(call.name, verdict, hidden)
                 if traced is not None:
                     self._traced.add(call.id)
                     s.traced[call.id] = {"sinks": sorted(verdict.sinks or ()), "provenance": traced}
                     if verdict.principal_sinks:  # only for a tool that has some: other records are as they were
                         s.traced[call.id]["principal"] = sorted(verdict.principal_sinks)
-                pending.append(
-                    PendingCall(
-                        call.id,
-                        call.name,
-                        verdict.arguments,
-                        fp,
-                        read_only=verdict.read_only,
-                        untrusted_output=verdict.untrusted_output,
-                        execute=True,
-                        needs_approval=why is not None,
-                        approval_reason=why,
-                    )
-                )  # the path of every executed call: built once, with what it needs
+                pending.append(record)
                 if verdict.trusted_fields:  # used only once its result is read as untrusted text (``_record``)
                     s.vouched[call.id] = list(verdict.trusted_fields)
         s.pending = pending
