@@ -33,8 +33,6 @@ from tether.store.base import RunStore
 from tether.store.records import StoredRun
 from tether.tools.toolbox import Toolbox
 
-TERMINAL = frozenset(status.value for status in Status if status.terminal)  # as a run's summary names them
-
 
 def ended_parent(store: RunStore, stored: StoredRun) -> str | None:
     """Why the child run ``stored`` must not act: its parent run has ended (None for a run with no parent, or whose
@@ -203,7 +201,7 @@ def cancel(
     # service would otherwise take over and drive alone. Best effort: a child this cannot end now (held, gone)
     # still acts no more, its parent having ended (``ended_parent``).
     for child in store.children(run_id):
-        if child.status not in TERMINAL:
+        if not Status(child.status).terminal:
             with contextlib.suppress(RunNotFound, LeaseHeld, ApprovalMismatch):
                 cancel(store, child.run_id, reason=f"its parent run {run_id} was cancelled", by=by, clock=clock)
     return run.state
