@@ -106,3 +106,29 @@ print("aiohttp" in sys.modules)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     return done.stdout.splitlines()[-3:]
+
+
+def test_first_requests_made_at_once_share_one_client_and_each_is_sent_once() -> None:
+    # The first requests wait for the import together: none may make a second client, whose guard would close the
+    # first one's connection under a request in flight (a retry: one request sent twice).
+    with FakeServer(multiply) as server:
+        code = f"""
+import asyncio, warnings
+from tether import OpenAIChatModel
+from tether.core.messages import Message
+from tether.models.base import ModelRequest
+
+async def main():
+    model = OpenAIChatModel("fake", base_url={server.base_url!r}, api_key="k", max_retries=0)
+    request = ModelRequest([Message("user", "What is 248 times 15?")])
+    replies = await asyncio.gather(*(model.complete(request) for _ in range(4)))
+    print(len(model._sessions), [r.finish_reason for r in replies])
+    await model.aclose()
+
+warnings.simplefilter("error")
+asyncio.run(main())
+"""
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+        sent = len(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0].startswith("1 ") and sent == 4, (done.stdout, sent)

@@ -27,7 +27,6 @@ import json
 import os
 import random
 import re
-import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -254,10 +253,14 @@ class HTTPModel:
         entry = self._sessions.get(loop)
         if entry is not None and not entry[0].closed:
             return entry[0]
+        # A new client: aiohttp is imported off the event loop (by the process's first request; after that it is
+        # there). Requests that came meanwhile may have made one: the check again, then nothing waits until it is kept.
+        await asyncio.to_thread(importlib.import_module, "aiohttp")
+        entry = self._sessions.get(loop)
+        if entry is not None and not entry[0].closed:
+            return entry[0]
         for gone in [other for other in self._sessions if other.is_closed()]:
             del self._sessions[gone]  # closed with its loop, by its guard
-        if "aiohttp" not in sys.modules:  # the first request of the process: import it off the event loop
-            await asyncio.to_thread(importlib.import_module, "aiohttp")
         connect_timeout, read_timeout = self._timeouts
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         session = aiohttp.ClientSession(
