@@ -119,6 +119,10 @@ _TURNS = f"SELECT {', '.join(TURN_COLUMNS)} FROM runs WHERE conversation_id = ? 
 _KEY_ROW = f"SELECT id, {', '.join(KEY_SEALED)}, seal FROM api_keys"
 _LEDGER_ROW = "SELECT call_id, tool, fingerprint, intent_at, outcome, outcome_at, provenance FROM ledger"
 GROUP_WAIT = 0.001  # seconds a group commit waits for more intents, while other runs are being driven
+_INSERT_RUN = (
+    f"INSERT INTO runs (id, {', '.join(SEALED_COLUMNS)}, seal, lease_owner, lease_until, lease_locked)"
+    f" VALUES ({', '.join('?' * (len(SEALED_COLUMNS) + 5))})"
+)
 _UPDATE_RUN = (
     "UPDATE runs SET updated_at = ?, status = ?, meta = ?, message_count = ?, message_hash = ?,"
     " event_count = ?, event_hash = ?, seal = ?, lease_owner = ?, lease_until = ?"
@@ -410,20 +414,13 @@ class SQLStore:
             self._parents[state.run_id] = parent
         self._new[state.run_id] = registration(state, principal, setup, self.log_content)
 
-    def _insert_run(self, tx: Tx, state: RunState, now: float) -> None:
+    def _first_head(self, state: RunState, now: float) -> dict[str, Any]:
+        """A new run's sealed columns before its first checkpoint, its platform lock taken."""
         run_id = state.run_id
-        turn = self._turns.get(run_id)
         if not self.dialect.locks.try_lock(run_id):
             raise LeaseHeld(f"run {run_id} is being driven by another process")
-        row = first_row(state, self._new[run_id], now, turn, self._parents.get(run_id))
-        marks = ", ".join("?" * (len(row) + 5))
-        tx.execute(
-            f"INSERT INTO runs (id, {', '.join(SEALED_COLUMNS)}, seal, lease_owner, lease_until, lease_locked)"
-            f" VALUES ({marks})",
-            (run_id, *row, seal(self.audit_key, run_id, row), self.owner, now + self.lease_seconds, 1),
-        )
-        if turn is not None:
-            self._add_turn(tx, run_id, turn, now)
+        row = first_row(state, self._new[run_id], now, self._turns.get(run_id), self._parents.get(run_id))
+        return dict(zip(SEALED_COLUMNS, row, strict=True))
 
     def acquire(self, run_id: str) -> None:
         """Hold ``run_id`` for this store, or raise ``LeaseHeld`` while a live driver holds it.
@@ -545,10 +542,11 @@ class SQLStore:
     ) -> tuple[dict[str, Any], str]:
         """Write the checkpoint in ``tx``; the run row's sealed columns and seal as written."""
         run_id = state.run_id
-        if run_id in self._new:
-            self._insert_run(tx, state, now)
-        known = self._heads.get(run_id)
-        if known is None:
+        new = run_id in self._new
+        known = None if new else self._heads.get(run_id)
+        if new:  # its row is written once, below, with this checkpoint's values
+            sealed, was = self._first_head(state, now), ""
+        elif known is None:
             sealed, was = self._read_head(tx, run_id)
         else:
             sealed, was = dict(known[0]), known[1]
@@ -576,7 +574,11 @@ class SQLStore:
             None if release else self.owner,
             None if release else now + self.lease_seconds,
         )
-        if known is None:  # just read and checked, under the row's lock
+        if new:
+            tx.execute(_INSERT_RUN, (run_id, *(sealed[c] for c in SEALED_COLUMNS), *values[-3:], 1))
+            if (turn := self._turns.get(run_id)) is not None:
+                self._add_turn(tx, run_id, turn, now)
+        elif known is None:  # just read and checked, under the row's lock
             tx.execute(_UPDATE_RUN + " WHERE id = ?", (*values, run_id))
         else:
             # The row as this store last wrote it, column by column, or nothing: one statement instead of a
@@ -634,14 +636,19 @@ class SQLStore:
 
         At most one sync is in flight: the drivers that reach an intent while
         it runs share the next one, so N runs reaching their intents together
-        pay one fsync (a run alone waits for no one). The sync runs on a
-        thread, never holding up the event loop.
+        pay one fsync, made on a thread so that the event loop goes on
+        meanwhile. A run alone in a local store syncs in place, as its commits
+        are made: it has no one to share with, and handing the sync to a
+        thread and back costs more than the sync.
         """
         if not self.durable_intents:
             return  # measuring what durability costs (bench/durable.py)
         target = self._commits
         while self._on_disk < target:
             if self._syncing is None:
+                if len(self._heads) <= 1 and not self.remote:
+                    self._sync()
+                    continue
                 self._syncing = asyncio.ensure_future(self._sync_once())
             await asyncio.shield(self._syncing)
 
@@ -649,18 +656,22 @@ class SQLStore:
         try:
             if len(self._heads) > 1:
                 # Other runs are being driven here and may reach their intents in a moment: wait a little
-                # (``GROUP_WAIT``) for them to share this sync. A run alone never waits.
+                # (``GROUP_WAIT``) for them to share this sync.
                 await asyncio.sleep(GROUP_WAIT)
-            with self._counting:
-                upto = self._commits
-            try:
-                await asyncio.to_thread(self.dialect.sync)
-            except self.dialect.errors as exc:
-                raise StoreError(f"run store {self.path}: cannot make its commits durable: {exc}") from None
-            self.syncs += 1
-            self._on_disk = max(self._on_disk, upto)
+            await asyncio.to_thread(self._sync)
         finally:
             self._syncing = None
+
+    def _sync(self) -> None:
+        """Put every commit made so far on disk."""
+        with self._counting:
+            upto = self._commits
+        try:
+            self.dialect.sync()
+        except self.dialect.errors as exc:
+            raise StoreError(f"run store {self.path}: cannot make its commits durable: {exc}") from None
+        self.syncs += 1
+        self._on_disk = max(self._on_disk, upto)
 
     # --- conversations ------------------------------------------------------------
 
