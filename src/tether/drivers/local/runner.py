@@ -663,6 +663,9 @@ class Driver:
         self._renewal: asyncio.Future[None] | None = None  # a renewal on a thread (a remote store)
         self._traced = False  # spans for this drive (``tracing.active()``, at each ``run``)
         self._quiet = False  # no store and no listener for this drive: its events are not even made
+        # This drive began the run, so every ledger row the run has is one it wrote: a call it has not recorded
+        # has none (the machine never runs one call id twice), and is not looked up before its intent.
+        self._began = False
         self._effect_unsaved = False  # a side effect's outcome is waiting for the next commit
         self._suspending = False  # stop at the next safe point and hand the run on (``suspend``)
         self._task: asyncio.Task[Any] | None = None  # the task driving, while it does
@@ -795,6 +798,7 @@ class Driver:
 
     async def run(self) -> RunResult:
         resumed = self.state.status is not machine.Status.READY
+        self._began = not resumed
         # Decided once a drive: with no tracer provider configured, no span, attribute or context is made.
         self._traced = tracing.active()
         return await tracing.traced_run(self.state.run_id, self.agent.model, resumed, self._run, traced=self._traced)
@@ -1222,7 +1226,7 @@ class Driver:
             self._reject(call.call_id, call.tool, content)
             return content
         if store is not None and not call.read_only:
-            entry = await self._stored(store.ledger_entry, run_id, call.call_id)
+            entry = None if self._began else await self._stored(store.ledger_entry, run_id, call.call_id)
             if entry is not None and entry.outcome is not None:
                 return self._done(call, entry.outcome, CALL_RECOVERED)
             self._emit(INTENT_RECORDED, **intent_event(call, self.state.provenance_of(call.call_id)))
