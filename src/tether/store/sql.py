@@ -39,6 +39,7 @@ it, connects, and supplies the few words the databases spell differently.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import os
@@ -127,6 +128,23 @@ _UPDATE_RUN = (
     "UPDATE runs SET updated_at = ?, status = ?, meta = ?, message_count = ?, message_hash = ?,"
     " event_count = ?, event_hash = ?, seal = ?, lease_owner = ?, lease_until = ?"
 )
+
+
+ROWS_PER_INSERT = 100  # within SQLite's oldest limit of 999 parameters a statement, for the widest table (8 columns)
+
+
+@functools.lru_cache(maxsize=64)
+def _values(table: str, width: int, count: int) -> str:
+    row = f"({', '.join('?' * width)})"
+    return f"INSERT INTO {table} VALUES {', '.join([row] * count)}"
+
+
+def _insert(tx: Tx, table: str, rows: Sequence[Sequence[Any]]) -> None:
+    """``rows`` into ``table``, in as few statements as there are ``ROWS_PER_INSERT`` rows (one, for a step): a
+    statement is a round trip to a database server, where ``executemany`` would make one per row."""
+    for start in range(0, len(rows), ROWS_PER_INSERT):
+        chunk = rows[start : start + ROWS_PER_INSERT]
+        tx.execute(_values(table, len(chunk[0]), len(chunk)), [value for row in chunk for value in row])
 
 
 # --- migrations: one ordered history for both dialects, each step applied once and recorded ----------
@@ -588,10 +606,8 @@ class SQLStore:
                 self._read_head(tx, run_id)
                 raise TamperedRun(f"run {run_id}: its row changed outside tether; see tether runs verify {run_id}")
         written = (sealed, new_seal)
-        if messages:
-            tx.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)", messages)
-        if chained.rows:
-            tx.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", chained.rows)
+        _insert(tx, "messages", messages)
+        _insert(tx, "events", chained.rows)
         # A call found never to have run loses its intent before it is run again (a new intent, below).
         for call_id in cleared:
             tx.execute("DELETE FROM ledger WHERE run_id = ? AND call_id = ? AND outcome IS NULL", (run_id, call_id))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -43,8 +43,6 @@ class Tx(Protocol):
     """One transaction (or, for plain reads, one connection), with SQL in the store's ``?`` style."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
-
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
 
 
 class RunLocks(Protocol):

@@ -22,7 +22,7 @@ import os
 import sqlite3
 import struct
 import time
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -110,9 +110,6 @@ class _Tx:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         return self._db.execute(sql, params)
-
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        self._db.executemany(sql, rows)
 
 
 class FileRunLocks(HeldLocks):
