@@ -287,8 +287,14 @@ class MessageAssembler:
     stopped: bool = False
 
     def feed(self, event: dict[str, Any]) -> str | None:
-        """Take one decoded event; return its answer text piece, if any."""
+        """Take one decoded event; return its answer text piece, if any.
+
+        A stream that contradicts itself is a ``ModelResponseError``: a stop
+        reason that changes ("max_tokens", then "tool_use"), or content after it.
+        """
         kind = event.get("type")
+        if self.stop_reason is not None and kind in ("content_block_start", "content_block_delta"):
+            raise ModelResponseError(f"the stream went on after its stop_reason {self.stop_reason!r}")
         if kind == "content_block_delta":
             return self._delta(event)
         if kind == "content_block_start":
@@ -306,8 +312,12 @@ class MessageAssembler:
                     self.usage.update(message["usage"])
         elif kind == "message_delta":
             delta = event.get("delta")
-            if isinstance(delta, dict) and "stop_reason" in delta:
-                self.stop_reason = delta["stop_reason"]
+            reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+            if reason is not None:
+                if self.stop_reason is not None and reason != self.stop_reason:
+                    was = self.stop_reason
+                    raise ModelResponseError(f"the stream's stop_reason changed from {was!r} to {reason!r}")
+                self.stop_reason = reason
             if isinstance(event.get("usage"), dict):
                 self.usage.update({k: v for k, v in event["usage"].items() if v is not None})
         elif kind == "message_stop":
@@ -517,7 +527,7 @@ class AnthropicModel(HTTPModel):
                 choice["disable_parallel_tool_use"] = True
             if request.tool_choice is not None or "disable_parallel_tool_use" in choice:
                 body["tool_choice"] = choice
-        if self.stream:
+        if self.stream if request.stream is None else request.stream:
             body["stream"] = True
         return body
 

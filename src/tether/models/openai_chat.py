@@ -306,10 +306,10 @@ def _read_body(raw: bytes) -> ModelReply:
 
 
 def _report_tool_deltas(chunk: dict[str, Any], report: Callable[[int, str | None, str | None, str], None]) -> None:
-    """Hand each tool-call fragment of an (already assembled) chunk to ``report``."""
-    choices = chunk.get("choices") or [{}]
-    delta = choices[0].get("delta") if isinstance(choices[0], dict) else None
-    for fragment in (delta or {}).get("tool_calls") or ():
+    """Hand each tool-call fragment of an (already assembled, so well-formed) chunk's choice 0 to ``report``."""
+    first = next((c for c in chunk.get("choices") or () if c.get("index", 0) == 0), None)
+    delta = first.get("delta") if first is not None else None
+    for fragment in (delta if isinstance(delta, dict) else {}).get("tool_calls") or ():
         function = fragment.get("function") or {}
         ident, name, arguments = fragment.get("id"), function.get("name"), function.get("arguments")
         report(

@@ -389,6 +389,13 @@ class ResponseAssembler:
             response = event.get("response")
             if not isinstance(response, dict):
                 raise ModelResponseError(f"{kind} without a response object")
+            # The event says how the response ended: one that did not complete is never read as completed
+            # (any other status the response gives is judged as it would be unstreamed).
+            status = response.get("status")
+            if status is None:
+                response = {**response, "status": kind.removeprefix("response.")}
+            elif status == "completed" and kind != "response.completed":
+                raise ModelResponseError(f"{kind} carries a response whose status is {status!r}")
             self.final = response
         elif kind == "error":
             nested = event.get("error")

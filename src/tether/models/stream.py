@@ -2,6 +2,11 @@
 
 Tool-call fragments are joined by their ``index``: the first fragment of a
 call carries its id and name, later ones only pieces of the arguments text.
+Only the first choice (``index`` 0) is read, as in a reply not streamed.
+A stream that contradicts itself is a ``ModelResponseError``, never a reply
+whose calls could run: a finish reason that changes ("length", then
+"tool_calls"), text or tool-call fragments after the finish reason, a call
+whose id or type changes between its fragments.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ class Assembler:
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
-    saw_choice: bool = False
+    choices: set[int] = field(default_factory=set)  # the choice indices seen
 
     def feed(self, chunk: dict[str, Any]) -> str | None:
         """Take one decoded chunk; return its text piece, if any."""
@@ -39,24 +44,44 @@ class Assembler:
         self.model = chunk.get("model") or self.model
         if isinstance(chunk.get("usage"), dict):
             self.usage = parse_usage(chunk["usage"])
-        choices = chunk.get("choices")
-        if not isinstance(choices, list) or not choices:
+        choice = self._first_choice(chunk.get("choices"))
+        if choice is None:
             return None
-        choice = choices[0]
-        if not isinstance(choice, dict):
-            raise ModelResponseError("stream chunk choice is not an object")
-        self.saw_choice = True
-        if choice.get("finish_reason"):
-            self.finish_reason = choice["finish_reason"]
         delta = choice.get("delta")
+        finished = self.finish_reason is not None
+        if isinstance(delta, dict):
+            if finished and (delta.get("tool_calls") or delta.get("content")):
+                raise ModelResponseError(f"the stream went on after its finish_reason {self.finish_reason!r}")
+            for fragment in delta.get("tool_calls") or ():
+                self._fragment(fragment)
+        reason = choice.get("finish_reason")
+        if reason:
+            if finished and reason != self.finish_reason:
+                was = self.finish_reason
+                raise ModelResponseError(f"the stream's finish_reason changed from {was!r} to {reason!r}")
+            self.finish_reason = reason
         if not isinstance(delta, dict):
             return None
-        for fragment in delta.get("tool_calls") or ():
-            self._fragment(fragment)
         piece = content_text(delta.get("content"))
         if piece:
             self.content.append(piece)
         return piece
+
+    def _first_choice(self, choices: Any) -> dict[str, Any] | None:
+        """The chunk's part of choice 0 (noting the indices of the others, which are not read)."""
+        if not isinstance(choices, list):
+            return None
+        first = None
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise ModelResponseError("stream chunk choice is not an object")
+            index = choice.get("index", 0)
+            if not isinstance(index, int) or isinstance(index, bool):
+                raise ModelResponseError(f"stream chunk choice index {index!r} is not an integer")
+            self.choices.add(index)
+            if index == 0:
+                first = choice
+        return first
 
     def _fragment(self, fragment: Any) -> None:
         if not isinstance(fragment, dict):
@@ -65,11 +90,20 @@ class Assembler:
         if not isinstance(index, int):
             index = len(self.calls) - (0 if fragment.get("id") else 1)
         call = self.calls.setdefault(max(index, 0), _Call())
-        if fragment.get("id"):
-            call.id = fragment["id"]
-        if fragment.get("type") is not None:
-            call.type = fragment["type"]
-        function = fragment.get("function") or {}
+        ident, kind = fragment.get("id"), fragment.get("type")
+        if ident:
+            if call.id is not None and ident != call.id:
+                raise ModelResponseError(f"stream tool call {index}: its id changed from {call.id!r} to {ident!r}")
+            call.id = ident
+        if kind is not None:
+            if call.type is not None and kind != call.type:
+                raise ModelResponseError(f"stream tool call {index}: its type changed from {call.type!r} to {kind!r}")
+            call.type = kind
+        function = fragment.get("function")
+        if function is None:
+            function = {}
+        elif not isinstance(function, dict):
+            raise ModelResponseError(f"stream tool call {index}: its function is not an object")
         name, arguments = function.get("name"), function.get("arguments")
         if isinstance(name, str) and name != call.name:
             # Usually only the first fragment names the function; llama-cpp-python repeats
@@ -91,7 +125,7 @@ class Assembler:
             for _, c in sorted(self.calls.items())
         )
         return ModelReply(
-            choices=1 if self.saw_choice else 0,
+            choices=len(self.choices) if 0 in self.choices else 0,
             finish_reason=self.finish_reason,
             content="".join(self.content) if self.content else None,
             tool_calls=calls,
