@@ -188,3 +188,46 @@ async def test_cancelling_a_run_that_waits_with_its_child_run_cancels_the_child_
                 late = await api.call("POST", f"/runs/{through}/approvals/{item['call_id']}", BOB, decision)
                 assert late.status == 404, late.body
     assert served.refunds_made() == []
+
+
+async def test_a_child_runs_call_approved_through_its_own_id_carries_the_whole_tree_on(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    """The inbox names the child run; deciding there resumes the run at the top, which carries the child on:
+    the child never goes on alone (with the parent's agent and tools, its parent left waiting)."""
+    agent_py = tmp_path / "agent.py"
+    agent_py.write_text(DELEGATING_AGENT_PY)
+    with FakeServer(delegating_desk) as model:
+        served = Served(agent_py, tmp_path / "runs.db", tmp_path / "refunds.log", model)
+        with served.process() as (_, base):
+            api = Client(base, session)
+            run_id = await api.start(ALICE, "refund A7")
+            assert (await api.settled(ALICE, run_id))["status"] == "awaiting_approval"
+            [item] = (await api.call("GET", "/approvals", BOB)).body["approvals"]
+            child = item["run_id"]
+            decision = {"approve": True, "fingerprint": item["fingerprint"]}
+            decided = await api.call("POST", f"/runs/{child}/approvals/{item['call_id']}", BOB, decision)
+            assert decided.status == 200 and decided.body["status"] == "running", decided.body
+            finished = await api.settled(ALICE, run_id)
+            of_child = (await api.call("GET", f"/runs/{child}", ALICE)).body
+    assert finished["status"] == "completed" and finished["output"] == "Done."
+    assert of_child["status"] == "completed"
+    assert len(served.refunds_made()) == 1
+
+
+async def test_a_sub_agents_own_approver_decides_nothing_when_served(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    """A service's approvals are all a person's, over HTTP: a sub-agent that approves its own calls in a
+    script waits for one here, as the served agent does."""
+    agent_py = tmp_path / "agent.py"
+    agent_py.write_text(DELEGATING_AGENT_PY + "desk.approver = lambda call: True\n")
+    with FakeServer(delegating_desk) as model:
+        served = Served(agent_py, tmp_path / "runs.db", tmp_path / "refunds.log", model)
+        with served.process() as (_, base):
+            api = Client(base, session)
+            run_id = await api.start(ALICE, "refund A7")
+            assert (await api.settled(ALICE, run_id))["status"] == "awaiting_approval"
+            [item] = (await api.call("GET", "/approvals", BOB)).body["approvals"]
+    assert item["tool"] == "refund" and served.refunds_made() == []
+

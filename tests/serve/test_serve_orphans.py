@@ -10,6 +10,7 @@ a real SQLite file, the service the one ``tether serve`` runs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from tether import Agent, OpenAIChatModel, Status, tool
 from tether.core.machine import Cancel, Run
 from tether.drivers.local.subagents import child_run_id
+from tether.serve.runs import AgentRuns
 from tether.serve.service import SURFACE, RunService
 from tether.serve.settings import Settings
 from tether.store import SQLiteStore
@@ -83,3 +85,54 @@ async def test_a_child_cut_off_with_a_parent_that_ended_since_is_cancelled_not_d
     assert ended.status is Status.CANCELLED
     assert ended.reason == f"run {child_id} is a child of run {parent_id}, which is cancelled"
     assert effects == [] and len(server.requests) == 2
+
+
+async def test_a_child_cut_off_with_its_parent_is_carried_on_by_the_parent_only(tmp_path: Path) -> None:
+    """The take-over drives the parent, whose call resumes the child: never the child alone as well (it was
+    updated first, so it is found first), which would be two drivers of one run."""
+    effects.clear()
+    drivers: list[Any] = []
+
+    @tool(read_only=True)
+    async def stall() -> str:
+        """Stands in for a long call during which the process is asked to stop."""
+        if not drivers[1:]:
+            drivers.append("stopped once")
+            drivers[0].suspend()
+        return "stalled"
+
+    script = [
+        tool_calls([("c1", "helper", json.dumps({"input": "go"}))]),
+        tool_calls([("s1", "stall", "{}")]),
+        tool_calls([("b1", "bump", json.dumps({"n": 1}))]),
+        text("child done"),
+        text("parent done"),
+    ]
+    db = tmp_path / "runs.db"
+    with FakeServer(script) as server:
+        model = OpenAIChatModel("m", base_url=server.base_url, api_key="k")
+        store = SQLiteStore(db)
+        setup = {"surface": "serve:desk"}  # as the service records its runs (``AgentRuns``)
+        child = Agent(model, [stall, bump], setup=setup)
+        parent = Agent(model, [child.as_tool(name="helper")], name="desk", store=store, setup=setup)
+        driver = parent.driver("go")
+        drivers.append(driver)
+        stopped = await driver.run()
+        parent_id, child_id = stopped.run_id, child_run_id(stopped.run_id, "c1")
+        store.close()
+
+        settings = Settings(run_db=db, model_factory=lambda: model)
+        service_store = SQLiteStore(db)
+        service = AgentRuns(settings, service_store, parent)
+        try:
+            taken = await service.take_over()
+            await asyncio.gather(*(live.task for live in list(service.live.values()) if live.task is not None))
+            finished = service_store.load(parent_id).state
+            carried = service_store.load(child_id)
+        finally:
+            await service.aclose()
+            service_store.close()
+    assert taken == [parent_id]
+    assert finished.status is Status.COMPLETED and finished.output == "parent done"
+    assert carried.state.status is Status.COMPLETED and effects == ["bump 1"]
+    assert [e.kind for e in SQLiteStore(db).events(child_id)].count("run_resumed") == 1

@@ -32,7 +32,7 @@ from typing import Any
 from tether.core.errors import ApprovalMismatch, ConfigurationError, RunNotFound
 from tether.core.machine import PendingCall, RunState, Status
 from tether.core.redact import redact
-from tether.drivers.local.durable import cancel, reconcile, waiting_calls
+from tether.drivers.local.durable import cancel, reconcile, top_run, waiting_calls
 from tether.drivers.local.runner import Agent, Driver
 from tether.serve.identity import APPROVER_ROLE
 from tether.serve.problems import Problem
@@ -70,10 +70,12 @@ class Caller:
 
 
 def served(agent: Agent, store: RunStore, surface: str) -> Agent:
-    """A copy of ``agent`` that records its runs in ``store`` and pauses for every approval (decided over HTTP)."""
+    """A copy of ``agent`` that records its runs in ``store`` and pauses for every approval, its sub-agents' too
+    (decided over HTTP)."""
     copied = copy.copy(agent)
     copied.store = store
     copied.approver = None
+    copied.sub_approvers = False  # nor does a sub-agent's own approver decide: every approval is a person's
     copied.setup = {**agent.setup, "surface": surface}
     copied._toolboxes = dict(agent._toolboxes)  # per principal, filled as callers come
     return copied
@@ -263,7 +265,11 @@ class AgentRuns(RunService):
                 "status": "running" if resumed else Status.AWAITING_RECONCILIATION.value}  # fmt: skip
 
     async def _carry_on(self, run_id: str, principal: Principal) -> bool:
-        """Drive the run on here if nothing of it waits for a person any more; whether it goes on."""
+        """Drive the run on here if nothing of it waits for a person any more; whether it goes on.
+
+        A child run goes on with the run at the top of its tree, which carries it on (``top_run``).
+        """
+        run_id = await self.io(top_run, self.store, run_id)
         state = (await self.io(self.store.load, run_id)).state
         if state.status in WAITING_FOR_A_PERSON:
             return False

@@ -62,7 +62,7 @@ from tether.core.errors import ApprovalMismatch, ConfigurationError
 from tether.core.events import RUN_FINISHED, RUN_PAUSED, TEXT, TRANSIENT, RunEvent
 from tether.core.machine import PendingCall, RunState, Status
 from tether.core.redact import redact
-from tether.drivers.local.durable import cancel, decide, ended_parent, waiting_calls
+from tether.drivers.local.durable import cancel, decide, ended_parent, top_run, waiting_calls
 from tether.drivers.local.runner import Agent, Driver
 from tether.models.base import Model
 from tether.serve.problems import Problem
@@ -276,11 +276,13 @@ class RunService:
                 if stored.state.status.value not in INTERRUPTED:
                     await self.io(self.store.release, run_id)  # finished or paused since the scan
                     continue
-                if (why := await self.io(ended_parent, self.store, stored)) is not None:
-                    # A sub-agent's child cut off with a parent that has ended since: it never goes on alone.
+                if stored.parent_id is not None:
+                    # A sub-agent's child run never goes on alone: its parent's take-over carries it on, and one
+                    # cut off with a parent that has ended since is cancelled.
                     await self.io(self.store.release, run_id)
-                    await self.io(cancel, self.store, run_id, reason=why, by="tether serve")
-                    log.info("cancelled run %s: %s", run_id, why)
+                    if (why := await self.io(ended_parent, self.store, stored)) is not None:
+                        await self.io(cancel, self.store, run_id, reason=why, by="tether serve")
+                        log.info("cancelled run %s: %s", run_id, why)
                     continue
                 self.resume(run_id, stored.principal)
             except (StoreError, Problem, ApprovalMismatch) as exc:
@@ -577,17 +579,20 @@ class RunService:
             raise Problem(409, str(exc)) from None
         except LeaseHeld:
             raise Problem(409, f"run {run_id} is being driven elsewhere; try again later") from None
-        state = (await self.io(self.store.load, run_id)).state
+        # A child run's call (decided through its own id) goes on with the run at the top of its tree, which
+        # carries the child on: a child never goes on alone.
+        top = await self.io(top_run, self.store, run_id)
+        state = (await self.io(self.store.load, top)).state
         resumed = state.status is not Status.AWAITING_APPROVAL
         if state.waiting_on:  # it waits with child runs: it goes on (and carries them on) once none waits on a person
-            resumed = not await self.io(waiting_calls, self.store, run_id, state)
+            resumed = not await self.io(waiting_calls, self.store, top, state)
         if resumed:
             try:
-                await self.io(self.store.acquire, run_id)  # before another process's scan can: this one drives it
+                await self.io(self.store.acquire, top)  # before another process's scan can: this one drives it
             except LeaseHeld:
                 pass  # another process took it first, and drives it
             else:
-                self.resume(run_id, stored.principal)
+                self.resume(top, stored.principal)
         return {
             "run_id": run_id,
             "call_id": call_id,

@@ -48,6 +48,21 @@ def ended_parent(store: RunStore, stored: StoredRun) -> str | None:
     return None
 
 
+def top_run(store: RunStore, run_id: str) -> str:
+    """The run at the top of ``run_id``'s tree (itself, for a run with no parent): the one to resume, which
+    carries its child runs on. A parent that is not in the store ends the climb (``ended_parent`` says why)."""
+    for _ in range(MAX_DEPTH + 1):
+        parent = store.load(run_id, check=False).parent_id
+        if parent is None:
+            break
+        try:
+            store.load(parent, check=False)
+        except RunNotFound:
+            break
+        run_id = parent
+    return run_id
+
+
 def _open(store: RunStore, run_id: str, *, acting: bool = True) -> tuple[StoredRun, Run]:
     """The stored run, its lease held, and a machine to send it one event; ``acting``: refused for a child run whose
     parent has ended (``ended_parent``), as a decision there would still run a call."""

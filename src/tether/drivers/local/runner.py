@@ -277,6 +277,10 @@ class Agent:
         self.config = RunConfig(budget or Budget(), compat or Compat(), fallback_answer or DEFAULT_FALLBACK_ANSWER)
         self.system = system
         self.approver = approver
+        # Whether a sub-agent's own approver decides its calls (``subagents``); a service, whose approvals are
+        # all decided by people over HTTP, turns it off for the whole tree.
+        self.sub_approvers = True
+        self.parent_run: str | None = None  # on a sub-agent's copy bound to a run: the run whose child runs it drives
         self.tool_choice = tool_choice
         self.clock = clock
         self.resolve_principal = resolve_principal
@@ -477,6 +481,13 @@ class Agent:
 
             if (why := ended_parent(self.store, stored)) is not None:
                 raise ApprovalMismatch(f"{why}: it does not go on alone")
+            if stored.parent_id is not None and stored.parent_id != self.parent_run:
+                # Alone, it would lose what its parent knows: who wrote its prompt (the parent's model), the text
+                # its sink values may come from, the budget left. The parent's resume carries it on.
+                raise ApprovalMismatch(
+                    f"run {run_id} is a child run of run {stored.parent_id}: it goes on only with its parent"
+                    f" (resume run {stored.parent_id})"
+                )
             if self._handoffs or stored.state.agent is not None:  # the floor: found in this agent's graph
                 handoffs = Floor.open(self, stored.state.agent, output_type, instructions is not None, approval_reason)
             settings = checked(self.model, stored_settings(stored.setup))  # it goes on with its own settings

@@ -369,10 +369,13 @@ def _least(a: N | None, b: N | None) -> N | None:
 
 def _bound(agent: Any, parent: _Driving) -> Any:
     """The child agent as it runs under this parent: the parent's store, and its approver and principal
-    resolver where the child has none of its own. A shallow copy: the child agent itself is unchanged."""
+    resolver where the child has none of its own (its approver never, under a parent whose agent turns
+    ``sub_approvers`` off). A shallow copy: the child agent itself is unchanged."""
     view = copy.copy(agent)
     view.store = parent.store
-    if agent.approver is None:
+    view.parent_run = parent.state.run_id  # the one run whose child runs this copy may resume
+    view.sub_approvers = parent.agent.sub_approvers
+    if agent.approver is None or not parent.agent.sub_approvers:
         view.approver = parent.agent.approver
     if agent.resolve_principal is None:
         view.resolve_principal = parent.agent.resolve_principal
