@@ -211,6 +211,7 @@ def main(argv: list[str]) -> None:
     import uvicorn
 
     from tether.serve import app
+    from tether.serve.launch import HTTP_SERVER
     from tether.serve.target import load_agent
 
     target, db, port, *rest = argv
@@ -220,7 +221,7 @@ def main(argv: list[str]) -> None:
         engine = {"engine": "temporal", "temporal": temporal, "task_queue": os.environ["SERVE_TASK_QUEUE"]}
     served = app(load_agent(target), authenticator=HeaderAuth(), store=db, a2a="a2a" in protocols,
                  mcp="mcp" in protocols, **engine)  # fmt: skip
-    uvicorn.run(served, host="127.0.0.1", port=int(port), log_level="warning")
+    uvicorn.run(served, host="127.0.0.1", port=int(port), log_level="warning", **HTTP_SERVER)  # as `tether serve`
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ request. Both protocol versions the SDK speaks are exercised: A2A 1.0
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import subprocess
@@ -45,7 +46,7 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskState,
 )
-from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 
 CARD = "/.well-known/agent-card.json"
 
@@ -158,6 +159,10 @@ async def test_a_streamed_task_waits_for_an_approver_then_completes(
             if version == "1.0":  # A2A 0.3 has no ListTasks
                 listed = await carol.list_tasks(ListTasksRequest())  # type: ignore[attr-defined]
                 assert task_id not in [t.id for t in listed.tasks]
+                # A page token is read as no more than one this service could have given.
+                huge = base64.urlsafe_b64encode(json.dumps([10**400, task_id]).encode()).decode()
+                with pytest.raises(InvalidParamsError, match="not a cursor this service gave"):
+                    await carol.list_tasks(ListTasksRequest(page_token=huge))  # type: ignore[attr-defined]
         # The task is the run: the HTTP API shows the same one.
         assert (await api.call("GET", f"/runs/{task_id}", "alice")).body["status"] == "completed"
 
@@ -255,3 +260,21 @@ def test_without_the_a2a_extra_the_flag_is_a_configuration_error(served: Served,
     assert done.returncode == 3, done.stderr
     assert "--a2a needs the a2a extra: pip install 'tether[a2a]' (a2a is missing)" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_a_request_the_sdk_cannot_read_leaves_none_of_its_text_in_the_log(served: Served) -> None:
+    """The SDK logs the parser's error, which quotes what it refused: the service keeps where, not what."""
+    secret = "Tr0ub4dor&3-horse"
+    said = {"role": "user", "parts": [{"kind": "text", "text": f"my password: {secret}"}]}  # no messageId
+    body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": said}}  # A2A 0.3
+    with served.process("a2a") as (process, base):
+        async with httpx.AsyncClient() as http:
+            headers = {"Authorization": "Bearer alice", "Content-Type": "application/json"}
+            refused = await http.post(f"{base}/a2a", json=body, headers=headers)
+        assert refused.status_code == 200 and "error" in refused.json(), refused.text
+        process.terminate()
+        process.wait(timeout=30)
+        assert process.stderr is not None
+        log = process.stderr.read().decode()
+    assert "Failed to" in log and "ValidationError" in log  # logged, as a refusal
+    assert secret not in log

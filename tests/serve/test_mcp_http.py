@@ -30,6 +30,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from serve_harness import Client, Served, free_port, wait_listening
 from test_serve_cli import SRC, made_key
 
+from tether.serve.mcp_http import MAX_SESSIONS_PER_PRINCIPAL
+
 Elicit = Any  # an elicitation callback of the SDK's ClientSession
 
 
@@ -168,3 +170,23 @@ async def test_an_mcp_session_belongs_to_the_caller_that_opened_it(served: Serve
                 sent = {**accept, "Authorization": f"Bearer {who}", "Mcp-Session-Id": session_id}
                 reply = await http.post(f"{base}/mcp", json=listing, headers=sent)
                 assert reply.status_code == status, (who, reply.text)
+
+
+async def test_one_caller_cannot_hold_every_session_the_process_has(served: Served) -> None:
+    """The SDK caps a process's sessions, not a caller's: one that opened them all would shut out every other."""
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+                  "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}}  # fmt: skip
+    accept = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+    with served.process("mcp") as (_, base):
+        async with httpx.AsyncClient() as http:
+
+            async def opened(who: str) -> httpx.Response:
+                return await http.post(
+                    f"{base}/mcp", json=initialize, headers={**accept, "Authorization": f"Bearer {who}"}
+                )
+
+            for _ in range(MAX_SESSIONS_PER_PRINCIPAL):
+                assert (await opened("carol")).status_code == 200
+            refused = await opened("carol")
+            assert refused.status_code == 429 and "MCP sessions open" in refused.text, refused.text
+            assert (await opened("alice")).status_code == 200  # another caller is not shut out

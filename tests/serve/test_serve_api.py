@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 from serve_harness import AGENT_PY, Client, Served, refund_desk
 
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
@@ -231,3 +232,15 @@ async def test_a_sub_agents_own_approver_decides_nothing_when_served(
             [item] = (await api.call("GET", "/approvals", BOB)).body["approvals"]
     assert item["tool"] == "refund" and served.refunds_made() == []
 
+
+async def test_an_event_id_that_is_not_an_ascii_number_is_a_422(served: Served, session: aiohttp.ClientSession) -> None:
+    """A header's byte 0xB2 reads as "²", a digit to ``str.isdigit`` but not to ``int``: refused, not a 500."""
+    with served.process() as (_, base):
+        api = Client(base, session)
+        run_id = await api.start(ALICE, "say: hi")
+        await api.settled(ALICE, run_id)
+        async with httpx.AsyncClient() as http:
+            for header in (b"\xb2", b"1\xb9"):
+                sent = {"Authorization": f"Bearer {ALICE}", "Last-Event-ID": header}
+                reply = await http.get(f"{base}/runs/{run_id}/events", headers=sent)
+                assert reply.status_code == 422 and "Last-Event-ID" in reply.text, reply.text

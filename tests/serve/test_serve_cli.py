@@ -8,6 +8,7 @@ his key revoked, he is refused at once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import aiohttp
 from serve_harness import Client, Served, free_port, wait_listening
+
+from tether.serve.launch import MAX_HEAD_BYTES
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -73,3 +76,43 @@ async def test_tether_serve_with_api_keys_runs_asks_and_takes_an_approvers_decis
         if process.stderr is not None:
             process.stderr.close()
     assert bob["key"] not in db.read_bytes().decode("latin-1")  # the store keeps a hash, never the key
+
+
+async def head_sent(port: int, head: bytes) -> bytes:
+    """What the server answers a request ``head`` (read until it closes the connection, or 10 s)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(head)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 10)
+    except ConnectionResetError:
+        return b""
+    finally:
+        writer.close()
+
+
+async def test_an_oversized_request_head_is_refused_before_anyone_is_asked_who_sends_it(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    """A header larger than the server takes is a 400, buffered no further, even with no credentials."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OPENAI_BASE_URL": served.model.base_url, "OPENAI_API_KEY": "sk-x"}
+    port = free_port()
+    command = ["serve", f"{served.agent_py}:agent", "--auth", "keys", "--db", str(served.db), "--port", str(port)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tether", *command], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        assert wait_listening(process, port), process.stderr.read().decode() if process.stderr else ""
+        big = b"GET /runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * (MAX_HEAD_BYTES * 4) + b"\r\n\r\n"
+        answer = await head_sent(port, big)
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 400"), answer[:200]
+        # Cut off mid-header, it is refused as soon as the limit is passed, not once the header ends.
+        endless = b"GET /runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * (MAX_HEAD_BYTES * 4)
+        answer = await head_sent(port, endless)
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 400"), answer[:200]
+        assert (await Client(f"http://127.0.0.1:{port}", session).call("GET", "/runs", None)).status == 401
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        if process.stderr is not None:
+            process.stderr.close()

@@ -29,6 +29,8 @@ skill (the agent itself, never its tools) and the authentication scheme.
 
 from __future__ import annotations
 
+import logging
+import traceback
 from collections.abc import AsyncGenerator, AsyncIterator
 from importlib import metadata
 from typing import Any
@@ -445,9 +447,38 @@ class _CallerContext(DefaultServerCallContextBuilder):
 
 # --- the routes --------------------------------------------------------------------------------------
 
+# The SDK's loggers that log a request it cannot read with the parser's error, which quotes the request.
+_SDK_LOGGERS = ("a2a.server.routes.jsonrpc_dispatcher", "a2a.compat.v0_3.jsonrpc_adapter")
+
+
+class _Withheld(logging.Filter):
+    """Keeps an exception's type and where it was raised in the log, not its message.
+
+    pydantic's errors quote what they refused (``input_value``): the caller's
+    text, which may hold a secret. What a caller sent reaches the log only
+    when asked (``log_content``), as everywhere else in tether.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            kind, _, trace = record.exc_info
+            where = "".join(traceback.format_tb(trace)).rstrip()
+            record.msg = f"{record.getMessage()}: {kind.__name__ if kind else 'error'} (its message is withheld: it may"
+            record.msg += f" quote the request)\n{where}"
+            record.args, record.exc_info, record.exc_text = (), None, None
+        return True
+
+
+def _withhold_request_text() -> None:
+    for name in _SDK_LOGGERS:
+        found = logging.getLogger(name)
+        if not any(isinstance(f, _Withheld) for f in found.filters):
+            found.addFilter(_Withheld())
+
 
 def add_routes(api: FastAPI, runs: AgentRuns, authenticator: Authenticator, *, max_prompt_chars: int) -> None:
     """Serve ``runs`` over A2A on ``api``: the agent card (public) and the JSON-RPC endpoint (``authenticator``'s)."""
+    _withhold_request_text()
     dispatcher = JsonRpcDispatcher(
         RunTasks(runs, max_prompt_chars=max_prompt_chars), context_builder=_CallerContext(), enable_v0_3_compat=True
     )

@@ -10,6 +10,7 @@ own runs and conversations; anything else is the 404 a missing id gets.
 # must see as objects, not strings.
 import base64
 import binascii
+import contextlib
 import json
 from typing import Annotated, Any
 
@@ -27,6 +28,7 @@ from tether.store import StoreError
 DEFAULT_MAX_PROMPT_CHARS = 20_000  # a prompt or a turn's text; longer is a 422
 DEFAULT_RUNS_PAGE = 50
 MAX_PAGE = 500
+MAX_CURSOR_CHARS = 200  # a page cursor this service gives is far shorter
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -55,19 +57,22 @@ def _cursor(after: tuple[float, str]) -> str:
 def _after(cursor: str | None) -> tuple[float, str] | None:
     if cursor is None:
         return None
-    try:
-        created_at, run_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-    except (ValueError, TypeError, binascii.Error):
-        created_at = run_id = None
+    created_at = run_id = None
+    if len(cursor) <= MAX_CURSOR_CHARS:  # A2A's page tokens come unbounded
+        with contextlib.suppress(ValueError, TypeError, binascii.Error):
+            created_at, run_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     if not isinstance(created_at, int | float) or isinstance(created_at, bool) or not isinstance(run_id, str):
         raise Problem(422, "cursor: not a cursor this service gave")
-    return float(created_at), run_id
+    try:
+        return float(created_at), run_id
+    except OverflowError:  # an integer too large for a float: no time this service gave
+        raise Problem(422, "cursor: not a cursor this service gave") from None
 
 
 def _last_event(header: str | None) -> int:
     if header is None:
         return 0
-    if not header.strip().isdigit():
+    if not (header.strip().isascii() and header.strip().isdigit()):  # "²" is a digit to str.isdigit, not to int
         raise Problem(422, "Last-Event-ID: not an event id this service sent")
     return int(header)
 
@@ -114,7 +119,7 @@ def routes(app: FastAPI, runs: AgentRuns, authenticator: Authenticator, *, max_p
         who: Who,
         status: Annotated[Status | None, Query()] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_RUNS_PAGE,
-        cursor: Annotated[str | None, Query(max_length=200)] = None,
+        cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
     ) -> dict[str, Any]:
         """The caller's runs, newest first; ``next_cursor`` gets the next page."""
         statuses = None if status is None else {status.value}

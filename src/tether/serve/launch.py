@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -57,6 +58,12 @@ def check_protocols(a2a: bool, mcp: bool) -> None:
                 ) from None
 
 
+# HTTP/1.1 parsed by h11, whose request head is bounded (a larger one is a 400 before the app sees it): the default
+# parser buffers headers without limit, so a client could grow the process by hundreds of MB before authenticating.
+MAX_HEAD_BYTES = 64 * 1024
+HTTP_SERVER: dict[str, Any] = {"http": "h11", "h11_max_incomplete_event_size": MAX_HEAD_BYTES}
+
+
 def serve(
     target: str,
     *,
@@ -90,7 +97,7 @@ def serve(
     if workers == 1:
         served = app(agent, authenticator=who, store=where, lease_seconds=lease, a2a=a2a, mcp=mcp, engine=engine,
                      temporal=temporal, task_queue=task_queue)  # fmt: skip
-        uvicorn.run(served, host=host, port=port, log_level=log_level)
+        uvicorn.run(served, host=host, port=port, log_level=log_level, **HTTP_SERVER)
         return
     protocols = ",".join(name for name, asked in (("a2a", a2a), ("mcp", mcp)) if asked)
     os.environ.update({TARGET_ENV: target, AUTH_ENV: auth, STORE_ENV: str(where), LEASE_ENV: repr(lease),
@@ -98,7 +105,13 @@ def serve(
     if temporal:
         os.environ[TEMPORAL_ENV] = temporal
     uvicorn.run(
-        "tether.serve.launch:app_from_env", factory=True, workers=workers, host=host, port=port, log_level=log_level
+        "tether.serve.launch:app_from_env",
+        factory=True,
+        workers=workers,
+        host=host,
+        port=port,
+        log_level=log_level,
+        **HTTP_SERVER,
     )
 
 

@@ -37,6 +37,7 @@ from fastapi import FastAPI
 from mcp.server import Server
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.requests import Request
 from starlette.routing import Route
@@ -53,6 +54,7 @@ from tether.serve.runs import WAITING_FOR_A_PERSON, AgentRuns, Caller
 MCP_PATH = "/mcp"
 DEFAULT_DESCRIPTION = "Ask the agent: give it the whole task as the prompt; its answer is the result."
 APPROVE_FIELD = "approve"
+MAX_SESSIONS_PER_PRINCIPAL = 64  # of the SDK's 10,000 a process holds; each idles out after 30 minutes
 _CALLER = "tether.caller"  # where the authenticated caller waits in the request's scope
 
 
@@ -175,19 +177,34 @@ def _error(code: ErrorCode, message: str) -> types.CallToolResult:
 
 
 class _Authenticated:
-    """The SDK's streamable HTTP endpoint behind the app's authenticator, each session bound to its principal."""
+    """The SDK's streamable HTTP endpoint behind the app's authenticator, each session bound to its principal,
+    and no principal holding more than ``MAX_SESSIONS_PER_PRINCIPAL`` of the process's sessions at once."""
 
     def __init__(self, manager: StreamableHTTPSessionManager, authenticator: Authenticator) -> None:
         self.manager = manager
         self.authenticator = authenticator
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        principal = await self.authenticator.authenticate(Request(scope, receive))  # a 401 problem if not
+        request = Request(scope, receive)
+        principal = await self.authenticator.authenticate(request)  # a 401 problem if not
+        opening = MCP_SESSION_ID_HEADER not in request.headers
+        if opening and self._sessions_of(principal.id) >= MAX_SESSIONS_PER_PRINCIPAL:
+            raise Problem(
+                429,
+                f"{principal.id} has {MAX_SESSIONS_PER_PRINCIPAL} MCP sessions open, the most one caller may:"
+                " end one (DELETE /mcp with its Mcp-Session-Id) or let one idle out",
+            )
         scope[_CALLER] = Caller(principal)
         # The SDK binds a session to the user that opened it (``client_id``): here, the principal.
         token = AccessToken(token="", client_id=principal.id, scopes=sorted(principal.scopes))
         scope["user"] = AuthenticatedUser(token)
         await self.manager.handle_request(scope, receive, send)
+
+    def _sessions_of(self, principal_id: str) -> int:
+        """The sessions open for ``principal_id``: the SDK caps them for the whole process (the first caller to
+        open that many would shut every other out), not per caller."""
+        owners = getattr(self.manager, "_session_owners", {})  # the SDK's record of who opened each session
+        return sum(1 for owner in owners.values() if owner.get("client_id") == principal_id)
 
 
 def add_route(
