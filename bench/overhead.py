@@ -181,9 +181,17 @@ def server_fsyncs(postgres: Any) -> Callable[[], int]:
     import psycopg
 
     def read() -> int:
-        with psycopg.connect(postgres.url(), autocommit=True) as db:
-            row = db.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()
-        return int(row[0]) if row else 0
+        # A server process reports its counts when it ends or goes idle, up to a second late: read once they
+        # have stopped moving, or a pass's syncs are counted in the next one (or not at all).
+        last = None
+        while True:
+            with psycopg.connect(postgres.url(), autocommit=True) as db:
+                row = db.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()
+            count = int(row[0]) if row else 0
+            if count == last:
+                return count
+            last = count
+            time.sleep(1.5)
 
     return read
 
