@@ -26,7 +26,23 @@ class ErrorCode(StrEnum):
 RETRYABLE = frozenset({ErrorCode.INVALID_JSON, ErrorCode.UNKNOWN_TOOL, ErrorCode.INVALID_ARGUMENTS, ErrorCode.TIMEOUT})
 
 
-_TEXT = json.JSONEncoder(ensure_ascii=False).encode  # made once: json.dumps with options makes one per call
+_JSON = json.JSONEncoder(ensure_ascii=False).encode  # made once: json.dumps with options makes one per call
+
+
+def text(written: str) -> str:
+    """``written`` with each lone UTF-16 surrogate made U+FFFD: what a tool says (a file name read with
+    ``surrogateescape``, an exception's message) becomes text that can be stored, hashed and printed."""
+    if written.isascii():
+        return written
+    try:
+        written.encode("utf-8")
+    except UnicodeEncodeError:
+        return written.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return written
+
+
+def _TEXT(value: Any) -> str:
+    return text(_JSON(value))
 
 
 def ok(result: Any) -> str:

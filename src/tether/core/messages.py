@@ -7,6 +7,7 @@ machine checks it (DESIGN.md §3.1), so every adapter gets the same checks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -97,6 +98,16 @@ class Usage:
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+
+
+def reported_usage(inputs: Sequence[object], output: object) -> Usage:
+    """The usage a provider reported (``inputs`` summed: Anthropic counts cached input apart), or none at all
+    (``Usage()``, which the run estimates when its budget counts tokens) if a count present is no count: a
+    negative one would hand the budget back tokens, a ``true`` is no number."""
+    counts = (*inputs, output)
+    if not all(c is None or (type(c) is int and c >= 0) for c in counts):
+        return Usage()
+    return Usage(sum(c for c in inputs if type(c) is int), output if type(output) is int else 0)
 
 
 @quick_init

@@ -34,6 +34,40 @@ _TOKEN = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"?|\\.|([\[\]{}]++)', re.DOTALL)
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}.__getitem__
 
 
+# A UTF-16 surrogate's escape: one half of a pair, or alone (which no store, hash or terminal takes as text).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+class NotText(ValueError):
+    """JSON text that decodes to a string holding a lone UTF-16 surrogate: no text, and nothing can store it."""
+
+    def __init__(self) -> None:
+        super().__init__("not text: it holds a lone UTF-16 surrogate")
+
+
+def check_text(text: str, value: Any) -> None:
+    """``NotText`` if ``value`` (decoded from ``text``) holds a lone surrogate.
+
+    Only text with a surrogate's escape, or with a surrogate itself (bytes
+    that were not UTF-8), can decode to one: other text is answered by a
+    substring search, or by ``isascii``, before anything is walked.
+    """
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        pass
+    elif text.isascii():
+        return
+    else:
+        try:
+            text.encode("utf-8")
+            return
+        except UnicodeEncodeError:
+            pass
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise NotText() from None
+
+
 class NestedTooDeep(ValueError):
     """JSON text nests arrays and objects deeper than its limit; ``str()`` names the limit."""
 
@@ -86,8 +120,15 @@ def value_nested_deeper(value: Any, limit: int) -> bool:
 
 
 def loads(data: str | bytes | bytearray, limit: int, **options: Any) -> Any:
-    """``json.loads(data, **options)``, or ``NestedTooDeep`` (a ``ValueError``) past ``limit`` levels."""
+    """``json.loads(data, **options)``, or ``NestedTooDeep`` (a ``ValueError``) past ``limit`` levels, or
+    ``NotText`` (one too) for a string holding a lone surrogate."""
     text = text_of(data)
     if nested_deeper(text, limit):
         raise NestedTooDeep(limit)
-    return json.loads(text, **options)
+    value = json.loads(text, **options)
+    check_text(text, value)
+    return value
+
+
+# What ``loads`` refuses beyond invalid JSON; each ``str()`` reads after "the body is".
+REFUSED = (NestedTooDeep, NotText)

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.core import nesting
 from tether.core.errors import ConfigurationError, ModelResponseError
-from tether.core.messages import ModelReply, Usage, WireToolCall
+from tether.core.messages import ModelReply, Usage, WireToolCall, reported_usage
 from tether.core.settings import ModelSettings, merge_settings
 from tether.models.base import ModelRequest, settings_for
 from tether.models.base import output_mode as checked_output_mode
@@ -201,8 +201,7 @@ def parse_usage(usage: Any) -> Usage:
     if not isinstance(usage, dict):
         return Usage()
     counts = [usage.get(k) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
-    output = usage.get("output_tokens")
-    return Usage(sum(c for c in counts if isinstance(c, int)), output if isinstance(output, int) else 0)
+    return reported_usage(counts, usage.get("output_tokens"))
 
 
 @dataclass(slots=True)
@@ -259,7 +258,7 @@ def _read_body(raw: bytes) -> Turn:
     hook = _object if b'"tool_use"' in raw else None
     try:
         decoded = nesting.loads(raw, nesting.MAX_REPLY_DEPTH, object_pairs_hook=hook)
-    except nesting.NestedTooDeep as exc:
+    except nesting.REFUSED as exc:
         raise ModelResponseError(f"response body is {exc}") from None
     except ValueError:
         raise ModelResponseError("response body is not JSON") from None
@@ -389,7 +388,7 @@ class MessageAssembler:
 def _decode_event(payload: str) -> dict[str, Any]:
     try:
         event = nesting.loads(payload, nesting.MAX_REPLY_DEPTH)
-    except nesting.NestedTooDeep as exc:
+    except nesting.REFUSED as exc:
         raise ModelResponseError(f"stream event is {exc}") from None
     except ValueError:
         raise ModelResponseError("stream event is not JSON") from None

@@ -298,7 +298,7 @@ def _sampling(body: dict[str, Any], settings: ModelSettings, tools: bool) -> Non
 def _read_body(raw: bytes) -> ModelReply:
     try:
         decoded = nesting.loads(raw, nesting.MAX_REPLY_DEPTH)
-    except nesting.NestedTooDeep as exc:
+    except nesting.REFUSED as exc:
         raise ModelResponseError(f"response body is {exc}") from None
     except ValueError:
         raise ModelResponseError("response body is not JSON") from None
@@ -323,7 +323,7 @@ def _report_tool_deltas(chunk: dict[str, Any], report: Callable[[int, str | None
 def _decode_event(payload: str) -> dict[str, Any]:
     try:
         chunk = nesting.loads(payload, nesting.MAX_REPLY_DEPTH)
-    except nesting.NestedTooDeep as exc:
+    except nesting.REFUSED as exc:
         raise ModelResponseError(f"stream event is {exc}") from None
     except ValueError:
         raise ModelResponseError("stream event is not JSON") from None

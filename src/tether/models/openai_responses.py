@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.core import nesting
 from tether.core.errors import ConfigurationError, ModelResponseError
-from tether.core.messages import Message, ModelReply, Usage, WireToolCall
+from tether.core.messages import Message, ModelReply, Usage, WireToolCall, reported_usage
 from tether.core.settings import ModelSettings, merge_settings
 from tether.models.base import ModelRequest, settings_for
 from tether.models.base import output_mode as checked_output_mode
@@ -231,8 +231,7 @@ def messages_to_wire(messages: Sequence[Message], origin: dict[str, str]) -> tup
 def parse_usage(usage: Any) -> Usage:
     if not isinstance(usage, dict):
         return Usage()
-    given, made = usage.get("input_tokens"), usage.get("output_tokens")
-    return Usage(given if isinstance(given, int) else 0, made if isinstance(made, int) else 0)
+    return reported_usage((usage.get("input_tokens"),), usage.get("output_tokens"))
 
 
 def _status_problem(body: dict[str, Any]) -> str:
@@ -339,7 +338,7 @@ def parse_response(body: Any, origin: dict[str, str] | None = None) -> ModelRepl
 def _decode(payload: str | bytes, what: str) -> Any:
     try:
         return nesting.loads(payload, nesting.MAX_REPLY_DEPTH)
-    except nesting.NestedTooDeep as exc:
+    except nesting.REFUSED as exc:
         raise ModelResponseError(f"{what} is {exc}") from None
     except ValueError:
         raise ModelResponseError(f"{what} is not JSON") from None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.core.errors import ModelResponseError
-from tether.core.messages import ModelReply, Usage, WireToolCall
+from tether.core.messages import ModelReply, Usage, WireToolCall, reported_usage
 
 
 @dataclass(slots=True)
@@ -147,11 +147,7 @@ def content_text(content: Any) -> str | None:
 def parse_usage(usage: Any) -> Usage:
     if not isinstance(usage, dict):
         return Usage()
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    return Usage(
-        prompt if isinstance(prompt, int) else 0,
-        completion if isinstance(completion, int) else 0,
-    )
+    return reported_usage((usage.get("prompt_tokens"),), usage.get("completion_tokens"))
 
 
 def error_message(error: Any) -> str:

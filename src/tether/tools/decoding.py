@@ -14,7 +14,7 @@ import math
 from json.scanner import make_scanner
 from typing import Any
 
-from tether.core.nesting import MAX_DEPTH, nested_deeper, text_of
+from tether.core.nesting import MAX_DEPTH, NotText, check_text, nested_deeper, text_of
 
 
 class InvalidJson(ValueError):
@@ -81,6 +81,11 @@ def strict_loads(text: str) -> dict[str, Any]:
         raise InvalidJson("arguments hold a number too large to read") from None
     if not isinstance(value, dict):
         raise InvalidJson(f"arguments must be a JSON object, got {_json_type(value)}")
+    if isinstance(text, str):
+        try:
+            check_text(text, value)
+        except NotText:
+            raise InvalidJson("arguments hold a lone UTF-16 surrogate, which is not text") from None
     return value
 
 

@@ -49,7 +49,9 @@ def truncate(text: str, limit: int) -> str:
     return f"{text[:limit]}…[truncated: showing {limit} of {len(text)} characters]"
 
 
-_TEXT = json.JSONEncoder(ensure_ascii=False).encode  # made once: json.dumps with options makes one per call
+# Made once (json.dumps with options makes one per call). NaN and Infinity are no JSON: a result holding one
+# is the tool's failure, not an envelope no reader can decode.
+_TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
 _TOO_DEEP = envelope.error(ErrorCode.TOOL_FAILED, f"the tool returned a value nested more than {MAX_DEPTH} levels deep")
 
 
@@ -74,6 +76,7 @@ def result_envelope(result: Any, limit: int) -> str:
             return envelope.error(ErrorCode.TOOL_FAILED, "the tool returned a value that is not JSON")
     if nested_deeper(text, MAX_DEPTH):  # every reader of the envelope (the model's history, the store) walks it
         return _TOO_DEEP
+    text = envelope.text(text)
     if len(text) <= limit:
         return f'{{"ok": true, "result": {text}}}'  # what envelope.ok(value) writes, without writing it again
     shown = value if isinstance(value, str) else text

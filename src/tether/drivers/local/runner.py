@@ -768,17 +768,27 @@ class Driver:
         events, self._unsaved = self._unsaved, []
         outcomes, self._outcomes = self._outcomes, []
         cleared, self._cleared = self._cleared, []
-        self._effect_unsaved = False
-        await self._stored(
-            self.store.checkpoint,
-            self.state,
-            [(e.kind, e.data, e.step, e.at) for e in events if e.kind not in TRANSIENT],
-            outcomes,
-            intents=() if intent is None else [intent],
-            cleared=cleared,
-            release=release,
-            sync=intent is None,
-        )
+        effect, self._effect_unsaved = self._effect_unsaved, False
+        try:
+            await self._stored(
+                self.store.checkpoint,
+                self.state,
+                [(e.kind, e.data, e.step, e.at) for e in events if e.kind not in TRANSIENT],
+                outcomes,
+                intents=() if intent is None else [intent],
+                cleared=cleared,
+                release=release,
+                sync=intent is None,
+            )
+        except BaseException:
+            # Not saved: they wait for the next checkpoint (the one saving what can be saved as the run stops),
+            # so that no state is ever stored without the events and ledger writes that led to it. The intent
+            # this one held was not recorded, and its event does not say it was.
+            if intent is not None:
+                events = [e for e in events if not (e.kind == INTENT_RECORDED and e.data.get("id") == intent.call_id)]
+            self._unsaved, self._outcomes = events + self._unsaved, outcomes + self._outcomes
+            self._cleared, self._effect_unsaved = cleared + self._cleared, effect or self._effect_unsaved
+            raise
         if intent is not None:
             await self.store.synced()  # one disk sync shared by the runs reaching an intent together
         for event in events:
