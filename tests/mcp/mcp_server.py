@@ -2,7 +2,8 @@
 
 Modes: ``stdio`` and ``http PORT`` serve the tools below; ``no-tools``,
 ``bad-schema``, ``hang`` and ``exit`` are the broken servers a host must
-survive. Every call that reaches a tool is appended to ``$MCP_TEST_LOG``, so a
+survive; ``busy-once`` answers its tool's first call with JSON-RPC's plain
+"server error". Every call that reaches a tool is appended to ``$MCP_TEST_LOG``, so a
 test can tell a call refused by tether from one the server saw.
 """
 
@@ -93,11 +94,27 @@ def sleepy(seconds: float) -> str:
     return "awake"
 
 
-def _lowlevel(tools: list[types.Tool]) -> Server[Any]:
+def _lowlevel(tools: list[types.Tool], on_call_tool: Any = None) -> Server[Any]:
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
-    return Server("tether-test-broken", on_list_tools=list_tools)
+    return Server("tether-test-broken", on_list_tools=list_tools, on_call_tool=on_call_tool)
+
+
+def _busy_once() -> Server[Any]:
+    """One tool whose first call is answered with JSON-RPC's plain "server error" (-32000), its next ones not."""
+    from mcp.shared.exceptions import MCPError
+
+    calls = []
+
+    async def call_tool(ctx: Any, params: Any) -> types.CallToolResult:
+        calls.append(params.name)
+        if len(calls) == 1:
+            raise MCPError(-32000, "busy, try again")
+        return types.CallToolResult(content=[types.TextContent(type="text", text="done")])
+
+    busy = types.Tool(name="busy", input_schema={"type": "object", "properties": {}})
+    return _lowlevel([busy], call_tool)
 
 
 async def _serve_lowlevel(server: Server[Any]) -> None:
@@ -116,6 +133,8 @@ def main() -> None:
     elif mode == "bad-schema":
         bad = types.Tool(name="bad", input_schema={"type": "object", "properties": {"a": {"type": "nonsense"}}})
         anyio.run(_serve_lowlevel, _lowlevel([bad]))
+    elif mode == "busy-once":
+        anyio.run(_serve_lowlevel, _busy_once())
     elif mode == "hang":
         time.sleep(3600)  # reads nothing, answers nothing
     elif mode == "exit":

@@ -272,3 +272,27 @@ def test_an_unreachable_url_is_a_clear_error() -> None:
 
     with pytest.raises(MCPServerError, match=r"MCP server http://127\.0\.0\.1:"):
         MCPToolset.http(f"http://127.0.0.1:{free_port()}/mcp", connect_timeout=10)
+
+
+async def test_a_live_servers_plain_error_is_the_calls_failure_not_a_lost_connection() -> None:
+    """-32000 is the SDK's "connection closed" and JSON-RPC's plain "server error": a server that still
+    answers sent the latter, and its next call goes through."""
+    toolset = await asyncio.to_thread(MCPToolset.stdio, server_argv("busy-once"), read_only=True, errlog=QUIET)
+    try:
+        result = await run(toolset, reply_calls(("c1", "busy", "{}"), ("c2", "busy", "{}")))
+    finally:
+        await toolset.aclose()
+    first, second = result_of(result, "c1"), result_of(result, "c2")
+    assert first["error"]["code"] == "tool_failed" and "busy, try again" in first["error"]["message"]
+    assert second == {"ok": True, "result": "done"}
+
+
+def test_a_servers_command_line_and_url_name_it_without_their_secrets() -> None:
+    """What names a server reaches the model (in a failed call's message), the store and the log."""
+    from tether.mcp.client import _program, _site
+
+    assert _program(["env", "GITHUB_TOKEN=ghp_secret", "python", "/srv/server.py", "--key", "k"]) == "python server.py"
+    assert _program(["npx", "-y", "@modelcontextprotocol/server-github"]) == "npx"
+    assert _site("https://user:pw@mcp.example.com:8443/mcp?key=secret#x") == "https://mcp.example.com:8443/mcp"
+    with pytest.raises(MCPServerError, match="cannot be read: No closing quotation"):
+        MCPToolset.stdio('python "server.py')

@@ -147,11 +147,14 @@ class MCPToolset(Sequence[Tool]):
         _require_sdk()
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        try:
+            argv = shlex.split(command) if isinstance(command, str) else list(command)
+        except ValueError as exc:  # an unclosed quotation
+            raise MCPServerError(f"the MCP server command cannot be read: {exc}") from None
         if not argv:
             raise MCPServerError("an MCP server command must not be empty")
         parameters = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(env) if env else None, cwd=cwd)
-        label = shlex.join([os.path.basename(argv[0]), *argv[1:]])
+        label = _program(argv)
         return cls(label, lambda: stdio_client(parameters, errlog or sys.stderr), **options)
 
     @classmethod
@@ -160,7 +163,7 @@ class MCPToolset(Sequence[Tool]):
         _require_sdk()
         if not re.match(r"^https?://", url):
             raise MCPServerError(f"MCP server URL {url!r} must start with http:// or https://")
-        return cls(url, lambda: _http_streams(url, dict(headers or {})), **options)
+        return cls(_site(url), lambda: _http_streams(url, dict(headers or {})), **options)
 
     # --- the tools ---------------------------------------------------------------------------
 
@@ -271,7 +274,7 @@ class MCPToolset(Sequence[Tool]):
                 name, arguments, meta={IDEMPOTENCY_META_KEY: key}
             )
         except MCPError as exc:
-            if exc.error.code == CONNECTION_CLOSED:
+            if exc.error.code == CONNECTION_CLOSED and not await _answers(session):
                 self._lose(f"the server closed the connection during a call to {name}")
                 raise ToolError(f"MCP server {self.label} went away during the call; its effect is unknown") from None
             raise ToolError(f"MCP server {self.label}: {exc.error.message}") from None
@@ -424,3 +427,40 @@ def _describe(exc: BaseException) -> str:
         return exc.error.message
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
+
+
+ANSWER_TIMEOUT = 5.0  # seconds a server that sent -32000 has to answer a ping, to show it is still there
+
+
+async def _answers(session: Any) -> bool:
+    """Whether ``session`` still answers: -32000 is the SDK's "connection closed" and also JSON-RPC's plain
+    "server error", which a server that is still there sends for a call that failed."""
+    try:
+        async with asyncio.timeout(ANSWER_TIMEOUT):
+            await session.send_ping()
+    except Exception:
+        return False
+    return True
+
+
+def _program(argv: Sequence[str]) -> str:
+    """What names a server started by ``argv`` in messages the model, the store and the log see: the program
+    and its script, never the rest (``env TOKEN=... cmd --api-key ...`` holds secrets)."""
+    words = list(argv)
+    if words and os.path.basename(words[0]) == "env":
+        words = words[1:]
+    words = [w for w in words if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w)]  # VAR=value, before the program
+    if not words:
+        return "(env)"
+    shown = [os.path.basename(words[0])]
+    if len(words) > 1 and not words[1].startswith("-"):
+        shown.append(os.path.basename(words[1]))
+    return " ".join(shown)
+
+
+def _site(url: str) -> str:
+    """``url`` without the user, password, query and fragment it may carry (a token in ``?key=``)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
