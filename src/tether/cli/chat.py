@@ -26,6 +26,7 @@ from tether.cli.common import (
     env_prefix,
     fail,
     given_base_url,
+    is_text,
     open_store,
     protocol_option,
     with_settings_options,
@@ -155,6 +156,9 @@ async def _session(agent: Any, conversation: Any) -> None:
                 click.echo("")
                 return
             if not line.strip():
+                continue
+            if not is_text(line):
+                click.echo("error: that line is not UTF-8 text; nothing was sent", err=True)
                 continue
             try:
                 result = await conversation.send(line, on_event=renderer)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 
 import click
 
 from tether.cli.chat import chat
-from tether.cli.common import EXIT_INTERNAL, fail, load_tools
+from tether.cli.common import EXIT_INTERNAL, fail, is_text, load_tools
 from tether.cli.eval import eval_command
 from tether.cli.keys import keys
 from tether.cli.mcp import mcp
@@ -84,6 +85,9 @@ cli.add_command(keys)
 
 
 def main() -> None:
+    for at, word in enumerate(sys.argv[1:], start=1):
+        if not is_text(word):
+            fail(f"argument {at} is not UTF-8 text", 2)
     try:
         cli(standalone_mode=True)
     except TetherError as exc:  # anything a command did not map itself

@@ -262,7 +262,10 @@ def run(
     from tether.toolsets import toolset_reference  # the toolsets load pydantic: not for every start
 
     if prompt == "-":
-        prompt = sys.stdin.read().rstrip()
+        try:
+            prompt = sys.stdin.buffer.read().decode("utf-8").rstrip()
+        except UnicodeDecodeError:
+            fail("standard input is not UTF-8 text", 2)
         if not prompt:
             fail("no prompt on standard input (tether run - reads it from there)")
     root = files_root or os.environ.get("TETHER_FILES_ROOT")

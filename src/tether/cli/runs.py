@@ -15,10 +15,11 @@ import click
 from tether.cli.common import db_option, fail, json_option, open_store
 from tether.cli.render import arguments_preview, short
 from tether.cli.temporal import decide_on_temporal, reconcile_on_temporal, temporal_run_option
+from tether.core import nesting
 from tether.core.errors import TetherError
 from tether.core.redact import redact
 from tether.drivers.common import json_object
-from tether.drivers.local.durable import decide, waiting_calls
+from tether.drivers.local.durable import SHOWN_FINGERPRINT, decide, waiting_calls
 from tether.drivers.local.durable import reconcile as settle_call
 from tether.drivers.local.subagents import MAX_DEPTH
 from tether.store.records import omitted
@@ -43,7 +44,7 @@ def runs() -> None:
 @runs.command("list")
 @db_option
 @click.option("--principal", help="Only runs of this principal.")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 1_000_000), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array, one entry per run.")
 def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) -> None:
     """List recent runs, newest first.
@@ -201,13 +202,12 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
     _show_tree(children, "  ")
     for call in waiting:
         args = arguments_preview(call.arguments) or "null"
-        click.echo(f"  pending: call {call.call_id} {call.tool} {args}  fingerprint {(call.fingerprint or '')[:12]}")
+        shown = (call.fingerprint or "")[:SHOWN_FINGERPRINT]
+        click.echo(f"  pending: call {call.call_id} {call.tool} {args}  fingerprint {shown}")
     for child, call in of_children:
         args = arguments_preview(call.arguments) or "null"
-        click.echo(
-            f"  pending: call {call.call_id} {call.tool} {args}  fingerprint {(call.fingerprint or '')[:12]}"
-            f"  in child run {child}"
-        )
+        shown = (call.fingerprint or "")[:SHOWN_FINGERPRINT]
+        click.echo(f"  pending: call {call.call_id} {call.tool} {args}  fingerprint {shown}  in child run {child}")
     if state.output is not None:
         click.echo(f"answer: {state.output}")
 
@@ -408,7 +408,7 @@ def reconcile(
     result: Any = None
     if result_json is not None:
         try:
-            result = json.loads(result_json)
+            result = nesting.loads(result_json, nesting.MAX_DEPTH)
         except ValueError as exc:
             fail(f"--executed takes a JSON value: {exc.args[0]}", 2)
     if temporal_address:

@@ -15,7 +15,7 @@ TICKETS_EXAMPLE = "examples/tickets/README.md"
 @click.command()
 @click.argument("target", required=False, metavar="PATH_OR_MODULE:AGENT")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option(
     "--db",
     "--run-db",

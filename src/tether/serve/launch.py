@@ -61,6 +61,7 @@ def check_protocols(a2a: bool, mcp: bool) -> None:
 # HTTP/1.1 parsed by h11, whose request head is bounded (a larger one is a 400 before the app sees it): the default
 # parser buffers headers without limit, so a client could grow the process by hundreds of MB before authenticating.
 MAX_HEAD_BYTES = 64 * 1024
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
 HTTP_SERVER: dict[str, Any] = {"http": "h11", "h11_max_incomplete_event_size": MAX_HEAD_BYTES}
 
 
@@ -94,6 +95,8 @@ def serve(
     lease = lease_seconds or Settings.from_env().lease_seconds  # TETHER_LEASE_SECONDS, checked, else the default
     who = authenticator(auth, host, store)
     log_level = os.environ.get("TETHER_LOG_LEVEL", "info")
+    if log_level not in LOG_LEVELS:
+        raise ConfigurationError(f"TETHER_LOG_LEVEL={log_level!r}: give one of {', '.join(LOG_LEVELS)}")
     if workers == 1:
         served = app(agent, authenticator=who, store=where, lease_seconds=lease, a2a=a2a, mcp=mcp, engine=engine,
                      temporal=temporal, task_queue=task_queue)  # fmt: skip

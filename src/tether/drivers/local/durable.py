@@ -33,6 +33,8 @@ from tether.store.base import RunStore
 from tether.store.records import StoredRun
 from tether.tools.toolbox import Toolbox
 
+SHOWN_FINGERPRINT = 12  # characters of a fingerprint that ``tether runs show`` prints, and a decision may give
+
 
 def ended_parent(store: RunStore, stored: StoredRun) -> str | None:
     """Why the child run ``stored`` must not act: its parent run has ended (None for a run with no parent, or whose
@@ -148,13 +150,19 @@ def decide(
     """Approve or deny one call of a run waiting in ``awaiting_approval`` (or of a child run it waits with).
 
     ``fingerprint``, when given, is the argument fingerprint the approver
-    saw; a decision for other arguments is refused.
+    saw, whole or its first ``SHOWN_FINGERPRINT`` characters or more (as
+    ``tether runs show`` prints it); a decision for other arguments is
+    refused, and so is an empty one.
     """
+    if fingerprint is not None and not fingerprint.strip():
+        raise ApprovalMismatch("an empty fingerprint names no arguments: give the one you reviewed, or none")
     run_id = holder(store, run_id, call_id)
     _, run = _open(store, run_id)
     try:
         call = _pending(run, call_id, Status.AWAITING_APPROVAL)
         seen = fingerprint or call.fingerprint or ""
+        if len(seen) >= SHOWN_FINGERPRINT and (call.fingerprint or "").startswith(seen):
+            seen = call.fingerprint or ""  # the start a person read: 48 bits no model's arguments meet by chance
         run.send(ApprovalDecided(call_id, seen, approved, clock(), reason))
         decision = {"id": call_id, "tool": call.tool, "approved": approved, "reason": reason, "by": by}
         store.checkpoint(run.state, [(APPROVAL_DECIDED, {**decision, "fingerprint": seen})])

@@ -33,7 +33,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tether.core.budget import RunConfig
-from tether.core.errors import NotWaiting
+from tether.core.errors import ConfigurationError, NotWaiting
 from tether.core.events import RUN_FINISHED, RUN_STARTED
 from tether.core.machine import Accepted, Cancel, Rejected, Run, RunState
 from tether.core.messages import Message, ToolCall
@@ -65,8 +65,13 @@ def transient(error: RPCError) -> bool:
 
 
 async def connect(address: str, namespace: str = "default") -> Client:
-    """A Temporal client for the server at ``address`` (``host:port``)."""
-    return await Client.connect(address, namespace=namespace)
+    """A Temporal client for the server at ``address`` (``host:port``); ``ConfigurationError`` for an address
+    that is none (``a:b:c``, a port past 65535)."""
+    try:
+        return await Client.connect(address, namespace=namespace)
+    except ValueError as exc:
+        what = f"--temporal {address!r} is not a Temporal server's address (HOST:PORT)"
+        raise ConfigurationError(f"{what}: {exc}") from None
 
 
 class _NoTools:

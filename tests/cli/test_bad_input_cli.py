@@ -1,0 +1,90 @@
+"""Bad input to the CLI is a usage or configuration error naming it, never a traceback.
+
+The real command in a subprocess (``cli_helpers.tether`` fails on any
+Python traceback in its output); the run a decision is for is made by the
+library in a real SQLite file.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import clean_env, tether
+
+from tether import Agent, SQLiteStore, Status, tool
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
+
+EXIT_USAGE = 2
+EXIT_CONFIGURATION = 3
+
+
+def test_an_argument_that_is_not_utf8_is_a_usage_error() -> None:
+    done = tether("run", "hi \udcff there")  # the byte 0xFF, as the shell hands it on
+    assert done.code == EXIT_USAGE and "argument 2 is not UTF-8 text" in done.err, done
+
+
+def test_a_prompt_on_standard_input_that_is_not_utf8_is_a_usage_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "run", "-"], input=b"hi \xff", capture_output=True, env=clean_env(), timeout=90
+    )
+    assert done.returncode == EXIT_USAGE, done
+    assert b"standard input is not UTF-8 text" in done.stderr and b"Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (("runs", "list", "--limit", "9" * 23), "is not in the range"),
+        (("serve", "agent.py:agent", "--port", "70000"), "is not in the range"),
+        (("reconcile", "r1", "c1", "--executed", "[" * 5000 + "]" * 5000), "nested more than 64 levels deep"),
+    ],
+)
+def test_a_value_out_of_its_range_is_a_usage_error(argv: tuple[str, ...], said: str, tmp_path: Path) -> None:
+    done = tether(*argv, "--db", str(tmp_path / "runs.db")) if argv[0] == "runs" else tether(*argv)
+    assert done.code == EXIT_USAGE and said in done.err, done
+
+
+def test_an_mcp_command_that_cannot_be_read_is_a_configuration_error() -> None:
+    done = tether("run", "hi", "--mcp", 'python "server.py', "--base-url", "http://127.0.0.1:9/v1", "--api-key", "k")
+    assert done.code == EXIT_CONFIGURATION and "cannot be read: No closing quotation" in done.err, done
+
+
+def test_a_temporal_address_that_is_none_is_a_configuration_error() -> None:
+    pytest.importorskip("temporalio")
+    done = tether("run", "hi", "--engine", "temporal", "--temporal", "a:b:c", "--base-url", "http://127.0.0.1:9/v1")
+    assert done.code == EXIT_CONFIGURATION and "is not a Temporal server's address" in done.err, done
+
+
+@tool(approval=True)
+def refund(order: str) -> str:
+    """Refund an order (a person approves it first)."""
+    return f"refunded {order}"
+
+
+async def test_a_decision_takes_the_fingerprint_as_runs_show_prints_it_and_never_an_empty_one(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = SQLiteStore(db)
+    model = ScriptedModel([reply_calls(("c1", "refund", '{"order": "A7"}')), reply_text("Refunded.")])
+    paused = await Agent(model, [refund], store=store).run("Refund A7.")
+    assert paused.status is Status.AWAITING_APPROVAL
+    [call] = paused.state.pending
+    shown = tether("runs", "show", paused.run_id, "--db", str(db))
+    assert f"fingerprint {(call.fingerprint or '')[:12]}" in shown.out, shown
+
+    empty = tether("approve", paused.run_id, "c1", "--fingerprint", "", "--db", str(db))
+    assert empty.code != 0 and "an empty fingerprint names no arguments" in empty.err, empty
+    approved = tether("approve", paused.run_id, "c1", "--fingerprint", (call.fingerprint or "")[:12], "--db", str(db))
+    assert approved.code == 0, approved
+    assert store.load(paused.run_id).state.approvals["c1"]["approved"] is True
+
+
+def test_a_log_level_the_server_does_not_know_is_a_configuration_error(tmp_path: Path) -> None:
+    """Checked before anything listens, not a traceback from the server as it starts."""
+    pytest.importorskip("uvicorn")
+    (tmp_path / "agent.py").write_text("from tether import Agent, ScriptedModel\nagent = Agent(ScriptedModel([]))\n")
+    env = clean_env(TETHER_LOG_LEVEL="bogus", TETHER_DB=str(tmp_path / "runs.db"))
+    done = tether("serve", "agent.py:agent", "--port", "0", env=env, cwd=tmp_path)
+    assert done.code == EXIT_CONFIGURATION and "TETHER_LOG_LEVEL='bogus'" in done.err, done
