@@ -88,3 +88,16 @@ def test_a_log_level_the_server_does_not_know_is_a_configuration_error(tmp_path:
     env = clean_env(TETHER_LOG_LEVEL="bogus", TETHER_DB=str(tmp_path / "runs.db"))
     done = tether("serve", "agent.py:agent", "--port", "0", env=env, cwd=tmp_path)
     assert done.code == EXIT_CONFIGURATION and "TETHER_LOG_LEVEL='bogus'" in done.err, done
+
+
+def test_a_database_of_something_else_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """A mistyped --db must not get a run store's tables and WAL mode added to another program's file."""
+    import sqlite3
+
+    other = tmp_path / "notes.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE notes (body TEXT)")
+    before = other.read_bytes()
+    done = tether("runs", "list", "--db", str(other))
+    assert done.code == EXIT_CONFIGURATION and "a SQLite database of something else" in done.err, done
+    assert other.read_bytes() == before and not (tmp_path / "notes.db-wal").exists()

@@ -48,6 +48,7 @@ def connect(path: Path) -> sqlite3.Connection:
     try:
         # wal_autocheckpoint: fold the WAL back every ~16 MB rather than 4 MB, a quarter of the fsyncs.
         db.execute("PRAGMA busy_timeout=5000")
+        _ours(db)
         _into_wal(db)
         for pragma in ("synchronous=NORMAL", "foreign_keys=ON", "wal_autocheckpoint=4000"):
             db.execute(f"PRAGMA {pragma}")
@@ -55,6 +56,14 @@ def connect(path: Path) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def _ours(db: sqlite3.Connection) -> None:
+    """Refuse a database of something else (tables, none of a run store's) before anything changes it: a
+    mistyped ``--db`` must not get the store's tables and WAL mode added to another program's file."""
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if tables and not tables & {"schema_migrations", "runs"}:
+        raise sqlite3.DatabaseError("it is a SQLite database of something else (it holds no run store's tables)")
 
 
 def _into_wal(db: sqlite3.Connection, *, patience: float = 5.0) -> None:
