@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -164,11 +166,14 @@ def delegating_desk(request: dict[str, Any]) -> ReplySpec:
     return text("Done.")
 
 
-async def test_cancelling_a_run_that_waits_with_its_child_run_cancels_the_child_and_no_approval_acts(
-    tmp_path: Path, session: aiohttp.ClientSession
-) -> None:
+@asynccontextmanager
+async def a_delegated_refund_waiting(
+    tmp_path: Path, session: aiohttp.ClientSession, agent: str = DELEGATING_AGENT_PY
+) -> AsyncIterator[tuple[Served, Client, str, dict[str, Any]]]:
+    """``agent`` served, its run handing a refund to its helper (a child run), the refund waiting for a person:
+    the service, a client, the run's id and the approvals inbox's item for the refund (naming the child run)."""
     agent_py = tmp_path / "agent.py"
-    agent_py.write_text(DELEGATING_AGENT_PY)
+    agent_py.write_text(agent)
     with FakeServer(delegating_desk) as model:
         served = Served(agent_py, tmp_path / "runs.db", tmp_path / "refunds.log", model)
         with served.process() as (_, base):
@@ -176,18 +181,24 @@ async def test_cancelling_a_run_that_waits_with_its_child_run_cancels_the_child_
             run_id = await api.start(ALICE, "refund A7")
             assert (await api.settled(ALICE, run_id))["status"] == "awaiting_approval"
             [item] = (await api.call("GET", "/approvals", BOB)).body["approvals"]
-            child = item["run_id"]
-            assert child != run_id and item["tool"] == "refund"
+            assert item["run_id"] != run_id and item["tool"] == "refund"
+            yield served, api, run_id, item
 
-            cancelled = await api.call("POST", f"/runs/{run_id}/cancel", ALICE)
-            assert cancelled.status == 200 and cancelled.body["status"] == "cancelled", cancelled.body
-            of_child = (await api.call("GET", f"/runs/{child}", ALICE)).body
-            assert of_child["status"] == "cancelled"
-            assert (await api.call("GET", "/approvals", BOB)).body["approvals"] == []
-            decision = {"approve": True, "fingerprint": item["fingerprint"]}
-            for through in (run_id, child):  # an approver sees a run of another's only while it waits for one
-                late = await api.call("POST", f"/runs/{through}/approvals/{item['call_id']}", BOB, decision)
-                assert late.status == 404, late.body
+
+async def test_cancelling_a_run_that_waits_with_its_child_run_cancels_the_child_and_no_approval_acts(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    async with a_delegated_refund_waiting(tmp_path, session) as (served, api, run_id, item):
+        child = item["run_id"]
+        cancelled = await api.call("POST", f"/runs/{run_id}/cancel", ALICE)
+        assert cancelled.status == 200 and cancelled.body["status"] == "cancelled", cancelled.body
+        of_child = (await api.call("GET", f"/runs/{child}", ALICE)).body
+        assert of_child["status"] == "cancelled"
+        assert (await api.call("GET", "/approvals", BOB)).body["approvals"] == []
+        decision = {"approve": True, "fingerprint": item["fingerprint"]}
+        for through in (run_id, child):  # an approver sees a run of another's only while it waits for one
+            late = await api.call("POST", f"/runs/{through}/approvals/{item['call_id']}", BOB, decision)
+            assert late.status == 404, late.body
     assert served.refunds_made() == []
 
 
@@ -196,21 +207,13 @@ async def test_a_child_runs_call_approved_through_its_own_id_carries_the_whole_t
 ) -> None:
     """The inbox names the child run; deciding there resumes the run at the top, which carries the child on:
     the child never goes on alone (with the parent's agent and tools, its parent left waiting)."""
-    agent_py = tmp_path / "agent.py"
-    agent_py.write_text(DELEGATING_AGENT_PY)
-    with FakeServer(delegating_desk) as model:
-        served = Served(agent_py, tmp_path / "runs.db", tmp_path / "refunds.log", model)
-        with served.process() as (_, base):
-            api = Client(base, session)
-            run_id = await api.start(ALICE, "refund A7")
-            assert (await api.settled(ALICE, run_id))["status"] == "awaiting_approval"
-            [item] = (await api.call("GET", "/approvals", BOB)).body["approvals"]
-            child = item["run_id"]
-            decision = {"approve": True, "fingerprint": item["fingerprint"]}
-            decided = await api.call("POST", f"/runs/{child}/approvals/{item['call_id']}", BOB, decision)
-            assert decided.status == 200 and decided.body["status"] == "running", decided.body
-            finished = await api.settled(ALICE, run_id)
-            of_child = (await api.call("GET", f"/runs/{child}", ALICE)).body
+    async with a_delegated_refund_waiting(tmp_path, session) as (served, api, run_id, item):
+        child = item["run_id"]
+        decision = {"approve": True, "fingerprint": item["fingerprint"]}
+        decided = await api.call("POST", f"/runs/{child}/approvals/{item['call_id']}", BOB, decision)
+        assert decided.status == 200 and decided.body["status"] == "running", decided.body
+        finished = await api.settled(ALICE, run_id)
+        of_child = (await api.call("GET", f"/runs/{child}", ALICE)).body
     assert finished["status"] == "completed" and finished["output"] == "Done."
     assert of_child["status"] == "completed"
     assert len(served.refunds_made()) == 1
@@ -220,17 +223,11 @@ async def test_a_sub_agents_own_approver_decides_nothing_when_served(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     """A service's approvals are all a person's, over HTTP: a sub-agent that approves its own calls in a
-    script waits for one here, as the served agent does."""
-    agent_py = tmp_path / "agent.py"
-    agent_py.write_text(DELEGATING_AGENT_PY + "desk.approver = lambda call: True\n")
-    with FakeServer(delegating_desk) as model:
-        served = Served(agent_py, tmp_path / "runs.db", tmp_path / "refunds.log", model)
-        with served.process() as (_, base):
-            api = Client(base, session)
-            run_id = await api.start(ALICE, "refund A7")
-            assert (await api.settled(ALICE, run_id))["status"] == "awaiting_approval"
-            [item] = (await api.call("GET", "/approvals", BOB)).body["approvals"]
-    assert item["tool"] == "refund" and served.refunds_made() == []
+    script waits for one here, as the served agent does (the helper's setup checks that it waits)."""
+    approving = DELEGATING_AGENT_PY + "desk.approver = lambda call: True\n"
+    async with a_delegated_refund_waiting(tmp_path, session, approving) as (served, _, _, _):
+        pass
+    assert served.refunds_made() == []
 
 
 async def test_an_event_id_that_is_not_an_ascii_number_is_a_422(served: Served, session: aiohttp.ClientSession) -> None:

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tether import Agent, OpenAIChatModel, Status, tool
+from tether import Agent, OpenAIChatModel, Status, Tool, tool
 from tether.core.machine import Cancel, Run
 from tether.drivers.local.subagents import child_run_id
 from tether.serve.runs import AgentRuns
@@ -37,24 +37,35 @@ def bump(n: int) -> str:
     return f"bumped {n}"
 
 
-async def test_a_child_cut_off_with_a_parent_that_ended_since_is_cancelled_not_driven(tmp_path: Path) -> None:
-    drivers: list[Any] = []
+# The parent delegates; the child stalls (the process is asked to stop meanwhile), then bumps and answers.
+SCRIPT = [
+    tool_calls([("c1", "helper", json.dumps({"input": "go"}))]),
+    tool_calls([("s1", "stall", "{}")]),
+    tool_calls([("b1", "bump", json.dumps({"n": 1}))]),
+    text("child done"),
+    text("parent done"),
+]
+
+
+def stall_once(drivers: list[Any]) -> Tool:
+    """A call during which the process driving ``drivers[0]`` is asked to stop, the first time it is made."""
 
     @tool(read_only=True)
     async def stall() -> str:
-        """Stands in for a long call during which the process is asked to stop."""
-        drivers[0].suspend()
+        """Stands in for a long call."""
+        if len(drivers) == 1:
+            drivers.append("stopped")
+            drivers[0].suspend()
         return "stalled"
 
-    script = [
-        tool_calls([("c1", "helper", json.dumps({"input": "go"}))]),
-        tool_calls([("s1", "stall", "{}")]),
-        tool_calls([("b1", "bump", json.dumps({"n": 1}))]),
-        text("child done"),
-        text("parent done"),
-    ]
+    return stall
+
+
+async def test_a_child_cut_off_with_a_parent_that_ended_since_is_cancelled_not_driven(tmp_path: Path) -> None:
+    drivers: list[Any] = []
+    stall = stall_once(drivers)
     db = tmp_path / "runs.db"
-    with FakeServer(script) as server:
+    with FakeServer(list(SCRIPT)) as server:
         model = OpenAIChatModel("m", base_url=server.base_url, api_key="k")
         store = SQLiteStore(db)
         setup = {"surface": SURFACE}
@@ -92,24 +103,9 @@ async def test_a_child_cut_off_with_its_parent_is_carried_on_by_the_parent_only(
     updated first, so it is found first), which would be two drivers of one run."""
     effects.clear()
     drivers: list[Any] = []
-
-    @tool(read_only=True)
-    async def stall() -> str:
-        """Stands in for a long call during which the process is asked to stop."""
-        if not drivers[1:]:
-            drivers.append("stopped once")
-            drivers[0].suspend()
-        return "stalled"
-
-    script = [
-        tool_calls([("c1", "helper", json.dumps({"input": "go"}))]),
-        tool_calls([("s1", "stall", "{}")]),
-        tool_calls([("b1", "bump", json.dumps({"n": 1}))]),
-        text("child done"),
-        text("parent done"),
-    ]
+    stall = stall_once(drivers)
     db = tmp_path / "runs.db"
-    with FakeServer(script) as server:
+    with FakeServer(list(SCRIPT)) as server:
         model = OpenAIChatModel("m", base_url=server.base_url, api_key="k")
         store = SQLiteStore(db)
         setup = {"surface": "serve:desk"}  # as the service records its runs (``AgentRuns``)
