@@ -1256,15 +1256,21 @@ class Driver:
         if not self._quiet:
             self._emit(CALL_STARTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
         started = time.perf_counter()
+        cancelled = False
         if _is_agent_tool(self.toolbox.all.get(call.tool)):
             from tether.drivers.local import subagents
 
             executing: Awaitable[ToolResult | None] = subagents.delegate(self, call, principal)
+            outcome = await (tracing.traced_call(call, run_id, executing) if self._traced else executing)
         else:
             executing = self.toolbox.execute(
                 call, run_id, self.run_machine.deadline_at, principal=principal, deps=self.deps
             )
-        outcome = await (tracing.traced_call(call, run_id, executing) if self._traced else executing)
+            traced = tracing.traced_call(call, run_id, executing) if self._traced else executing
+            if store is not None and not call.read_only:
+                outcome, cancelled = await _outliving(traced)
+            else:
+                outcome = await traced
         if outcome is None:  # its child run waits for a person, or was suspended: no outcome yet (``_run_tools``)
             return ""
         content = outcome.content
@@ -1290,6 +1296,8 @@ class Driver:
             if not call.read_only:
                 self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool, digest=digest(content))
                 self._effect_unsaved = True
+        if cancelled:  # the run was cancelled while the effect ran: now that its outcome is recorded, it ends
+            raise asyncio.CancelledError
         return content
 
     def _done(self, call: PendingCall, content: str, kind: str) -> str:
@@ -1437,6 +1445,26 @@ def approval_reason(tools: Sequence[Tool]) -> str | None:
     if why is None and (found := _subagents()) is not None:
         why = found.pause_reason(tools, approval_reason)
     return why
+
+
+async def _outliving(work: Awaitable[T]) -> tuple[T, bool]:
+    """``work`` run to its end, and whether the run was cancelled meanwhile.
+
+    For a side effect whose intent is on disk: cancelled half-way, its
+    outcome would be one nobody knows, in a run that has ended (a tool on a
+    thread goes on anyway, unseen). It finishes, within its own timeout,
+    and its outcome is recorded before the cancellation goes on. A second
+    cancellation stops waiting, and the outcome stays unknown.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task), False
+    except asyncio.CancelledError:
+        try:
+            return await task, True
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
 
 
 async def _decision(approver: Approver, call: PendingCall) -> Decision | None:
