@@ -101,3 +101,18 @@ def test_a_database_of_something_else_is_refused_and_left_as_it_was(tmp_path: Pa
     done = tether("runs", "list", "--db", str(other))
     assert done.code == EXIT_CONFIGURATION and "a SQLite database of something else" in done.err, done
     assert other.read_bytes() == before and not (tmp_path / "notes.db-wal").exists()
+
+
+def test_a_models_control_characters_are_shown_not_obeyed(tmp_path: Path) -> None:
+    """An escape sequence in an answer would retitle the terminal or rewrite what it shows."""
+    from cli_helpers import endpoint
+
+    from tether.testing import FakeServer
+    from tether.testing.fake_server import text
+
+    hostile = "done\x1b]0;pwned\x07\x1b[2J\x9b31m"
+    with FakeServer([text(hostile)]) as server:
+        done = tether("run", "hi", *endpoint(server), env=clean_env(TETHER_DB=str(tmp_path / "runs.db")))
+    assert done.code == 0, done
+    assert "answer: done\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m" in done.out
+    assert "\x1b" not in done.out and "\x9b" not in done.out and "\x07" not in done.out

@@ -31,7 +31,7 @@ from tether.cli.common import (
     protocol_option,
     with_settings_options,
 )
-from tether.cli.render import Renderer
+from tether.cli.render import Renderer, visible
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
 from tether.core.errors import TetherError
 from tether.core.settings import ModelSettings
@@ -166,8 +166,8 @@ async def _session(agent: Any, conversation: Any) -> None:
                 click.echo(f"error: {exc}", err=True)
                 continue
             if result.output is not None:
-                click.echo(f"agent> {result.output}")
+                click.echo(visible(f"agent> {result.output}"))
             else:
-                click.echo(f"(turn ended {result.status.value}: {result.reason})")
+                click.echo(visible(f"(turn ended {result.status.value}: {result.reason})"))
     finally:
         await agent.aclose()

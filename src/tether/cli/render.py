@@ -73,9 +73,19 @@ def _indented(echo: Callable[..., Any], line: str, **options: Any) -> Any:
     return echo("    " + line if line else line, **options)
 
 
+# Control characters but tab and newline, as visible escapes: a model's answer (or a tool's result, an argument)
+# printed raw could move the cursor, rewrite what is on the screen or retitle the terminal.
+_VISIBLE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+
+
+def visible(text: str) -> str:
+    """``text`` with its control characters (an escape sequence's ESC among them) shown, not obeyed."""
+    return text.translate(_VISIBLE)
+
+
 class Renderer:
     def __init__(self, echo: Callable[..., Any], stream: bool = False) -> None:
-        self.echo = echo
+        self.echo: Callable[..., Any] = lambda line="", **options: echo(visible(line), **options)
         self.stream = stream
         self._streaming: list[str] = []  # this step's streamed text so far
         self._streamed = ""  # the last step's whole streamed text

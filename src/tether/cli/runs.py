@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from tether.cli.common import db_option, fail, json_option, open_store
-from tether.cli.render import arguments_preview, short
+from tether.cli.render import arguments_preview, short, visible
 from tether.cli.temporal import decide_on_temporal, reconcile_on_temporal, temporal_run_option
 from tether.core import nesting
 from tether.core.errors import TetherError
@@ -198,18 +198,20 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
         click.echo(f"  child run of run {stored.parent_id}")
     start = events[0].at if events else stored.created_at
     for e in events:
-        click.echo(f"  +{e.at - start:8.3f}s  step {e.step}  {_describe(e.kind, redact(e.data))}")
+        click.echo(visible(f"  +{e.at - start:8.3f}s  step {e.step}  {_describe(e.kind, redact(e.data))}"))
     _show_tree(children, "  ")
     for call in waiting:
         args = arguments_preview(call.arguments) or "null"
         shown = (call.fingerprint or "")[:SHOWN_FINGERPRINT]
-        click.echo(f"  pending: call {call.call_id} {call.tool} {args}  fingerprint {shown}")
+        click.echo(visible(f"  pending: call {call.call_id} {call.tool} {args}  fingerprint {shown}"))
     for child, call in of_children:
         args = arguments_preview(call.arguments) or "null"
         shown = (call.fingerprint or "")[:SHOWN_FINGERPRINT]
-        click.echo(f"  pending: call {call.call_id} {call.tool} {args}  fingerprint {shown}  in child run {child}")
+        click.echo(
+            visible(f"  pending: call {call.call_id} {call.tool} {args}  fingerprint {shown}  in child run {child}")
+        )
     if state.output is not None:
-        click.echo(f"answer: {state.output}")
+        click.echo(visible(f"answer: {state.output}"))
 
 
 def _tree(store: Any, run_id: str, events: list[Any], depth: int = 0) -> list[dict[str, Any]]:
