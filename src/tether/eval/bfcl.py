@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tether.core import nesting
 from tether.core.errors import DatasetError
 from tether.core.messages import Message
 from tether.eval.checker import Output, Verdict, check
@@ -122,14 +123,18 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 if not line.strip():
                     continue
                 try:
-                    value = json.loads(line)
+                    value = nesting.loads(line, nesting.MAX_REPLY_DEPTH)
                 except json.JSONDecodeError as exc:
                     raise DatasetError(f"{path}:{number}: not JSON ({exc.msg})") from None
+                except ValueError as exc:  # nested too deep, or not text
+                    raise DatasetError(f"{path}:{number}: {exc}") from None
                 if not isinstance(value, dict) or not isinstance(value.get("id"), str):
                     raise DatasetError(f"{path}:{number}: expected an object with a string id")
                 yield number, value
     except OSError as exc:
         raise DatasetError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
 def needs_ground_truth(category: str) -> bool:
@@ -157,7 +162,12 @@ def load(dataset: str | Path) -> list[Any]:
             raise DatasetError(f"{path}:{number}: multi-turn cases are not supported yet")
         if not isinstance(functions, list):
             raise DatasetError(f"{path}:{number}: function must be a list of documents")
-        messages = tuple(Message(m["role"], m.get("content")) for m in question[0])
+        turn = question[0]
+        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in turn):
+            raise DatasetError(f"{path}:{number}: each message of the question must be an object with a role")
+        if not all(isinstance(f, dict) for f in functions):
+            raise DatasetError(f"{path}:{number}: each function document must be an object")
+        messages = tuple(Message(m["role"], m.get("content")) for m in turn)
         ground_truth = None
         if needs_ground_truth(category):
             found = truth.get(entry["id"])

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tether.core import nesting
 from tether.core.errors import DatasetError, ToolDefinitionError
 from tether.core.messages import Message
 from tether.eval.checker import Output, Verdict
@@ -267,6 +268,8 @@ def load_cases(
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise DatasetError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     offered: dict[str, list[Tool]] = {}
 
     def tools_of(names: Sequence[str], where: str, named_by_dataset: bool = True) -> list[Tool]:
@@ -295,9 +298,11 @@ def load_cases(
             continue
         where = f"{path}:{number}"
         try:
-            entry = json.loads(line)
+            entry = nesting.loads(line, nesting.MAX_REPLY_DEPTH)
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{where}: not JSON ({exc.msg})") from None
+        except ValueError as exc:  # nested too deep, or not text
+            raise DatasetError(f"{where}: {exc}") from None
         case = _case(entry, where, path.stem, toolsets, tools_of)
         if case.id in seen:
             raise DatasetError(f"{where}: case id {case.id!r} appears twice")
