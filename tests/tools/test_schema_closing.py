@@ -53,6 +53,17 @@ def test_a_free_form_object_parameter_stays_open() -> None:
     assert isinstance(extra, Rejected) and "unexpected field(s) 'other'" in extra.message
 
 
+def test_arguments_that_declare_no_properties_take_none() -> None:
+    """``{"type": "object"}`` alone (what MCP servers send for a tool without parameters) takes ``{}`` only; a map
+    the schema asks for (``additionalProperties`` a schema) stays one."""
+    for schema in ({"type": "object"}, {"type": "object", "properties": {}}):
+        assert isinstance(check(schema, {}), Accepted)
+        extra = check(schema, {"anything": 1})
+        assert isinstance(extra, Rejected) and "unexpected field(s) 'anything'" in extra.message
+    labels = {"type": "object", "additionalProperties": {"type": "string"}}
+    assert isinstance(check(labels, {"env": "prod"}), Accepted)
+
+
 def test_all_of_two_object_branches_accepts_fields_of_both_and_refuses_others() -> None:
     schema = {
         "type": "object",

@@ -317,8 +317,8 @@ def _close(schema: Any) -> Any:
     - An object that names its properties gets ``additionalProperties:
       false``; a free-form object (a map: no or empty ``properties``) stays
       open, or it could only ever be empty. The arguments object itself is
-      closed even with empty ``properties``: a tool that declares none takes
-      none.
+      closed even with empty or no ``properties``: a tool that declares none
+      takes none.
     - An object built from parts (``allOf``, ``if``/``then``/``else``,
       ``dependentSchemas``, ``$ref`` beside ``properties``, or ``anyOf`` /
       ``oneOf`` branches beside its own ``properties``) is closed as a whole
@@ -331,8 +331,13 @@ def _close(schema: Any) -> Any:
     """
     parts = _part_refs(schema)
     closed = _close_node(schema, part=False, parts=parts, root=schema)
-    if isinstance(closed, dict) and closed.get("properties") == {} and not _combined(closed):
-        closed.setdefault("additionalProperties", False)
+    if (
+        isinstance(closed, dict)
+        and closed.get("properties", {}) == {}
+        and closed.get("type", "object") == "object"
+        and not _combined(closed)
+    ):
+        closed.setdefault("additionalProperties", False)  # with no ``properties`` at all too (MCP servers send that)
     return closed
 
 
