@@ -48,7 +48,6 @@ def connect(path: Path) -> sqlite3.Connection:
     try:
         # wal_autocheckpoint: fold the WAL back every ~16 MB rather than 4 MB, a quarter of the fsyncs.
         db.execute("PRAGMA busy_timeout=5000")
-        _ours(db)
         _into_wal(db)
         for pragma in ("synchronous=NORMAL", "foreign_keys=ON", "wal_autocheckpoint=4000"):
             db.execute(f"PRAGMA {pragma}")
@@ -58,10 +57,16 @@ def connect(path: Path) -> sqlite3.Connection:
     return db
 
 
-def _ours(db: sqlite3.Connection) -> None:
+def _of_a_run_store(path: Path) -> None:
     """Refuse a database of something else (tables, none of a run store's) before anything changes it: a
     mistyped ``--db`` must not get the store's tables and WAL mode added to another program's file."""
-    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if str(path) == ":memory:" or not path.is_file():
+        return
+    db = sqlite3.connect(path)  # reading the schema changes nothing
+    try:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        db.close()
     if tables and not tables & {"schema_migrations", "runs"}:
         raise sqlite3.DatabaseError("it is a SQLite database of something else (it holds no run store's tables)")
 
@@ -183,6 +188,7 @@ class SQLiteDialect:
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.where: Path = Path(path) if path is not None else Path(":memory:")
+        _of_a_run_store(self.where)
         self._db = connect(self.where)
         self._wal: int | None = None  # the WAL, opened for ``sync``
         try:
