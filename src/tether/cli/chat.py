@@ -26,7 +26,6 @@ from tether.cli.common import (
     env_prefix,
     fail,
     given_base_url,
-    is_text,
     open_store,
     protocol_option,
     with_settings_options,
@@ -34,6 +33,7 @@ from tether.cli.common import (
 from tether.cli.render import Renderer, visible
 from tether.core.budget import DEFAULT_MAX_STEPS, Budget
 from tether.core.errors import TetherError
+from tether.core.nesting import utf8
 from tether.core.settings import ModelSettings
 from tether.drivers.local.runner import Decision
 from tether.store import default_path
@@ -157,7 +157,7 @@ async def _session(agent: Any, conversation: Any) -> None:
                 return
             if not line.strip():
                 continue
-            if not is_text(line):
+            if not utf8(line):  # bytes that were not UTF-8 come in as lone surrogates
                 click.echo("error: that line is not UTF-8 text; nothing was sent", err=True)
                 continue
             try:

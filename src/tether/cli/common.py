@@ -508,9 +508,3 @@ def _shown(value: Any) -> str:
     if isinstance(value, list):
         return " ".join(value) or "(none)"
     return "(none)" if value is None else str(value)
-
-
-def is_text(written: str) -> bool:
-    """Whether ``written`` (an argument, a line typed) is text: bytes that are not UTF-8 come in as lone
-    surrogates (``surrogateescape``), which nothing can store, hash or print."""
-    return written.isascii() or not any("\udc80" <= c <= "\udcff" for c in written)

@@ -15,7 +15,7 @@ import sys
 import click
 
 from tether.cli.chat import chat
-from tether.cli.common import EXIT_INTERNAL, fail, is_text, load_tools
+from tether.cli.common import EXIT_INTERNAL, fail, load_tools
 from tether.cli.eval import eval_command
 from tether.cli.keys import keys
 from tether.cli.mcp import mcp
@@ -24,6 +24,7 @@ from tether.cli.runs import approve, deny, reconcile, runs
 from tether.cli.serve import serve
 from tether.cli.temporal import dev_server, worker
 from tether.core.errors import TetherError
+from tether.core.nesting import utf8
 
 
 @click.group()
@@ -86,7 +87,7 @@ cli.add_command(keys)
 
 def main() -> None:
     for at, word in enumerate(sys.argv[1:], start=1):
-        if not is_text(word):
+        if not utf8(word):  # bytes that were not UTF-8 come in as lone surrogates
             fail(f"argument {at} is not UTF-8 text", 2)
     try:
         cli(standalone_mode=True)

@@ -6,6 +6,8 @@ import json
 from enum import StrEnum
 from typing import Any
 
+from tether.core.nesting import utf8
+
 
 class ErrorCode(StrEnum):
     """The error codes of the result envelope: why a call was not run, or how it failed (DESIGN.md §4)."""
@@ -32,13 +34,9 @@ _JSON = json.JSONEncoder(ensure_ascii=False).encode  # made once: json.dumps wit
 def text(written: str) -> str:
     """``written`` with each lone UTF-16 surrogate made U+FFFD: what a tool says (a file name read with
     ``surrogateescape``, an exception's message) becomes text that can be stored, hashed and printed."""
-    if written.isascii():
+    if utf8(written):
         return written
-    try:
-        written.encode("utf-8")
-    except UnicodeEncodeError:
-        return written.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return written
+    return written.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _TEXT(value: Any) -> str:

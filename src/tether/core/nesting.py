@@ -45,27 +45,29 @@ class NotText(ValueError):
         super().__init__("not text: it holds a lone UTF-16 surrogate")
 
 
+def utf8(text: str) -> bool:
+    """Whether UTF-8 can write ``text``: it holds no lone surrogate (ASCII is answered without encoding)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_text(text: str, value: Any) -> None:
     """``NotText`` if ``value`` (decoded from ``text``) holds a lone surrogate.
 
     Only text with a surrogate's escape, or with a surrogate itself (bytes
     that were not UTF-8), can decode to one: other text is answered by a
-    substring search, or by ``isascii``, before anything is walked.
+    substring search and ``utf8`` before anything is walked.
     """
-    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
-        pass
-    elif text.isascii():
+    escaped = "\\u" in text and _SURROGATE_ESCAPE.search(text) is not None
+    if not escaped and utf8(text):
         return
-    else:
-        try:
-            text.encode("utf-8")
-            return
-        except UnicodeEncodeError:
-            pass
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise NotText() from None
+    if not utf8(json.dumps(value, ensure_ascii=False)):
+        raise NotText()
 
 
 class NestedTooDeep(ValueError):

@@ -53,15 +53,15 @@ def ended_parent(store: RunStore, stored: StoredRun) -> str | None:
 def top_run(store: RunStore, run_id: str) -> str:
     """The run at the top of ``run_id``'s tree (itself, for a run with no parent): the one to resume, which
     carries its child runs on. A parent that is not in the store ends the climb (``ended_parent`` says why)."""
+    parent = store.load(run_id, check=False).parent_id
     for _ in range(MAX_DEPTH + 1):
-        parent = store.load(run_id, check=False).parent_id
         if parent is None:
             break
         try:
-            store.load(parent, check=False)
+            above = store.load(parent, check=False).parent_id
         except RunNotFound:
             break
-        run_id = parent
+        run_id, parent = parent, above
     return run_id
 
 

@@ -1256,21 +1256,20 @@ class Driver:
         if not self._quiet:
             self._emit(CALL_STARTED, id=call.call_id, tool=call.tool, arguments=call.arguments)
         started = time.perf_counter()
-        cancelled = False
-        if _is_agent_tool(self.toolbox.all.get(call.tool)):
+        delegating = _is_agent_tool(self.toolbox.all.get(call.tool))
+        if delegating:
             from tether.drivers.local import subagents
 
             executing: Awaitable[ToolResult | None] = subagents.delegate(self, call, principal)
-            outcome = await (tracing.traced_call(call, run_id, executing) if self._traced else executing)
         else:
             executing = self.toolbox.execute(
                 call, run_id, self.run_machine.deadline_at, principal=principal, deps=self.deps
             )
-            traced = tracing.traced_call(call, run_id, executing) if self._traced else executing
-            if store is not None and not call.read_only:
-                outcome, cancelled = await _outliving(traced)
-            else:
-                outcome = await traced
+        traced = tracing.traced_call(call, run_id, executing) if self._traced else executing
+        if store is not None and not call.read_only and not delegating:  # a child run is cancelled with its parent
+            outcome, cancelled = await _outliving(traced)
+        else:
+            outcome, cancelled = await traced, False
         if outcome is None:  # its child run waits for a person, or was suspended: no outcome yet (``_run_tools``)
             return ""
         content = outcome.content
