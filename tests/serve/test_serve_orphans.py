@@ -47,34 +47,35 @@ SCRIPT = [
 ]
 
 
-def stall_once(drivers: list[Any]) -> Tool:
-    """A call during which the process driving ``drivers[0]`` is asked to stop, the first time it is made."""
+async def cut_off_tree(model: OpenAIChatModel, store: Any, surface: str) -> tuple[Agent, list[Tool], str, str]:
+    """The ``desk`` agent's run and its helper's child run, recorded for ``surface``, cut off together by a stop
+    while the child stalls: the parent agent, the child's tools, the parent run's id and the child's."""
+    drivers: list[Any] = []
 
     @tool(read_only=True)
     async def stall() -> str:
-        """Stands in for a long call."""
+        """Stands in for a long call, during which the process is asked to stop (the first time)."""
         if len(drivers) == 1:
             drivers.append("stopped")
             drivers[0].suspend()
         return "stalled"
 
-    return stall
+    setup = {"surface": surface}
+    tools = [stall, bump]
+    child = Agent(model, tools, setup=setup)  # records in its parent's store, as a served parent's child does
+    parent = Agent(model, [child.as_tool(name="helper")], name="desk", store=store, setup=setup)
+    driver = parent.driver("go")
+    drivers.append(driver)
+    stopped = await driver.run()
+    return parent, tools, stopped.run_id, child_run_id(stopped.run_id, "c1")
 
 
 async def test_a_child_cut_off_with_a_parent_that_ended_since_is_cancelled_not_driven(tmp_path: Path) -> None:
-    drivers: list[Any] = []
-    stall = stall_once(drivers)
     db = tmp_path / "runs.db"
     with FakeServer(list(SCRIPT)) as server:
         model = OpenAIChatModel("m", base_url=server.base_url, api_key="k")
         store = SQLiteStore(db)
-        setup = {"surface": SURFACE}
-        child = Agent(model, [stall, bump], store=store, setup=setup)
-        parent = Agent(model, [child.as_tool(name="helper")], store=store, setup=setup)
-        driver = parent.driver("go")
-        drivers.append(driver)
-        stopped = await driver.run()
-        parent_id, child_id = stopped.run_id, child_run_id(stopped.run_id, "c1")
+        _, tools, parent_id, child_id = await cut_off_tree(model, store, SURFACE)
         assert store.load(child_id).state.status is Status.AWAITING_MODEL
         # The parent ends alone (as an older tether cancelled it, or a crash between the two cancellations).
         store.acquire(parent_id)
@@ -85,7 +86,7 @@ async def test_a_child_cut_off_with_a_parent_that_ended_since_is_cancelled_not_d
 
         settings = Settings(run_db=db, model_factory=lambda: model)
         service_store = SQLiteStore(db)
-        service = RunService(settings, service_store, [stall, bump])
+        service = RunService(settings, service_store, tools)
         try:
             taken = await service.take_over()
             ended = service_store.load(child_id).state
@@ -102,19 +103,11 @@ async def test_a_child_cut_off_with_its_parent_is_carried_on_by_the_parent_only(
     """The take-over drives the parent, whose call resumes the child: never the child alone as well (it was
     updated first, so it is found first), which would be two drivers of one run."""
     effects.clear()
-    drivers: list[Any] = []
-    stall = stall_once(drivers)
     db = tmp_path / "runs.db"
     with FakeServer(list(SCRIPT)) as server:
         model = OpenAIChatModel("m", base_url=server.base_url, api_key="k")
         store = SQLiteStore(db)
-        setup = {"surface": "serve:desk"}  # as the service records its runs (``AgentRuns``)
-        child = Agent(model, [stall, bump], setup=setup)
-        parent = Agent(model, [child.as_tool(name="helper")], name="desk", store=store, setup=setup)
-        driver = parent.driver("go")
-        drivers.append(driver)
-        stopped = await driver.run()
-        parent_id, child_id = stopped.run_id, child_run_id(stopped.run_id, "c1")
+        parent, _, parent_id, child_id = await cut_off_tree(model, store, "serve:desk")  # as ``AgentRuns`` records
         store.close()
 
         settings = Settings(run_db=db, model_factory=lambda: model)
