@@ -116,3 +116,75 @@ def test_a_models_control_characters_are_shown_not_obeyed(tmp_path: Path) -> Non
     assert done.code == 0, done
     assert "answer: done\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m" in done.out
     assert "\x1b" not in done.out and "\x9b" not in done.out and "\x07" not in done.out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("runs", "show", "3f2a"),
+        ("runs", "verify", "3f2a"),
+        ("approve", "3f2a", "call_1"),
+        ("deny", "3f2a", "call_1"),
+        ("reconcile", "3f2a", "call_1", "--not-executed"),
+        ("resume", "3f2a"),
+        ("keys", "revoke", "3f9a0c2d41b7e865"),
+    ],
+)
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_command_on_runs_made_refuses_a_store_that_is_not_there(
+    tmp_path: Path, argv: tuple[str, ...], how: str
+) -> None:
+    """A mistyped path is named as missing; it does not become a new, empty store that shows no runs."""
+    mistyped = tmp_path / "rnus.db"
+    if how == "flag":
+        done = tether(*argv, "--db", str(mistyped), env=clean_env())
+    else:
+        done = tether(*argv, env=clean_env(TETHER_DB=str(mistyped)))
+    assert done.code == EXIT_CONFIGURATION and f"there is no run store at {mistyped}" in done.err, done
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("argv", "none"), [(("runs", "list"), "no runs recorded"), (("keys", "list"), "no API keys")])
+def test_a_listing_of_a_store_that_is_not_there_is_empty_and_names_the_path(
+    tmp_path: Path, argv: tuple[str, ...], none: str
+) -> None:
+    """Nothing recorded yet, or a mistyped path: nothing listed either way, the path said, and no file made."""
+    mistyped = tmp_path / "rnus.db"
+    done = tether(*argv, "--db", str(mistyped), env=clean_env())
+    assert done.code == 0 and done.out.strip() == f"{none}: there is no run store at {mistyped} (set TETHER_DB or --db)"
+    as_json = tether(*argv, "--json", "--db", str(mistyped), env=clean_env())
+    assert as_json.code == 0 and as_json.out.strip() == "[]" and f"there is no run store at {mistyped}" in as_json.err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sqlite_url_names_its_file_and_another_scheme_is_refused(tmp_path: Path) -> None:
+    """SQLAlchemy's ``sqlite:///relative`` and ``sqlite:////absolute``; ``mysql://…`` is no file named ``mysql:``."""
+    store = SQLiteStore(tmp_path / "runs.db")
+    store.close()
+    absolute = tether("runs", "list", "--json", env=clean_env(TETHER_DB=f"sqlite:///{tmp_path}/runs.db"))
+    assert absolute.code == 0 and absolute.out.strip() == "[]", absolute
+    relative = tether("runs", "list", "--json", env=clean_env(TETHER_DB="sqlite:///runs.db"), cwd=tmp_path)
+    assert relative.code == 0 and relative.out.strip() == "[]", relative
+    made = tether("keys", "create", "--principal", "alice", "--db", "sqlite:///new.db", cwd=tmp_path, env=clean_env())
+    assert made.code == 0 and (tmp_path / "new.db").exists(), made
+    for url in ("mysql://db.internal/runs", "sqlite://", "sqlite:///"):
+        done = tether("runs", "list", "--db", url, env=clean_env(), cwd=tmp_path)
+        assert done.code == EXIT_CONFIGURATION and "names no run store tether can open" in done.err, (url, done)
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(("runs.db", "new.db"))) == []
+
+
+@pytest.mark.parametrize("command", [("run", "hi"), ("chat",), ("mcp", "serve")])
+@pytest.mark.parametrize("principal", ["alice\x1b[2J", "bob\nadmin", "", "   ", "x" * 201])
+def test_a_principal_id_no_key_could_name_is_a_usage_error(
+    tmp_path: Path, command: tuple[str, ...], principal: str
+) -> None:
+    """Ids with control characters, only spaces or past 200 characters: API keys and tokens refuse them too."""
+    done = tether(*command, "--principal", principal, env=clean_env(TETHER_DB=str(tmp_path / "runs.db")))
+    assert done.code == EXIT_USAGE and "is not usable: a principal id is 1 to 200 printable characters" in done.err
+    assert not (tmp_path / "runs.db").exists()
+
+
+def test_mcp_read_only_without_a_server_is_refused(tmp_path: Path) -> None:
+    """The tool meant read-only would come from a server the command forgot: nothing to mark, so say so."""
+    done = tether("run", "hi", "--mcp-read-only", "search_files", env=clean_env(TETHER_DB=str(tmp_path / "runs.db")))
+    assert done.code == EXIT_CONFIGURATION and "no --mcp or --mcp-url gives a server" in done.err, done

@@ -27,6 +27,7 @@ from tether.cli.common import (
     fail,
     given_base_url,
     open_store,
+    principal_checked,
     protocol_option,
     with_settings_options,
 )
@@ -69,7 +70,9 @@ def _save_history(readline: Any, history: Path) -> None:
 @with_settings_options
 @click.option("--max-steps", type=click.IntRange(min=1), default=DEFAULT_MAX_STEPS, show_default=True)
 @click.option("--files-root", type=click.Path(file_okay=False), help="Root for the files toolset.")
-@click.option("--principal", default="local", show_default=True, help="Who the conversation acts for.")
+@click.option(
+    "--principal", default="local", show_default=True, help="Who the conversation acts for.", callback=principal_checked
+)
 @click.option(
     "--continue",
     "conversation_id",

@@ -84,10 +84,16 @@ def fail(message: str, code: int = EXIT_CONFIGURATION) -> NoReturn:
     sys.exit(code)
 
 
-def open_store(db: str | None, log_content: bool = False, *, lease_seconds: float | None = None) -> RunStore:
-    """The run store ``--db`` (else ``$TETHER_DB``) names: a ``postgresql://`` url or a SQLite file."""
+def open_store(
+    db: str | None, log_content: bool = False, *, lease_seconds: float | None = None, existing: bool = False
+) -> RunStore:
+    """The run store ``--db`` (else ``$TETHER_DB``) names: a ``postgresql://`` url or a SQLite file.
+
+    ``existing``: for a command on runs already made, a SQLite file named that is not there is an error (a
+    mistyped path), not a new empty store.
+    """
     leases = {} if lease_seconds is None else {"lease_seconds": lease_seconds}
-    return open_run_store(db, log_content=log_content, **leases)
+    return open_run_store(db, log_content=log_content, existing=existing, **leases)
 
 
 def seconds(at_most: float | None = None) -> Callable[[click.Context, click.Parameter, float | None], float | None]:
@@ -104,6 +110,19 @@ def seconds(at_most: float | None = None) -> Callable[[click.Context, click.Para
         return value
 
     return check
+
+
+def principal_checked(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--principal``'s check: an id as API keys and tokens must have it (1 to 200 printable characters), so
+    that no run is made for an id that no key could name and no terminal shows as it is."""
+    from tether.store.keys import principal_id
+
+    if value is None:
+        return None
+    try:
+        return principal_id(value)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 db_option = click.option(
@@ -255,6 +274,8 @@ def mcp_tools(setup: dict[str, Any]) -> list[Any]:
     """Connect to the MCP servers a setup names; their tools, untrusted and side-effecting unless configured."""
     commands, urls = setup.get("mcp") or [], setup.get("mcp_urls") or []
     if not commands and not urls:
+        if setup.get("mcp_read_only"):  # a forgotten --mcp would leave the tools it meant unchecked, silently
+            raise ConfigurationError("--mcp-read-only names MCP tools, but no --mcp or --mcp-url gives a server")
         return []
     from tether.mcp import MCPToolset
 

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from tether.cli.common import EXIT_CONFIGURATION, db_option, fail, json_option, open_store
-from tether.core.errors import TetherError
+from tether.core.errors import NoStore, TetherError
 from tether.store.keys import ApiKey
 
 
@@ -80,12 +80,17 @@ def create_key(principal: str, roles: tuple[str, ...], scope: tuple[str, ...], d
 @json_option
 def list_keys(db: str | None, as_json: bool) -> None:
     """List the API keys, oldest first: id, principal, roles, scopes and state (never the key)."""
+    nowhere = ""
     try:
-        store = open_store(db)
+        store = open_store(db, existing=True)
         try:
             found = store.list_api_keys()
         finally:
             store.close()
+    except NoStore as exc:  # no keys made yet, or a mistyped path: either way none, and the path said
+        found, nowhere = [], f": {exc}"
+        if as_json:
+            click.echo(f"tether: {exc}", err=True)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     if as_json:
@@ -99,7 +104,7 @@ def list_keys(db: str | None, as_json: bool) -> None:
         if k.problem:
             click.echo(f"  refused: {k.problem}")
     if not found:
-        click.echo("no API keys")
+        click.echo(f"no API keys{nowhere}")
 
 
 @keys.command("revoke")
@@ -114,7 +119,7 @@ def revoke_key(key_id: str, db: str | None, as_json: bool) -> None:
       tether keys revoke 3f9a0c2d41b7e865
     """
     try:
-        store = open_store(db)
+        store = open_store(db, existing=True)
         try:
             revoked = store.revoke_api_key(key_id)
             found = [k for k in store.list_api_keys() if k.key_id == key_id]

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from tether.cli.common import fail
+from tether.cli.common import fail, principal_checked
 from tether.core.errors import ConfigurationError, TetherError
 from tether.tools.context import Principal
 
@@ -36,6 +36,7 @@ def mcp() -> None:
     default="local",
     show_default=True,
     metavar="ID",
+    callback=principal_checked,
     help="Who the calls run for (a tool's context.principal.id).",
 )
 @click.option(

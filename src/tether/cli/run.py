@@ -27,6 +27,7 @@ from tether.cli.common import (
     given_base_url,
     json_option,
     open_store,
+    principal_checked,
     protocol_option,
     with_mcp_options,
     with_settings_options,
@@ -167,7 +168,9 @@ def _json_result(result: Any) -> dict[str, Any]:
     type=click.IntRange(min=1),
     help="Tokens (input and output) allowed in this run; counted locally when the provider reports none.",
 )
-@click.option("--principal", default="local", show_default=True, help="Who the run acts for.")
+@click.option(
+    "--principal", default="local", show_default=True, help="Who the run acts for.", callback=principal_checked
+)
 @click.option("--scope", "scopes", multiple=True, help="A scope the principal holds (repeatable; default: all).")
 @click.option("--stream", is_flag=True, help="Stream the model's replies.")
 @db_option
@@ -347,7 +350,7 @@ def resume(run_id: str, api_key: str | None, db: str | None, as_json: bool) -> N
       tether resume 3f2a
     """
     try:
-        store = open_store(db)
+        store = open_store(db, existing=True)
         run_id = store.resolve(run_id)
         stored = store.load(run_id)
         if stored.state.status.terminal:

@@ -16,7 +16,7 @@ from tether.cli.common import db_option, fail, json_option, open_store
 from tether.cli.render import arguments_preview, short, visible
 from tether.cli.temporal import decide_on_temporal, reconcile_on_temporal, temporal_run_option
 from tether.core import nesting
-from tether.core.errors import TetherError
+from tether.core.errors import NoStore, TetherError
 from tether.core.redact import redact
 from tether.drivers.common import json_object
 from tether.drivers.local.durable import SHOWN_FINGERPRINT, decide, waiting_calls
@@ -53,10 +53,15 @@ def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) 
     recorded with --log-content (otherwise its text is not shown). A child
     run (a sub-agent's) is marked with its parent: "child of RUN".
     """
+    nowhere = ""
     try:
-        store = open_store(db)
+        store = open_store(db, existing=True)
         found = store.list_runs(principal, limit)
         prompts = {k: _first_line(v) for k, v in store.logged_prompts([r.run_id for r in found]).items()}
+    except NoStore as exc:  # none recorded yet, or a mistyped path: either way no runs, and the path said
+        found, prompts, nowhere = [], {}, f": {exc}"
+        if as_json:
+            click.echo(f"tether: {exc}", err=True)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     if as_json:
@@ -73,7 +78,7 @@ def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) 
         )
         click.echo(line)
     if not found:
-        click.echo("no runs recorded")
+        click.echo(f"no runs recorded{nowhere}")
 
 
 def _first_line(text: str) -> str:
@@ -153,7 +158,7 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
     prefix of the run id.
     """
     try:
-        store = open_store(db)
+        store = open_store(db, existing=True)
         run_id = store.resolve(run_id)
         stored = store.load(run_id, check=False)  # shown as stored; `runs verify` judges it
         events = store.events(run_id)
@@ -164,9 +169,10 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
     state = stored.state
     waiting = [p for p in state.pending if p.execute and (p.needs_approval or p.call_id in state.unknown)]
     pending = [
-        {"id": p.call_id, "tool": p.tool, "arguments": p.arguments, "fingerprint": p.fingerprint} for p in waiting
+        {"id": p.call_id, "tool": p.tool, "arguments": redact(p.arguments), "fingerprint": p.fingerprint}
+        for p in waiting
     ] + [
-        {"id": p.call_id, "tool": p.tool, "arguments": p.arguments, "fingerprint": p.fingerprint, "run_id": r}
+        {"id": p.call_id, "tool": p.tool, "arguments": redact(p.arguments), "fingerprint": p.fingerprint, "run_id": r}
         for r, p in of_children
     ]
     if as_json:
@@ -258,7 +264,7 @@ def _transcript(messages: list[Any], logged: bool) -> list[dict[str, Any]]:
             item["content"] = omitted(message.content)
         if message.tool_calls:
             item["tool_calls"] = [
-                {"id": c.id, "tool": c.name, "arguments": json_object(c.arguments)} for c in message.tool_calls
+                {"id": c.id, "tool": c.name, "arguments": redact(json_object(c.arguments))} for c in message.tool_calls
             ]
         if message.tool_call_id is not None:
             item["tool_call_id"] = message.tool_call_id
@@ -282,7 +288,7 @@ def verify(run_id: str, db: str | None, as_json: bool) -> None:
     of the run id. Exit status 0 when intact, 6 when tampered with.
     """
     try:
-        store = open_store(db)
+        store = open_store(db, existing=True)
         run_id = store.resolve(run_id)
         problems = store.verify(run_id)
         counts = store.counts(run_id)
@@ -309,7 +315,7 @@ def _decide(
     as_json: bool,
 ) -> None:
     try:
-        store = open_store(db)
+        store = open_store(db, existing=True)
         run_id = store.resolve(run_id)
         call = decide(store, run_id, call_id, approved=approved, reason=reason, fingerprint=fingerprint)
     except TetherError as exc:
@@ -416,7 +422,7 @@ def reconcile(
     if temporal_address:
         reconcile_on_temporal(temporal_address, run_id, call_id, result_json, as_json=as_json)
     try:
-        store = open_store(db)
+        store = open_store(db, existing=True)
         run_id = store.resolve(run_id)
         call = settle_call(store, run_id, call_id, executed=result_json is not None, result=result)
     except TetherError as exc:

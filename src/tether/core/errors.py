@@ -17,6 +17,7 @@ test keeps the two equal::
     │   └── NotWaiting (exit 7)  A Temporal run has no such call waiting
     ├── RunFailed (exit 1)  ``RunResult.raise_for_status()`` on a run that did not complete
     ├── StoreError (exit 3)  The run store cannot be opened, read or written
+    │   ├── NoStore (exit 3)  A SQLite run store named to be read is not there (nothing is made in its place)
     │   ├── RunNotFound (exit 3)  No such run or conversation (or not the caller's)
     │   ├── AmbiguousRun (exit 3)  A run id prefix that several runs start with
     │   ├── LeaseHeld (exit 5)  A live driver holds the run
@@ -147,6 +148,10 @@ class StoreError(TetherError):
     """The run store cannot be opened, read or written."""
 
     exit_code: ClassVar[int] = 3
+
+
+class NoStore(StoreError):
+    """A SQLite run store named to be read is not there (nothing is made in its place)."""
 
 
 class RunNotFound(StoreError):

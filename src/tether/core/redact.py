@@ -7,6 +7,7 @@ depth. Matching is on the key name, case-insensitive, so ``api_key``,
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -39,6 +40,19 @@ def redact(value: Any) -> Any:
     if isinstance(value, str):
         return redact_text(value)
     return value
+
+
+def redact_arguments(arguments: str) -> str:
+    """A call's raw JSON arguments with secret-looking entries replaced (as ``redact`` does); text that is not a
+    JSON object goes through ``redact_text``."""
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return redact_text(arguments)
+    if not isinstance(parsed, dict):
+        return redact_text(arguments)
+    cleaned = redact(parsed)
+    return arguments if cleaned == parsed else json.dumps(cleaned, ensure_ascii=False)
 
 
 def redact_text(text: str) -> str:

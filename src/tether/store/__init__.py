@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tether.core.errors import AmbiguousRun, LeaseHeld, RunNotFound, StoreError, TamperedRun
+from tether.core.errors import AmbiguousRun, LeaseHeld, NoStore, RunNotFound, StoreError, TamperedRun
 from tether.core.redact import REDACTED, redact, redact_text
 from tether.store.base import RunStore
 from tether.store.records import LedgerEntry, RunSummary, StoredConversation, StoredEvent, StoredRun
@@ -25,6 +25,7 @@ __all__ = [
     "AmbiguousRun",
     "LeaseHeld",
     "LedgerEntry",
+    "NoStore",
     "PostgresStore",
     "RunNotFound",
     "RunStore",
@@ -51,11 +52,17 @@ def default_path() -> Path:
     return Path(base) / "tether" / "tether.db"
 
 
-def SQLiteStore(path: str | os.PathLike[str] | None = None, **options: Any) -> SQLStore:
-    """The run store in one SQLite file (default ``default_path()``); ``options`` as ``SQLStore`` takes them."""
+def SQLiteStore(path: str | os.PathLike[str] | None = None, *, existing: bool = False, **options: Any) -> SQLStore:
+    """The run store in one SQLite file (default ``default_path()``); ``options`` as ``SQLStore`` takes them.
+
+    ``existing``: the file must be there already (a command that reads runs); a path that names nothing is
+    ``NoStore`` rather than a new, empty store where a mistyped path points.
+    """
     from tether.store.dialects.sqlite import SQLiteDialect  # sqlite3 only for a store that uses it
 
     where = Path(path) if path is not None else default_path()
+    if existing and str(where) != ":memory:" and not where.exists():
+        raise NoStore(f"there is no run store at {where} (set TETHER_DB or --db)")
     try:
         dialect = SQLiteDialect(where)
     except SQLiteDialect.errors as exc:
@@ -76,10 +83,25 @@ def PostgresStore(url: str, *, pool_size: int = 4, connect_timeout: float = 10.0
     return SQLStore(dialect, **options)
 
 
-def open_store(db: str | os.PathLike[str] | None = None, **options: Any) -> SQLStore:
+def open_store(db: str | os.PathLike[str] | None = None, *, existing: bool = False, **options: Any) -> SQLStore:
     """The run store ``db`` names, else ``$TETHER_DB``: a ``postgresql://`` url is PostgreSQL (the
-    ``postgres`` extra), anything else a SQLite file (default ``~/.local/share/tether/tether.db``)."""
-    target = db if db is not None else os.environ.get("TETHER_DB") or None
-    if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
-        return PostgresStore(target, **options)
-    return SQLiteStore(target, **options)
+    ``postgres`` extra); a ``sqlite:///`` url (SQLAlchemy's: ``sqlite:///relative.db``,
+    ``sqlite:////absolute.db``) or a path a SQLite file (default ``~/.local/share/tether/tether.db``).
+    Any other url is a ``StoreError``, not a file of that name.
+
+    ``existing``: a SQLite file named here or in ``$TETHER_DB`` must be there already (``SQLiteStore``);
+    the default file may be made.
+    """
+    named = db if db is not None else os.environ.get("TETHER_DB") or None
+    target: str | os.PathLike[str] | None = named
+    if isinstance(named, str) and "://" in named:
+        scheme, _, rest = named.partition("://")
+        if scheme.lower() in ("postgresql", "postgres"):
+            return PostgresStore(named, **options)
+        if scheme.lower() != "sqlite" or not rest.startswith("/") or rest == "/":
+            raise StoreError(
+                f"{scheme}:// names no run store tether can open: give a SQLite file, sqlite:///FILE or a "
+                "postgresql:// url (set TETHER_DB or --db)"
+            )
+        target = rest[1:]
+    return SQLiteStore(target, existing=existing and named is not None, **options)
