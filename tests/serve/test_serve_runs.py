@@ -24,6 +24,7 @@ async def test_a_run_pauses_for_approval_and_an_approver_decides_it(
         assert paused["status"] == "awaiting_approval"
         [pending] = paused["pending_approvals"]
         assert pending["tool"] == "refund"
+        assert pending["arguments"]["order_id"] == "A7" and "sk-live" not in json.dumps(paused)  # as in the inbox
         assert served.refunds_made() == []
 
         mine = (await api.call("GET", "/approvals", ALICE)).body["approvals"]
@@ -51,6 +52,8 @@ async def test_a_run_pauses_for_approval_and_an_approver_decides_it(
         done = await api.settled(ALICE, run_id)
         assert done["status"] == "completed", done
         assert done["output"] == "Refunded 42 on order A7."
+        [call] = [c for step in done["steps"] for c in step["calls"] if c["tool"] == "refund"]
+        assert json.loads(call["arguments"])["api_token"] == "[redacted]" and "sk-live" not in json.dumps(done)
         assert served.refunds_made() == ["A7 42"]
         assert (await api.call("GET", "/approvals", BOB)).body["approvals"] == []
 

@@ -33,6 +33,7 @@ def folder(tmp_path: Path) -> Path:
     (tmp_path / "broken.py").write_text("def oops(:\n")
     (tmp_path / "raises.py").write_text("raise RuntimeError('boom')\n")
     (tmp_path / "needs.py").write_text("import no_such_dependency_xyz\n")
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(0)\n")
     return tmp_path
 
 
@@ -49,6 +50,8 @@ def folder(tmp_path: Path) -> Path:
         ("broken.py:agent", "broken.py has a syntax error"),
         ("raises.py:agent", "importing raises.py failed: RuntimeError: boom"),
         ("needs:agent", "importing needs failed: ModuleNotFoundError"),
+        ("sys:exit", "sys:exit() failed: SystemExit"),  # exit 0 would tell a supervisor all went well
+        ("exits.py:agent", "importing exits.py failed: SystemExit"),
     ],
 )
 def test_a_target_that_names_no_agent_is_a_configuration_error(folder: Path, target: str, said: str) -> None:

@@ -61,7 +61,7 @@ from tether.core.envelope import outcome_code
 from tether.core.errors import ApprovalMismatch, ConfigurationError
 from tether.core.events import RUN_FINISHED, RUN_PAUSED, TEXT, TRANSIENT, RunEvent
 from tether.core.machine import PendingCall, RunState, Status
-from tether.core.redact import redact
+from tether.core.redact import redact, redact_arguments
 from tether.drivers.local.durable import cancel, decide, ended_parent, top_run, waiting_calls
 from tether.drivers.local.runner import Agent, Driver
 from tether.models.base import Model
@@ -617,7 +617,7 @@ def _approval(run_id: str, call: PendingCall) -> dict[str, Any]:
         "run_id": run_id,
         "call_id": call.call_id,
         "tool": call.tool,
-        "arguments": call.arguments,
+        "arguments": redact(call.arguments),  # as the inbox shows them: the fingerprint binds the exact ones
         "fingerprint": call.fingerprint,
         "reason": call.approval_reason,  # e.g. "the run read untrusted text from search_kb"
     }
@@ -635,7 +635,7 @@ def _steps(state: RunState) -> list[dict[str, Any]]:
                 {
                     "id": c.id,
                     "tool": c.name,
-                    "arguments": c.arguments,
+                    "arguments": redact_arguments(c.arguments),
                     "executed": c.id in state.executed,
                     "outcome": None if result is None else outcome_code(result),
                     "result": result,

@@ -51,7 +51,7 @@ def _load(target: str) -> Agent:
             found = found()
         except TetherError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a factory that exits has not given an Agent: not a clean exit
             raise ConfigurationError(f"{target}() failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(found, Agent):
         raise ConfigurationError(f"{target} is a {type(found).__name__}, not an Agent (or a function returning one)")
