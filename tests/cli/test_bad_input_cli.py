@@ -7,6 +7,7 @@ library in a real SQLite file.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -188,3 +189,22 @@ def test_mcp_read_only_without_a_server_is_refused(tmp_path: Path) -> None:
     """The tool meant read-only would come from a server the command forgot: nothing to mark, so say so."""
     done = tether("run", "hi", "--mcp-read-only", "search_files", env=clean_env(TETHER_DB=str(tmp_path / "runs.db")))
     assert done.code == EXIT_CONFIGURATION and "no --mcp or --mcp-url gives a server" in done.err, done
+
+
+@tool(approval=True)
+def charge(order: str, api_token: str) -> str:
+    """Charge an order with the payment service's token (a person approves it first)."""
+    return f"charged {order}"
+
+
+async def test_runs_show_json_redacts_a_calls_secret_arguments(tmp_path: Path) -> None:
+    """As its text output and the service's inbox do: the fingerprint still binds the exact arguments."""
+    db = tmp_path / "runs.db"
+    model = ScriptedModel([reply_calls(("c1", "charge", '{"order": "A7", "api_token": "tok-live-4242abcd"}'))])
+    paused = await Agent(model, [charge], store=SQLiteStore(db, log_content=True)).run("Charge A7.")
+    assert paused.status is Status.AWAITING_APPROVAL
+    shown = tether("runs", "show", paused.run_id, "--json", "--db", str(db))
+    assert shown.code == 0 and "tok-live-4242abcd" not in shown.out, shown
+    [pending] = json.loads(shown.out)["pending"]
+    assert pending["arguments"] == {"order": "A7", "api_token": "[redacted]"}
+    assert pending["fingerprint"] == paused.state.pending[0].fingerprint
