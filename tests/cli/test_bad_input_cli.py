@@ -198,7 +198,7 @@ def charge(order: str, api_token: str) -> str:
 
 
 async def test_runs_show_json_redacts_a_calls_secret_arguments(tmp_path: Path) -> None:
-    """As its text output and the service's inbox do: the fingerprint still binds the exact arguments."""
+    """Everything it prints as JSON goes through the redaction; the fingerprint still binds the exact arguments."""
     db = tmp_path / "runs.db"
     model = ScriptedModel([reply_calls(("c1", "charge", '{"order": "A7", "api_token": "tok-live-4242abcd"}'))])
     paused = await Agent(model, [charge], store=SQLiteStore(db, log_content=True)).run("Charge A7.")
