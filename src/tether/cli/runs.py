@@ -169,10 +169,9 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
     state = stored.state
     waiting = [p for p in state.pending if p.execute and (p.needs_approval or p.call_id in state.unknown)]
     pending = [
-        {"id": p.call_id, "tool": p.tool, "arguments": redact(p.arguments), "fingerprint": p.fingerprint}
-        for p in waiting
+        {"id": p.call_id, "tool": p.tool, "arguments": p.arguments, "fingerprint": p.fingerprint} for p in waiting
     ] + [
-        {"id": p.call_id, "tool": p.tool, "arguments": redact(p.arguments), "fingerprint": p.fingerprint, "run_id": r}
+        {"id": p.call_id, "tool": p.tool, "arguments": p.arguments, "fingerprint": p.fingerprint, "run_id": r}
         for r, p in of_children
     ]
     if as_json:
@@ -264,7 +263,7 @@ def _transcript(messages: list[Any], logged: bool) -> list[dict[str, Any]]:
             item["content"] = omitted(message.content)
         if message.tool_calls:
             item["tool_calls"] = [
-                {"id": c.id, "tool": c.name, "arguments": redact(json_object(c.arguments))} for c in message.tool_calls
+                {"id": c.id, "tool": c.name, "arguments": json_object(c.arguments)} for c in message.tool_calls
             ]
         if message.tool_call_id is not None:
             item["tool_call_id"] = message.tool_call_id
