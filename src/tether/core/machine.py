@@ -709,12 +709,20 @@ class Run:
             self._provenance = Provenance()
         return self._provenance
 
-    def hand_off(self, agent: str, catalog: Catalog, answer: AnswerCheck | None = None) -> None:
-        """Give the floor to the agent named ``agent``: later replies are judged against its catalog and answer."""
+    def hand_off(
+        self, agent: str, catalog: Catalog, answer: AnswerCheck | None = None, *, described_by: str | None = None
+    ) -> None:
+        """Give the floor to the agent named ``agent``: later replies are judged against its catalog and answer.
+
+        ``described_by``: whose words the agent's tool descriptions are, when not the host's; the model reads
+        them from the next request, so the run is tainted from here (if it was not already).
+        """
         if self._poisoned is not None:
             raise RunPoisoned(f"run {self.state.run_id} refused input after: {self._poisoned}")
         self.state.agent = agent
         self._catalog, self._answer = catalog, answer
+        if described_by is not None and not self.state.tainted:
+            self.state.tainted, self.state.tainted_by = True, f"the tool descriptions of {described_by}"
 
     def send(self, event: Event) -> Command:
         """Feed ``event`` to the machine and get the command the driver must perform next.

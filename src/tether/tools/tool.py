@@ -120,6 +120,9 @@ class Tool:
     # The sinks whose values must be the principal's own word: a field an untrusted result vouches for is not enough
     # (deleting a file: an id the drive lists is a real id, but the injection chose which).
     principal_sinks: frozenset[str] = frozenset()
+    # Who wrote the description and schema when not the host (``"MCP server 'notes'"``): a run offering the tool
+    # reads that text before anything else, so it starts tainted (``Toolbox.described_by``).
+    described_by: str | None = None
     # How to call ``function``: its argument model and the context parameter.
     args_model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
     context_param: str | None = field(default=None, repr=False)

@@ -112,6 +112,9 @@ class Toolbox:
             self.all[t.name] = t
         self.offered = {n: t for n, t in self.all.items() if principal.allows(t.scopes)}
         self.specs = [t.spec(strict) for t in self.offered.values()]
+        # Whose words among the offered tools' descriptions are not the host's: the model reads them in every
+        # request, so a run offering them is tainted from its start (the first such author names why).
+        self.described_by = next((t.described_by for t in self.offered.values() if t.described_by), None)
 
     def check(self, call: ToolCall) -> Accepted | Rejected:
         """Judge ``call``: its JSON, its tool, its arguments against the schema; ``Accepted`` or ``Rejected``."""

@@ -339,7 +339,8 @@ class Floor:
         if not self.instructions_fixed:
             driver.instructions = agent._instructions
         targets = {h.tool_name: h.agent.name for h in agent.handoffs}
-        driver.run_machine.hand_off(agent.name, _Catalog(toolbox, targets) if targets else toolbox, output)
+        catalog = _Catalog(toolbox, targets) if targets else toolbox
+        driver.run_machine.hand_off(agent.name, catalog, output, described_by=toolbox.described_by)
         self.current = agent
 
     def after_tools(self, driver: Seated, command: RunTools, finished: Mapping[str, str]) -> None:
