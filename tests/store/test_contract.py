@@ -8,6 +8,7 @@ would edit it, while the stores know nothing of it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from postgres_server import PostgresServer
 from tether.core.budget import RunConfig
 from tether.core.machine import RunState, Status
 from tether.core.messages import Message
+from tether.drivers.local.durable import decide
 from tether.drivers.local.runner import Agent
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.store import AmbiguousRun, LeaseHeld, RunNotFound, RunStore, StoreError, TamperedRun, open_store
@@ -301,6 +303,34 @@ def test_a_second_store_cannot_take_a_live_lease(backend: Backend) -> None:
         first.acquire("leased-run")
     with pytest.raises(RunNotFound, match="ghost-run"):
         first.acquire("ghost-run")
+
+
+@tool(approval=True)
+async def slow_transfer(amount: int) -> str:
+    """Move money, taking a while (a side effect a person approves)."""
+    EFFECTS.append(amount)
+    await asyncio.sleep(0.2)
+    return f"moved {amount}"
+
+
+async def test_two_resumes_of_one_run_in_one_process_are_one_driver_and_a_refusal(backend: Backend) -> None:
+    """The lease is the store's, so the second resume passed it: both drove the run, the effect's outcome was
+    then unknown to one of them, and a call that had run once waited for a person to say whether it ran."""
+    store = backend.open()
+    model = ScriptedModel([reply_calls(("c1", "slow_transfer", '{"amount": 5}')), reply_text("moved")])
+    agent = Agent(model, [slow_transfer], store=store)
+    paused = await agent.run("move 5")
+    [call] = paused.state.pending
+    decide(store, paused.run_id, "c1", approved=True, fingerprint=call.fingerprint, by="ops")
+
+    async def resumed() -> Any:
+        return await agent.resume(paused.run_id)
+
+    first, second = await asyncio.gather(resumed(), resumed(), return_exceptions=True)
+    assert getattr(first, "status", None) is Status.COMPLETED, first
+    assert isinstance(second, LeaseHeld) and "driven by another driver in this process" in str(second)
+    assert EFFECTS == [5]
+    assert (await agent.resume(paused.run_id)).status is Status.COMPLETED  # let go: a later resume may drive it
 
 
 def test_a_lease_expires_unless_renewed(backend: Backend) -> None:

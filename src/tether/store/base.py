@@ -68,8 +68,9 @@ class RunStore(Protocol):
         setup records ``log_content``, so a resumed run is logged as it began.
         """
 
-    def acquire(self, run_id: str) -> None:
-        """Hold ``run_id`` for this store, or raise ``LeaseHeld`` while a live driver holds it.
+    def acquire(self, run_id: str, *, to_drive: bool = False) -> None:
+        """Hold ``run_id`` for this store, or raise ``LeaseHeld`` while a live driver holds it (with
+        ``to_drive``, also while another driver of this process drives it).
 
         A driver that died (killed, out of memory, its machine gone) holds
         nothing: the lock it had is released by the operating system or the

@@ -363,6 +363,9 @@ class SQLStore:
         self.syncs = 0  # disk syncs made for group commits (what bench/overhead.py reports per run)
         # Runs this store holds: their row's sealed columns and seal as it last wrote them (``_save``).
         self._heads: dict[str, tuple[dict[str, Any], str]] = {}
+        # Runs a driver of this process drives (``acquire(to_drive=True)``, a new run's first checkpoint) until it
+        # lets go: the lease is this store's, so a second driver here would pass it; this set refuses it.
+        self._driven: set[str] = set()
         same = self.dialect.tokens["same"]
         self._update_known = (
             _UPDATE_RUN
@@ -437,11 +440,15 @@ class SQLStore:
         run_id = state.run_id
         if not self.dialect.locks.try_lock(run_id):
             raise LeaseHeld(f"run {run_id} is being driven by another process")
+        self._driven.add(run_id)
         row = first_row(state, self._new[run_id], now, self._turns.get(run_id), self._parents.get(run_id))
         return dict(zip(SEALED_COLUMNS, row, strict=True))
 
-    def acquire(self, run_id: str) -> None:
+    def acquire(self, run_id: str, *, to_drive: bool = False) -> None:
         """Hold ``run_id`` for this store, or raise ``LeaseHeld`` while a live driver holds it.
+
+        ``to_drive``: for a driver, which is alone in driving the run until it lets go (``release``, or a
+        checkpoint that releases): a second one in this process is refused too, though the lease is this store's.
 
         The platform's lock decides first: free, its holder is dead (or let
         go), and the run is taken at once, whatever the lease says; held, a
@@ -449,6 +456,8 @@ class SQLStore:
         lease has expired (it stopped renewing: stuck), by lease alone. A run
         taken so is not freed by its lock until that lease expires too.
         """
+        if to_drive and run_id in self._driven:
+            raise LeaseHeld(f"run {run_id} is being driven by another driver in this process")
         now = self.clock()
         locks = self.dialect.locks
         locked = False
@@ -476,6 +485,8 @@ class SQLStore:
             if locked:
                 locks.unlock(run_id)
             raise
+        if to_drive:
+            self._driven.add(run_id)
 
     def renew(self, run_id: str) -> None:
         """Extend this store's lease; a driver does so every third of the term for as long as it drives.
@@ -497,6 +508,7 @@ class SQLStore:
     def release(self, run_id: str) -> None:
         """Let go of ``run_id`` (its lease and its lock)."""
         self._heads.pop(run_id, None)
+        self._driven.discard(run_id)
         try:
             with self._write() as tx:
                 tx.execute(
@@ -543,6 +555,7 @@ class SQLStore:
         self._parents.pop(run_id, None)
         if release:
             self._heads.pop(run_id, None)  # another driver may write it next
+            self._driven.discard(run_id)
             self.dialect.locks.unlock(run_id)
         else:
             self._heads[run_id] = written

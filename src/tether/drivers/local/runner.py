@@ -475,7 +475,7 @@ class Agent:
         """
         if self.store is None:
             raise ValueError("resuming needs an Agent with a store")
-        self.store.acquire(run_id)
+        self.store.acquire(run_id, to_drive=True)
         handoffs = None
         try:
             stored = self.store.load(run_id)
