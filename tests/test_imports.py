@@ -26,6 +26,7 @@ RUN_ONLY = (
     "tether.models.stream",
 )
 HEAVY = ("sqlite3", "_sqlite3", "pydantic", "pydantic_core", "jsonschema", "opentelemetry", "psycopg", "llama_cpp")
+HEAVY += ("re2",)  # runs MCP servers' patterns (tether.tools.linear): loaded by an MCP toolset only
 
 
 def loaded_after(code: str) -> list[str]:

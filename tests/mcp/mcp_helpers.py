@@ -1,4 +1,4 @@
-"""Starting the test MCP server, and telling whether a server process is still around."""
+"""Starting the test MCP servers, telling whether a server process is still around, and a guarded child."""
 
 from __future__ import annotations
 
@@ -9,15 +9,22 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 SERVER = Path(__file__).with_name("mcp_server.py")
+HOSTILE = Path(__file__).with_name("hostile_server.py")
 
 
 def server_argv(mode: str, *extra: str) -> list[str]:
     return [sys.executable, str(SERVER), mode, *extra]
 
 
-def our_servers() -> list[tuple[int, str]]:
-    """Our child processes running the test server, zombies included: ``(pid, state)``."""
+def hostile_argv(mode: str, *extra: str) -> list[str]:
+    return [sys.executable, str(HOSTILE), mode, *extra]
+
+
+def our_servers(server: Path = SERVER) -> list[tuple[int, str]]:
+    """Our child processes running ``server`` (a test server), zombies included: ``(pid, state)``."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -29,7 +36,7 @@ def our_servers() -> list[tuple[int, str]]:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()
         state, ppid = fields[0], int(fields[1])
-        if ppid == os.getpid() and str(SERVER).encode() in cmdline:
+        if ppid == os.getpid() and str(server).encode() in cmdline:
             found.append((int(entry.name), state))
     return found
 
@@ -60,3 +67,19 @@ def start_http_server(log: Path) -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.1)
     process.kill()
     raise RuntimeError("the MCP test server did not start listening")
+
+
+def run_guarded(code: str, *args: str, timeout: float = 60) -> str:
+    """Run ``code`` in a fresh interpreter with ``args``; what it printed.
+
+    For a check that froze the host before it was fixed (Python's ``re``
+    holds the GIL while it backtracks, so no timeout inside the process
+    ever fires): a child still running after ``timeout`` seconds is killed
+    and the test fails, rather than hanging the suite.
+    """
+    try:
+        done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the host froze: the check still ran after {timeout}s")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout

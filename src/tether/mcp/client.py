@@ -22,6 +22,17 @@ What a server says about its tools is a claim, not a permission:
   its text the value itself: the value is returned, so the model sees it
   once in tether's envelope); results longer than ``max_result_chars`` are
   cut with the marker.
+- Its schemas' regular expressions (``pattern``, ``patternProperties``) run
+  only in RE2, whose time is linear in the text (``tether.tools.linear``):
+  against the model's arguments, and against a structured result when the
+  tool declares an ``outputSchema`` (tether checks it in place of the SDK,
+  which would run them in Python's backtracking ``re``). A pattern RE2
+  cannot run (a backreference, a lookaround) refuses the server.
+- What a server lists is bounded (``MAX_TOOLS``, ``MAX_TOOL_PAGES``,
+  ``MAX_TOOL_NAME_CHARS``, ``MAX_SCHEMA_CHARS``, ``MAX_SCHEMA_DEPTH``):
+  past a bound the server is refused, naming it. A description longer than
+  ``MAX_DESCRIPTION_CHARS`` is cut with the marker instead: it is only text
+  for the model, and cutting it loses no check.
 
 The SDK is async (anyio) and one session must live in one task from connect
 to close. The toolset owns a thread with its own event loop, where one task
@@ -39,6 +50,7 @@ import atexit
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -52,8 +64,10 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TextIO, overload
 
 from tether.core.errors import ConfigurationError, MCPServerError, ToolDefinitionError
+from tether.core.nesting import MAX_DEPTH, value_nested_deeper
 from tether.tools.context import ToolContext
 from tether.tools.tool import DEFAULT_MAX_RESULT_CHARS, Tool, ToolError, tool_from_schema
+from tether.tools.toolbox import truncate
 
 if TYPE_CHECKING:
     import mcp.types
@@ -66,6 +80,19 @@ IDEMPOTENCY_META_KEY = "tether/idempotency_key"
 # Read by the tool function instead of ``context``, which an MCP tool may well use as an argument name.
 _CONTEXT_PARAM = "_tether_context"
 _CLOSE_TIMEOUT = 15.0  # the SDK waits 2 s for the server to exit on stdin EOF, then terminates and kills it
+
+# What one server may list. Its tools cost every model request their schemas and descriptions, and checking
+# them costs the host; far past what real servers list (GitHub's: about 100 tools, schemas of a few KB).
+MAX_TOOLS = 1_000
+MAX_TOOL_PAGES = 100  # pages of tools/list: a server that names a next page forever is refused
+MAX_TOOL_NAME_CHARS = 128  # the MCP specification's bound on a tool name
+MAX_SCHEMA_CHARS = 100_000  # an inputSchema or outputSchema, as JSON text
+# A schema spends two levels (``properties``, then a name) on each level of the value it describes, and a call's
+# arguments nest at most MAX_DEPTH levels: a schema nested deeper describes nothing a call may hold.
+MAX_SCHEMA_DEPTH = 2 * MAX_DEPTH
+# Longer descriptions are cut with the marker rather than refused: a description is text for the model, so a cut
+# one loses no check, and a long one from a server that is otherwise fine should not cost the user its tools.
+MAX_DESCRIPTION_CHARS = 10_000
 
 Streams = tuple[Any, Any]
 Connect = Callable[[], AbstractAsyncContextManager[Streams]]
@@ -106,6 +133,7 @@ class MCPToolset(Sequence[Tool]):
         self._closed = False
         self._lost: str | None = None  # why the connection ended, once it has
         self._session: Any = None
+        self._outputs: dict[str, Any] = {}  # a tool's outputSchema validator, by the server's name for it
         self._scope: Any = None
         self._holder: asyncio.Task[None] | None = None
         self._loop = asyncio.new_event_loop()
@@ -191,6 +219,8 @@ class MCPToolset(Sequence[Tool]):
     ) -> list[Tool]:
         if not listed:
             raise MCPServerError(f"MCP server {self.label} lists no tools")
+        for listed_tool in listed:
+            self._check_bounds(listed_tool)
         names = [t.name for t in listed]
         for option, selection in (("read_only", read_only), ("approval", approval)):
             if isinstance(selection, Collection) and not isinstance(selection, str):
@@ -214,18 +244,71 @@ class MCPToolset(Sequence[Tool]):
             tools[made.name] = made
         return list(tools.values())
 
+    def _check_bounds(self, listed: mcp.types.Tool) -> None:
+        """Refuse a tool past a bound on its name or its schemas (``MAX_TOOL_NAME_CHARS``, ``MAX_SCHEMA_*``)."""
+        if len(listed.name) > MAX_TOOL_NAME_CHARS:
+            raise MCPServerError(
+                f"MCP server {self.label} lists a tool named {_cut(listed.name)}, {len(listed.name)} characters "
+                f"long; a tool name has at most {MAX_TOOL_NAME_CHARS}"
+            )
+        for field, schema in (("inputSchema", listed.input_schema), ("outputSchema", listed.output_schema)):
+            if schema is None:
+                continue
+            where = f"MCP server {self.label}: tool {listed.name}: its {field}"
+            if value_nested_deeper(schema, MAX_SCHEMA_DEPTH):  # first: measuring the size walks it
+                raise MCPServerError(f"{where} nests more than {MAX_SCHEMA_DEPTH} levels deep")
+            size = len(json.dumps(schema, ensure_ascii=False))
+            if size > MAX_SCHEMA_CHARS:
+                raise MCPServerError(f"{where} is {size} characters of JSON; at most {MAX_SCHEMA_CHARS} are taken")
+
     def _tool(self, listed: mcp.types.Tool, name: str, **options: Any) -> Tool:
+        from tether.tools.linear import untrusted_validator
+
         server_name = listed.name
 
         async def call(**arguments: Any) -> Any:
             context: ToolContext = arguments.pop(_CONTEXT_PARAM)
             return _result(await self._submit(self._call(server_name, arguments, context.idempotency_key)))
 
+        description = listed.description or ""
+        if len(description) > MAX_DESCRIPTION_CHARS:
+            logger.warning(
+                "MCP server %s: the description of tool %s (%d characters) is cut to %d",
+                self.label,
+                name,
+                len(description),
+                MAX_DESCRIPTION_CHARS,
+            )
+            description = truncate(description, MAX_DESCRIPTION_CHARS)
         try:
-            made = tool_from_schema(name, listed.input_schema, call, listed.description or "", **options)
+            made = tool_from_schema(name, listed.input_schema, call, description, untrusted_schema=True, **options)
+            if listed.output_schema is not None:
+                what = f"tool {name}: its outputSchema"
+                self._outputs[server_name] = untrusted_validator(listed.output_schema, what)
         except ToolDefinitionError as exc:
             raise MCPServerError(f"MCP server {self.label}: {exc}") from None
         return dataclasses.replace(made, context_param=_CONTEXT_PARAM)
+
+    def _check_result(self, name: str, result: mcp.types.CallToolResult) -> None:
+        """What the SDK checks of a result against the tool's ``outputSchema``, with its patterns run in RE2.
+
+        Raises ``RuntimeError``, as the SDK's check does (``_call`` makes it the call's ``tool_failed``).
+        """
+        validator = self._outputs.get(name)
+        if validator is None:
+            return
+        content = result.structured_content
+        if content is None:
+            raise RuntimeError(f"tool {name} has an outputSchema but returned no structured content")
+        if value_nested_deeper(content, MAX_DEPTH):
+            raise RuntimeError(f"tool {name} returned structured content nested more than {MAX_DEPTH} levels deep")
+        from jsonschema.exceptions import best_match
+
+        from tether.tools.tool import _describe
+
+        error = best_match(validator.iter_errors(content))
+        if error is not None:
+            raise RuntimeError(f"tool {name} returned structured content its outputSchema refuses: {_describe(error)}")
 
     # --- the session, in the toolset's own thread ------------------------------------------------
 
@@ -237,14 +320,13 @@ class MCPToolset(Sequence[Tool]):
     async def _hold(self, connect: Connect, timeout: float, ready: asyncio.Future[list[mcp.types.Tool]]) -> None:
         """Open the session, list the tools, then keep the session open until ``close()`` cancels the scope."""
         import anyio
-        from mcp import ClientSession
 
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
                 self._scope = scope
-                async with connect() as (read, write), ClientSession(read, write) as session:
+                async with connect() as (read, write), _session_class()(read, write, self._check_result) as session:
                     await session.initialize()
-                    listed = await _list_tools(session)
+                    listed = await _list_tools(session, self.label)
                     scope.deadline = math.inf
                     self._session = session
                     ready.set_result(listed)
@@ -255,7 +337,9 @@ class MCPToolset(Sequence[Tool]):
         except Exception as exc:
             reason = _describe(exc)
             if not ready.done():
-                ready.set_exception(MCPServerError(f"MCP server {self.label}: {reason}"))
+                refused = _first(exc)  # a bound the listing passed (_list_tools) is worded already
+                error = refused if isinstance(refused, MCPServerError) else None
+                ready.set_exception(error or MCPServerError(f"MCP server {self.label}: {reason}"))
             else:
                 self._lost = self._lost or reason
                 logger.warning("MCP server %s: connection ended: %s", self.label, reason)
@@ -355,15 +439,44 @@ async def _http_streams(url: str, headers: dict[str, str]) -> AsyncIterator[Stre
         yield streams[0], streams[1]
 
 
-async def _list_tools(session: Any) -> list[mcp.types.Tool]:
-    """Every page of ``tools/list``."""
+@functools.cache
+def _session_class() -> type[Any]:
+    """The SDK's ``ClientSession``, with a tool's structured result checked by tether (``_check_result``).
+
+    The SDK checks it against the tool's ``outputSchema`` with jsonschema,
+    whose patterns run in Python's ``re``: a server's ``^(a+)+$`` and a
+    result of forty ``a`` and a ``!`` would hold the GIL for hours, freezing
+    the whole host. The SDK calls ``validate_tool_result`` for every result
+    that is not an error, so tether's check takes its place.
+    """
+    from mcp import ClientSession
+
+    class Session(ClientSession):
+        def __init__(self, read: Any, write: Any, check: Callable[[str, mcp.types.CallToolResult], None]) -> None:
+            super().__init__(read, write)
+            self._tether_check = check
+
+        async def validate_tool_result(self, name: str, result: mcp.types.CallToolResult) -> None:
+            self._tether_check(name, result)
+
+    return Session
+
+
+async def _list_tools(session: Any, label: str) -> list[mcp.types.Tool]:
+    """Every page of ``tools/list``, up to ``MAX_TOOL_PAGES`` pages and ``MAX_TOOLS`` tools."""
     from mcp.types import PaginatedRequestParams
 
     page = await session.list_tools()
     tools = list(page.tools)
-    while page.next_cursor:
+    pages = 1
+    while len(tools) <= MAX_TOOLS and page.next_cursor:
+        if pages == MAX_TOOL_PAGES:
+            raise MCPServerError(f"MCP server {label} lists more than {MAX_TOOL_PAGES} pages of tools")
         page = await session.list_tools(params=PaginatedRequestParams(cursor=page.next_cursor))
+        pages += 1
         tools.extend(page.tools)
+    if len(tools) > MAX_TOOLS:
+        raise MCPServerError(f"MCP server {label} lists more than {MAX_TOOLS} tools, the most tether takes from one")
     return tools
 
 
@@ -411,10 +524,16 @@ def _text(result: mcp.types.CallToolResult) -> str:
     return "\n".join(block.text for block in result.content if block.type == "text")
 
 
-def _describe(exc: BaseException) -> str:
-    """One line for the first real failure inside ``exc`` (anyio wraps them in exception groups)."""
+def _first(exc: BaseException) -> BaseException:
+    """The first real failure inside ``exc`` (anyio wraps them in exception groups)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for the first real failure inside ``exc``."""
+    exc = _first(exc)
     from mcp import MCPError
 
     if isinstance(exc, FileNotFoundError):
@@ -456,6 +575,11 @@ def _program(argv: Sequence[str]) -> str:
     if len(words) > 1 and not words[1].startswith("-"):
         shown.append(os.path.basename(words[1]))
     return " ".join(shown)
+
+
+def _cut(name: str) -> str:
+    """A server's name for something, shown: at most 64 characters of it."""
+    return repr(name) if len(name) <= 64 else f"{name[:64]!r}…"
 
 
 def _site(url: str) -> str:

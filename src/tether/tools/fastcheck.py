@@ -46,12 +46,18 @@ class _Unsupported(Exception):
 
 
 Check = Callable[[Any], bool]
+# Compiles a ``pattern`` into an object whose ``search`` answers; raises ``re.error`` for one it cannot.
+Compile = Callable[[str], Any]
 
 
-def compile_check(schema: dict[str, Any]) -> Check | None:
-    """A yes/no function for ``schema``, compiled once; None when it uses other keywords."""
+def compile_check(schema: dict[str, Any], regex: Compile = re.compile) -> Check | None:
+    """A yes/no function for ``schema``, compiled once; None when it uses other keywords.
+
+    ``regex`` compiles its patterns: ``re.compile``, or RE2's for a schema
+    from outside (``tether.tools.linear``).
+    """
     try:
-        return _compile(schema, schema, {})
+        return _compile(schema, schema, {}, regex)
     except (_Unsupported, RecursionError, re.error):
         return None
 
@@ -82,7 +88,7 @@ def _same(a: Any, b: Any) -> bool:
     return _scalar(a) and isinstance(a, bool) == isinstance(b, bool) and a == b
 
 
-def _compile(node: Any, root: dict[str, Any], refs: dict[str, Check | None]) -> Check:
+def _compile(node: Any, root: dict[str, Any], refs: dict[str, Check | None], regex: Compile) -> Check:
     if node is True:
         return lambda v: True
     if node is False:
@@ -90,7 +96,7 @@ def _compile(node: Any, root: dict[str, Any], refs: dict[str, Check | None]) -> 
     if not isinstance(node, dict) or not node.keys() <= _SUPPORTED:
         raise _Unsupported
     if "$ref" in node:
-        return _compile_ref(node, root, refs)
+        return _compile_ref(node, root, refs, regex)
     checks: list[Check] = []
     kind = node.get("type")
     names = _type_names(kind) if kind is not None else None
@@ -113,8 +119,8 @@ def _compile(node: Any, root: dict[str, Any], refs: dict[str, Check | None]) -> 
         if isinstance(branches, list) and branches and all(_only_a_type(b) for b in branches):
             checks.append(_of_types([n for b in branches for n in _type_names(b["type"])]))  # e.g. str | None
         else:
-            checks.append(_any_of([_compile(b, root, refs) for b in branches]))
-    checks.extend(_by_kind(node, root, refs, bool(typed_object)))
+            checks.append(_any_of([_compile(b, root, refs, regex) for b in branches]))
+    checks.extend(_by_kind(node, root, refs, regex, bool(typed_object)))
 
     if len(checks) == 1:
         return checks[0]
@@ -169,7 +175,7 @@ def _any_of(branches: list[Check]) -> Check:
     return check
 
 
-def _compile_ref(node: dict[str, Any], root: dict[str, Any], refs: dict[str, Check | None]) -> Check:
+def _compile_ref(node: dict[str, Any], root: dict[str, Any], refs: dict[str, Check | None], regex: Compile) -> Check:
     ref = node["$ref"]
     if not (node.keys() - {"$ref"}) <= _IGNORED:
         raise _Unsupported
@@ -178,7 +184,7 @@ def _compile_ref(node: dict[str, Any], root: dict[str, Any], refs: dict[str, Che
     if ref not in refs:
         refs[ref] = None  # a recursive schema refers to itself: look it up when called
         section, _, name = ref[2:].partition("/")
-        refs[ref] = _compile(root.get(section, {}).get(name), root, refs)
+        refs[ref] = _compile(root.get(section, {}).get(name), root, refs, regex)
     found = refs[ref]
     if found is not None:
         return found
@@ -191,7 +197,11 @@ def _compile_ref(node: dict[str, Any], root: dict[str, Any], refs: dict[str, Che
 
 
 def _by_kind(
-    node: dict[str, Any], root: dict[str, Any], refs: dict[str, Check | None], typed_object: bool = False
+    node: dict[str, Any],
+    root: dict[str, Any],
+    refs: dict[str, Check | None],
+    regex: Compile,
+    typed_object: bool = False,
 ) -> list[Check]:
     """The checks that apply to one kind of value (objects, arrays, strings, numbers).
 
@@ -199,13 +209,13 @@ def _by_kind(
     """
     checks: list[Check] = []
     if "properties" in node or "required" in node or "additionalProperties" in node:
-        properties = {n: _compile(s, root, refs) for n, s in node.get("properties", {}).items()}
+        properties = {n: _compile(s, root, refs, regex) for n, s in node.get("properties", {}).items()}
         names = node.get("required", ())
         if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
             raise _Unsupported
         required = frozenset(names)
         extra = node.get("additionalProperties", True)
-        other = None if extra is True else _compile(extra, root, refs)
+        other = None if extra is True else _compile(extra, root, refs, regex)
 
         def object_ok(value: Any) -> bool:
             if not isinstance(value, dict):
@@ -220,14 +230,14 @@ def _by_kind(
 
         checks.append(object_ok)
     if "items" in node or "minItems" in node or "maxItems" in node:
-        items = _compile(node["items"], root, refs) if "items" in node else None
+        items = _compile(node["items"], root, refs, regex) if "items" in node else None
         low, high = node.get("minItems", 0), node.get("maxItems", math.inf)
         checks.append(
             lambda v: not isinstance(v, list) or (low <= len(v) <= high and (items is None or all(map(items, v))))
         )
     if "minLength" in node or "maxLength" in node or "pattern" in node:
         shortest, longest = node.get("minLength", 0), node.get("maxLength", math.inf)
-        pattern = re.compile(node["pattern"]) if "pattern" in node else None
+        pattern = regex(node["pattern"]) if "pattern" in node else None
         checks.append(
             lambda v: (
                 not isinstance(v, str)

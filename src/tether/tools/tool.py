@@ -447,17 +447,30 @@ def _is_object(node: dict[str, Any]) -> bool:
     return kind == "object" or (isinstance(kind, list) and "object" in kind)
 
 
-def _compile(name: str, parameters: dict[str, Any]) -> _Gate:
-    if not plainly_valid(parameters):  # the meta-schema check costs milliseconds: only when not sure
+def _compile(name: str, parameters: dict[str, Any], *, untrusted: bool = False) -> _Gate:
+    """The gate for ``parameters``; an ``untrusted`` schema's patterns run only in RE2 (``tether.tools.linear``)."""
+    patterns = 0
+    if untrusted:
+        from tether.tools.linear import check_patterns
+
+        patterns = check_patterns(parameters, f"tool {name}")
+    # The meta-schema check costs milliseconds: only when not sure. plainly_valid compiles patterns with
+    # Python's re, so an untrusted schema that holds one is checked with RE2 judging its patterns instead.
+    if patterns or not plainly_valid(parameters):
         from jsonschema.exceptions import SchemaError
 
         try:
-            strict_validator().check_schema(parameters)
+            if untrusted:
+                from tether.tools.linear import regex_format
+
+                strict_validator().check_schema(parameters, format_checker=regex_format())
+            else:
+                strict_validator().check_schema(parameters)
         except SchemaError as exc:
             raise ToolDefinitionError(f"tool {name}: invalid JSON Schema: {exc.message}") from None
     if parameters.get("type") != "object":
         raise ToolDefinitionError(f"tool {name}: parameters must be a JSON Schema of type object")
-    return _Gate(parameters, recursive=check_references(parameters, f"tool {name}"))
+    return _Gate(parameters, recursive=check_references(parameters, f"tool {name}"), untrusted=untrusted)
 
 
 class _Gate:
@@ -465,15 +478,22 @@ class _Gate:
 
     Against a recursive schema (``tether.tools.refs``) a value nested more
     than ``MAX_DEPTH`` levels deep is refused before either check runs, so
-    checking it never runs out of stack.
+    checking it never runs out of stack. An ``untrusted`` schema's patterns
+    run in RE2 in both checks (``tether.tools.linear``).
     """
 
-    __slots__ = ("_fast", "_full", "max_depth", "schema")
+    __slots__ = ("_fast", "_full", "max_depth", "schema", "untrusted")
 
-    def __init__(self, schema: dict[str, Any], *, recursive: bool = False) -> None:
+    def __init__(self, schema: dict[str, Any], *, recursive: bool = False, untrusted: bool = False) -> None:
         self.schema = schema
         self.max_depth = MAX_DEPTH if recursive else None
-        self._fast = compile_check(schema)  # None: a keyword it does not know
+        self.untrusted = untrusted
+        if untrusted:
+            from tether.tools.linear import compile_pattern
+
+            self._fast = compile_check(schema, compile_pattern)
+        else:
+            self._fast = compile_check(schema)  # None: a keyword it does not know
         self._full: Any = None
 
     def iter_errors(self, instance: Any) -> Iterator[jsonschema.ValidationError]:
@@ -486,10 +506,17 @@ class _Gate:
                 from referencing import Registry
 
                 # An empty registry: a reference outside the schema is never fetched (jsonschema's default would).
-                self._full = strict_validator()(self.schema, registry=Registry())
+                self._full = self._validator()(self.schema, registry=Registry())
             return iter(list(self._full.iter_errors(instance)))
         except RecursionError:  # the bound above is meant to come first; this keeps the stack's end a refusal too
             return iter((self._too_deep(instance),))
+
+    def _validator(self) -> Any:
+        if self.untrusted:
+            from tether.tools.linear import linear_validator
+
+            return linear_validator(strict_validator())
+        return strict_validator()
 
     def _too_deep(self, instance: Any) -> jsonschema.ValidationError:
         from jsonschema import ValidationError
@@ -651,19 +678,23 @@ def tool_from_schema(
     parameters: Mapping[str, Any],
     function: Callable[..., Any],
     description: str = "",
+    *,
+    untrusted_schema: bool = False,
     **options: Any,
 ) -> Tool:
     """A tool described by a raw JSON Schema; ``function`` gets the arguments as keywords.
 
     A ``ToolContext`` is passed as ``context=`` if the function has a
-    parameter of that name.
+    parameter of that name. ``untrusted_schema=True`` (an MCP server's
+    schema): its patterns run only in RE2, in time linear in the text, and
+    one RE2 cannot run is a ``ToolDefinitionError`` (``tether.tools.linear``).
     """
     if not NAME_PATTERN.match(name):
         raise ToolDefinitionError(f"tool name {name!r} must match {NAME_PATTERN.pattern}")
     if not isinstance(parameters, Mapping):  # raw schemas come from data: an MCP server, an eval file
         raise ToolDefinitionError(f"tool {name}: parameters must be a JSON Schema object")
     schema = _close(dict(parameters))
-    validator = _compile(name, schema)
+    validator = _compile(name, schema, untrusted=untrusted_schema)
     wants_context = "context" in inspect.signature(function).parameters
     return Tool(
         name=name,

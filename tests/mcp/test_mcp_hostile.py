@@ -1,0 +1,186 @@
+"""A malicious MCP server (tests/mcp/hostile_server.py) must never freeze, exhaust or crash the host.
+
+- Its schemas' regular expressions run only in RE2: a catastrophic pattern
+  under any keyword that runs one (input or output schema) is answered at
+  once, a pattern RE2 cannot run refuses the server, and one Python's ``re``
+  cannot even compile still works.
+- What it lists is bounded: tools, pages, name and schema sizes, schema
+  depth refuse the server; a long description is cut.
+
+A check that froze the host before the fix runs in a child interpreter
+(``run_guarded``): Python's ``re`` holds the GIL while it backtracks, so only
+a killed child turns a freeze into a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hostile_server import EVIL, EVIL_TEXT
+from mcp_helpers import HOSTILE, hostile_argv, our_servers, run_guarded
+
+from tether.drivers.local.runner import Agent
+from tether.mcp import MCPServerError, MCPToolset
+from tether.mcp.client import (
+    MAX_DESCRIPTION_CHARS,
+    MAX_SCHEMA_CHARS,
+    MAX_SCHEMA_DEPTH,
+    MAX_TOOL_NAME_CHARS,
+    MAX_TOOL_PAGES,
+    MAX_TOOLS,
+)
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
+
+QUIET = open(os.devnull, "w")  # noqa: SIM115  (the hostile server's own complaints)
+
+# Makes a toolset of the server, runs one scripted reply holding ``calls``, prints each call's result by id.
+AGENT_RUN = """
+import asyncio, json, os, sys
+from tether.core.budget import Budget
+from tether.drivers.local.runner import Agent
+from tether.mcp import MCPToolset
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
+
+argv, calls, log = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+
+async def main():
+    toolset = await asyncio.to_thread(
+        MCPToolset.stdio, argv, env={"MCP_TEST_LOG": log}, read_only=True, errlog=open(os.devnull, "w")
+    )
+    try:
+        model = ScriptedModel([reply_calls(*[(i, t, json.dumps(a)) for i, t, a in calls]), reply_text("done")])
+        result = await Agent(model, toolset, budget=Budget(max_repairs=len(calls))).run("go")
+    finally:
+        await toolset.aclose()
+    print(json.dumps({c.id: json.loads(c.result) for step in result.steps for c in step.calls}))
+
+asyncio.run(main())
+"""
+
+
+def run_calls(mode: str, calls: list[tuple[str, str, Any]], log: Path) -> dict[str, Any]:
+    """Each call's result, from a run against the hostile server in a child that fails the test if it freezes."""
+    printed = run_guarded(AGENT_RUN, json.dumps(hostile_argv(mode)), json.dumps(calls), str(log))
+    results: dict[str, Any] = json.loads(printed.splitlines()[-1])
+    return results
+
+
+def seen(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_a_catastrophic_pattern_is_answered_at_once_under_every_keyword_that_runs_one(tmp_path: Path) -> None:
+    """``^(a+)+$`` against forty ``a`` and a ``!``: hours in Python's re, one pass in RE2. Refused each time."""
+    log = tmp_path / "calls.jsonl"
+    evil = [
+        ("e1", "pattern", {"word": EVIL_TEXT}),
+        ("e2", "pattern_properties", {EVIL_TEXT: 1}),
+        ("e3", "pattern_additional", {EVIL_TEXT: "x"}),
+        ("e4", "pattern_unevaluated", {EVIL_TEXT: "x"}),
+        ("e5", "pattern_in_defs", {"word": EVIL_TEXT}),
+    ]
+    fine = [
+        ("f1", "pattern", {"word": "aaa"}),
+        ("f2", "pattern_properties", {"aaa": 1}),
+        ("f3", "pattern_additional", {"known": "k", "aaa": "x"}),
+        ("f4", "pattern_unevaluated", {"known": "k", "aaa": "x"}),
+        ("f5", "pattern_in_defs", {"word": "aaa"}),
+    ]
+    results = run_calls("redos", evil + fine, log)
+    for call_id, _, _ in evil:
+        assert results[call_id]["error"]["code"] == "invalid_arguments", call_id
+    assert results["e1"]["error"]["message"] == f"word: must match {EVIL}"
+    assert results["e2"]["error"]["message"] == f"arguments: unexpected field(s) {EVIL_TEXT!r}"
+    assert [results[call_id] for call_id, _, _ in fine] == [{"ok": True, "result": "ok"}] * len(fine)
+    assert sorted((c["tool"], c["arguments"]) for c in seen(log)) == sorted((t, a) for _, t, a in fine)
+
+
+def test_a_catastrophic_pattern_in_an_output_schema_never_reaches_pythons_re(tmp_path: Path) -> None:
+    """The SDK checks a result against the tool's outputSchema with Python's re; tether checks it with RE2."""
+    results = run_calls("redos-output", [("c1", "echo", {})], tmp_path / "calls.jsonl")
+    error = results["c1"]["error"]
+    assert error["code"] == "tool_failed"
+    assert error["message"] == (
+        f"MCP server python hostile_server.py: tool echo returned structured content its outputSchema refuses: "
+        f"word: must match {EVIL}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "field", "pattern", "why"),
+    [
+        ("backreference", "inputSchema", r"^(a)\1$", r"invalid escape sequence: \1"),
+        ("lookahead", "inputSchema", "^(?=a)", "invalid perl operator: (?="),
+        ("output-backreference", "outputSchema", r"^(a)\1$", r"invalid escape sequence: \1"),
+    ],
+)
+def test_a_pattern_re2_cannot_run_refuses_the_server_naming_the_tool(
+    mode: str, field: str, pattern: str, why: str
+) -> None:
+    before = our_servers(HOSTILE)
+    with pytest.raises(MCPServerError) as refused:
+        MCPToolset.stdio(hostile_argv(mode), errlog=QUIET)
+    its = "its outputSchema: " if field == "outputSchema" else ""
+    assert str(refused.value) == (
+        f"MCP server python hostile_server.py: tool sneaky: {its}the pattern {pattern!r} at #/properties/word/pattern "
+        f"cannot run in RE2 ({why}); tether runs an MCP server's patterns only in RE2, whose time is linear "
+        "(no backreferences, no lookaround)"
+    )
+    assert our_servers(HOSTILE) == before
+
+
+async def test_a_pattern_pythons_re_cannot_even_compile_runs_in_re2(tmp_path: Path) -> None:
+    """Groups nested 1200 deep: Python's re raises RecursionError compiling it, RE2 runs it."""
+    log = tmp_path / "calls.jsonl"
+    toolset = await asyncio.to_thread(
+        MCPToolset.stdio, hostile_argv("deep-pattern"), env={"MCP_TEST_LOG": str(log)}, read_only=True, errlog=QUIET
+    )
+    try:
+        calls = reply_calls(("c1", "sneaky", '{"word": "xyz"}'), ("c2", "sneaky", '{"word": "a"}'))
+        model = ScriptedModel([calls, reply_text("done")])
+        result = await Agent(model, toolset).run("go")
+    finally:
+        await toolset.aclose()
+    results = {c.id: json.loads(c.result or "null") for step in result.steps for c in step.calls}
+    assert results["c1"]["error"]["message"] == "word: must match " + "(" * 1200 + "a" + ")" * 1200
+    assert results["c2"] == {"ok": True, "result": "ok"}
+    assert seen(log) == [{"tool": "sneaky", "arguments": {"word": "a"}}]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (hostile_argv("many-tools", str(MAX_TOOLS + 1)), f"lists more than {MAX_TOOLS} tools, the most tether takes"),
+        (hostile_argv("endless-pages"), f"lists more than {MAX_TOOL_PAGES} pages of tools"),
+        (hostile_argv("long-name"), f"100000 characters long; a tool name has at most {MAX_TOOL_NAME_CHARS}"),
+        (hostile_argv("huge-schema"), rf"its inputSchema is \d+ characters of JSON; at most {MAX_SCHEMA_CHARS} are"),
+        (hostile_argv("huge-output-schema"), r"tool huge: its outputSchema is \d+ characters of JSON"),
+        (hostile_argv("deep-schema"), f"tool deep: its inputSchema nests more than {MAX_SCHEMA_DEPTH} levels deep"),
+    ],
+    ids=["many-tools", "endless-pages", "long-name", "huge-schema", "huge-output-schema", "deep-schema"],
+)
+def test_a_tool_list_past_a_bound_refuses_the_server_and_reaps_it(argv: list[str], message: str) -> None:
+    before = our_servers(HOSTILE)
+    with pytest.raises(MCPServerError, match=message):
+        MCPToolset.stdio(argv, errlog=QUIET)
+    assert our_servers(HOSTILE) == before
+
+
+def test_as_many_tools_as_the_bound_are_taken() -> None:
+    with MCPToolset.stdio(hostile_argv("many-tools", str(MAX_TOOLS)), errlog=QUIET) as toolset:
+        assert len(toolset) == MAX_TOOLS
+
+
+def test_a_long_description_is_cut_with_the_marker(caplog: pytest.LogCaptureFixture) -> None:
+    with MCPToolset.stdio(hostile_argv("long-description"), errlog=QUIET) as toolset:
+        description = toolset[0].description
+    said = "Say it again. " * 100_000
+    assert description == (
+        f"{said[:MAX_DESCRIPTION_CHARS]}…[truncated: showing {MAX_DESCRIPTION_CHARS} of {len(said)} characters]"
+    )
+    assert f"the description of tool chatty ({len(said)} characters) is cut to {MAX_DESCRIPTION_CHARS}" in caplog.text
