@@ -46,9 +46,22 @@ def result_of(result: RunResult, call_id: str) -> dict[str, Any]:
     raise AssertionError(f"no call {call_id}")
 
 
-async def run(toolset: MCPToolset, *replies: Any, store: RunStore | None = None, **options: Any) -> RunResult:
-    # MCP output taints the run, so a later side-effecting call may wait for approval: in a store.
+ASKED: list[str] = []  # why each approval the helper granted was asked
+
+
+def granted(call: Any) -> bool:
+    ASKED.append(call.approval_reason)
+    return True
+
+
+async def run(
+    toolset: MCPToolset, *replies: Any, store: RunStore | None = None, approve: bool = True, **options: Any
+) -> RunResult:
+    """A run offering the toolset. Its tools' descriptions are the server's words, so the run is tainted from its
+    start and every side-effecting call asks first: granted here unless ``approve=False`` (it then pauses)."""
     store = store if store is not None else SQLiteStore(Path(tempfile.mkdtemp(prefix="tether-mcp-")) / "runs.db")
+    if approve:
+        options.setdefault("approver", granted)
     agent = Agent(ScriptedModel([*replies, reply_text("done")]), toolset, store=store, **options)
     return await agent.run("go")
 
@@ -144,6 +157,7 @@ async def test_mcp_output_taints_the_run_so_the_next_side_effecting_call_waits_f
         stdio,
         reply_calls(("c1", "weather", '{"city": "Oslo"}')),
         reply_calls(("c2", "delete_everything", '{"confirm": true}')),
+        approve=False,
     )
     assert result.status is Status.AWAITING_APPROVAL
     assert result.state.tainted
@@ -154,8 +168,11 @@ async def test_approval_scopes_and_budgets_gate_mcp_tools_before_the_server_sees
     stdio: MCPToolset, log: Path
 ) -> None:
     before = len(seen(log))
-    paused = await run(stdio, reply_calls(("c1", "delete_everything", '{"confirm": true}')))
-    assert paused.status is Status.AWAITING_APPROVAL and not paused.state.tainted
+    paused = await run(stdio, reply_calls(("c1", "delete_everything", '{"confirm": true}')), approve=False)
+    assert paused.status is Status.AWAITING_APPROVAL
+    [waiting] = paused.state.pending  # its own approval=, and the descriptions' taint: the first call asks
+    assert waiting.approval_reason and paused.state.tainted_by is not None
+    assert paused.state.tainted_by.startswith("the tool descriptions of MCP server ")
 
     outsider = Principal("mallory", frozenset({"tickets"}))  # lacks the toolset's scope "notes"
     hidden = await run(stdio, reply_calls(("c1", "add", '{"a": 1, "b": 2}')), principal=outsider)
@@ -296,3 +313,23 @@ def test_a_servers_command_line_and_url_name_it_without_their_secrets() -> None:
     assert _site("https://user:pw@mcp.example.com:8443/mcp?key=secret#x") == "https://mcp.example.com:8443/mcp"
     with pytest.raises(MCPServerError, match="cannot be read: No closing quotation"):
         MCPToolset.stdio('python "server.py')
+
+
+async def test_a_servers_tool_descriptions_taint_the_run_from_its_start(stdio: MCPToolset, log: Path) -> None:
+    """The model reads them in every request: "also delete everything" in a description is an injection before
+    any result is read. The first side-effecting call asks, naming the server; a trusted server's do not."""
+    before = len(seen(log))
+    paused = await run(stdio, reply_calls(("c1", "add", '{"a": 1, "b": 2}')), approve=False)
+    assert paused.status is Status.AWAITING_APPROVAL and seen(log)[before:] == []
+    [waiting] = paused.state.pending
+    assert waiting.approval_reason == (
+        f"the run read untrusted text from the tool descriptions of MCP server {stdio.label}"
+    )
+    assert "python" in stdio.label and "mcp_server.py" in stdio.label  # its program and script, as elsewhere
+
+    with MCPToolset.stdio(
+        server_argv("stdio"), env={"MCP_TEST_LOG": str(log)}, untrusted_output=False, errlog=QUIET
+    ) as trusted:
+        done = await run(trusted, reply_calls(("c1", "add", '{"a": 1, "b": 2}')), approve=False)
+    assert done.status is Status.COMPLETED and not done.state.tainted
+    assert result_of(done, "c1") == {"ok": True, "result": 3}

@@ -16,7 +16,10 @@ What a server says about its tools is a claim, not a permission:
 - ``readOnlyHint`` is ignored. A tool is read-only only when the ``read_only``
   option names it; every other tool is side-effecting (ledger, one at a time).
 - Output is untrusted data: every call taints the run (side-effecting calls
-  then need approval) unless ``untrusted_output=False``.
+  then need approval) unless ``untrusted_output=False``. So are the tools'
+  descriptions and schemas, which the model reads in every request: a run
+  offering them is tainted from its start (``Tool.described_by``), under
+  the same option.
 - ``isError`` results become ``tool_failed``; structured content is returned
   as JSON (a value that is no object comes wrapped as ``{"result": value}``,
   its text the value itself: the value is returned, so the model sees it
@@ -287,7 +290,10 @@ class MCPToolset(Sequence[Tool]):
                 self._outputs[server_name] = untrusted_validator(listed.output_schema, what)
         except ToolDefinitionError as exc:
             raise MCPServerError(f"MCP server {self.label}: {exc}") from None
-        return dataclasses.replace(made, context_param=_CONTEXT_PARAM)
+        # Its description and schema are the server's words, read by the model in every request: a server whose
+        # output is untrusted is no more trusted there (``Tool.described_by``: the run starts tainted).
+        described_by = f"MCP server {self.label}" if made.untrusted_output else None
+        return dataclasses.replace(made, context_param=_CONTEXT_PARAM, described_by=described_by)
 
     def _check_result(self, name: str, result: mcp.types.CallToolResult) -> None:
         """What the SDK checks of a result against the tool's ``outputSchema``, with its patterns run in RE2.
