@@ -8,6 +8,7 @@ Each command lives in its own module (``run``, ``chat``, ``runs``, ``eval``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -90,6 +91,28 @@ def main() -> None:
         if not utf8(word):  # bytes that were not UTF-8 come in as lone surrogates
             fail(f"argument {at} is not UTF-8 text", 2)
     try:
-        cli(standalone_mode=True)
-    except TetherError as exc:  # anything a command did not map itself
-        fail(str(exc), exc.exit_code)
+        try:
+            cli(standalone_mode=True)
+        except TetherError as exc:  # anything a command did not map itself
+            fail(str(exc), exc.exit_code)
+    except SystemExit as exc:
+        _past_temporal(exc.code)
+        raise
+
+
+def _past_temporal(code: object) -> None:
+    """Exit with ``code`` now, when the Temporal SDK was loaded: its Rust threads can outlive the interpreter's
+    teardown and abort it (SIGABRT, "PyGILState_Release: thread state ... must be current", temporalio/sdk-python
+    issue 300), turning a clean exit 3 into a crash. What ``atexit`` holds runs first; the teardown is skipped."""
+    if "temporalio.bridge.temporal_sdk_bridge" not in sys.modules:
+        return
+    import atexit
+
+    if isinstance(code, str):  # sys.exit("message"), as the interpreter would show it
+        print(code, file=sys.stderr)
+    status = code if isinstance(code, int) else 0 if code is None else 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
