@@ -202,8 +202,11 @@ def run_command(
 
     Exit status: 0 when every case has a verdict, 1 when some had none (an
     infrastructure error, or tools that cannot be made: that case's error,
-    the others run), 3 for a configuration error (a dataset with no cases,
-    or a toolset file named without --allow-toolset-files).
+    the others run), 3 for a configuration error (a dataset with no cases, a
+    data file or ground truth that is not what it should be, a line of an
+    earlier run's results.jsonl that holds no result, or a toolset file
+    named without --allow-toolset-files): the error names the file and line,
+    and no case is sent.
     """
     # tether.eval is about 20 ms of imports that only `tether eval` needs.
     from tether.eval import run_eval, summarize, table
@@ -245,6 +248,8 @@ def run_command(
         results = asyncio.run(go())
     except KeyboardInterrupt:
         fail(f"interrupted; run the same command again to resume from {Path(out) / 'results.jsonl'}", 18)
+    except TetherError as exc:  # e.g. a line of an earlier run's results.jsonl that is no result (read first)
+        fail(str(exc), exc.exit_code)
     report = write_report(Path(out), results)
     rows = summarize(results)
     if as_json:
@@ -280,7 +285,8 @@ def compare_command(a: str, b: str, as_json: bool) -> None:
       tether eval compare eval-before eval-after
       tether eval compare old/results.jsonl new/results.jsonl --json
 
-    Exit status: 0 (whatever changed), 3 when A or B holds no results.
+    Exit status: 0 (whatever changed), 3 when A or B holds no results, or a
+    line that holds no result (the error names it).
     """
     from tether.eval.harness import summarize
     from tether.eval.report import changes_table, compare, load_results
@@ -411,12 +417,13 @@ def agentdojo_command(
     Exit status: 0 when every case has a verdict and no injected value
     reached a sink without an approval in a gated setting; 1 otherwise (see
     the report); 3 for a configuration error (agentdojo not installed, an
-    unknown attack, a setting this tether cannot run).
+    unknown attack, a setting this tether cannot run, a line of a setting's
+    results.jsonl that holds no result).
     """
     from tether.eval.agentdojo import DEFAULT_ATTACK, NO_ATTACK, SETTINGS, cases, setting
     from tether.eval.agentdojo_models import ScriptedAgentDojoModel
     from tether.eval.agentdojo_report import failures, html_section, summarize, table, totals
-    from tether.eval.harness import ERROR, run_eval
+    from tether.eval.harness import ERROR, read_results, run_eval
     from tether.eval.progress import Progress
     from tether.eval.report import write_report
 
@@ -434,6 +441,8 @@ def agentdojo_command(
             )
             for name in chosen_settings
         ]
+        for name in chosen_settings:  # each setting's earlier results, before any setting runs
+            read_results(Path(out) / name)
         if scripted is not None:
             if model or base_url or local_model:
                 raise ConfigurationError("--scripted takes no --model, --base-url or --local-model")
@@ -473,6 +482,8 @@ def agentdojo_command(
         results = asyncio.run(go())
     except KeyboardInterrupt:
         fail(f"interrupted; run the same command again to resume from {out}", 18)
+    except TetherError as exc:  # as for tether eval: no traceback for what tether refuses mid-eval
+        fail(str(exc), exc.exit_code)
     rows = []
     for name, found in results.items():
         measured = totals(summarize(found, name))

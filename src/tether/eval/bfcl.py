@@ -23,9 +23,9 @@ from typing import Any
 from tether.core import nesting
 from tether.core.errors import DatasetError
 from tether.core.messages import Message
-from tether.eval.checker import Output, Verdict, check
+from tether.eval.checker import Output, Verdict, check, documents_problem, ground_truth_problem
 from tether.eval.functions import bfcl_name, data_dir, tool_from_document
-from tether.eval.multi_turn import MULTI_TURN, func_doc_dir, make_case
+from tether.eval.multi_turn import MULTI_TURN, func_doc_dir, ground_truth_of, make_case
 from tether.tools.tool import Tool
 
 SINGLE_TURN = (
@@ -147,12 +147,12 @@ def load(dataset: str | Path) -> list[Any]:
     category = category_of(path)
     if category in MULTI_TURN:
         return _load_multi_turn(path, category)
-    truth: dict[str, Any] = {}
+    truth: dict[str, tuple[str, Any]] = {}  # case id -> (where its ground truth is, the ground truth)
     if needs_ground_truth(category):
         answers = path.parent / "possible_answer" / path.name
         if not answers.is_file():
             raise DatasetError(f"{path}: the ground truth {answers} is missing")
-        truth = {entry["id"]: entry.get("ground_truth") for _, entry in _lines(answers)}
+        truth = {entry["id"]: (f"{answers}:{n}", entry.get("ground_truth")) for n, entry in _lines(answers)}
     cases = []
     for number, entry in _lines(path):
         question, functions = entry.get("question"), entry.get("function")
@@ -163,16 +163,23 @@ def load(dataset: str | Path) -> list[Any]:
         if not isinstance(functions, list):
             raise DatasetError(f"{path}:{number}: function must be a list of documents")
         turn = question[0]
-        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in turn):
-            raise DatasetError(f"{path}:{number}: each message of the question must be an object with a role")
+        if not all(_is_message(m) for m in turn):
+            said = "each message of the question must be an object with a role and text (or null) content"
+            raise DatasetError(f"{path}:{number}: {said}")
         if not all(isinstance(f, dict) for f in functions):
             raise DatasetError(f"{path}:{number}: each function document must be an object")
         messages = tuple(Message(m["role"], m.get("content")) for m in turn)
         ground_truth = None
-        if needs_ground_truth(category):
-            found = truth.get(entry["id"])
-            if not isinstance(found, list):
+        if needs_ground_truth(category):  # what the checker reads: the documents, then the ground truth
+            wrong = documents_problem(functions, category)
+            if wrong is not None:
+                raise DatasetError(f"{path}:{number}: {wrong}")
+            if entry["id"] not in truth:
                 raise DatasetError(f"{path}:{number}: no ground truth for case {entry['id']}")
+            where, found = truth[entry["id"]]
+            wrong = ground_truth_problem(functions, found, category)
+            if wrong is not None:
+                raise DatasetError(f"{where}: {wrong}")
             ground_truth = tuple(found)
         cases.append(Case(entry["id"], category, messages, tuple(functions), ground_truth))
     if not cases:
@@ -180,18 +187,25 @@ def load(dataset: str | Path) -> list[Any]:
     return cases
 
 
+def _is_message(message: Any) -> bool:
+    """A message of a question: an object with a role, and text (or null) content."""
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        return False
+    return message.get("content") is None or isinstance(message["content"], str)
+
+
 def _load_multi_turn(path: Path, category: str) -> list[Any]:
     answers = path.parent / "possible_answer" / path.name
     if not answers.is_file():
         raise DatasetError(f"{path}: the ground truth {answers} is missing")
-    truth = {entry["id"]: entry.get("ground_truth") for _, entry in _lines(answers)}
+    truth = {entry["id"]: (f"{answers}:{n}", entry.get("ground_truth")) for n, entry in _lines(answers)}
     data = func_doc_dir(path)
     cases = []
     for number, entry in _lines(path):
-        found = truth.get(entry["id"])
-        if not isinstance(found, list):
+        if entry["id"] not in truth:
             raise DatasetError(f"{path}:{number}: no ground truth for case {entry['id']}")
-        cases.append(make_case(entry, found, category, data, f"{path}:{number}"))
+        where, found = truth[entry["id"]]
+        cases.append(make_case(entry, ground_truth_of(found, where), category, data, f"{path}:{number}"))
     if not cases:
         raise DatasetError(f"{path}: no cases in it")
     return cases

@@ -7,10 +7,15 @@ point is that a score here means what it means on the leaderboard: strings
 compare without case, spaces and ``,./-_*^``; an integer passes for a
 ``float``; a parameter is optional only if ``""`` is among its acceptable
 values; parallel categories accept the calls in any order. tests/eval checks
-every verdict against the official checker.
+every verdict against the official checker. Where that checker raises on
+what a model sent (a list of objects that may be left out, given an item
+that is no object), the verdict is ``type_error:nested``.
 
 ``check(case, output)`` takes what the model said: its calls as
 ``(bfcl_name, arguments_text)`` pairs, or None when it answered with text.
+It reads the case's function documents and ground truth as BFCL writes
+them; ``documents_problem`` and ``ground_truth_problem`` say what in other
+ones it could not read, so that the loader refuses such a case.
 """
 
 from __future__ import annotations
@@ -90,11 +95,15 @@ def check(category: str, functions: Sequence[Mapping[str, Any]], ground_truth: A
         return _fail("ast_decoder:decoder_failed", "the output does not decode as function calls")
     if not _is_call_format(decoded):
         return _fail("ast_decoder:decoder_wrong_output_format", "the output is not in function-call format")
-    language = "javascript" if "javascript" in category else "java" if "java" in category else "python"
+    language = _language(category)
     try:
         return _ast_check(list(functions), decoded, list(ground_truth), language, category)
     except NotConvertible as exc:
         return _fail("type_error:unconvertible", str(exc))
+
+
+def _language(category: str) -> str:
+    return "javascript" if "javascript" in category else "java" if "java" in category else "python"
 
 
 def _ast_check(
@@ -309,10 +318,126 @@ def _list_dict_check(param: str, value: list[Any], possible: list[Any]) -> Verdi
             continue
         ok = True
         for at, item in enumerate(value):
-            result = _dict_check(param, item, [option[at]])
+            if type(item) is not dict:  # BFCL's checker raises here: its nested type check let "" pass any item
+                result = _fail("type_error:nested", f"Nested type checking failed for parameter {param!r}.")
+            else:
+                result = _dict_check(param, item, [option[at]])
             if not result.valid:
                 ok = False
                 break
         if ok:
             return _VALID
     return result
+
+
+# ---------------------------------------------------------------- what the checker reads
+
+
+def _types(language: str) -> dict[str, type]:
+    return PYTHON_TYPES if language == "python" else JAVA_TYPES if language == "java" else JS_TYPES
+
+
+def documents_problem(functions: Sequence[Any], category: str) -> str | None:
+    """What in a case's function documents the checker cannot read; None when it reads them all.
+
+    Each is an object with a string name and parameters: an object of
+    properties, each an object with a string type, and the list of the
+    required ones' names. A Python parameter's type (and an array's or a
+    tuple's items' type) is one of ``PYTHON_TYPES``; a Java or JavaScript
+    list's items have a type of the language's table (a parameter of a type
+    outside it gets BFCL's verdict ``type_error:unconvertible``).
+    """
+    language = _language(category)
+    table = _types(language)
+    nested = _NESTED_PYTHON if language == "python" else _NESTED_CONVERTED
+    for at, function in enumerate(functions):
+        name = function.get("name")
+        if not isinstance(name, str):
+            return f"functions[{at}] needs a string name"
+        parameters = function.get("parameters")
+        if not isinstance(parameters, dict):
+            return f"{name}: parameters must be an object"
+        properties, required = parameters.get("properties"), parameters.get("required")
+        if not isinstance(properties, dict):
+            return f"{name}: parameters.properties must be an object"
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            return f"{name}: parameters.required must be a list of names"
+        for param, detail in properties.items():
+            if not isinstance(detail, dict) or not isinstance(detail.get("type"), str):
+                return f"{name}.{param} must be an object with a type"
+            described = detail["type"]
+            if language == "python" and described not in table:
+                return f"{name}.{param}: type {described!r} is not one of {', '.join(table)}"
+            if described in nested and described in table:
+                items = detail.get("items")
+                if not isinstance(items, dict):
+                    return f"{name}.{param}: items must be an object with a type"
+                if items.get("type") not in table:
+                    return f"{name}.{param}: items: type {items.get('type')!r} is not one of {', '.join(table)}"
+    return None
+
+
+def ground_truth_problem(functions: Sequence[Mapping[str, Any]], ground_truth: Any, category: str) -> str | None:
+    """What in a case's ground truth the checker cannot read (its documents read, ``documents_problem``); or None.
+
+    It is a non-empty list of calls, each ``{function: {parameter: [acceptable
+    values]}}`` of a function the case offers. An object parameter's
+    acceptable values are ``""`` or objects of lists (or strings), a list
+    parameter's ``""`` or lists (of such objects, for a list of objects),
+    unless the first of them is of another type: BFCL then compares the
+    value as it is.
+    """
+    if not isinstance(ground_truth, list) or not ground_truth:
+        return "ground_truth must be a non-empty list of calls, each {function: {parameter: [acceptable values]}}"
+    offered = {f["name"]: f for f in reversed(functions)}  # the first of a name, as _find takes it
+    simple, language = "parallel" not in category and "multiple" not in category, _language(category)
+    for at, call in enumerate(ground_truth):
+        where = f"ground_truth[{at}]"
+        if not isinstance(call, dict) or len(call) != 1:
+            return f"{where} must be an object of one function's name: {{function: {{parameter: [acceptable values]}}}}"
+        ((name, possible),) = call.items()
+        if name not in offered:
+            return f"{where}: the case offers no {name!r}"
+        if not isinstance(possible, dict):
+            return f"{where}.{name} must be an object of parameters, each with its acceptable values"
+        function = functions[0] if simple else offered[name]  # what the checker holds the call to
+        properties = function["parameters"]["properties"]
+        for param, values in possible.items():
+            if not isinstance(values, list):
+                return f"{where}.{name}.{param}: the acceptable values must be a list"
+            wrong = _values_problem(values, properties[param], language) if param in properties else None
+            if wrong is not None:
+                return f"{where}.{name}.{param}{wrong}"
+    return None
+
+
+_OBJECT_VALUES = ': an object\'s acceptable values must be "" or objects of lists (or strings)'
+_LIST_VALUES = ': a list\'s acceptable values must be "" or lists'
+
+
+def _object_of_lists(value: Any) -> bool:
+    """``""``, or an object each of whose keys has a list (or a string, as in BFCL's simple_java_64) to look in."""
+    return value == "" or (isinstance(value, dict) and all(isinstance(v, list | str) for v in value.values()))
+
+
+def _values_problem(values: list[Any], detail: Mapping[str, Any], language: str) -> str | None:
+    """What in one parameter's acceptable values ``_check_param`` cannot compare a value of its type with."""
+    table, described = _types(language), detail["type"]
+    if described not in table:
+        return None  # BFCL's unconvertible verdict, before any value is compared
+    expected = table[described]
+    nested = _NESTED_PYTHON if language == "python" else _NESTED_CONVERTED
+    inner = table[detail["items"]["type"]] if described in nested else None
+    answer_type = _answer_type(values)
+    if answer_type is not None and answer_type != expected:
+        return None  # compared as they are (_type_check's variable)
+    for at, option in enumerate(values):
+        if expected is dict and not _object_of_lists(option):
+            return f"[{at}]{_OBJECT_VALUES}"
+        if expected is list and option != "" and not isinstance(option, list):
+            return f"[{at}]{_LIST_VALUES}"
+        if expected is list and inner is dict and option != "":
+            wrong = next((i for i, item in enumerate(option) if not _object_of_lists(item)), None)
+            if wrong is not None:
+                return f"[{at}][{wrong}]{_OBJECT_VALUES}"
+    return None

@@ -265,7 +265,7 @@ def load_cases(
     """
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines: JSON may hold U+2028 as it is
     except OSError as exc:
         raise DatasetError(f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
@@ -382,6 +382,8 @@ def _messages(entry: dict[str, Any], where: str) -> tuple[Message, ...]:
     for i, message in enumerate(conversation):
         if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant", "tool"):
             raise DatasetError(f"{where}: messages[{i}] needs a role: system, user, assistant or tool")
+        if not (message.get("content") is None or isinstance(message["content"], str)):
+            raise DatasetError(f"{where}: messages[{i}]: content must be text or null")
         try:
             calls = [
                 {"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}

@@ -27,7 +27,12 @@ gate refused as ``unknown_tool``). The gates' verdicts sort the failures:
 ``results.jsonl`` gets one line per case as soon as it is scored; a later run
 with the same ``--out`` skips every case already there with a verdict, and
 first drops the lines of the cases it runs again (those with no verdict), so
-the file keeps one line per case.
+the file keeps one line per case. Every line read back must hold a result
+(``CaseResult.from_dict`` says what one holds): any other line is a
+``DatasetError`` naming it, and nothing is sent or rewritten. Only the last
+line may be cut short, by a process killed while it wrote it (no newline,
+not JSON, perhaps half a character): that one is left out, and its case
+runs again.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from tether.core import nesting
 from tether.core.budget import Compat
 from tether.core.errors import DatasetError, TetherError
 from tether.core.events import CALL_REJECTED, CALL_VALIDATED, RunEvent
@@ -57,6 +63,7 @@ RESULTS_FILE = "results.jsonl"
 DEFAULT_CONCURRENCY = 8
 
 PASSED, MISTAKE, REFUSED, ERROR = "passed", "mistake", "refused", "error"
+OUTCOMES = (PASSED, MISTAKE, REFUSED, ERROR)
 _YIELDS = 3  # turns of the event loop a finished request gives the others (_Slots.complete)
 REPLY_REFUSED = {Status.PROTOCOL_ERROR, Status.TRUNCATED, Status.CONTENT_FILTERED}
 
@@ -120,8 +127,12 @@ class CaseResult:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CaseResult:
-        """The result a line of ``results.jsonl`` holds."""
+    def from_dict(cls, data: Any, where: str = "a results line") -> CaseResult:
+        """The result a line of ``results.jsonl`` holds; a ``DatasetError`` saying ``where`` and what is wrong
+        when it holds none (``RESULT_FIELDS`` and ``SCORE_FIELDS`` say what a result holds)."""
+        wrong = _not_a_result(data)
+        if wrong is not None:
+            raise DatasetError(f"{where}: {wrong}")
         return cls(
             data["id"],
             data["category"],
@@ -135,6 +146,105 @@ class CaseResult:
             data.get("expected"),
             data.get("scores"),
         )
+
+
+# ---------------------------------------------------------------- what a results line holds
+
+_NONE = type(None)
+_JSON_NAMES = {str: "a string", int: "a whole number", float: "a number", bool: "true or false", list: "a list"}
+_JSON_NAMES |= {dict: "an object", _NONE: "null"}
+
+# The fields of a results line that reports read, with the JSON types each may have; the first three are
+# always there, and outcome is one of OUTCOMES. Each call and message is an object; a multi-turn case's
+# have a whole-number turn (then every call has one).
+RESULT_FIELDS: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "category": (str,),
+    "outcome": (str,),
+    "reason": (str,),
+    "calls": (list,),
+    "content": (str, _NONE),
+    "status": (str,),
+    "seconds": (float,),
+    "prompt": (list, _NONE),
+    "scores": (dict, _NONE),
+}
+_REQUIRED = ("id", "category", "outcome")
+# A line's scores are AgentDojo's measures (tether.eval.agentdojo writes them, agentdojo_report sums them),
+# with the JSON types each may have; the first five are always there.
+SCORE_FIELDS: dict[str, tuple[type, ...]] = {
+    "setting": (str,),
+    "suite": (str,),
+    "attack": (str,),
+    "utility": (bool,),
+    "security": (bool, _NONE),
+    "user_task": (str,),
+    "injection_task": (str, _NONE),
+    "approvals": (list,),
+    "injected_sinks": (list,),
+    "attackable": (bool,),
+    "by_answer": (bool,),
+    "tokens": (int,),
+}
+_REQUIRED_SCORES = ("setting", "suite", "attack", "utility", "security")
+
+
+def _is(value: Any, kinds: tuple[type, ...]) -> bool:
+    """Whether a JSON value is of one of ``kinds`` (a boolean is no number; a whole number is a number)."""
+    if isinstance(value, bool):
+        return bool in kinds
+    return isinstance(value, kinds) or (float in kinds and isinstance(value, int))
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def _wrong_fields(data: dict[str, Any], fields: dict[str, tuple[type, ...]], required: Sequence[str]) -> str | None:
+    """The required keys ``data`` lacks, or the first of ``fields`` it holds with a wrong type."""
+    missing = [key for key in required if key not in data]
+    if missing:
+        return f"no {', '.join(missing)}"
+    for key, kinds in fields.items():
+        if key in data and not _is(data[key], kinds):
+            return f"{key} must be {' or '.join(_JSON_NAMES[kind] for kind in kinds)}"
+    return None
+
+
+def _not_a_result(data: Any) -> str | None:
+    """What keeps ``data`` (a decoded line of ``results.jsonl``) from being a result; None when nothing does."""
+    if not isinstance(data, dict):
+        return f"expected a result (an object), got {_kind(data)}"
+    if all(key in data for key in _REQUIRED) and data["outcome"] not in OUTCOMES:
+        return f"outcome must be one of {', '.join(OUTCOMES)} (it is {json.dumps(data['outcome'])[:40]})"
+    wrong = _wrong_fields(data, RESULT_FIELDS, _REQUIRED)
+    if wrong is not None:
+        return wrong
+    calls, prompt = data.get("calls", []), data.get("prompt") or []
+    for name, items in (("calls", calls), ("prompt", prompt)):
+        for at, item in enumerate(items):
+            if not isinstance(item, dict):
+                return f"{name}[{at}] must be an object"
+            if "turn" in item and not _is(item["turn"], (int,)):
+                return f"{name}[{at}].turn must be a whole number"
+    # A multi-turn case's report lists its calls turn by turn: then every call has its turn.
+    if any("turn" in item for item in (*calls, *prompt)):
+        lacking = next((at for at, call in enumerate(calls) if "turn" not in call), None)
+        if lacking is not None:
+            return f"calls[{lacking}] has no turn (the other calls or messages have one)"
+    scores = data.get("scores")
+    wrong = None if scores is None else _wrong_fields(scores, SCORE_FIELDS, _REQUIRED_SCORES)
+    if wrong is not None:
+        return f"scores: {wrong}" if wrong.startswith("no ") else f"scores.{wrong}"
+    return None
 
 
 def score(case: EvalCase, calls: Sequence[dict[str, Any]] | None, content: str | None, status: Status) -> CaseResult:
@@ -283,23 +393,54 @@ def _since(started: float) -> float:
 
 
 def read_results(out: Path) -> dict[str, CaseResult]:
-    """The results already in ``out/results.jsonl`` (the last line per case wins; a torn last line is ignored)."""
-    return {case_id: result for case_id, (_, result) in _lines_by_case(out / RESULTS_FILE)[1].items()}
+    """The results already in ``out/results.jsonl`` (the last line per case wins; a torn last line is ignored).
+
+    A line that holds no result is a ``DatasetError`` naming it (see the module docstring).
+    """
+    return read_results_file(out / RESULTS_FILE)
+
+
+def read_results_file(path: Path) -> dict[str, CaseResult]:
+    """The results in a ``results.jsonl`` file by case id, read as ``read_results`` reads them."""
+    return {case_id: result for case_id, (_, result) in _lines_by_case(path)[1].items()}
 
 
 def _lines_by_case(path: Path) -> tuple[int, dict[str, tuple[str, CaseResult]]]:
-    """How many lines ``path`` has, and each case's last line with its result."""
+    """How many lines ``path`` has, and each case's last line with its result (see the module docstring).
+
+    Lines end at ``\\n`` only: JSON leaves U+2028, U+2029 and U+0085 in a
+    string as they are, and ``str.splitlines`` would end a line at each.
+    """
     found: dict[str, tuple[str, CaseResult]] = {}
-    if not path.is_file():
+    if not path.exists():
         return 0, found
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for line in lines:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DatasetError(f"cannot read {path}: {exc.strerror}") from None
+    lines = data.split(b"\n")
+    last = lines.pop()  # b"" when the file ends with a newline; else a line a killed process may have torn
+    start = 0  # where the line starts in the file
+    for number, raw in enumerate([*lines, last] if last else lines, 1):
+        where, torn = f"{path}:{number}", number > len(lines)
         try:
-            result = CaseResult.from_dict(json.loads(line))
-        except (ValueError, KeyError, TypeError):
-            continue  # a line cut short by a killed process
-        found[result.id] = (line, result)
-    return len(lines), found
+            line = raw.decode("utf-8")
+            value = nesting.loads(line, nesting.MAX_REPLY_DEPTH) if line.strip() else None
+        except UnicodeDecodeError as exc:
+            if torn:
+                break  # cut in the middle of a character
+            raise DatasetError(f"{where}: not UTF-8 text (byte {start + exc.start})") from None
+        except json.JSONDecodeError as exc:
+            if torn:
+                break  # cut short
+            raise DatasetError(f"{where}: not JSON ({exc.msg})") from None
+        except ValueError as exc:  # nested too deep, or not text
+            raise DatasetError(f"{where}: {exc}") from None
+        start += len(raw) + 1
+        if line.strip():
+            result = CaseResult.from_dict(value, where)
+            found[result.id] = (line, result)
+    return len(lines) + bool(last), found
 
 
 def _keep_one_line_per_case(path: Path, lines: int, found: dict[str, tuple[str, CaseResult]], again: set[str]) -> None:

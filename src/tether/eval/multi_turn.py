@@ -389,8 +389,28 @@ def func_doc_dir(path: Path) -> Path:
     return data
 
 
-def make_case(entry: Mapping[str, Any], truth: Any, category: str, data: Path, where: str) -> MultiTurnCase:
-    """A case from one line of the dataset and its ground truth (as BFCL's loader prepares it)."""
+def ground_truth_of(truth: Any, where: str) -> tuple[tuple[str, ...], ...]:
+    """A case's ground truth as its possible_answer line holds it: turns, each a list of calls written as text,
+    each parsed once (``parse_call``); a ``DatasetError`` naming ``where`` and the first part that is not."""
+    if not isinstance(truth, list):
+        raise DatasetError(f"{where}: ground_truth must be a list of turns, each a list of calls")
+    for index, turn in enumerate(truth):
+        if not isinstance(turn, list):
+            raise DatasetError(f"{where}: ground_truth[{index}] must be a list of calls")
+        for at, source in enumerate(turn):
+            if not isinstance(source, str):
+                raise DatasetError(f"{where}: ground_truth[{index}][{at}] must be a call written as text")
+            try:
+                parse_call(source)
+            except DatasetError as exc:
+                raise DatasetError(f"{where}: ground_truth[{index}][{at}]: {exc}") from None
+    return tuple(tuple(turn) for turn in truth)
+
+
+def make_case(
+    entry: Mapping[str, Any], truth: Sequence[Sequence[str]], category: str, data: Path, where: str
+) -> MultiTurnCase:
+    """A case from one line of the dataset and its ground truth (``ground_truth_of``), as BFCL's loader prepares it."""
     try:
         classes = tuple(entry["involved_classes"])
         functions = function_docs(classes, data)
@@ -412,9 +432,6 @@ def make_case(entry: Mapping[str, Any], truth: Any, category: str, data: Path, w
         if turn_messages and (len(turn_messages) != 1 or turn_messages[0].role != "user"):
             roles = ", ".join(m.role for m in turn_messages)
             raise DatasetError(f"{where}: turn {index} must be one user message or none (it has: {roles})")
-    for turn in ground_truth:
-        for source in turn:
-            parse_call(source)
     return MultiTurnCase(
         str(entry["id"]),
         category,
@@ -613,6 +630,7 @@ __all__ = [
     "execute",
     "executed_turns",
     "func_doc_dir",
+    "ground_truth_of",
     "instantiate",
     "make_case",
     "methods",

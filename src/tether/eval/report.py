@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.core.errors import DatasetError
-from tether.eval.harness import PASSED, RESULTS_FILE, CaseResult, Row, read_results, summarize
+from tether.eval.harness import PASSED, RESULTS_FILE, CaseResult, Row, read_results, read_results_file, summarize
 
 REPORT_FILE = "report.html"
 
@@ -193,29 +193,18 @@ class Change:
 
 
 def load_results(place: str | Path) -> dict[str, CaseResult]:
-    """An eval's results: an ``--out`` directory or a results.jsonl file."""
+    """An eval's results: an ``--out`` directory or a results.jsonl file; a line that holds none: ``DatasetError``."""
     path = Path(place)
     if path.is_dir():
         if not (path / RESULTS_FILE).is_file():
             raise DatasetError(f"{path} has no {RESULTS_FILE}: is it a tether eval --out directory?")
         return read_results(path)
     if path.is_file():
-        found = _read_any(path)
+        found = read_results_file(path)
         if not found and path.stat().st_size:
             raise DatasetError(f"{path}: no tether eval results in it")
         return found
     raise DatasetError(f"no results at {path}: give an --out directory or a results.jsonl file")
-
-
-def _read_any(path: Path) -> dict[str, CaseResult]:
-    found: dict[str, CaseResult] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            result = CaseResult.from_dict(json.loads(line))
-        except (ValueError, KeyError, TypeError):
-            continue
-        found[result.id] = result
-    return found
 
 
 def compare(a: dict[str, CaseResult], b: dict[str, CaseResult]) -> list[Change]:
