@@ -284,25 +284,35 @@ class MessageAssembler:
     stop_reason: object = None
     model: object = None
     stopped: bool = False
+    closed: set[int] = field(default_factory=set)  # blocks whose content_block_stop came
 
     def feed(self, event: dict[str, Any]) -> str | None:
         """Take one decoded event; return its answer text piece, if any.
 
         A stream that contradicts itself is a ``ModelResponseError``: a stop
-        reason that changes ("max_tokens", then "tool_use"), or content after it.
+        reason that changes ("max_tokens", then "tool_use"), or content after it;
+        a block started twice (a call's name and id replaced under its
+        arguments), or added to after its ``content_block_stop``.
         """
         kind = event.get("type")
         if self.stop_reason is not None and kind in ("content_block_start", "content_block_delta"):
             raise ModelResponseError(f"the stream went on after its stop_reason {self.stop_reason!r}")
         if kind == "content_block_delta":
+            if self._index(event) in self.closed:
+                raise ModelResponseError(f"content_block_delta for block {event['index']} after its content_block_stop")
             return self._delta(event)
         if kind == "content_block_start":
             block = event.get("content_block")
             if not isinstance(block, dict):
                 raise ModelResponseError("content_block_start without a content block")
-            self.blocks[self._index(event)] = dict(block)
+            index = self._index(event)
+            if index in self.blocks:
+                raise ModelResponseError(f"content block {index} started twice")
+            self.blocks[index] = dict(block)
         elif kind == "content_block_stop":
-            self._stop(self._index(event))
+            index = self._index(event)
+            self.closed.add(index)
+            self._stop(index)
         elif kind == "message_start":
             message = event.get("message")
             if isinstance(message, dict):

@@ -4,6 +4,9 @@ Translation only: the reply's shape is checked by the run state machine.
 Two wire facts are normalised here because they carry no information: a
 tool call without ``type`` (Mistral; every streamed fragment after the
 first) is a function call, and list content keeps only its text parts.
+A message's ``refusal`` text (streamed: ``refusal`` pieces) makes the reply
+``content_filter`` whatever else it holds, as a Responses ``refusal`` part
+does: the run ends ``content_filtered`` and none of its calls runs.
 HTTP failures map to ``ModelError`` subclasses; 429 and 5xx are retried
 with backoff honouring ``Retry-After``; 401/403 are not.
 
@@ -135,9 +138,12 @@ def parse_reply(body: Any) -> ModelReply:
                 arguments=function.get("arguments"),
             )
         )
+    finish_reason = choice.get("finish_reason")
+    if chunks.refused(message.get("refusal")):
+        finish_reason = "content_filter"
     return ModelReply(
         choices=len(choices),
-        finish_reason=choice.get("finish_reason"),
+        finish_reason=finish_reason,
         content=chunks.content_text(message.get("content")) or None,  # "" and null both mean no text
         tool_calls=tuple(calls),
         usage=usage,

@@ -5,8 +5,9 @@ call carries its id and name, later ones only pieces of the arguments text.
 Only the first choice (``index`` 0) is read, as in a reply not streamed.
 A stream that contradicts itself is a ``ModelResponseError``, never a reply
 whose calls could run: a finish reason that changes ("length", then
-"tool_calls"), text or tool-call fragments after the finish reason, a call
-whose id or type changes between its fragments.
+"tool_calls"), text, refusal or tool-call fragments after the finish reason,
+a call whose id or type changes between its fragments. A ``refusal`` piece
+makes the reply ``content_filter``, as a message's ``refusal`` does.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Assembler:
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
     choices: set[int] = field(default_factory=set)  # the choice indices seen
+    refused: bool = False  # a refusal piece came: the reply is content_filter whatever else it holds
 
     def feed(self, chunk: dict[str, Any]) -> str | None:
         """Take one decoded chunk; return its text piece, if any."""
@@ -50,8 +52,10 @@ class Assembler:
         delta = choice.get("delta")
         finished = self.finish_reason is not None
         if isinstance(delta, dict):
-            if finished and (delta.get("tool_calls") or delta.get("content")):
+            if finished and (delta.get("tool_calls") or delta.get("content") or delta.get("refusal")):
                 raise ModelResponseError(f"the stream went on after its finish_reason {self.finish_reason!r}")
+            if refused(delta.get("refusal")):
+                self.refused = True
             for fragment in delta.get("tool_calls") or ():
                 self._fragment(fragment)
         reason = choice.get("finish_reason")
@@ -126,7 +130,7 @@ class Assembler:
         )
         return ModelReply(
             choices=len(self.choices) if 0 in self.choices else 0,
-            finish_reason=self.finish_reason,
+            finish_reason="content_filter" if self.refused else self.finish_reason,
             content="".join(self.content) if self.content else None,
             tool_calls=calls,
             usage=self.usage,
@@ -142,6 +146,16 @@ def content_text(content: Any) -> str | None:
         parts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
         return "".join(p for p in parts if isinstance(p, str))
     raise ModelResponseError(f"message content is a {type(content).__name__}, not text")
+
+
+def refused(refusal: Any) -> bool:
+    """Whether a message's (or a delta's) ``refusal`` says the model refused: its text does; null and "" do not
+    (Snowflake sends "" with every reply). Anything else is no reply to read."""
+    if refusal is None or refusal == "":
+        return False
+    if isinstance(refusal, str):
+        return True
+    raise ModelResponseError(f"message refusal is a {type(refusal).__name__}, not text")
 
 
 def parse_usage(usage: Any) -> Usage:

@@ -10,13 +10,19 @@ Both tools are ``untrusted_output``: a file's text and its name were written
 by whoever put the file there, not necessarily the run's principal, so
 reading them taints the run (side-effecting calls then need approval).
 
-A symlink swapped in between the check and the read could still lead out;
-the root is meant to be a directory the model's user controls, not one an
-attacker writes to concurrently.
+The resolved path is then opened from the root one name at a time, following
+no symlink (``O_NOFOLLOW`` at every step, the ``openat`` way), and what is
+read is the opened file's own: a symlink, a FIFO or a bigger file put in
+place between the check and the read is refused, never followed, waited on
+or read whole.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,6 +33,14 @@ from tether.tools import Tool, ToolError, tool
 
 # Bigger files are refused rather than read whole into memory just to be cut.
 MAX_FILE_BYTES = 10_000_000
+# A bigger directory lists its first entries by name and counts the rest: the model sees no more than
+# a result's limit of it anyway, and the host keeps no more names than it can show.
+MAX_LISTED_ENTRIES = 1000
+
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO or a device put in place of the file is opened without waiting for a writer
+# (then refused); O_NOCTTY: a terminal is not made the host's controlling terminal.
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 PathArgument = Annotated[str, Field(min_length=1, max_length=1024)]
 
@@ -46,16 +60,23 @@ def files_tools(root: Path) -> list[Tool]:
         """
         target, shown = _confine(base, path)
         try:
-            if not target.exists():
-                raise ToolError(f"no such file: {shown}")
-            if not target.is_file():
-                raise ToolError(f"not a file: {shown}")
-            size = target.stat().st_size
-            if size > MAX_FILE_BYTES:
-                raise ToolError(f"file too large: {shown} has {size} bytes, the limit is {MAX_FILE_BYTES}")
-            data = target.read_bytes()
-        except OSError:
+            fd = _open_file(base, target)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ToolError(f"no such file: {shown}") from None
+        except _NotRegular:
+            raise ToolError(f"not a file: {shown}") from None
+        except OSError:  # a symlink put in place since the check (ELOOP), a permission
             raise ToolError(f"cannot read: {shown}") from None
+        with open(fd, "rb") as file:
+            try:
+                size = os.fstat(fd).st_size
+                if size > MAX_FILE_BYTES:
+                    raise ToolError(f"file too large: {shown} has {size} bytes, the limit is {MAX_FILE_BYTES}")
+                data = file.read(MAX_FILE_BYTES + 1)  # the file may grow while it is read
+            except OSError:
+                raise ToolError(f"cannot read: {shown}") from None
+        if len(data) > MAX_FILE_BYTES:
+            raise ToolError(f"file too large: {shown} has more than {MAX_FILE_BYTES} bytes")
         # Valid UTF-8 can still hold NUL bytes; no text file does.
         if b"\x00" in data:
             raise ToolError(f"not a text file: {shown} is binary")
@@ -68,19 +89,40 @@ def files_tools(root: Path) -> list[Tool]:
     def list_files(path: PathArgument = ".") -> dict[str, Any]:
         """List a directory under the files root, sorted; directories end with "/".
 
+        A directory of more than 1000 entries lists its first 1000; "omitted" says how many more there are.
+
         Args:
             path: The directory relative to the files root; "." is the root itself.
         """
         target, shown = _confine(base, path)
         try:
-            if not target.exists():
-                raise ToolError(f"no such directory: {shown}")
-            if not target.is_dir():
-                raise ToolError(f"not a directory: {shown}")
-            entries = sorted(_entry(base, child) for child in target.iterdir())
+            parent, name = _parent(base, target)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ToolError(f"no such directory: {shown}") from None
+        except OSError:  # a symlink put in place since the check (ELOOP), a permission
+            raise ToolError(f"cannot list: {shown}") from None
+        try:
+            fd = _open_directory(name, parent)
+        except FileNotFoundError:
+            raise ToolError(f"no such directory: {shown}") from None
+        except NotADirectoryError:
+            raise ToolError(f"not a directory: {shown}") from None
         except OSError:
             raise ToolError(f"cannot list: {shown}") from None
-        return {"path": shown, "entries": entries, "count": len(entries)}
+        finally:
+            os.close(parent)
+        try:
+            with os.scandir(fd) as scan:
+                first, count = _first_entries(scan)
+                entries = sorted(_entry(base, target, child) for child in first)
+        except OSError:
+            raise ToolError(f"cannot list: {shown}") from None
+        finally:
+            os.close(fd)
+        listing: dict[str, Any] = {"path": shown, "entries": entries, "count": count}
+        if count > len(entries):
+            listing["omitted"] = count - len(entries)
+        return listing
 
     return [read_file, list_files]
 
@@ -104,11 +146,83 @@ def _confine(base: Path, path: str) -> tuple[Path, str]:
     return target, shown
 
 
-def _entry(base: Path, child: Path) -> str:
+class _NotRegular(Exception):
+    """The path names something other than a regular file."""
+
+
+def _parent(base: Path, target: Path) -> tuple[int, str]:
+    """A descriptor of the directory holding ``target`` (inside ``base``), and its last name ("." for the root).
+
+    The directory is walked to from ``base`` one name at a time with ``O_NOFOLLOW``: a symlink put in
+    place of any of them since ``_confine`` resolved the path is an error (ELOOP), not a way out.
+    """
+    parts = target.relative_to(base).parts
+    fd = os.open(base, _DIRECTORY)
+    for part in parts[:-1]:
+        try:
+            next_fd = _open_directory(part, fd)
+        finally:
+            os.close(fd)
+        fd = next_fd
+    return fd, parts[-1] if parts else "."
+
+
+def _open_directory(name: str, parent: int) -> int:
+    """The directory ``name`` in ``parent``, opened following no symlink."""
+    try:
+        return os.open(name, _DIRECTORY, dir_fd=parent)
+    except NotADirectoryError:
+        # Linux says ENOTDIR, not ELOOP, for a symlink opened with O_DIRECTORY | O_NOFOLLOW.
+        if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+            raise OSError(errno.ELOOP, "a symlink was put in place of a directory") from None
+        raise
+
+
+def _open_file(base: Path, target: Path) -> int:
+    """A descriptor of the regular file ``target``, opened following no symlink; ``_NotRegular`` if it is none.
+
+    Its type is looked at before it is opened (a FIFO or a device is never opened) and again after (one
+    swapped in between was opened without waiting, and is closed).
+    """
+    parent, name = _parent(base, target)
+    try:
+        mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+        if stat.S_ISLNK(mode):
+            raise OSError(errno.ELOOP, "a symlink was put in place of the file")
+        if not stat.S_ISREG(mode):
+            raise _NotRegular
+        fd = os.open(name, _FILE, dir_fd=parent)
+    finally:
+        os.close(parent)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _NotRegular
+    return fd
+
+
+def _first_entries(entries: Iterator[os.DirEntry[str]]) -> tuple[list[os.DirEntry[str]], int]:
+    """The first ``MAX_LISTED_ENTRIES`` entries by name, and how many there are, holding at most twice that many."""
+    kept: list[os.DirEntry[str]] = []
+    count = 0
+    for entry in entries:
+        count += 1
+        kept.append(entry)
+        if len(kept) == 2 * MAX_LISTED_ENTRIES:
+            kept = sorted(kept, key=_name)[:MAX_LISTED_ENTRIES]
+    return sorted(kept, key=_name)[:MAX_LISTED_ENTRIES], count
+
+
+def _name(entry: os.DirEntry[str]) -> str:
+    return entry.name
+
+
+def _entry(base: Path, directory: Path, child: os.DirEntry[str]) -> str:
+    if not child.is_symlink():
+        return f"{child.name}/" if child.is_dir(follow_symlinks=False) else child.name
     # A symlink leading out is listed as a plain name: whether its target is
     # a directory is outside information.
     try:
-        target = child.resolve()
+        target = (directory / child.name).resolve()
         is_dir = target.is_relative_to(base) and target.is_dir()
     except (OSError, RuntimeError):
         is_dir = False
