@@ -44,10 +44,12 @@ def redact(value: Any) -> Any:
 
 def redact_arguments(arguments: str) -> str:
     """A call's raw JSON arguments with secret-looking entries replaced (as ``redact`` does); text that is not a
-    JSON object goes through ``redact_text``."""
+    JSON object (nor one nested past ``MAX_DEPTH``, which no reader walks) goes through ``redact_text``."""
+    from tether.core import nesting
+
     try:
-        parsed = json.loads(arguments)
-    except ValueError:
+        parsed = nesting.loads(arguments, nesting.MAX_DEPTH)
+    except ValueError:  # not JSON, too deep, or not text (nesting.REFUSED are ValueErrors too)
         return redact_text(arguments)
     if not isinstance(parsed, dict):
         return redact_text(arguments)
