@@ -25,13 +25,21 @@ _ARMED: dict[str, Any] = {}
 _OPENS = ("open", "os.listdir", "os.scandir")
 
 
-def _on_audit(event: str, args: tuple[Any, ...]) -> None:
-    if event not in _OPENS or not _ARMED or not isinstance(args[0], str | bytes | os.PathLike):
+def _on_audit(
+    event: str,
+    args: tuple[Any, ...],
+    opens: tuple[str, ...] = _OPENS,
+    armed: dict[str, Any] = _ARMED,
+    paths: tuple[type, ...] = (str, bytes, os.PathLike),
+    fsdecode: Any = os.fsdecode,
+) -> None:
+    # Bound as defaults: the hook outlives the module's globals, which the interpreter clears as it exits.
+    if event not in opens or not armed or not isinstance(args[0], paths):
         return
-    name = os.fsdecode(args[0])
-    if name.rstrip("/").endswith(_ARMED["names"]):
-        action = _ARMED.pop("action")
-        _ARMED.clear()
+    name = fsdecode(args[0])
+    if name.rstrip("/").endswith(armed["names"]):
+        action = armed.pop("action")
+        armed.clear()
         action()
 
 
