@@ -97,6 +97,7 @@ with workflow.unsafe.imports_passed_through():
         PendingCall,
         Reconciled,
         Rejected,
+        Retried,
         Run,
         RunTools,
         Status,
@@ -117,9 +118,10 @@ with workflow.unsafe.imports_passed_through():
         ReconcileAnswer,
         ReconciledExecuted,
         ReconcileRequest,
+        RetriedResult,
         RunToolRequest,
         SaveRequest,
-        ToolResult,
+        ToolOutcome,
         Unreconciled,
         Verdict,
     )
@@ -237,6 +239,7 @@ class RunWorkflow:
         # Results of a step cut short by an unknown outcome, for when it goes on after the reconciliation.
         self._finished: dict[str, str] = {}
         self._untrusted: set[str] = set()
+        self._retried: dict[str, Retried] = {}
         # What the store has not been handed yet, and what it holds (see ``_save_request``).
         self._log: list[AuditEvent] = []
         self._outcomes: list[tuple[PendingCall, str]] = []  # ledger outcomes: the call, its result
@@ -443,6 +446,15 @@ class RunWorkflow:
         self._announce(command)
         finished: dict[str, str] = dict(self._finished)
         untrusted: set[str] = set(self._untrusted)
+        retried: dict[str, Retried] = dict(self._retried)
+
+        def note(call: PendingCall, outcome: ToolOutcome) -> None:
+            finished[call.call_id] = self._executed(call, outcome.content)
+            if outcome.untrusted:
+                untrusted.add(call.call_id)
+            if isinstance(outcome, RetriedResult):  # the machine counts it against the tool's retries
+                retried[call.call_id] = Retried(outcome.retry, outcome.limit)
+
         for batch in command.batches:
             todo = [c for c in batch if c.call_id not in finished]
             if not todo:
@@ -450,9 +462,7 @@ class RunWorkflow:
             if todo[0].read_only:
                 outcomes = await asyncio.gather(*(self._tool(c) for c in todo))
                 for call, outcome in zip(todo, outcomes, strict=True):
-                    finished[call.call_id] = self._executed(call, outcome.content)
-                    if outcome.untrusted:
-                        untrusted.add(call.call_id)
+                    note(call, outcome)
                 continue
             call = todo[0]
             if call.call_id in self._cleared and workflow.patched(CLEARED_BEFORE_INTENT):
@@ -464,14 +474,13 @@ class RunWorkflow:
             try:
                 outcome = await self._tool(call)
             except ActivityError:
-                self._finished, self._untrusted = finished, untrusted  # kept for after the reconciliation
+                # Kept for after the reconciliation.
+                self._finished, self._untrusted, self._retried = finished, untrusted, retried
                 self._emit(RECONCILIATION_NEEDED, ids=[call.call_id])
                 return self._send(OutcomeUnknown((call.call_id,), self._now()))
-            finished[call.call_id] = self._executed(call, outcome.content)
-            if outcome.untrusted:
-                untrusted.add(call.call_id)
-        self._finished, self._untrusted = {}, set()
-        return self._send(ToolsFinished(finished, self._now(), frozenset(untrusted)))
+            note(call, outcome)
+        self._finished, self._untrusted, self._retried = {}, set(), {}
+        return self._send(ToolsFinished(finished, self._now(), frozenset(untrusted), retried))
 
     def _announce(self, command: RunTools) -> None:
         """An event for each call of the step not announced yet: validated, recovered or refused."""
@@ -514,7 +523,7 @@ class RunWorkflow:
             self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool, digest=digest(content))
         return content
 
-    async def _tool(self, call: PendingCall) -> ToolResult:
+    async def _tool(self, call: PendingCall) -> ToolOutcome:
         assert self._machine is not None and self._principal is not None
         timeout = self._catalog.timeouts.get(call.call_id) or DEFAULT_TOOL_TIMEOUT_SECONDS
         request = RunToolRequest(
@@ -526,10 +535,10 @@ class RunWorkflow:
         )
         # Exactly one attempt for an effect: it is never repeated by a retry; a dead worker shows in a missed heartbeat.
         attempts = READ_ONLY_ATTEMPTS if call.read_only else 1
-        result: ToolResult = await workflow.execute_activity(
+        result: ToolOutcome = await workflow.execute_activity(
             RUN_TOOL,
             request,
-            result_type=ToolResult,
+            result_type=cast(type, ToolOutcome),  # the converter reads a union (each class in turn)
             start_to_close_timeout=timedelta(seconds=timeout + TOOL_TIMEOUT_MARGIN_SECONDS),
             heartbeat_timeout=self._heartbeat,
             retry_policy=RetryPolicy(maximum_attempts=attempts),
