@@ -58,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
     # passes them through like the rest instead of loading them again inside a running workflow.
     import tether.core.provenance
     import tether.core.redact  # noqa: F401
-    from tether.core import envelope
+    from tether.core import envelope, nesting
     from tether.core.budget import RunConfig
     from tether.core.events import (
         APPROVAL_DECIDED,
@@ -709,10 +709,13 @@ class RunWorkflow:
         if answer.call_id not in machine.state.unknown:
             raise ApplicationError(f"call {answer.call_id} has no unknown outcome", type="NotWaiting")
         if answer.executed:
-            try:
-                json.loads(answer.result or "")
-            except ValueError:
-                raise ApplicationError("an executed call needs its result as JSON text", type="NotWaiting") from None
+            if answer.result is None:
+                raise ApplicationError("an executed call needs its result as JSON text", type="NotWaiting")
+            try:  # what `tether reconcile --executed` accepts: no deeper than the gate, text that can be stored
+                nesting.loads(answer.result, nesting.MAX_DEPTH)
+            except ValueError as exc:
+                why = f"an executed call's result must be JSON: {exc}"
+                raise ApplicationError(why, type="NotWaiting") from None
 
     # -- queries --
 
