@@ -682,8 +682,16 @@ class RunWorkflow:
             raise ApplicationError(f"the run is {now}, not {status.value}", type="NotWaiting")
         return machine
 
+    @staticmethod
+    def _storable(what: str, *words: str | None) -> None:
+        """An update validator's refusal of words the run store cannot keep (a lone UTF-16 surrogate): taken, they
+        would fail every save after them."""
+        if not all(nesting.utf8(w) for w in words if w is not None):
+            raise ApplicationError(f"{what} is {nesting.NotText()}", type="NotWaiting")
+
     @decide.validator
     def _validate_decide(self, decision: Decision) -> None:
+        self._storable("the decision's reason or decider", decision.reason, decision.by)
         machine = self._waiting_in(Status.AWAITING_APPROVAL)
         call = next((p for p in machine.state.undecided() if p.call_id == decision.call_id), None)
         if call is None:
@@ -705,6 +713,7 @@ class RunWorkflow:
 
     @reconcile.validator
     def _validate_reconcile(self, answer: Reconciliation) -> None:
+        self._storable("who reconciled", answer.by)
         machine = self._waiting_in(Status.AWAITING_RECONCILIATION)
         if answer.call_id not in machine.state.unknown:
             raise ApplicationError(f"call {answer.call_id} has no unknown outcome", type="NotWaiting")
