@@ -231,6 +231,9 @@ def test_a_fielded_call_reads_back_as_its_own_class_with_its_fields_and_principa
     assert "trusted_fields" not in json.loads(payload.data)["verdicts"][2]
     assert back.verdicts[0].verdict().trusted_fields == ("id_",) and back.verdicts[0].verdict().sinks is None
     assert back.verdicts[1].verdict().principal_sinks == frozenset({"id"})
+    # As a workflow before the shape read it (a run decided so replays so): without the fields.
+    assert fielded.as_before() == AcceptedCall("inbox", "{}", {}, True, False, True, None)
+    assert deleting.as_before() == TracedCall("delete", '{"id": "m1"}', {"id": "m1"}, False, False, False, 5.0, ("id",))
 
 
 def test_a_retried_result_reads_back_as_its_own_class_and_a_plain_one_as_before() -> None:

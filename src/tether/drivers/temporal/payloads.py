@@ -212,6 +212,13 @@ class FieldedCall:
             principal_sinks=frozenset(self.principal_sinks),
         )
 
+    def as_before(self) -> TracedCall | AcceptedCall:
+        """The call as a workflow before this shape read its payload: traced without the fields, or accepted."""
+        common = (self.name, self.raw_arguments, self.arguments, self.read_only, self.needs_approval)
+        if self.sinks is None:
+            return AcceptedCall(*common, self.untrusted_output, self.timeout)
+        return TracedCall(*common, self.untrusted_output, self.timeout, self.sinks)
+
 
 @dataclass(frozen=True, slots=True)
 class RejectedCall:

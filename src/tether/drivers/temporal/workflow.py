@@ -112,6 +112,7 @@ with workflow.unsafe.imports_passed_through():
         CallModelRequest,
         ChoosingRequest,
         Creation,
+        FieldedCall,
         ModelFailure,
         ModelOutcome,
         NamedAnswer,
@@ -138,6 +139,8 @@ SAVE = "tether.save"
 # Workflow changes (``workflow.patched``): runs recorded before them replay without them.
 CLEARED_BEFORE_INTENT = "tether.cleared-before-intent"
 SAVES_IN_PARTS = "tether.saves-in-parts"  # a save too large for one payload is cut in parts (``_parts``)
+FIELDED_VERDICTS = "tether.fielded-verdicts"  # a verdict's trusted_fields and principal_sinks (``FieldedCall``)
+RETRIES_COUNTED = "tether.retries-counted"  # a tool's Retry counts against its retries (``RetriedResult``)
 ENGINE = "temporal"  # the run's setup in the store says which engine drives it
 
 DEFAULT_HEARTBEAT_SECONDS = 10.0
@@ -487,7 +490,10 @@ class RunWorkflow:
         if isinstance(answer, ModelFailure):
             self._emit(MODEL_REPLIED, error=answer.error, **_answered_by(answer))
             return self._send(ModelFailed(answer.error, self._now()))
-        self._catalog.load(answer.verdicts)
+        verdicts = answer.verdicts
+        if any(isinstance(v, FieldedCall) for v in verdicts) and not workflow.patched(FIELDED_VERDICTS):
+            verdicts = tuple(v.as_before() if isinstance(v, FieldedCall) else v for v in verdicts)  # decided so
+        self._catalog.load(verdicts)
         reply = answer.reply.reply()
         usage = {"input_tokens": reply.usage.input_tokens, "output_tokens": reply.usage.output_tokens}
         self._emit(
@@ -514,7 +520,8 @@ class RunWorkflow:
             finished[call.call_id] = self._executed(call, outcome.content)
             if outcome.untrusted:
                 untrusted.add(call.call_id)
-            if isinstance(outcome, RetriedResult):  # the machine counts it against the tool's retries
+            # The machine counts it against the tool's retries (unless the run was recorded deciding without).
+            if isinstance(outcome, RetriedResult) and workflow.patched(RETRIES_COUNTED):
                 retried[call.call_id] = Retried(outcome.retry, outcome.limit)
 
         for batch in command.batches:
