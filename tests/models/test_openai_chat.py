@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from typing import Any
 
 import pytest
 
@@ -156,6 +157,25 @@ async def test_401_is_not_retried_and_never_shows_the_key() -> None:
         assert len(server.requests) == 1
     assert "Incorrect API key" in str(caught.value) and "sk-test-secret" not in str(caught.value)
     assert "sk-test-secret" not in repr(model_for(server))
+
+
+@pytest.mark.parametrize(
+    ("spec", "stream"),
+    [
+        (raw({"error": {"message": "Incorrect API key provided: sk-test-secret."}}, status=401), False),
+        (raw("no such key: sk-test-secret", status=401, headers={"Content-Type": "text/plain"}), False),
+        (raw({"error": {"message": "key sk-test-secret is over its quota"}}, status=400), False),
+        (text("", stream_error={"message": "key sk-test-secret revoked", "type": "invalid_request_error"}), True),
+    ],
+    ids=["json_401", "text_401", "json_400", "stream_error"],
+)
+async def test_a_server_that_echoes_the_key_in_its_error_does_not_put_it_in_ours(spec: Any, stream: bool) -> None:
+    """Some OpenAI-compatible servers quote the key they refused. The error's message becomes the run's reason, its
+    event and, on a Temporal worker, a payload in the workflow's history: the key is replaced there."""
+    with FakeServer([spec]) as server, pytest.raises(ModelHTTPError if not stream else ModelResponseError) as caught:
+        await complete(server, stream=True) if stream else await complete(server)
+    assert "sk-test-secret" not in str(caught.value)
+    assert "[redacted]" in str(caught.value)
 
 
 async def test_403_is_not_retried() -> None:

@@ -25,6 +25,7 @@ from tether.drivers.temporal.payloads import (
     AcceptedCall,
     CallModelRequest,
     ChoosingRequest,
+    FieldedCall,
     ModelAnswer,
     ModelFailure,
     ModelOutcome,
@@ -37,8 +38,10 @@ from tether.drivers.temporal.payloads import (
     ReconcileRequest,
     RejectedCall,
     ReplyData,
+    RetriedResult,
     RunToolRequest,
     SaveRequest,
+    ToolOutcome,
     ToolResult,
     TracedCall,
     Unreconciled,
@@ -51,7 +54,7 @@ CONVERTER = PayloadConverter.default
 # activity -> the type of its input, the type of its result (None: it returns nothing)
 TYPES: dict[str, tuple[Any, Any]] = {
     CALL_MODEL: (CallModelRequest, ModelOutcome),
-    RUN_TOOL: (RunToolRequest, ToolResult),
+    RUN_TOOL: (RunToolRequest, ToolOutcome),
     SAVE: (SaveRequest, None),
     RECONCILE: (ReconcileRequest, ReconcileAnswer),
 }
@@ -211,3 +214,31 @@ def test_a_request_with_a_tool_choice_reads_back_as_its_own_class_and_one_withou
     assert read(CONVERTER.to_payloads([choosing])[0], hint) == choosing
     plain = read(CONVERTER.to_payloads([first])[0], hint)
     assert type(plain) is CallModelRequest and plain == first
+
+
+def test_a_fielded_call_reads_back_as_its_own_class_with_its_fields_and_principal_sinks() -> None:
+    """``trusted_fields`` and ``principal_sinks`` cross in a shape of their own; a traced call's is as it was."""
+    fielded = FieldedCall("inbox", "{}", {}, True, False, True, None, None, ("id_",), ())
+    deleting = FieldedCall("delete", '{"id": "m1"}', {"id": "m1"}, False, False, False, 5.0, ("id",), (), ("id",))
+    traced = TracedCall("send", '{"to": "bob"}', {"to": "bob"}, False, False, False, 30.0, ("to",))
+    answer = ModelAnswer(REPLY, False, (fielded, deleting, traced, ACCEPTED))
+
+    payload = CONVERTER.to_payloads([answer])[0]
+    back = read(payload, ModelOutcome)
+
+    assert back == answer
+    assert [type(v) for v in back.verdicts] == [FieldedCall, FieldedCall, TracedCall, AcceptedCall]
+    assert "trusted_fields" not in json.loads(payload.data)["verdicts"][2]
+    assert back.verdicts[0].verdict().trusted_fields == ("id_",) and back.verdicts[0].verdict().sinks is None
+    assert back.verdicts[1].verdict().principal_sinks == frozenset({"id"})
+    # As a workflow before the shape read it (a run decided so replays so): without the fields.
+    assert fielded.as_before() == AcceptedCall("inbox", "{}", {}, True, False, True, None)
+    assert deleting.as_before() == TracedCall("delete", '{"id": "m1"}', {"id": "m1"}, False, False, False, 5.0, ("id",))
+
+
+def test_a_retried_result_reads_back_as_its_own_class_and_a_plain_one_as_before() -> None:
+    retried = RetriedResult('{"ok": false}', False, "busy, try again", 1)
+
+    assert read(CONVERTER.to_payloads([retried])[0], ToolOutcome) == retried
+    plain = read(CONVERTER.to_payloads([ToolResult("{}", True)])[0], ToolOutcome)
+    assert type(plain) is ToolResult and plain == ToolResult("{}", True)

@@ -282,3 +282,20 @@ async def test_the_worker_lease_seconds_is_the_lease_its_saves_take(
         ).fetchone()
     assert owner is not None
     assert until <= time.time() + 5  # taken (for the last time) before now, for 5 s; 30 by default
+
+
+def test_the_sdk_logs_to_standard_error_not_into_the_run_id_on_standard_output(
+    temporal_server: DevServer, env: dict[str, str]
+) -> None:
+    """A prompt over the SDK's payload warning size (512 KiB): its warning went to standard output, ahead of the
+    run id `--no-wait` prints there (or the JSON of `--json`), so a script reading either got the warning too."""
+    address, queue = temporal_server.address, f"q-{uuid.uuid4().hex[:8]}"
+    started = subprocess.run(
+        [sys.executable, "-m", "tether", "run", "-", "--engine", "temporal", "--temporal", address,
+         "--task-queue", queue, "--no-wait"],
+        input="x" * 600_000, capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    [run_id] = started.stdout.splitlines()
+    assert len(run_id) == 32 and int(run_id, 16) >= 0
+    assert "payload" in started.stderr  # the SDK's warning, where diagnostics go

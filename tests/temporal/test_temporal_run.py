@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from shop_tools import TOOLS
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from tether.core.machine import fingerprint
@@ -148,3 +149,31 @@ async def test_model_read_only_call_approval_from_another_process_effect_and_ans
     if os.environ.get("TETHER_RECORD_HISTORY"):
         HISTORY.parent.mkdir(exist_ok=True)
         HISTORY.write_text(history.to_json() + "\n")
+
+
+@pytest.mark.parametrize("words", [{"reason": "not \ud800 today"}, {"by": "ann\udcff"}], ids=["reason", "by"])
+async def test_a_decision_whose_words_are_not_text_is_refused_before_it_enters_history(
+    temporal_server: DevServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, words: dict[str, str]
+) -> None:
+    """A reason or a decider's name holding a lone surrogate (from a script or a service, not the CLI, which refuses
+    such arguments) cannot be stored: the validator refuses it. Before, the decision was taken, every save after it
+    failed, the workflow failed and the store kept the run as awaiting_approval."""
+    monkeypatch.setenv("SHOP_ORDERS", str(tmp_path / "orders.jsonl"))
+    queue, run_id = f"q-{uuid.uuid4().hex[:8]}", f"run-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(temporal_server.address)
+    store = SQLiteStore(tmp_path / "runs.db")
+    async with FakeServer(script=list(SCRIPT)) as server:
+        model = OpenAIChatModel("fake", base_url=server.base_url, api_key="k")
+        async with make_worker(client, queue, model, TOOLS, store=store):
+            handle = await start_run(client, "Order 2 tea.", task_queue=queue, run_id=run_id)
+            await wait_for_status(handle, "awaiting_approval")
+            with pytest.raises(NotWaiting, match="not text: it holds a lone UTF-16 surrogate"):
+                await decide(client, run_id, "c2", approved=False, **words)
+            assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED not in await event_types(handle)
+            await decide(client, run_id, "c2", approved=False, reason="not today")
+            result = await asyncio.wait_for(handle.result(), 30)
+        await model.aclose()
+    assert result["status"] == "completed"
+    assert store.load(run_id).state.status.value == "completed"
+    assert store.verify(run_id) == []
+    store.close()

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from temporal_helpers import child_env, shop, spawn_worker, stop, transcript
-from temporalio.api.enums.v1 import TimeoutType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client
 
 from tether.drivers.temporal.client import NotWaiting, decide, pending, reconcile, start_run, status
@@ -413,3 +413,50 @@ async def effect_written(orders: Path, seconds: float) -> None:
     while not (orders.exists() and orders.read_text()):
         assert time.monotonic() < deadline, "the effect never happened"
         await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize(
+    ("result", "why"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested more than 64 levels deep"),
+        ("[" * 65 + "]" * 65, "nested more than 64 levels deep"),
+        ('{"order": "\\ud800"}', "not text: it holds a lone UTF-16 surrogate"),
+    ],
+    ids=["deep", "past_the_limit", "lone_surrogate"],
+)
+async def test_a_result_the_cli_would_refuse_is_refused_by_the_workflow_too(
+    temporal_server: DevServer, tmp_path: Path, result: str, why: str
+) -> None:
+    """A ``reconcile`` update straight from the client (a script, a service) is held to what ``tether reconcile
+    --executed`` accepts: JSON at most 64 levels deep, text that can be stored. Before, the validator let 65 levels
+    and a lone surrogate into the transcript, and refused 100,000 levels with Python's recursion error."""
+    orders = tmp_path / "orders.jsonl"
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(temporal_server.address)
+    env = child_env(orders, SHOP_NO_APPROVAL="1", SHOP_NO_HOOK="1")
+    with FakeServer(script=shop) as server:
+        first = spawn_worker(temporal_server.address, queue, server.base_url, env | {"SHOP_HANG_AFTER": "60"})
+        second = None
+        try:
+            handle = await start_run(client, "Order 2 tea.", task_queue=queue, heartbeat_seconds=1.0)
+            await effect_written(orders, seconds=20)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            second = spawn_worker(temporal_server.address, queue, server.base_url, env)
+            await until(client, handle.id, "awaiting_reconciliation")
+            await until_phase(client, handle.id, "waiting")
+            with pytest.raises(NotWaiting) as refused:
+                await reconcile(client, handle.id, "c2", executed=True, result=result)
+            assert str(refused.value) == f"run {handle.id}: an executed call's result must be JSON: {why}"
+            accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+            assert accepted not in [e.event_type for e in (await handle.fetch_history()).events]  # refused before
+            await reconcile(client, handle.id, "c2", executed=True, result='{"order": "placed"}')
+            done = await asyncio.wait_for(handle.result(), 60)
+        finally:
+            stop(first)
+            if second is not None:
+                stop(second)
+
+    assert done["status"] == "completed"
+    reply = next(m for m in transcript(orders, handle.id) if m.get("tool_call_id") == "c2")
+    assert json.loads(reply["content"]) == {"ok": True, "result": {"order": "placed"}}

@@ -135,7 +135,7 @@ def http_error(status: int, text: str, retry_after: float | None, key_variable: 
     try:
         message = error_message(nesting.loads(text, nesting.MAX_REPLY_DEPTH).get("error", text))
     except (ValueError, AttributeError):
-        message = text[:300] or "no body"
+        message = error_message(text) if text else "no body"
     if status in (401, 403):
         return AuthenticationError(status, f"{message} (check {key_variable})")
     if status == 429:

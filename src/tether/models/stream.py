@@ -17,6 +17,7 @@ from typing import Any
 
 from tether.core.errors import ModelResponseError
 from tether.core.messages import ModelReply, Usage, WireToolCall, reported_usage
+from tether.core.redact import redact_text
 
 
 @dataclass(slots=True)
@@ -165,6 +166,8 @@ def parse_usage(usage: Any) -> Usage:
 
 
 def error_message(error: Any) -> str:
+    """A provider's error, as our error's message: cut short, and a key the provider quotes (some echo the one they
+    refused) replaced, since the message becomes a run's reason, its event, a Temporal history's payload."""
     if isinstance(error, dict):
-        return str(error.get("message") or error.get("code") or "unknown error")[:300]
-    return str(error)[:300]
+        error = error.get("message") or error.get("code") or "unknown error"
+    return redact_text(str(error)[:300])

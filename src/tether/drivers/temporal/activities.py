@@ -47,8 +47,10 @@ from tether.drivers.temporal.payloads import (
     ReconciledNotExecuted,
     ReconcileRequest,
     ReplyData,
+    RetriedResult,
     RunToolRequest,
     SaveRequest,
+    ToolOutcome,
     ToolResult,
     Unreconciled,
     Verdict,
@@ -261,7 +263,7 @@ class Activities:
         return fitting(answer, "the model's reply")  # too large: not asked again, the workflow fails
 
     @activity.defn(name=RUN_TOOL)
-    async def run_tool(self, request: RunToolRequest) -> ToolResult:
+    async def run_tool(self, request: RunToolRequest) -> ToolOutcome:
         """Run one accepted call; a side-effecting one heartbeats while it runs."""
         toolbox = self.toolbox(request.principal)
         call = request.call
@@ -276,7 +278,10 @@ class Activities:
             if not work.done():
                 work.cancel()
         outcome = work.result()
-        answer = ToolResult(outcome.content, outcome.untrusted)
+        answer: ToolOutcome = ToolResult(outcome.content, outcome.untrusted)
+        if outcome.retry is not None:  # the workflow's machine counts it against the tool's retries, as locally
+            found = toolbox.offered.get(call.tool)
+            answer = RetriedResult(outcome.content, outcome.untrusted, outcome.retry, found.retries if found else 0)
         return fitting(answer, f"the result of call {call.call_id} ({call.tool})")  # not run again for nothing
 
     @activity.defn(name=RECONCILE)

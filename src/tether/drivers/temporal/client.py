@@ -22,6 +22,7 @@ reaches the caller (``transient`` tells such an error from the others).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
+from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError, RPCStatusCode
 
 from tether.core.budget import RunConfig
@@ -59,6 +61,21 @@ _PASSING = frozenset(
 )
 
 
+_runtime: Runtime | None = None
+
+
+def runtime() -> Runtime:
+    """The SDK runtime of the clients ``connect`` makes, and of their workers: its core's log lines (a payload's
+    size warning) go to Python's ``logging``, so to standard error, not to standard output as they do by default,
+    where `tether run --json` writes its answer and ``--no-wait`` the run id."""
+    global _runtime
+    if _runtime is None:
+        forwarding = LogForwardingConfig(logging.getLogger("temporalio.core"))
+        logs = LoggingConfig(filter=LoggingConfig.default.filter, forwarding=forwarding)
+        _runtime = Runtime(telemetry=TelemetryConfig(logging=logs))
+    return _runtime
+
+
 def transient(error: RPCError) -> bool:
     """Whether asking again may succeed: no worker could answer yet (not: no such run, a bad request)."""
     return error.status in _PASSING
@@ -68,7 +85,7 @@ async def connect(address: str, namespace: str = "default") -> Client:
     """A Temporal client for the server at ``address`` (``host:port``); ``ConfigurationError`` for an address
     that is none (``a:b:c``, a port past 65535)."""
     try:
-        return await Client.connect(address, namespace=namespace)
+        return await Client.connect(address, namespace=namespace, runtime=runtime())
     except ValueError as exc:
         what = f"--temporal {address!r} is not a Temporal server's address (HOST:PORT)"
         raise ConfigurationError(f"{what}: {exc}") from None

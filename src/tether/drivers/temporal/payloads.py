@@ -183,6 +183,44 @@ class TracedCall:
 
 
 @dataclass(frozen=True, slots=True)
+class FieldedCall:
+    """An accepted call of a tool that vouches for fields of its untrusted results (``trusted_fields``) or names
+    principal sinks (``principal_sinks``): the workflow's machine indexes those fields and traces those sinks
+    (``core.provenance``) exactly as the local driver's does. ``TracedCall`` with both, its ``sinks`` None for a
+    tool without."""
+
+    name: str
+    raw_arguments: str
+    arguments: JSONObject
+    read_only: bool
+    needs_approval: bool
+    untrusted_output: bool
+    timeout: float | None
+    sinks: tuple[str, ...] | None
+    trusted_fields: tuple[str, ...]
+    principal_sinks: tuple[str, ...]
+    accepted: Literal[True] = True
+
+    def verdict(self) -> Accepted:
+        return Accepted(
+            self.arguments,
+            self.read_only,
+            self.needs_approval,
+            self.untrusted_output,
+            sinks=None if self.sinks is None else frozenset(self.sinks),
+            trusted_fields=self.trusted_fields,
+            principal_sinks=frozenset(self.principal_sinks),
+        )
+
+    def as_before(self) -> TracedCall | AcceptedCall:
+        """The call as a workflow before this shape read its payload: traced without the fields, or accepted."""
+        common = (self.name, self.raw_arguments, self.arguments, self.read_only, self.needs_approval)
+        if self.sinks is None:
+            return AcceptedCall(*common, self.untrusted_output, self.timeout)
+        return TracedCall(*common, self.untrusted_output, self.timeout, self.sinks)
+
+
+@dataclass(frozen=True, slots=True)
 class RejectedCall:
     """A call the worker's gates refused, with the call it judged and the error the model is sent."""
 
@@ -196,14 +234,27 @@ class RejectedCall:
         return Rejected(self.code, self.message)
 
 
-# A traced call first: it has the more keys (an AcceptedCall reads from its payload, ignoring ``sinks``).
-Verdict = TracedCall | AcceptedCall | RejectedCall
+# The shapes with more keys first (an AcceptedCall reads from a TracedCall's payload, ignoring ``sinks``).
+Verdict = FieldedCall | TracedCall | AcceptedCall | RejectedCall
 
 
 def verdict_data(verdict: Accepted | Rejected, name: str, arguments: str, timeout: float | None) -> Verdict:
     """One call's verdict as recorded in history, with the call it judged and the tool's timeout."""
     if isinstance(verdict, Rejected):
         return RejectedCall(name, arguments, verdict.code, verdict.message)
+    if verdict.trusted_fields or verdict.principal_sinks:
+        return FieldedCall(
+            name,
+            arguments,
+            verdict.arguments,
+            verdict.read_only,
+            verdict.needs_approval,
+            verdict.untrusted_output,
+            timeout,
+            None if verdict.sinks is None else tuple(sorted(verdict.sinks)),
+            tuple(verdict.trusted_fields),
+            tuple(sorted(verdict.principal_sinks)),
+        )
     if verdict.sinks is not None:
         return TracedCall(
             name,
@@ -279,6 +330,19 @@ class ToolResult:
 
     content: str
     untrusted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RetriedResult(ToolResult):
+    """The result of a call whose tool raised ``Retry``: its message, and how many retries per run the tool
+    allows (the machine counts them, ``Retried``); a shape of its own, so other results are written as before."""
+
+    retry: str
+    limit: int
+
+
+# The shape with more keys first: the converter takes the first that reads.
+ToolOutcome = RetriedResult | ToolResult
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,14 +35,16 @@ saves before it asks the model (and reads the transcript from the store),
 the end. Each save names the counts of events and messages the store held
 before it, so a retried save is recognised and appends nothing twice. Only
 these increments and references cross the activity boundary: the history
-grows by the same amount at step 100 as at step 1.
+grows by the same amount at step 100 as at step 1. A save too large for one
+payload (a long text is in a message, its event and the run's output) is
+made in several (``_parts``): what fitted in an activity's payload is saved.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, TypeVar, cast
 
@@ -56,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
     # passes them through like the rest instead of loading them again inside a running workflow.
     import tether.core.provenance
     import tether.core.redact  # noqa: F401
-    from tether.core import envelope
+    from tether.core import envelope, nesting
     from tether.core.budget import RunConfig
     from tether.core.events import (
         APPROVAL_DECIDED,
@@ -97,6 +99,7 @@ with workflow.unsafe.imports_passed_through():
         PendingCall,
         Reconciled,
         Rejected,
+        Retried,
         Run,
         RunTools,
         Status,
@@ -109,6 +112,7 @@ with workflow.unsafe.imports_passed_through():
         CallModelRequest,
         ChoosingRequest,
         Creation,
+        FieldedCall,
         ModelFailure,
         ModelOutcome,
         NamedAnswer,
@@ -117,9 +121,10 @@ with workflow.unsafe.imports_passed_through():
         ReconcileAnswer,
         ReconciledExecuted,
         ReconcileRequest,
+        RetriedResult,
         RunToolRequest,
         SaveRequest,
-        ToolResult,
+        ToolOutcome,
         Unreconciled,
         Verdict,
     )
@@ -131,8 +136,11 @@ CALL_MODEL = "tether.call_model"
 RUN_TOOL = "tether.run_tool"
 RECONCILE = "tether.reconcile"
 SAVE = "tether.save"
-# A workflow change (``workflow.patched``): runs recorded before it replay without it.
+# Workflow changes (``workflow.patched``): runs recorded before them replay without them.
 CLEARED_BEFORE_INTENT = "tether.cleared-before-intent"
+SAVES_IN_PARTS = "tether.saves-in-parts"  # a save too large for one payload is cut in parts (``_parts``)
+FIELDED_VERDICTS = "tether.fielded-verdicts"  # a verdict's trusted_fields and principal_sinks (``FieldedCall``)
+RETRIES_COUNTED = "tether.retries-counted"  # a tool's Retry counts against its retries (``RetriedResult``)
 ENGINE = "temporal"  # the run's setup in the store says which engine drives it
 
 DEFAULT_HEARTBEAT_SECONDS = 10.0
@@ -152,15 +160,19 @@ SAVE_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=5), maximum_attempts
 # --- what crosses the activity boundary (its types: payloads.py) -----------------------
 
 
+def payload_size(value: Any) -> int:
+    """The bytes of ``value`` as one payload, as the SDK's converter encodes it: its JSON escapes each non-ASCII
+    character (six bytes for ``é``), so text can fit as UTF-8 and not as a payload."""
+    return PayloadConverter.default.to_payloads([value])[0].ByteSize()
+
+
 def fitting(value: T, what: str) -> T:
     """``value`` if it fits in one Temporal payload; else a non-retryable error naming ``what`` and its size.
 
     A payload over the limit fails the same way on every attempt: retrying it
-    would ask the model again or run the tool again for nothing. Measured as
-    the SDK's converter encodes it: its JSON escapes each non-ASCII character
-    (six bytes for ``é``), so text can fit as UTF-8 and not as a payload.
+    would ask the model again or run the tool again for nothing.
     """
-    size = PayloadConverter.default.to_payloads([value])[0].ByteSize()
+    size = payload_size(value)
     if size > PAYLOAD_LIMIT_BYTES:
         raise ApplicationError(
             f"{what} is {size} bytes, more than a Temporal payload carries ({PAYLOAD_LIMIT_BYTES} bytes)",
@@ -237,12 +249,14 @@ class RunWorkflow:
         # Results of a step cut short by an unknown outcome, for when it goes on after the reconciliation.
         self._finished: dict[str, str] = {}
         self._untrusted: set[str] = set()
+        self._retried: dict[str, Retried] = {}
         # What the store has not been handed yet, and what it holds (see ``_save_request``).
         self._log: list[AuditEvent] = []
         self._outcomes: list[tuple[PendingCall, str]] = []  # ledger outcomes: the call, its result
         self._cleared: list[str] = []  # call ids found never to have run
         self._saved_events = 0
         self._saved_messages = 0
+        self._saved_progress: dict[str, Any] | None = None  # the run's progress as the store holds it, once saved
         self._created = False
         self._announced: set[str] = set()  # call ids of the current step with an event
         self._step_start = 0  # where the current step's assistant message is in the transcript
@@ -273,14 +287,9 @@ class RunWorkflow:
         assert self._machine is not None
         self._send(Cancel(self._now(), reason=reason, finished=dict(self._finished)))
         self._emit(RUN_FINISHED, status=Status.CANCELLED.value, output=None, reason=reason)
-        request = self._save_request()
         try:
-            await workflow.execute_activity(
-                SAVE,
-                fitting(request, "the run's last save"),
-                start_to_close_timeout=timedelta(seconds=SAVE_TIMEOUT_SECONDS),
-                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=1), maximum_attempts=3),
-            )
+            retry = RetryPolicy(maximum_interval=timedelta(seconds=1), maximum_attempts=3)
+            await self._save(retry=retry, what="the run's last save")
         except (ActivityError, ApplicationError):
             workflow.logger.warning("run %s: its failure could not be saved", self._machine.state.run_id)
 
@@ -380,17 +389,73 @@ class RunWorkflow:
         del self._cleared[: len(request.cleared)]
         self._saved_events += len(request.events)
         self._saved_messages += len(request.messages)
+        self._saved_progress = request.progress
         self._created = True
 
-    async def _save(self, intents: tuple[PendingCall, ...] = ()) -> None:
+    async def _save(
+        self, intents: tuple[PendingCall, ...] = (), *, retry: RetryPolicy = SAVE_RETRY, what: str = "the run's save"
+    ) -> None:
         request = self._save_request(intents)
-        await workflow.execute_activity(
-            SAVE,
-            fitting(request, "the run's save"),
-            start_to_close_timeout=timedelta(seconds=SAVE_TIMEOUT_SECONDS),
-            retry_policy=SAVE_RETRY,
+        parts = [request]
+        if payload_size(request) > PAYLOAD_LIMIT_BYTES and workflow.patched(SAVES_IN_PARTS):
+            parts = self._parts(request)
+        for part in parts:
+            await workflow.execute_activity(
+                SAVE,
+                fitting(part, what),
+                start_to_close_timeout=timedelta(seconds=SAVE_TIMEOUT_SECONDS),
+                retry_policy=retry,
+            )
+            self._saved(part)
+
+    def _parts(self, request: SaveRequest) -> list[SaveRequest]:
+        """``request`` cut into saves that each fit in a payload, to be made in order.
+
+        The same text can be in a save several times (a reply in its message,
+        its event and the run's output), so a save can be too large when each
+        of its events, messages and ledger writes fits. They go first, as many
+        to a part as fit (``_units``), with the run's progress as the store
+        holds it: until the last part the run's row is as it was, its
+        transcript grows. The last part brings the progress now.
+        """
+        earlier = replace(
+            request,
+            progress=self._saved_progress or request.progress,
+            events=(),
+            messages=(),
+            outcomes=(),
+            intents=(),
+            cleared=(),
         )
-        self._saved(request)
+        units, final = _units(request)
+        groups: list[dict[str, list[Any]]] = []
+        base, size = payload_size(earlier), PAYLOAD_LIMIT_BYTES + 1  # no group yet: the first unit opens one
+        for unit in units:
+            grows = sum(payload_size(item) + 8 for _, item in unit)  # a separator each, and a margin for the sum
+            if size + grows > PAYLOAD_LIMIT_BYTES:
+                groups.append({"events": [], "messages": [], "outcomes": [], "intents": [], "cleared": []})
+                size = base
+            for kind, item in unit:
+                groups[-1][kind].append(item)
+            size += grows
+        parts: list[SaveRequest] = []
+        create, events_from, messages_from = request.create, request.events_from, request.messages_from
+        for group, into in [*((g, earlier) for g in groups), (final, request)]:
+            part = replace(
+                into,
+                create=create,
+                events_from=events_from,
+                events=tuple(group["events"]),
+                messages_from=messages_from,
+                messages=tuple(group["messages"]),
+                outcomes=tuple(group["outcomes"]),
+                intents=tuple(group["intents"]),
+                cleared=tuple(group["cleared"]),
+            )
+            parts.append(part)
+            create, events_from = None, events_from + len(part.events)
+            messages_from += len(part.messages)
+        return parts
 
     def _send(self, event: Any) -> Command:
         assert self._machine is not None
@@ -410,6 +475,9 @@ class RunWorkflow:
         fields = (save, command.step, self._principal, command.deadline_at, budget.counts_tokens)
         choice = command.tool_choice
         request = CallModelRequest(*fields) if choice is None else ChoosingRequest(*fields, choice)
+        if payload_size(request) > PAYLOAD_LIMIT_BYTES and workflow.patched(SAVES_IN_PARTS):
+            await self._save()  # in parts, before: the model request carries an empty save
+            request = replace(request, save=(save := self._save_request()))
         answer: ModelOutcome = await workflow.execute_activity(
             CALL_MODEL,
             fitting(request, "the run's save before the model request"),
@@ -422,7 +490,10 @@ class RunWorkflow:
         if isinstance(answer, ModelFailure):
             self._emit(MODEL_REPLIED, error=answer.error, **_answered_by(answer))
             return self._send(ModelFailed(answer.error, self._now()))
-        self._catalog.load(answer.verdicts)
+        verdicts = answer.verdicts
+        if any(isinstance(v, FieldedCall) for v in verdicts) and not workflow.patched(FIELDED_VERDICTS):
+            verdicts = tuple(v.as_before() if isinstance(v, FieldedCall) else v for v in verdicts)  # decided so
+        self._catalog.load(verdicts)
         reply = answer.reply.reply()
         usage = {"input_tokens": reply.usage.input_tokens, "output_tokens": reply.usage.output_tokens}
         self._emit(
@@ -443,6 +514,16 @@ class RunWorkflow:
         self._announce(command)
         finished: dict[str, str] = dict(self._finished)
         untrusted: set[str] = set(self._untrusted)
+        retried: dict[str, Retried] = dict(self._retried)
+
+        def note(call: PendingCall, outcome: ToolOutcome) -> None:
+            finished[call.call_id] = self._executed(call, outcome.content)
+            if outcome.untrusted:
+                untrusted.add(call.call_id)
+            # The machine counts it against the tool's retries (unless the run was recorded deciding without).
+            if isinstance(outcome, RetriedResult) and workflow.patched(RETRIES_COUNTED):
+                retried[call.call_id] = Retried(outcome.retry, outcome.limit)
+
         for batch in command.batches:
             todo = [c for c in batch if c.call_id not in finished]
             if not todo:
@@ -450,9 +531,7 @@ class RunWorkflow:
             if todo[0].read_only:
                 outcomes = await asyncio.gather(*(self._tool(c) for c in todo))
                 for call, outcome in zip(todo, outcomes, strict=True):
-                    finished[call.call_id] = self._executed(call, outcome.content)
-                    if outcome.untrusted:
-                        untrusted.add(call.call_id)
+                    note(call, outcome)
                 continue
             call = todo[0]
             if call.call_id in self._cleared and workflow.patched(CLEARED_BEFORE_INTENT):
@@ -464,14 +543,13 @@ class RunWorkflow:
             try:
                 outcome = await self._tool(call)
             except ActivityError:
-                self._finished, self._untrusted = finished, untrusted  # kept for after the reconciliation
+                # Kept for after the reconciliation.
+                self._finished, self._untrusted, self._retried = finished, untrusted, retried
                 self._emit(RECONCILIATION_NEEDED, ids=[call.call_id])
                 return self._send(OutcomeUnknown((call.call_id,), self._now()))
-            finished[call.call_id] = self._executed(call, outcome.content)
-            if outcome.untrusted:
-                untrusted.add(call.call_id)
-        self._finished, self._untrusted = {}, set()
-        return self._send(ToolsFinished(finished, self._now(), frozenset(untrusted)))
+            note(call, outcome)
+        self._finished, self._untrusted, self._retried = {}, set(), {}
+        return self._send(ToolsFinished(finished, self._now(), frozenset(untrusted), retried))
 
     def _announce(self, command: RunTools) -> None:
         """An event for each call of the step not announced yet: validated, recovered or refused."""
@@ -514,7 +592,7 @@ class RunWorkflow:
             self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool, digest=digest(content))
         return content
 
-    async def _tool(self, call: PendingCall) -> ToolResult:
+    async def _tool(self, call: PendingCall) -> ToolOutcome:
         assert self._machine is not None and self._principal is not None
         timeout = self._catalog.timeouts.get(call.call_id) or DEFAULT_TOOL_TIMEOUT_SECONDS
         request = RunToolRequest(
@@ -526,10 +604,10 @@ class RunWorkflow:
         )
         # Exactly one attempt for an effect: it is never repeated by a retry; a dead worker shows in a missed heartbeat.
         attempts = READ_ONLY_ATTEMPTS if call.read_only else 1
-        result: ToolResult = await workflow.execute_activity(
+        result: ToolOutcome = await workflow.execute_activity(
             RUN_TOOL,
             request,
-            result_type=ToolResult,
+            result_type=cast(type, ToolOutcome),  # the converter reads a union (each class in turn)
             start_to_close_timeout=timedelta(seconds=timeout + TOOL_TIMEOUT_MARGIN_SECONDS),
             heartbeat_timeout=self._heartbeat,
             retry_policy=RetryPolicy(maximum_attempts=attempts),
@@ -611,8 +689,16 @@ class RunWorkflow:
             raise ApplicationError(f"the run is {now}, not {status.value}", type="NotWaiting")
         return machine
 
+    @staticmethod
+    def _storable(what: str, *words: str | None) -> None:
+        """An update validator's refusal of words the run store cannot keep (a lone UTF-16 surrogate): taken, they
+        would fail every save after them."""
+        if not all(nesting.utf8(w) for w in words if w is not None):
+            raise ApplicationError(f"{what} is {nesting.NotText()}", type="NotWaiting")
+
     @decide.validator
     def _validate_decide(self, decision: Decision) -> None:
+        self._storable("the decision's reason or decider", decision.reason, decision.by)
         machine = self._waiting_in(Status.AWAITING_APPROVAL)
         call = next((p for p in machine.state.undecided() if p.call_id == decision.call_id), None)
         if call is None:
@@ -634,14 +720,18 @@ class RunWorkflow:
 
     @reconcile.validator
     def _validate_reconcile(self, answer: Reconciliation) -> None:
+        self._storable("who reconciled", answer.by)
         machine = self._waiting_in(Status.AWAITING_RECONCILIATION)
         if answer.call_id not in machine.state.unknown:
             raise ApplicationError(f"call {answer.call_id} has no unknown outcome", type="NotWaiting")
         if answer.executed:
-            try:
-                json.loads(answer.result or "")
-            except ValueError:
-                raise ApplicationError("an executed call needs its result as JSON text", type="NotWaiting") from None
+            if answer.result is None:
+                raise ApplicationError("an executed call needs its result as JSON text", type="NotWaiting")
+            try:  # what `tether reconcile --executed` accepts: no deeper than the gate, text that can be stored
+                nesting.loads(answer.result, nesting.MAX_DEPTH)
+            except ValueError as exc:
+                why = f"an executed call's result must be JSON: {exc}"
+                raise ApplicationError(why, type="NotWaiting") from None
 
     # -- queries --
 
@@ -680,6 +770,37 @@ class RunWorkflow:
                 p.to_dict() | {"waiting_for": "reconciliation"} for p in machine.state.pending if p.call_id in unknown
             ]
         return []
+
+
+def _units(request: SaveRequest) -> tuple[list[list[tuple[str, Any]]], dict[str, list[Any]]]:
+    """What ``request`` holds, as units that must not be cut (a ledger write goes with the event that logs it: the
+    store dates it by that event) in order, and what must go in its last part: the intents, each from its event on
+    (its ledger row holds its provenance, read from the progress now), and the writes no event logs."""
+    logged_by: dict[tuple[str, str], int] = {}  # (kind of ledger write, call id) -> index of its event
+    for index, (kind, data, _, _) in enumerate(request.events):
+        if kind == INTENT_RECORDED:
+            logged_by["intents", data["id"]] = index
+        elif kind in (OUTCOME_RECORDED, RECONCILED, CALL_EXECUTED):
+            logged_by["outcomes", data["id"]] = index
+        if kind == RECONCILED and not data["executed"]:
+            logged_by["cleared", data["id"]] = index
+    end = len(request.events)
+    writes: dict[int, list[tuple[str, Any]]] = {}
+    for call, result in request.outcomes:
+        writes.setdefault(logged_by.get(("outcomes", call.call_id), end), []).append(("outcomes", (call, result)))
+    for call in request.intents:
+        writes.setdefault(logged_by.get(("intents", call.call_id), end), []).append(("intents", call))
+    for call_id in request.cleared:
+        writes.setdefault(logged_by.get(("cleared", call_id), end), []).append(("cleared", call_id))
+    last = min((logged_by.get(("intents", c.call_id), end) for c in request.intents), default=end)
+    units = [[("events", e), *writes.get(i, [])] for i, e in enumerate(request.events[:last])]
+    units += [[("messages", m)] for m in request.messages]
+    final: dict[str, list[Any]] = {"events": list(request.events[last:]), "messages": []}
+    final |= {"outcomes": [], "intents": [], "cleared": []}
+    for index in range(last, end + 1):
+        for kind, write in writes.get(index, []):
+            final[kind].append(write)
+    return units, final
 
 
 def _answered_by(answer: ModelOutcome) -> dict[str, str]:
