@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tether.core.errors import ConfigurationError, ToolDefinitionError
+from tether.tools import refs
 
 
 class PatternError(re.error):
@@ -83,22 +84,11 @@ def _re2() -> Any:
     return re2
 
 
-# Keywords whose value is one subschema, a list of them, or a map of names (or patterns) to them.
-_ONE = (
-    "items",
-    "additionalItems",
-    "additionalProperties",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-    "contains",
-    "propertyNames",
-    "not",
-    "if",
-    "then",
-    "else",
-)
-_MANY = ("allOf", "anyOf", "oneOf", "prefixItems", "items")  # ``items`` as a list: drafts before 2020-12
-_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+# Keywords whose value is one subschema, a list of them, or a map of names (or patterns) to them: the subschemas
+# ``tether.tools.refs`` walks, whether they check the value itself or a part of it.
+_ONE = refs.IN_PLACE_ONE + refs.INTO_ONE
+_MANY = refs.IN_PLACE_MANY + refs.INTO_MANY
+_MAP = refs.INTO_MAP + refs.DEFINITIONS + refs.IN_PLACE_MAP
 
 
 def check_patterns(schema: Any, what: str) -> int:
@@ -223,13 +213,11 @@ def untrusted_validator(schema: Any, what: str) -> Any:
     from jsonschema.exceptions import SchemaError
     from referencing import Registry
 
-    from tether.tools.refs import check_references
-
     check_patterns(schema, what)
     validator = linear_validator(jsonschema.Draft202012Validator)
     try:
         validator.check_schema(schema, format_checker=regex_format())
     except SchemaError as exc:
         raise ToolDefinitionError(f"{what}: invalid JSON Schema: {exc.message}") from None
-    check_references(schema, what)
+    refs.check_references(schema, what)
     return validator(schema, registry=Registry())

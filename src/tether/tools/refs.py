@@ -33,10 +33,10 @@ from tether.core.errors import ToolDefinitionError
 
 _REFS = ("$ref", "$dynamicRef")
 # Keywords whose subschemas check the value itself; the others check a part of it (or define, for $defs).
-_IN_PLACE_ONE = ("not", "if", "then", "else")
-_IN_PLACE_MANY = ("allOf", "anyOf", "oneOf")
-_IN_PLACE_MAP = ("dependentSchemas",)
-_INTO_ONE = (
+IN_PLACE_ONE = ("not", "if", "then", "else")
+IN_PLACE_MANY = ("allOf", "anyOf", "oneOf")
+IN_PLACE_MAP = ("dependentSchemas",)
+INTO_ONE = (
     "items",
     "additionalItems",
     "additionalProperties",
@@ -45,9 +45,9 @@ _INTO_ONE = (
     "contains",
     "propertyNames",
 )
-_INTO_MANY = ("prefixItems", "items")  # ``items`` as a list: drafts before 2020-12
-_INTO_MAP = ("properties", "patternProperties")
-_DEFINITIONS = ("$defs", "definitions")
+INTO_MANY = ("prefixItems", "items")  # ``items`` as a list: drafts before 2020-12
+INTO_MAP = ("properties", "patternProperties")
+DEFINITIONS = ("$defs", "definitions")
 
 # An edge of the graph of schemas: its target's key, whether it stays on the same value, and the
 # reference it follows (None for a subschema in place).
@@ -137,18 +137,18 @@ def _subschemas(key: str, value: Any, where: str) -> Iterator[tuple[Any, bool | 
     A definition (``$defs``) is checked only through a reference to it: None, no edge of its own.
     """
     here = f"{where}/{key}"
-    if key in _IN_PLACE_ONE or (key in _INTO_ONE and not isinstance(value, list)):
+    if key in IN_PLACE_ONE or (key in INTO_ONE and not isinstance(value, list)):
         if isinstance(value, dict | bool):
-            yield value, key in _IN_PLACE_ONE, here
-    elif key in _IN_PLACE_MANY or key in _INTO_MANY:
+            yield value, key in IN_PLACE_ONE, here
+    elif key in IN_PLACE_MANY or key in INTO_MANY:
         if isinstance(value, list):
             for index, sub in enumerate(value):
                 if isinstance(sub, dict | bool):
-                    yield sub, key in _IN_PLACE_MANY, f"{here}/{index}"
-    elif (key in _IN_PLACE_MAP or key in _INTO_MAP or key in _DEFINITIONS) and isinstance(value, dict):
+                    yield sub, key in IN_PLACE_MANY, f"{here}/{index}"
+    elif (key in IN_PLACE_MAP or key in INTO_MAP or key in DEFINITIONS) and isinstance(value, dict):
         for name, sub in value.items():
             if isinstance(sub, dict | bool):
-                yield sub, None if key in _DEFINITIONS else key in _IN_PLACE_MAP, f"{here}/{name}"
+                yield sub, None if key in DEFINITIONS else key in IN_PLACE_MAP, f"{here}/{name}"
 
 
 def _cycle(edges: dict[int, list[_Edge]], *, in_place_only: bool) -> list[str] | None:
