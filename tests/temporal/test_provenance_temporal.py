@@ -8,6 +8,7 @@ driver ran it, and these tests failed on the status and the events.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from pathlib import Path
@@ -154,4 +155,43 @@ async def test_the_trusted_fields_of_a_result_and_principal_sinks_decide_as_loca
     else:
         assert traced == [[{"path": "message_id", "found": "untrusted", "in": ["the result of inbox c1", vouched]}]]
     assert events == recorded(store, f"local-{run_id}")
+    store.close()
+
+
+@tool(read_only=True)
+def read_note(name: str) -> str:
+    """Read a note (whoever runs the notes server wrote this tool's description)."""
+    return f"note {name}"
+
+
+DESCRIBED = [dataclasses.replace(read_note, described_by="MCP server 'notes'"), send_email]
+
+
+async def test_tool_descriptions_others_wrote_taint_the_run_as_locally(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    """The worker's model activity says whose descriptions the model read; the workflow taints the run before
+    the reply's calls are judged, so the first side effect waits, with the reason the local driver gives."""
+    store = SQLiteStore(tmp_path / "runs.db")
+    run_id = uuid.uuid4().hex
+    first = [tool_calls([("c1", "send_email", '{"to": "bob@example.com", "body": "hi"}')])]
+    async with FakeServer(script=first) as local_server:
+        model = OpenAIChatModel("fake", base_url=local_server.base_url, api_key="k")
+        async with Agent(model, DESCRIBED, store=store) as agent:
+            local = await agent.run(PROMPT, run_id=f"local-{run_id}")
+    assert local.status.value == "awaiting_approval"
+    client = await Client.connect(temporal_server.address)
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    async with FakeServer(script=first) as server:
+        model = OpenAIChatModel("fake", base_url=server.base_url, api_key="k")
+        async with make_worker(client, queue, model, DESCRIBED, store=store):
+            handle = await start_run(client, PROMPT, task_queue=queue, run_id=run_id)
+            await wait_for_status(handle, "awaiting_approval")
+            [waiting] = await pending(client, run_id)
+            assert waiting["call_id"] == "c1"
+            (asked,) = [e.data for e in store.events(run_id) if e.kind == "approval_requested"]
+            assert asked["reason"] == "the run read untrusted text from the tool descriptions of MCP server 'notes'"
+            await handle.terminate()
+        await model.aclose()
+    assert recorded(store, run_id) == recorded(store, f"local-{run_id}")
     store.close()

@@ -721,7 +721,13 @@ class Run:
             raise RunPoisoned(f"run {self.state.run_id} refused input after: {self._poisoned}")
         self.state.agent = agent
         self._catalog, self._answer = catalog, answer
-        if described_by is not None and not self.state.tainted:
+        if described_by is not None:
+            self.read_descriptions(described_by)
+
+    def read_descriptions(self, described_by: str) -> None:
+        """The model reads tool descriptions ``described_by`` wrote, someone other than the host (an MCP
+        server): the run is tainted from here, if it was not already (``Tool.described_by``)."""
+        if not self.state.tainted:
             self.state.tainted, self.state.tainted_by = True, f"the tool descriptions of {described_by}"
 
     def send(self, event: Event) -> Command:

@@ -38,6 +38,7 @@ from tether.drivers.local.subagents import AgentTool
 from tether.drivers.temporal.payloads import (
     CallModelRequest,
     ChoosingRequest,
+    DescribedAnswer,
     ModelOutcome,
     NamedAnswer,
     NamedFailure,
@@ -259,7 +260,10 @@ class Activities:
             timeout_s = found.timeout if found is not None else None
             verdicts.append(verdict_data(toolbox.check(call), wire.name, wire.arguments, timeout_s))
         answered_by = reply.answered_by or self.model.name
-        answer = NamedAnswer(ReplyData.of(reply), estimated, tuple(verdicts), answered_by)
+        fields = (ReplyData.of(reply), estimated, tuple(verdicts), answered_by)
+        answer = NamedAnswer(*fields)
+        if toolbox.described_by is not None:  # the model read others' words in the tools' descriptions
+            answer = DescribedAnswer(*fields, toolbox.described_by)
         return fitting(answer, "the model's reply")  # too large: not asked again, the workflow fails
 
     @activity.defn(name=RUN_TOOL)

@@ -296,6 +296,15 @@ class NamedAnswer(ModelAnswer):
 
 
 @dataclass(frozen=True, slots=True)
+class DescribedAnswer(NamedAnswer):
+    """A model answer from a worker whose tools offered to the run's principal include some whose descriptions
+    someone other than the host wrote (``Toolbox.described_by``: an MCP server's): the model read them, so the
+    run is tainted (as a local run is from its start)."""
+
+    described_by: str
+
+
+@dataclass(frozen=True, slots=True)
 class ModelFailure:
     """The model request failed (``ModelError``): its type and message."""
 
@@ -310,7 +319,7 @@ class NamedFailure(ModelFailure):
 
 
 # The shapes with more keys first: the converter takes the first that reads.
-ModelOutcome = NamedAnswer | ModelAnswer | NamedFailure | ModelFailure
+ModelOutcome = DescribedAnswer | NamedAnswer | ModelAnswer | NamedFailure | ModelFailure
 
 
 @dataclass(frozen=True, slots=True)

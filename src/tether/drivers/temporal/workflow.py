@@ -112,6 +112,7 @@ with workflow.unsafe.imports_passed_through():
         CallModelRequest,
         ChoosingRequest,
         Creation,
+        DescribedAnswer,
         FieldedCall,
         ModelFailure,
         ModelOutcome,
@@ -141,6 +142,7 @@ CLEARED_BEFORE_INTENT = "tether.cleared-before-intent"
 SAVES_IN_PARTS = "tether.saves-in-parts"  # a save too large for one payload is cut in parts (``_parts``)
 FIELDED_VERDICTS = "tether.fielded-verdicts"  # a verdict's trusted_fields and principal_sinks (``FieldedCall``)
 RETRIES_COUNTED = "tether.retries-counted"  # a tool's Retry counts against its retries (``RetriedResult``)
+DESCRIPTIONS_TAINT = "tether.descriptions-taint"  # others' tool descriptions taint the run (``DescribedAnswer``)
 ENGINE = "temporal"  # the run's setup in the store says which engine drives it
 
 DEFAULT_HEARTBEAT_SECONDS = 10.0
@@ -494,6 +496,8 @@ class RunWorkflow:
         if any(isinstance(v, FieldedCall) for v in verdicts) and not workflow.patched(FIELDED_VERDICTS):
             verdicts = tuple(v.as_before() if isinstance(v, FieldedCall) else v for v in verdicts)  # decided so
         self._catalog.load(verdicts)
+        if isinstance(answer, DescribedAnswer) and workflow.patched(DESCRIPTIONS_TAINT):
+            self._machine.read_descriptions(answer.described_by)  # before its calls are judged
         reply = answer.reply.reply()
         usage = {"input_tokens": reply.usage.input_tokens, "output_tokens": reply.usage.output_tokens}
         self._emit(
