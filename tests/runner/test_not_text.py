@@ -124,3 +124,22 @@ async def test_a_checkpoint_that_fails_leaves_its_events_for_the_next_one(tmp_pa
     assert done == []  # the intent was never on disk: the effect never happened
     assert kinds[:4] == ["run_started", "step_started", "model_replied", "call_validated"], kinds
     assert store.verify(summary.run_id) == []
+
+
+async def test_a_prompt_or_turn_that_is_not_text_is_refused_before_anything_is_stored(tmp_path: Path) -> None:
+    """The store could not write it: the run failed as a bare UnicodeEncodeError at its first checkpoint."""
+    import pytest
+
+    from tether.core.errors import ConfigurationError
+
+    store = SQLiteStore(tmp_path / "runs.db")
+    with FakeServer([text("fine")]) as server:
+        agent = Agent(OpenAIChatModel("m", base_url=server.base_url, api_key="k"), [note], store=store)
+        with pytest.raises(ConfigurationError, match="lone surrogate"):
+            await agent.run("hello \ud800")
+        conversation = agent.conversation()
+        with pytest.raises(ConfigurationError, match="lone surrogate"):
+            await conversation.send("hi \udc80")
+        assert store.list_runs() == [] and server.requests == []
+        answered = await conversation.send("hi")  # the conversation goes on, its refused turn not in it
+    assert answered.status is Status.COMPLETED and [r.turn for r in store.list_runs()] == [1]

@@ -241,3 +241,19 @@ async def test_an_event_id_that_is_not_an_ascii_number_is_a_422(served: Served, 
                 sent = {"Authorization": f"Bearer {ALICE}", "Last-Event-ID": header}
                 reply = await http.get(f"{base}/runs/{run_id}/events", headers=sent)
                 assert reply.status_code == 422 and "Last-Event-ID" in reply.text, reply.text
+
+
+async def test_a_prompt_or_turn_that_is_not_text_is_a_422(served: Served, session: aiohttp.ClientSession) -> None:
+    """JSON's escape ``\\ud800`` alone decodes to a lone surrogate, which no store writes: pydantic's parse of the
+    body refuses it (a guard: the library now refuses such a prompt too, but here nothing reaches it)."""
+    with served.process() as (_, base):
+        async with httpx.AsyncClient() as http:
+            sent = {"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json"}
+            run = await http.post(f"{base}/runs", content=b'{"prompt": "hi \\ud800"}', headers=sent)
+            assert run.status_code == 422 and "valid string" in run.text, run.text
+            made = await http.post(f"{base}/conversations", content=b"{}", headers=sent)
+            assert made.status_code in (200, 201), made.text
+            turns = f"{base}/conversations/{made.json()['id']}/turns"
+            turn = await http.post(turns, content=b'{"text": "\\udc80"}', headers=sent)
+            assert turn.status_code == 422 and "valid string" in turn.text, turn.text
+    assert len(served.model.requests) == 0

@@ -7,9 +7,14 @@ library, and does nothing when imported.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from tether.core import nesting
+from tether.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from tether.core.messages import Message
 
 
 def json_object(text: str) -> dict[str, Any] | None:
@@ -22,3 +27,16 @@ def json_object(text: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def prompt_messages(prompt: str | Sequence[Message]) -> list[Message]:
+    """A run's prompt as messages (text is the user's one message); ``ConfigurationError`` when one holds a lone
+    surrogate (from bytes that were not UTF-8), which no store, hash or provider can write."""
+    from tether.core.messages import Message  # as the machine is: once a run starts
+
+    messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
+    for message in messages:  # a loop, not all(): this is on every run's way in
+        text = message.content
+        if isinstance(text, str) and not text.isascii() and not nesting.utf8(text):
+            raise ConfigurationError("the prompt holds a lone surrogate (from bytes that were not UTF-8): not text")
+    return messages

@@ -61,7 +61,7 @@ from tether.core.events import (
     validated_event,
 )
 from tether.core.settings import ModelSettings, merge_settings, stored_settings, with_settings
-from tether.drivers.common import json_object
+from tether.drivers.common import json_object, prompt_messages
 from tether.drivers.local.handoffs import (
     DEFAULT_NAME,
     Floor,
@@ -411,7 +411,7 @@ class Agent:
         from tether.core.history import given_history, untrusted_results
         from tether.core.messages import Message
 
-        messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
+        messages = prompt_messages(prompt)
         new_from = 0 if turn is None else turn[2]  # where the run's own messages start: after a history
         if message_history is not None and (history := given_history(message_history, messages)):
             messages, new_from = [*history, *messages], len(history)

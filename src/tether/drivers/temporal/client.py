@@ -39,6 +39,7 @@ from tether.core.errors import ConfigurationError, NotWaiting
 from tether.core.events import RUN_FINISHED, RUN_STARTED
 from tether.core.machine import Accepted, Cancel, Rejected, Run, RunState
 from tether.core.messages import Message, ToolCall
+from tether.drivers.common import prompt_messages
 from tether.drivers.temporal.activities import principal_to_dict
 from tether.drivers.temporal.workflow import ENGINE, WORKFLOW_NAME, Decision, Reconciliation
 from tether.tools.context import LOCAL_PRINCIPAL, Principal
@@ -138,7 +139,7 @@ async def start_run(
     With ``store`` (the workers' run store) the run is recorded there first,
     ready; the workflow goes on from that record instead of creating it.
     """
-    messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
+    messages = prompt_messages(prompt)
     if system is not None and not (messages and messages[0].role == "system"):
         messages.insert(0, Message("system", system))
     run_id = run_id or uuid.uuid4().hex
