@@ -11,6 +11,8 @@ import json
 import re
 from typing import Any
 
+from tether.core import nesting
+
 REDACTED = "[redacted]"
 # "token" but not "tokens": usage counts (input_tokens) are not secrets.
 SECRET_KEY = re.compile(r"pass(word|wd)?|token(?!s)|secret|api[_-]?key|authorization|credential|cookie", re.I)
@@ -45,8 +47,6 @@ def redact(value: Any) -> Any:
 def redact_arguments(arguments: str) -> str:
     """A call's raw JSON arguments with secret-looking entries replaced (as ``redact`` does); text that is not a
     JSON object (nor one nested past ``MAX_DEPTH``, which no reader walks) goes through ``redact_text``."""
-    from tether.core import nesting
-
     try:
         parsed = nesting.loads(arguments, nesting.MAX_DEPTH)
     except ValueError:  # not JSON, too deep, or not text (nesting.REFUSED are ValueErrors too)

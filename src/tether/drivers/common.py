@@ -35,7 +35,7 @@ def prompt_messages(prompt: str | Sequence[Message]) -> list[Message]:
     from tether.core.messages import Message  # as the machine is: once a run starts
 
     messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
-    for message in messages:  # a loop, not all(): this is on every run's way in
+    for message in messages:  # on every run's way in: ASCII answered here, without a call to utf8
         text = message.content
         if isinstance(text, str) and not text.isascii() and not nesting.utf8(text):
             raise ConfigurationError("the prompt holds a lone surrogate (from bytes that were not UTF-8): not text")

@@ -424,8 +424,8 @@ class Agent:
             if prompted not in messages[: at + 1]:  # a conversation's later turn has it already
                 messages.insert(new_from if message_history else at, prompted)
         run = machine.Run.new(run_id or new_run_id(), messages, toolbox, config or self.config, output, untrusted)
-        if toolbox.described_by is not None and not run.state.tainted:
-            run.start_untrusted(f"the tool descriptions of {toolbox.described_by}")
+        if toolbox.described_by is not None:
+            run.read_descriptions(toolbox.described_by)
         if self.store is not None:
             setup = with_settings({**self.setup, "new_from": new_from} if new_from else self.setup, settings)
             self.store.create_run(run.state, toolbox.principal, setup, turn=turn, parent=parent)
