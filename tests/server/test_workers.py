@@ -252,6 +252,9 @@ async def test_runs_of_a_killed_worker_are_finished_by_the_other(tickets_path: P
             pids = Counter(int(owner.split(":")[1]) for owner in owners.values())
             victim = pids.most_common(1)[0][0]
             os.kill(victim, signal.SIGKILL)
+        # A client's connections to the killed worker die with it (reset, at their next use): a new client
+        # connects to the worker still listening.
+        async with aiohttp.ClientSession() as session:
             views = await wait_all(session, base, dict.fromkeys(ids, auth))
     killed = {run_id for run_id, owner in owners.items() if int(owner.split(":")[1]) == victim}
     assert killed

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 from tether.core.errors import ApprovalMismatch, ConfigurationError, RunNotFound
 from tether.core.machine import PendingCall, RunState, Status
 from tether.core.redact import redact
+from tether.drivers.ids import new_id
 from tether.drivers.local.durable import cancel, reconcile, top_run, waiting_calls
 from tether.drivers.local.runner import Agent, Driver
 from tether.serve.identity import APPROVER_ROLE
@@ -106,7 +106,7 @@ class AgentRuns(RunService):
                 "you have as many runs going and waiting as you may; try again when one has finished",
                 headers={"Retry-After": str(DEFAULT_RUNS_RETRY_AFTER)},
             )
-        live = LiveRun(uuid.uuid4().hex, caller.id)
+        live = LiveRun(new_id(), caller.id)
         agent = self._agent_or_503(caller.principal)
         try:
             if conversation_id is None:

@@ -50,7 +50,6 @@ import json
 import logging
 import signal
 import threading
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -62,6 +61,7 @@ from tether.core.errors import ApprovalMismatch, ConfigurationError
 from tether.core.events import RUN_FINISHED, RUN_PAUSED, TEXT, TRANSIENT, RunEvent
 from tether.core.machine import PendingCall, RunState, Status
 from tether.core.redact import redact, redact_arguments
+from tether.drivers.ids import new_id
 from tether.drivers.local.durable import cancel, decide, ended_parent, top_run, waiting_calls
 from tether.drivers.local.runner import Agent, Driver
 from tether.models.base import Model
@@ -210,7 +210,7 @@ class RunService:
                 "you have as many runs going and waiting as you may; try again when one has finished",
                 headers={"Retry-After": str(DEFAULT_RUNS_RETRY_AFTER)},
             )
-        live = LiveRun(uuid.uuid4().hex, user.id)
+        live = LiveRun(new_id(), user.id)
         agent = self._agent_or_503(principal)
         live.driver = agent.driver(prompt, run_id=live.run_id, on_event=live.on_event)
         try:

@@ -23,12 +23,12 @@ import asyncio
 import json
 import logging
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from tether.core.errors import ConfigurationError, NotWaiting
 from tether.core.events import RUN_FINISHED
 from tether.core.machine import Cancel, Run, Status
+from tether.drivers.ids import new_id
 from tether.drivers.local.runner import Agent
 from tether.drivers.local.subagents import AgentTool
 from tether.serve.problems import Problem
@@ -137,7 +137,7 @@ class TemporalRuns(AgentRuns):
             raise Problem(501, NO_CONVERSATIONS)
         if self.stopping:
             raise Problem(503, "the service is stopping; try again in a moment", headers={"Retry-After": "5"})
-        live = LiveRun(uuid.uuid4().hex, caller.id)
+        live = LiveRun(new_id(), caller.id)
         system = self.agent.system if isinstance(self.agent.system, str) else None
         try:
             await start_run(self._temporal(), prompt, task_queue=self.task_queue, run_id=live.run_id,

@@ -36,7 +36,6 @@ it too, found by name in the handoff graph of the agent that opens it.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -48,6 +47,7 @@ from tether.core.machine import RunState, Status
 from tether.core.messages import Message, Usage
 from tether.core.report import RunResult
 from tether.core.settings import ModelSettings
+from tether.drivers.ids import new_id
 from tether.tools.context import Principal
 
 if TYPE_CHECKING:
@@ -266,7 +266,7 @@ def open_conversation(
     """
     who = principal or agent.toolbox.principal
     if conversation_id is None:
-        return Conversation(agent, uuid.uuid4().hex, who, budget or ConversationBudget())
+        return Conversation(agent, new_id(), who, budget or ConversationBudget())
     store = agent.store
     if store is None:
         raise ConfigurationError("going on with a conversation by its id needs an Agent with a store")

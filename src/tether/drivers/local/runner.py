@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import os
 import sys
 import time
 import warnings
@@ -62,6 +61,7 @@ from tether.core.events import (
 )
 from tether.core.settings import ModelSettings, merge_settings, stored_settings, with_settings
 from tether.drivers.common import json_object, prompt_messages
+from tether.drivers.ids import new_id
 from tether.drivers.local.handoffs import (
     DEFAULT_NAME,
     Floor,
@@ -423,7 +423,7 @@ class Agent:
             prompted = Message("system", output.instructions())
             if prompted not in messages[: at + 1]:  # a conversation's later turn has it already
                 messages.insert(new_from if message_history else at, prompted)
-        run = machine.Run.new(run_id or new_run_id(), messages, toolbox, config or self.config, output, untrusted)
+        run = machine.Run.new(run_id or new_id(), messages, toolbox, config or self.config, output, untrusted)
         if toolbox.described_by is not None:
             run.read_descriptions(toolbox.described_by)
         if self.store is not None:
@@ -1375,14 +1375,6 @@ def _is_agent_tool(found: Tool | None) -> bool:
     """Whether ``found`` is a sub-agent's tool (``subagents.AgentTool``)."""
     module = _subagents()
     return module is not None and isinstance(found, module.AgentTool)
-
-
-def new_run_id() -> str:
-    """A random run id, the ``hex`` of a version-4 UUID, made without building a ``uuid.UUID``."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = raw[6] & 0x0F | 0x40  # the version, 4
-    raw[8] = raw[8] & 0x3F | 0x80  # the variant, RFC 4122
-    return raw.hex()
 
 
 def checked(model: Model, settings: ModelSettings | None) -> ModelSettings | None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,7 @@ from tether.core.events import RUN_FINISHED, RUN_STARTED
 from tether.core.machine import Accepted, Cancel, Rejected, Run, RunState
 from tether.core.messages import Message, ToolCall
 from tether.drivers.common import prompt_messages
+from tether.drivers.ids import new_id
 from tether.drivers.temporal.activities import principal_to_dict
 from tether.drivers.temporal.workflow import ENGINE, WORKFLOW_NAME, Decision, Reconciliation
 from tether.tools.context import LOCAL_PRINCIPAL, Principal
@@ -142,7 +142,7 @@ async def start_run(
     messages = prompt_messages(prompt)
     if system is not None and not (messages and messages[0].role == "system"):
         messages.insert(0, Message("system", system))
-    run_id = run_id or uuid.uuid4().hex
+    run_id = run_id or new_id()
     config = config or RunConfig()
     start: dict[str, Any] = {
         "messages": [m.to_dict() for m in messages],
