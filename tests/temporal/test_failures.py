@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from tether.core.errors import ConfigurationError
 from tether.drivers.temporal.client import start_run
 from tether.drivers.temporal.devserver import DevServer
 from tether.drivers.temporal.worker import make_worker
@@ -52,6 +54,19 @@ def dump(name: str) -> str:
     """
     runs_of_dump.append(name)
     return "\u00e9" * ACCENTED if name == "accented" else "y" * BIG
+
+
+@pytest.mark.parametrize("prompt", ["x" * BIG, "\u00e9" * ACCENTED], ids=["long", "escaped"])
+async def test_a_prompt_over_the_limit_is_refused_before_anything_is_started_or_stored(
+    temporal_server: DevServer, tmp_path: Path, prompt: str
+) -> None:
+    client = await Client.connect(temporal_server.address)
+    store = SQLiteStore(tmp_path / "runs.db")
+    with pytest.raises(ConfigurationError, match=r"the run's start .* is \d+ bytes as a Temporal payload, more than"):
+        await start_run(client, prompt, task_queue=f"q-{uuid.uuid4().hex[:8]}", store=store, run_id="big-prompt")
+    assert store.list_runs() == []
+    with pytest.raises(RPCError, match="not found"):
+        await client.get_workflow_handle("big-prompt").describe()
 
 
 @pytest.mark.parametrize(

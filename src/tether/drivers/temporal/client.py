@@ -41,7 +41,14 @@ from tether.core.messages import Message, ToolCall
 from tether.drivers.common import prompt_messages
 from tether.drivers.ids import new_id
 from tether.drivers.temporal.activities import principal_to_dict
-from tether.drivers.temporal.workflow import ENGINE, WORKFLOW_NAME, Decision, Reconciliation
+from tether.drivers.temporal.workflow import (
+    ENGINE,
+    PAYLOAD_LIMIT_BYTES,
+    WORKFLOW_NAME,
+    Decision,
+    Reconciliation,
+    payload_size,
+)
 from tether.tools.context import LOCAL_PRINCIPAL, Principal
 
 if TYPE_CHECKING:
@@ -138,6 +145,8 @@ async def start_run(
 
     With ``store`` (the workers' run store) the run is recorded there first,
     ready; the workflow goes on from that record instead of creating it.
+    A start larger than a Temporal payload carries (a prompt of megabytes) is a
+    ``ConfigurationError``, raised before anything is recorded or started.
     """
     messages = prompt_messages(prompt)
     if system is not None and not (messages and messages[0].role == "system"):
@@ -150,6 +159,12 @@ async def start_run(
         "principal": principal_to_dict(principal),
         "heartbeat_seconds": heartbeat_seconds,
     }
+    size = payload_size(start)
+    if size > PAYLOAD_LIMIT_BYTES:  # refused by the server ("Blob data size exceeds limit"): said first, nothing kept
+        raise ConfigurationError(
+            f"the run's start (its prompt and settings) is {size} bytes as a Temporal payload, more than one"
+            f" carries ({PAYLOAD_LIMIT_BYTES} bytes): a Temporal run cannot start from a prompt that long"
+        )
     run = Run.new(run_id, messages, _NoTools(), config)
     if store is not None:
         start["stored"] = record_start(store, run, principal, task_queue)
