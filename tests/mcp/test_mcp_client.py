@@ -12,6 +12,9 @@ import asyncio
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,6 +29,7 @@ from tether.core.machine import Status
 from tether.core.report import RunResult
 from tether.drivers.local.runner import Agent
 from tether.mcp import MCPServerError, MCPToolset
+from tether.mcp.client import MAX_RESPONSE_BYTES
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.store import RunStore, SQLiteStore
 from tether.tools import Principal
@@ -282,6 +286,49 @@ async def test_over_http_a_server_killed_mid_call_is_a_clear_error(log: Path) ->
     finally:
         process.kill()
         assert process.wait(10) == -signal.SIGKILL
+
+
+def endless_server(mode: str, sent: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``endless_http_server.py`` in ``mode``, listening; its URL."""
+    from mcp_helpers import free_port
+
+    port = free_port()
+    argv = [sys.executable, str(Path(__file__).with_name("endless_http_server.py")), str(port), mode, str(sent)]
+    process = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return process, f"http://127.0.0.1:{port}/mcp"
+        except OSError:
+            assert process.poll() is None and time.monotonic() < deadline, "the endless server did not start"
+            time.sleep(0.1)
+
+
+@pytest.mark.parametrize("mode", ["list", "call"])
+async def test_over_http_an_answer_that_never_ends_is_read_up_to_its_bound_and_refused(
+    mode: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server's JSON answer (a tools/list page, a call's result) past ``MAX_RESPONSE_BYTES`` is not read on:
+    the host's memory holds at most the bound, and the request fails saying so, whichever it was."""
+    sent = tmp_path / "sent"
+    process, url = endless_server(mode, sent)
+    too_large = f"larger than {MAX_RESPONSE_BYTES} bytes"
+    try:
+        if mode == "list":
+            with pytest.raises(MCPServerError, match=too_large):
+                await asyncio.to_thread(MCPToolset.http, url, read_only=True)
+        else:
+            async with MCPToolset.http(url, read_only=True) as toolset:
+                result = await run(toolset, reply_calls(("c1", "echo", "{}")))
+            error = result_of(result, "c1")["error"]
+            assert error["code"] == "tool_failed" and too_large in error["message"], error
+        assert [r.getMessage() for r in caplog.records if r.exc_info] == []  # said once, with no traceback
+        time.sleep(0.5)  # what the server managed to write before the client let go
+        assert int(sent.read_text()) < 4 * MAX_RESPONSE_BYTES  # of the 512 MiB it would send
+    finally:
+        process.kill()
+        process.wait(10)
 
 
 def test_an_unreachable_url_is_a_clear_error() -> None:

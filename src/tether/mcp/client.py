@@ -36,6 +36,9 @@ What a server says about its tools is a claim, not a permission:
   past a bound the server is refused, naming it. A description longer than
   ``MAX_DESCRIPTION_CHARS`` is cut with the marker instead: it is only text
   for the model, and cutting it loses no check.
+- What a server answers over HTTP is bounded: a JSON body past
+  ``MAX_RESPONSE_BYTES`` is not read on, and its request fails saying so
+  (the SDK bounds each server-sent event itself).
 
 The SDK is async (anyio) and one session must live in one task from connect
 to close. The toolset owns a thread with its own event loop, where one task
@@ -96,6 +99,10 @@ MAX_SCHEMA_DEPTH = 2 * MAX_DEPTH
 # Longer descriptions are cut with the marker rather than refused: a description is text for the model, so a cut
 # one loses no check, and a long one from a server that is otherwise fine should not cost the user its tools.
 MAX_DESCRIPTION_CHARS = 10_000
+# One answer a server sends over HTTP as a JSON body (a tools/list page, a call's result), in bytes: past it the
+# rest is not read and the request fails, naming the bound. An answer sent as server-sent events is bounded per
+# event by the SDK (1 MiB), and its stream of notifications may last the session, so only JSON bodies count here.
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
 Streams = tuple[Any, Any]
 Connect = Callable[[], AbstractAsyncContextManager[Streams]]
@@ -435,14 +442,72 @@ class MCPToolset(Sequence[Tool]):
 
 @contextlib.asynccontextmanager
 async def _http_streams(url: str, headers: dict[str, str]) -> AsyncIterator[Streams]:
+    import httpx2
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
+    # The SDK's client (``create_mcp_http_client``: its timeouts, redirects left to the SDK), on a transport
+    # that stops reading a JSON body past MAX_RESPONSE_BYTES.
+    timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
+    transport = _bounded_transport()(httpx2.AsyncHTTPTransport(), MAX_RESPONSE_BYTES)
     async with (
-        create_mcp_http_client(headers=headers) as client,
+        httpx2.AsyncClient(headers=headers, timeout=timeout, transport=transport) as client,
         streamable_http_client(url, http_client=client) as streams,
     ):
         yield streams[0], streams[1]
+
+
+@functools.cache
+def _bounded_transport() -> type[Any]:
+    """An httpx2 transport whose responses, unless server-sent events, end in an error past ``limit`` bytes.
+
+    The error is an ``httpx2.StreamError``: the SDK answers the request it was reading with a JSON-RPC
+    error (``Failed to parse JSON response: ...``) instead of reading on, and the caller gets that (the SDK's
+    log of it, a traceback, is dropped). Made once per process: the filter is added once.
+    """
+    import httpx2
+
+    class ResponseTooLarge(httpx2.StreamError):
+        pass
+
+    class Capped(httpx2.AsyncByteStream):
+        def __init__(self, stream: httpx2.AsyncByteStream, limit: int) -> None:
+            self._stream, self._limit = stream, limit
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            seen = 0
+            async for chunk in self._stream:
+                seen += len(chunk)
+                if seen > self._limit:
+                    raise ResponseTooLarge(f"the server's answer is larger than {self._limit} bytes; not read")
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self._stream.aclose()
+
+    class Reported(logging.Filter):
+        """Drops the SDK's traceback of a ``ResponseTooLarge``: the request's error says it to the caller."""
+
+        def filter(self, record: logging.LogRecord) -> bool:
+            return not (record.exc_info and isinstance(record.exc_info[1], ResponseTooLarge))
+
+    logging.getLogger("mcp.client.streamable_http").addFilter(Reported())
+
+    class Bounded(httpx2.AsyncBaseTransport):
+        def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+            self._inner, self._limit = inner, limit
+
+        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            response = await self._inner.handle_async_request(request)
+            kind = response.headers.get("content-type", "").lower()
+            if not kind.startswith("text/event-stream") and isinstance(response.stream, httpx2.AsyncByteStream):
+                response.stream = Capped(response.stream, self._limit)
+            return response
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    return Bounded
 
 
 @functools.cache

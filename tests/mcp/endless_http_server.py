@@ -1,0 +1,69 @@
+"""An MCP server over streamable HTTP whose answer never ends: ``python endless_http_server.py PORT MODE LOG``.
+
+It speaks just enough of the protocol (JSON answers, no event stream) for a
+client to connect. Then, by ``MODE``, the answer to ``tools/list``
+(``list``) or to ``tools/call`` (``call``) is a JSON body of up to
+``ENDLESS`` bytes, written a megabyte at a time for as long as the client
+reads. ``LOG`` gets the bytes of that answer written so far, after each
+write: a test reads how much the client took before it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+ENDLESS = 512 * 1024 * 1024
+CHUNK = b"x" * (1024 * 1024)
+TOOL = {"name": "echo", "description": "Echo.", "inputSchema": {"type": "object", "properties": {}}}
+
+
+def answer(ident: Any, result: dict[str, Any]) -> web.Response:
+    return web.json_response({"jsonrpc": "2.0", "id": ident, "result": result}, headers={"mcp-session-id": "s1"})
+
+
+async def endless(request: web.Request, ident: Any, log: Path) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"content-type": "application/json", "mcp-session-id": "s1"})
+    await response.prepare(request)
+    sent = 0
+    await response.write(json.dumps({"jsonrpc": "2.0", "id": ident, "result": {"padding": ""}})[:-3].encode())
+    while sent < ENDLESS:
+        await response.write(CHUNK)  # raises once the client has gone
+        sent += len(CHUNK)
+        log.write_text(str(sent))
+    return response
+
+
+def app(mode: str, log: Path) -> web.Application:
+    async def rpc(request: web.Request) -> web.StreamResponse:
+        message = await request.json()
+        method, ident = message.get("method"), message.get("id")
+        if ident is None:  # a notification
+            return web.Response(status=202)
+        if method == "initialize":
+            version = message["params"]["protocolVersion"]
+            info = {"name": "endless", "version": "1"}
+            return answer(ident, {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": info})
+        if method == "tools/list" and mode != "list":
+            return answer(ident, {"tools": [TOOL]})
+        if method in ("tools/list", "tools/call"):
+            return await endless(request, ident, log)
+        return answer(ident, {})
+
+    async def no_stream(request: web.Request) -> web.Response:
+        return web.Response(status=405)
+
+    made = web.Application()
+    made.router.add_post("/mcp", rpc)
+    made.router.add_get("/mcp", no_stream)
+    made.router.add_delete("/mcp", no_stream)
+    return made
+
+
+if __name__ == "__main__":
+    port, mode, log = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+    web.run_app(app(mode, log), host="127.0.0.1", port=port, print=None)
