@@ -91,17 +91,30 @@ def test_a_log_level_the_server_does_not_know_is_a_configuration_error(tmp_path:
     assert done.code == EXIT_CONFIGURATION and "TETHER_LOG_LEVEL='bogus'" in done.err, done
 
 
-def test_a_database_of_something_else_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "schema",
+    [
+        ["CREATE TABLE notes (body TEXT)"],
+        # another program's tables that share a run store's names: a CI tool's runs, a Rails app's migrations
+        ["CREATE TABLE runs (id INTEGER PRIMARY KEY, job TEXT)"],
+        ["CREATE TABLE schema_migrations (version TEXT PRIMARY KEY)", "INSERT INTO schema_migrations VALUES ('1')"],
+    ],
+    ids=["notes", "runs", "rails-migrations"],
+)
+def test_a_database_of_something_else_is_refused_and_left_as_it_was(schema: list[str], tmp_path: Path) -> None:
     """A mistyped --db must not get a run store's tables and WAL mode added to another program's file."""
     import sqlite3
 
     other = tmp_path / "notes.db"
     with sqlite3.connect(other) as db:
-        db.execute("CREATE TABLE notes (body TEXT)")
+        for statement in schema:
+            db.execute(statement)
+    db.close()
     before = other.read_bytes()
     done = tether("runs", "list", "--db", str(other))
     assert done.code == EXIT_CONFIGURATION and "a SQLite database of something else" in done.err, done
     assert other.read_bytes() == before and not (tmp_path / "notes.db-wal").exists()
+    assert not (tmp_path / "notes.db.locks").exists()
 
 
 def test_a_models_control_characters_are_shown_not_obeyed(tmp_path: Path) -> None:

@@ -58,16 +58,22 @@ def connect(path: Path) -> sqlite3.Connection:
 
 
 def _of_a_run_store(path: Path) -> None:
-    """Refuse a database of something else (tables, none of a run store's) before anything changes it: a
-    mistyped ``--db`` must not get the store's tables and WAL mode added to another program's file."""
+    """Refuse a database of something else before anything changes it: a mistyped ``--db`` must not get the
+    store's tables and WAL mode added to another program's file.
+
+    A file with tables is a run store when it has the store's ``schema_migrations`` (version, name,
+    applied_at), which the store's first migration makes with its other tables. A table merely named like one
+    of the store's (a CI tool's ``runs``, a Rails app's ``schema_migrations``) does not make it one.
+    """
     if str(path) == ":memory:" or not path.is_file():
         return
     db = sqlite3.connect(path)  # reading the schema changes nothing
     try:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        columns = {row[1] for row in db.execute("PRAGMA table_info(schema_migrations)")}
     finally:
         db.close()
-    if tables and not tables & {"schema_migrations", "runs"}:
+    if tables and not {"version", "name", "applied_at"} <= columns:
         raise sqlite3.DatabaseError("it is a SQLite database of something else (it holds no run store's tables)")
 
 
