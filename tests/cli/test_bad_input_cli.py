@@ -221,3 +221,46 @@ async def test_runs_show_json_redacts_a_calls_secret_arguments(tmp_path: Path) -
     [pending] = json.loads(shown.out)["pending"]
     assert pending["arguments"] == {"order": "A7", "api_token": "[redacted]"}
     assert pending["fingerprint"] == paused.state.pending[0].fingerprint
+
+
+def _one_case_eval(path: Path) -> Path:
+    case = {
+        "id": "c1",
+        "prompt": "add",
+        "tools": [{"name": "f", "description": "F.", "parameters": {"type": "object", "properties": {}}}],
+        "expected": [{"tool": "f", "arguments": {}}],
+    }
+    path.write_text(json.dumps(case) + "\n")
+    return path
+
+
+def test_an_eval_out_directory_that_cannot_be_made_is_a_configuration_error_before_any_case(tmp_path: Path) -> None:
+    from cli_helpers import endpoint
+
+    from tether.testing import FakeServer
+    from tether.testing.fake_server import text
+
+    data = _one_case_eval(tmp_path / "cases.jsonl")
+    (tmp_path / "a-file").write_text("")
+    with FakeServer([text("done")]) as server:
+        done = tether("eval", str(data), "--out", str(tmp_path / "a-file" / "out"), *endpoint(server))
+        assert server.requests == []
+    assert done.code == EXIT_CONFIGURATION, done
+    assert f"cannot write the results in {tmp_path / 'a-file' / 'out'}: Not a directory" in done.err, done
+
+
+def test_an_eval_report_that_cannot_be_written_is_a_configuration_error_and_the_results_are_kept(
+    tmp_path: Path,
+) -> None:
+    from cli_helpers import endpoint
+
+    from tether.testing import FakeServer
+    from tether.testing.fake_server import text
+
+    data, out = _one_case_eval(tmp_path / "cases.jsonl"), tmp_path / "out"
+    (out / "report.html").mkdir(parents=True)
+    with FakeServer([text("done")]) as server:
+        done = tether("eval", str(data), "--out", str(out), *endpoint(server))
+    assert done.code == EXIT_CONFIGURATION, done
+    assert f"cannot write {out / 'report.html'}: Is a directory" in done.err, done
+    assert json.loads((out / "results.jsonl").read_text())["id"] == "c1"  # run again to write the report

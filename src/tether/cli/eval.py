@@ -250,7 +250,10 @@ def run_command(
         fail(f"interrupted; run the same command again to resume from {Path(out) / 'results.jsonl'}", 18)
     except TetherError as exc:  # e.g. a line of an earlier run's results.jsonl that is no result (read first)
         fail(str(exc), exc.exit_code)
-    report = write_report(Path(out), results)
+    try:
+        report = write_report(Path(out), results)
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
     rows = summarize(results)
     if as_json:
         for row in rows:
@@ -487,7 +490,10 @@ def agentdojo_command(
     rows = []
     for name, found in results.items():
         measured = totals(summarize(found, name))
-        write_report(Path(out) / name, found, f"tether eval agentdojo: {name}", html_section(measured))
+        try:
+            write_report(Path(out) / name, found, f"tether eval agentdojo: {name}", html_section(measured))
+        except TetherError as exc:
+            fail(str(exc), exc.exit_code)
         rows.extend(measured)
     if as_json:
         for row in rows:

@@ -49,7 +49,7 @@ from typing import Any, Protocol
 
 from tether.core import nesting
 from tether.core.budget import Compat
-from tether.core.errors import DatasetError, TetherError
+from tether.core.errors import ConfigurationError, DatasetError, TetherError
 from tether.core.events import CALL_REJECTED, CALL_VALIDATED, RunEvent
 from tether.core.machine import Status
 from tether.core.messages import Message, ModelReply
@@ -470,9 +470,13 @@ class ResultsFile:
     """
 
     def __init__(self, out: Path) -> None:
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / RESULTS_FILE
-        self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        """Open (or make) ``out/results.jsonl``; a directory or file that cannot be written is a
+        ``ConfigurationError`` naming it, raised before any case is sent."""
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(out / RESULTS_FILE, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot write the results in {out}: {exc.strerror}") from None
         size = os.fstat(self._fd).st_size
         if size and os.pread(self._fd, 1, size - 1) != b"\n":
             os.write(self._fd, b"\n")  # end a line torn by a killed process before appending

@@ -21,7 +21,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from tether.core.errors import DatasetError
+from tether.core.errors import ConfigurationError, DatasetError
 from tether.eval.harness import PASSED, RESULTS_FILE, CaseResult, Row, read_results, read_results_file, summarize
 
 REPORT_FILE = "report.html"
@@ -149,8 +149,16 @@ def html_report(results: Iterable[CaseResult], title: str = "tether eval", secti
 
 
 def write_report(out: Path, results: Iterable[CaseResult], title: str = "tether eval", section: str = "") -> Path:
+    """Write ``out/report.html``; a path that cannot be written is a ``ConfigurationError`` naming it (the
+    results are in ``results.jsonl`` already: the same command run again writes the report)."""
     path = out / REPORT_FILE
-    path.write_text(html_report(results, title, section), encoding="utf-8")
+    try:
+        path.write_text(html_report(results, title, section), encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot write {path}: {exc.strerror}; the results are in {out / RESULTS_FILE}, "
+            "and the same command run again writes the report"
+        ) from None
     return path
 
 
