@@ -264,3 +264,24 @@ def test_an_eval_report_that_cannot_be_written_is_a_configuration_error_and_the_
     assert done.code == EXIT_CONFIGURATION, done
     assert f"cannot write {out / 'report.html'}: Is a directory" in done.err, done
     assert json.loads((out / "results.jsonl").read_text())["id"] == "c1"  # run again to write the report
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (("--db", ""), {}),
+        (("--db", "  "), {}),
+        ((), {"TETHER_DB": "  "}),
+    ],
+    ids=["empty-db", "blank-db", "blank-TETHER_DB"],
+)
+@pytest.mark.parametrize(
+    "command", [("run", "hi", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"), ("runs", "list")]
+)
+def test_a_run_store_named_by_blank_text_is_a_configuration_error_and_no_file_is_made(
+    command: tuple[str, ...], argv: tuple[str, ...], env: dict[str, str], tmp_path: Path
+) -> None:
+    """A blank TETHER_DB made a SQLite file named "  " in the working directory; --db "" said "the run store at .\""""
+    done = tether(*command, *argv, env=clean_env(**env), cwd=tmp_path)
+    assert done.code == EXIT_CONFIGURATION and "the run store is named by blank text" in done.err, done
+    assert list(tmp_path.iterdir()) == []

@@ -56,11 +56,18 @@ def SQLiteStore(path: str | os.PathLike[str] | None = None, *, existing: bool = 
     """The run store in one SQLite file (default ``default_path()``); ``options`` as ``SQLStore`` takes them.
 
     ``existing``: the file must be there already (a command that reads runs); a path that names nothing is
-    ``NoStore`` rather than a new, empty store where a mistyped path points.
+    ``NoStore`` rather than a new, empty store where a mistyped path points. A name of blank text (``--db ""``,
+    ``TETHER_DB=" "``) is a ``StoreError``: it would be the working directory, or a file named by spaces in it.
     """
     from tether.store.dialects.sqlite import SQLiteDialect  # sqlite3 only for a store that uses it
 
-    where = Path(path) if path is not None else default_path()
+    named = os.fspath(path) if path is not None else str(default_path())
+    if not named.strip():
+        raise StoreError(
+            f"the run store is named by blank text ({named!r}): give a SQLite file or a postgresql:// url "
+            "(set TETHER_DB or --db)"
+        )
+    where = Path(named)
     if existing and str(where) != ":memory:" and not where.exists():
         raise NoStore(f"there is no run store at {where} (set TETHER_DB or --db)")
     try:
