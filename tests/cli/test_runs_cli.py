@@ -301,6 +301,35 @@ def test_verify_a_message_body_that_is_not_json(db: Path, env: dict[str, str]) -
     assert done.code == EXIT_VERIFY_FAILED, done
 
 
+# A run's row edited to JSON of the wrong shape, or a time that is no number: each command that reads it says
+# the store was edited, none shows a traceback (verify, which reads the row as text, says tampered).
+EDITED_ROWS = {
+    "setup a list": "UPDATE runs SET setup = '[1]' WHERE id = :r",
+    "saved state null": "UPDATE runs SET meta = 'null' WHERE id = :r",
+    "saved state a list": "UPDATE runs SET meta = '[]' WHERE id = :r",
+    "saved state not json": "UPDATE runs SET meta = 'not json' WHERE id = :r",
+    "saved state without steps": "UPDATE runs SET meta = '{}' WHERE id = :r",
+    "principal a list": "UPDATE runs SET principal = '[]' WHERE id = :r",
+    "created_at text": "UPDATE runs SET created_at = 'abc' WHERE id = :r",
+}
+
+
+@pytest.mark.parametrize("sql", list(EDITED_ROWS.values()), ids=list(EDITED_ROWS))
+@pytest.mark.parametrize("command", [("runs", "list"), ("runs", "list", "--json"), ("runs", "show"), ("approve",)])
+def test_a_run_row_edited_to_the_wrong_shape_is_a_store_error(
+    command: tuple[str, ...], sql: str, db: Path, env: dict[str, str]
+) -> None:
+    run_id = record_run(env, "--log-content")
+    with raw(db) as conn:
+        assert conn.execute(sql, {"r": run_id}).rowcount == 1
+    argv = (
+        command if command[:2] == ("runs", "list") else (*command, run_id, *(["c1"] if command == ("approve",) else []))
+    )
+    done = tether(*argv, env=env)
+    assert done.code in (3, EXIT_VERIFY_FAILED), done
+    assert f"run {run_id}" in done.err + done.out, done
+
+
 # ---------------------------------------------------------------- approve, deny, reconcile
 
 

@@ -127,13 +127,30 @@ def ledger_provenance(verdict: list[dict[str, Any]] | None) -> str | None:
     return None if verdict is None else canonical(redact(verdict))
 
 
-def decode(text: str, run_id: str, what: str) -> Any:
+def decode(text: str, run_id: str, what: str, kind: type | None = None) -> Any:
+    """``text`` read as JSON; text that is not JSON, or (given ``kind``) JSON of another type, is a
+    ``StoreError`` saying the store was edited."""
     try:
-        return json.loads(text)
-    except ValueError:
-        raise StoreError(
-            f"run {run_id}: {what} is not readable; the store was edited (see tether runs verify)"
-        ) from None
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        value = _UNREADABLE
+    if value is _UNREADABLE or (kind is not None and not isinstance(value, kind)):
+        raise edited(run_id, what)
+    return value
+
+
+_UNREADABLE = object()
+
+
+def edited(run_id: str, what: str) -> StoreError:
+    return StoreError(f"run {run_id}: {what} is not readable; the store was edited (see tether runs verify)")
+
+
+def _number(value: Any, run_id: str, what: str) -> float:
+    """A time column as stored: a number (SQLite keeps text put into a REAL column as text)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise edited(run_id, what)
+    return float(value)
 
 
 def principal_dict(principal: Principal) -> dict[str, Any]:
@@ -305,28 +322,38 @@ def stored_run(
     """A run rebuilt from its rows: ``row`` is (meta, principal, setup, created_at, updated_at, config, parent_id),
     ``messages`` (seq, body) in order, ``executed`` the ledger's (call_id, fingerprint, outcome) with outcomes,
     ``inherited`` the decoded messages a conversation's turn takes from its earlier turns."""
-    data = decode(row[0], run_id, "its saved state")
+    data = decode(row[0], run_id, "its saved state", dict)
     data["run_id"] = run_id
-    data["config"] = decode(row[5], run_id, "its configuration")
+    data["config"] = decode(row[5], run_id, "its configuration", dict)
     data["messages"] = [*inherited, *(decode(body, run_id, f"message {seq}") for seq, body in messages)]
     data["executed"] = {call_id: [fingerprint, outcome] for call_id, fingerprint, outcome in executed}
     try:
         state = RunState.from_dict(data)
     except (KeyError, TypeError, ValueError):
         raise StoreError(f"run {run_id}: its saved state is not readable (see tether runs verify)") from None
-    principal = principal_from(decode(row[1], run_id, "its principal"))
+    try:
+        principal = principal_from(decode(row[1], run_id, "its principal", dict))
+    except (KeyError, TypeError, ValueError):
+        raise edited(run_id, "its principal") from None
     parent = row[6] if len(row) > 6 else None
-    return StoredRun(state, principal, decode(row[2], run_id, "its setup"), row[3], row[4], parent)
+    setup = decode(row[2], run_id, "its setup", dict)
+    created, updated = _number(row[3], run_id, "its creation time"), _number(row[4], run_id, "its update time")
+    return StoredRun(state, principal, setup, created, updated, parent)
 
 
 def summary(row: Sequence[Any]) -> RunSummary:
     """A ``RunSummary`` from (id, status, principal id, created_at, updated_at, meta, conversation_id, turn,
-    the setup's engine, parent_id)."""
-    progress = json.loads(row[5])
+    the setup's engine, parent_id); a row the store's own writes could not have made is a ``StoreError``."""
+    run_id = row[0]
+    progress = decode(row[5], run_id, "its saved state", dict)
+    steps = progress.get("steps")
+    if isinstance(steps, bool) or not isinstance(steps, int):
+        raise edited(run_id, "its saved state")
+    if not isinstance(row[2], str):
+        raise edited(run_id, "its principal")
+    created, updated = _number(row[3], run_id, "its creation time"), _number(row[4], run_id, "its update time")
     engine = row[8] or "local"
-    return RunSummary(
-        row[0], row[1], row[2], row[3], row[4], progress["steps"], progress, row[6], row[7], engine, row[9]
-    )
+    return RunSummary(run_id, row[1], row[2], created, updated, steps, progress, row[6], row[7], engine, row[9])
 
 
 def ambiguous(prefix: str, found: Sequence[str]) -> AmbiguousRun:

@@ -841,12 +841,12 @@ class SQLStore:
         with self._read() as tx:
             for run_id in run_ids:
                 row = tx.execute("SELECT setup FROM runs WHERE id = ?", (run_id,)).fetchone()
-                if row is None or decode(row[0], run_id, "its setup").get("log_content") is not True:
+                if row is None or decode(row[0], run_id, "its setup", dict).get("log_content") is not True:
                     continue
                 for seq, body in tx.execute(
                     "SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,)
                 ).fetchall():
-                    message = decode(body, run_id, f"message {seq}")
+                    message = decode(body, run_id, f"message {seq}", dict)
                     if message.get("role") == "user":
                         if isinstance(message.get("content"), str):
                             prompts[run_id] = message["content"]
