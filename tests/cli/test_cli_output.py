@@ -278,7 +278,10 @@ def check_prefixes(paused: str, toolset: str, env: dict[str, str]) -> None:
     assert again.code == EXIT_NOT_WAITING and paused in again.err, again
 
     _, second = pause_for_approval(env, toolset)
-    approved = tether("approve", second[:8], "call_w1", env=env)
+    # Ids are time-ordered: two runs a minute apart share their first 8 characters. One more than they share.
+    shared = next(i for i, (a, b) in enumerate(zip(paused, second, strict=True)) if a != b)
+    unique = second[: shared + 1]
+    approved = tether("approve", unique, "call_w1", env=env)
     assert approved.code == 0, approved
     assert f"tether resume {second}" in approved.out
 
