@@ -285,3 +285,18 @@ def test_a_run_store_named_by_blank_text_is_a_configuration_error_and_no_file_is
     done = tether(*command, *argv, env=clean_env(**env), cwd=tmp_path)
     assert done.code == EXIT_CONFIGURATION and "the run store is named by blank text" in done.err, done
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("code", [0, 4])
+@pytest.mark.parametrize(
+    "command", [("tools",), ("run", "hi", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--tools")]
+)
+def test_a_toolset_module_that_exits_as_it_is_imported_is_a_configuration_error(
+    command: tuple[str, ...], code: int, tmp_path: Path
+) -> None:
+    """``tether run`` exited 0, as for a completed run, with no run and no word; ``tether tools`` exited 4."""
+    exits = tmp_path / "exits.py"
+    exits.write_text(f"import sys\nsys.exit({code})\n")
+    done = tether(*command, str(exits), env=clean_env(TETHER_DB=str(tmp_path / "runs.db")))
+    assert done.code == EXIT_CONFIGURATION, done
+    assert f"cannot import toolset module {str(exits)!r}: SystemExit: {code}" in done.err, done

@@ -60,7 +60,7 @@ def load_toolset(name_or_module: str, *, files_root: str | None = None) -> list[
         raise _error(f"unknown toolset {name_or_module!r}: neither a built-in nor an importable module") from None
     except ConfigurationError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a module that exits as it is imported has given no tools
         raise _error(f"cannot import toolset module {module_name!r}: {type(exc).__name__}: {exc}") from exc
     if attribute:
         value = getattr(module, attribute, None)
