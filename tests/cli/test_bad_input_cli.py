@@ -300,3 +300,33 @@ def test_a_toolset_module_that_exits_as_it_is_imported_is_a_configuration_error(
     done = tether(*command, str(exits), env=clean_env(TETHER_DB=str(tmp_path / "runs.db")))
     assert done.code == EXIT_CONFIGURATION, done
     assert f"cannot import toolset module {str(exits)!r}: SystemExit: {code}" in done.err, done
+
+
+class Crash(BaseException):
+    """Stands in for the process dying inside a tool: its outcome is unknown."""
+
+
+@tool
+async def boom() -> str:
+    """A side effect during which the process dies."""
+    raise Crash
+
+
+@pytest.mark.parametrize("value", ["NaN", "[1, -Infinity]", '{"amount": 1e999}'])
+async def test_a_reconciled_result_that_is_not_strict_json_is_a_usage_error_and_nothing_is_recorded(
+    value: str, tmp_path: Path
+) -> None:
+    """NaN and Infinity are no JSON: recorded, they made the call's result an envelope no reader can decode."""
+    db = tmp_path / "runs.db"
+    with pytest.raises(Crash):
+        await Agent(ScriptedModel([reply_calls(("c1", "boom", "{}"))]), [boom], store=SQLiteStore(db)).run("boom")
+    (summary,) = SQLiteStore(db).list_runs()
+    paused = await Agent(ScriptedModel([]), [boom], store=SQLiteStore(db)).resume(summary.run_id).run()
+    assert paused.status is Status.AWAITING_RECONCILIATION
+
+    done = tether("reconcile", paused.run_id, "c1", "--executed", value, "--db", str(db))
+    assert done.code == EXIT_USAGE and "--executed takes a JSON value: " in done.err, done
+    assert "is not valid JSON" in done.err or "is out of range" in done.err, done
+    stored = SQLiteStore(db)
+    assert stored.load(paused.run_id).state.status is Status.AWAITING_RECONCILIATION
+    assert stored.ledger_entry(paused.run_id, "c1").outcome is None  # type: ignore[union-attr]

@@ -6,6 +6,7 @@ Every command that names a run takes its id or a unique prefix of it.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -415,7 +416,7 @@ def reconcile(
     result: Any = None
     if result_json is not None:
         try:
-            result = nesting.loads(result_json, nesting.MAX_DEPTH)
+            result = nesting.loads(result_json, nesting.MAX_DEPTH, parse_constant=_no_constant, parse_float=_finite)
         except ValueError as exc:
             fail(f"--executed takes a JSON value: {exc.args[0]}", 2)
     if temporal_address:
@@ -431,6 +432,18 @@ def reconcile(
         _emit_json({"run_id": run_id, "call_id": call_id, "tool": call.tool, "reconciled": what})
     else:
         click.echo(f"call {call_id} ({call.tool}) recorded as {what}; continue with: tether resume {run_id}")
+
+
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity are no JSON: recorded, they would make the call's result an envelope no reader decodes."""
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e999 reads as inf without passing through parse_constant
+        raise ValueError(f"the number {text[:20]} is out of range")
+    return value
 
 
 __all__ = ["approve", "deny", "reconcile", "runs"]
