@@ -330,3 +330,32 @@ async def test_a_reconciled_result_that_is_not_strict_json_is_a_usage_error_and_
     stored = SQLiteStore(db)
     assert stored.load(paused.run_id).state.status is Status.AWAITING_RECONCILIATION
     assert stored.ledger_entry(paused.run_id, "c1").outcome is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (("runs", "list", "--limit", "0", "--json"), "Invalid value for '--limit': 0 is not in the range"),
+        (("runs", "list", "--json", "--limit", "0"), "Invalid value for '--limit': 0 is not in the range"),
+        (("run", "hi", "-o", "temperature=abc", "--json"), "temperature='abc' is not a valid float"),
+        (("run", "hi", "--json", "--principal", ""), "principal '' is not usable"),
+        (("runs", "show", "--json"), "Missing argument 'RUN_ID'"),
+    ],
+)
+def test_with_json_a_bad_value_is_one_json_object_on_stdout(argv: tuple[str, ...], said: str, tmp_path: Path) -> None:
+    """--json promises one object on stdout for a failure too; click's usage text said nothing there."""
+    done = tether(*argv, env=clean_env(TETHER_DB=str(tmp_path / "runs.db")))
+    assert done.code == EXIT_USAGE, done
+    error = json.loads(done.out)["error"]
+    assert error["code"] == "usage_error" and error["exit"] == EXIT_USAGE and said in error["message"], done
+    assert done.err == ""
+
+
+def test_with_json_an_option_the_command_does_not_know_is_still_clicks_usage_message(tmp_path: Path) -> None:
+    done = tether("runs", "list", "--json", "--bogus", env=clean_env(TETHER_DB=str(tmp_path / "runs.db")))
+    assert done.code == EXIT_USAGE and done.out == "" and "No such option '--bogus'" in done.err, done
+
+
+def test_a_json_word_after_the_options_end_asks_for_no_json(tmp_path: Path) -> None:
+    done = tether("run", "--max-steps", "0", "--", "--json", env=clean_env(TETHER_DB=str(tmp_path / "runs.db")))
+    assert done.code == EXIT_USAGE and done.out == "" and "Invalid value for '--max-steps'" in done.err, done

@@ -66,13 +66,13 @@ ERROR_CODES: dict[int, str] = {
 }
 
 
-def report_failure(message: str, code: int) -> None:
-    """Say why the command fails: with ``--json`` one JSON object on stdout, else a line on stderr.
+def report_failure(message: str, code: int, *, as_json: bool = False) -> None:
+    """Say why the command fails: with ``--json`` (or ``as_json``) one JSON object on stdout, else a line on stderr.
 
     The object is ``{"error": {"code": ..., "message": ..., "exit": N}}``, and the command exits N.
     """
     context = click.get_current_context(silent=True)
-    if context is not None and context.params.get("as_json"):
+    if as_json or (context is not None and context.params.get("as_json")):
         error = {"code": ERROR_CODES.get(code, "error"), "message": message, "exit": code}
         click.echo(json.dumps({"error": error}, ensure_ascii=False))
     else:

@@ -12,11 +12,12 @@ import contextlib
 import json
 import os
 import sys
+from typing import Any
 
 import click
 
 from tether.cli.chat import chat
-from tether.cli.common import EXIT_INTERNAL, fail, load_tools
+from tether.cli.common import EXIT_INTERNAL, fail, load_tools, report_failure
 from tether.cli.eval import eval_command
 from tether.cli.keys import keys
 from tether.cli.mcp import mcp
@@ -28,7 +29,38 @@ from tether.core.errors import TetherError
 from tether.core.nesting import utf8
 
 
-@click.group()
+class _Tether(click.Group):
+    """The ``tether`` group: with ``--json``, a bad value, a missing argument or a conflict in a command's words
+    is the same ``{"error": ...}`` object on stdout as any other failure (exit 2), not click's usage text.
+
+    An option the command does not know is still click's usage message (docs/guides/cli.md); so is anything
+    after ``--``, where ``--json`` is a word, not the option.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["tether.words"] = list(args)  # every command's context shares the meta of the root
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.NoSuchOption:
+            raise
+        except click.UsageError as exc:
+            if exc.ctx is None or not _asks_json(exc.ctx):
+                raise
+            report_failure(exc.format_message(), exc.exit_code, as_json=True)
+            ctx.exit(exc.exit_code)
+
+
+def _asks_json(ctx: click.Context) -> bool:
+    """Whether the command ``ctx`` is for takes ``--json`` and its words give it before any ``--``."""
+    words: list[str] = ctx.meta.get("tether.words", [])
+    words = words[: words.index("--")] if "--" in words else words
+    return "--json" in words and any(param.name == "as_json" for param in ctx.command.params)
+
+
+@click.group(cls=_Tether)
 @click.version_option(package_name="tether")
 def cli() -> None:
     """tether runs tool-calling agents: the model proposes; the host disposes."""
