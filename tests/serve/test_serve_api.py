@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from collections.abc import AsyncIterator
@@ -257,3 +258,16 @@ async def test_a_prompt_or_turn_that_is_not_text_is_a_422(served: Served, sessio
             turn = await http.post(turns, content=b'{"text": "\\udc80"}', headers=sent)
             assert turn.status_code == 422 and "valid string" in turn.text, turn.text
     assert len(served.model.requests) == 0
+
+
+async def test_a_cursor_holding_what_no_run_has_is_a_422(served: Served, session: aiohttp.ClientSession) -> None:
+    """A cursor is base64 of JSON the client can write itself: a run id holding a lone surrogate (which no store
+    can look up) and a time that is not a finite number are no cursor this service gave, not a 500."""
+    forged = ['[1796221203.25, "\\ud800"]', '[NaN, "x"]', '[Infinity, "x"]', '[1e400, "x"]', '[-Infinity, "x"]']
+    with served.process() as (_, base):
+        api = Client(base, session)
+        for raw in forged:
+            cursor = base64.urlsafe_b64encode(raw.encode()).decode()
+            reply = await api.call("GET", f"/runs?cursor={cursor}", ALICE)
+            assert reply.status == 422, (raw, reply.body)
+            assert reply.body["detail"] == "cursor: not a cursor this service gave"

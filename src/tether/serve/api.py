@@ -12,6 +12,7 @@ import base64
 import binascii
 import contextlib
 import json
+import math
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
@@ -19,6 +20,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from tether.core.machine import Status
+from tether.core.nesting import utf8
 from tether.serve.identity import Authenticator
 from tether.serve.problems import Problem
 from tether.serve.runs import AgentRuns, Caller
@@ -55,18 +57,19 @@ def _cursor(after: tuple[float, str]) -> str:
 
 
 def _after(cursor: str | None) -> tuple[float, str] | None:
+    """Where a page starts, from a cursor ``_cursor`` made; anything else (the client can write base64 JSON too:
+    NaN, a run id holding a lone surrogate, which no store can look up) is a 422 problem."""
     if cursor is None:
         return None
     created_at = run_id = None
     if len(cursor) <= MAX_CURSOR_CHARS:  # A2A's page tokens come unbounded
         with contextlib.suppress(ValueError, TypeError, binascii.Error):
             created_at, run_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-    if not isinstance(created_at, int | float) or isinstance(created_at, bool) or not isinstance(run_id, str):
-        raise Problem(422, "cursor: not a cursor this service gave")
-    try:
-        return float(created_at), run_id
-    except OverflowError:  # an integer too large for a float: no time this service gave
-        raise Problem(422, "cursor: not a cursor this service gave") from None
+    if isinstance(created_at, int | float) and not isinstance(created_at, bool) and isinstance(run_id, str):
+        with contextlib.suppress(OverflowError):  # an integer too large for a float: no time this service gave
+            if math.isfinite(float(created_at)) and utf8(run_id):
+                return float(created_at), run_id
+    raise Problem(422, "cursor: not a cursor this service gave")
 
 
 def _last_event(header: str | None) -> int:
