@@ -214,6 +214,23 @@ async def test_a_caller_without_credentials_or_a_json_body_is_refused(served: Se
     assert served.refunds_made() == []
 
 
+async def test_a_listing_with_a_page_size_below_zero_or_a_forged_page_token_is_invalid_params(
+    served: Served,
+) -> None:
+    """ListTasks' page size is an int32 the caller sets, its page token base64 JSON the caller can write: a
+    negative size and a token naming a run id no store can look up are the caller's error, not an internal one."""
+    forged = base64.urlsafe_b64encode(b'[1796221203.25, "\\ud800"]').decode()
+    with served.process("a2a") as (_, base):
+        async with a2a_client(base, "alice", streaming=False) as alice:
+            [done] = await sent(alice, message("say: hi"))
+            with pytest.raises(InvalidParamsError, match="page size"):
+                await alice.list_tasks(ListTasksRequest(page_size=-1))  # type: ignore[attr-defined]
+            with pytest.raises(InvalidParamsError, match="not a cursor this service gave"):
+                await alice.list_tasks(ListTasksRequest(page_token=forged))  # type: ignore[attr-defined]
+            listed = await alice.list_tasks(ListTasksRequest(page_size=1))  # type: ignore[attr-defined]
+    assert [t.id for t in listed.tasks] == [done.task.id]
+
+
 async def test_a_task_outlives_the_process_that_started_it(served: Served, session: aiohttp.ClientSession) -> None:
     with served.process("a2a") as (process, base):
         async with a2a_client(base, "alice", streaming=False) as alice:

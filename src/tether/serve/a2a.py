@@ -341,6 +341,8 @@ class RunTasks(RequestHandler):
         from tether.serve.api import _after, _cursor
 
         caller = _caller(context)
+        if params.page_size < 0:  # an int32 on the wire; 0 (unset) is the default page
+            raise InvalidParamsError(message=f"the page size must be 0 (the default) or more, not {params.page_size}")
         limit = min(params.page_size or _LIST_PAGE, _MAX_LIST_PAGE)
         statuses = statuses_in(params.status) if params.status else None
         try:
