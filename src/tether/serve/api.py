@@ -17,10 +17,10 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tether.core.machine import Status
-from tether.core.nesting import utf8
+from tether.core.nesting import MAX_DEPTH, utf8, value_nested_deeper
 from tether.serve.identity import Authenticator
 from tether.serve.problems import Problem
 from tether.serve.runs import AgentRuns, Caller
@@ -47,7 +47,20 @@ class ApprovalRequest(_Strict):
 
 class ReconcileRequest(_Strict):
     executed: bool  # whether the call took effect; false clears its intent (never re-run blindly)
-    result: JsonValue = None  # what it returned, when it did
+    result: Any = None  # what it returned, when it did: the model reads it as the call's result (``_a_result``)
+
+    @field_validator("result")
+    @classmethod
+    def _a_result(cls, value: Any) -> Any:
+        """JSON a tool could have returned (``tether.tools.toolbox``): no NaN or Infinity, which Python's parser
+        reads and writes back into the model's history, and nested no deeper than ``MAX_DEPTH``."""
+        if value_nested_deeper(value, MAX_DEPTH):
+            raise ValueError(f"nested more than {MAX_DEPTH} levels deep")
+        try:
+            json.dumps(value, allow_nan=False)
+        except ValueError:
+            raise ValueError("NaN and Infinity are not JSON numbers") from None
+        return value
 
 
 def _cursor(after: tuple[float, str]) -> str:
