@@ -288,10 +288,15 @@ async def test_a_request_the_sdk_cannot_read_leaves_none_of_its_text_in_the_log(
         async with httpx.AsyncClient() as http:
             headers = {"Authorization": "Bearer alice", "Content-Type": "application/json"}
             refused = await http.post(f"{base}/a2a", json=body, headers=headers)
+            # A2A 1.0's parser names the value it could not read in the error's data, which the SDK logs.
+            listing = {"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {"pageSize": secret}}
+            unread = await http.post(f"{base}/a2a", json=listing, headers={**headers, "A2A-Version": "1.0"})
         assert refused.status_code == 200 and "error" in refused.json(), refused.text
+        assert unread.json()["error"]["code"] == -32602, unread.text  # the caller is told (its own text)
         process.terminate()
         process.wait(timeout=30)
         assert process.stderr is not None
         log = process.stderr.read().decode()
     assert "Failed to" in log and "ValidationError" in log  # logged, as a refusal
+    assert "Request Error: Code=-32602" in log
     assert secret not in log

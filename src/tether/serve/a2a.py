@@ -453,12 +453,19 @@ class _CallerContext(DefaultServerCallContextBuilder):
 _SDK_LOGGERS = ("a2a.server.routes.jsonrpc_dispatcher", "a2a.compat.v0_3.jsonrpc_adapter")
 
 
-class _Withheld(logging.Filter):
-    """Keeps an exception's type and where it was raised in the log, not its message.
+# The dispatcher's line for each error it answers: its message and data quote the request (A2A 1.0's parser
+# names the value it could not read), and its id is the caller's.
+_REQUEST_ERROR = "Request Error (ID: %s): Code=%s, Message='%s'%s"
 
-    pydantic's errors quote what they refused (``input_value``): the caller's
-    text, which may hold a secret. What a caller sent reaches the log only
-    when asked (``log_content``), as everywhere else in tether.
+
+class _Withheld(logging.Filter):
+    """Keeps an exception's type and where it was raised in the log, not its message; an error answered, by its
+    JSON-RPC code alone; of any other line, its text without the values put into it.
+
+    pydantic's errors quote what they refused (``input_value``), protobuf's
+    parser the value it could not read: the caller's text, which may hold a
+    secret. What a caller sent reaches the log only when asked
+    (``log_content``), as everywhere else in tether.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -468,6 +475,14 @@ class _Withheld(logging.Filter):
             record.msg = f"{record.getMessage()}: {kind.__name__ if kind else 'error'} (its message is withheld: it may"
             record.msg += f" quote the request)\n{where}"
             record.args, record.exc_info, record.exc_text = (), None, None
+        elif record.msg == _REQUEST_ERROR and isinstance(record.args, tuple) and len(record.args) == 4:
+            code = record.args[1] if isinstance(record.args[1], int) else "?"
+            record.msg = f"Request Error: Code={code} (its id, message and data are withheld: they may quote"
+            record.msg += " the request)"
+            record.args = ()
+        elif record.args:
+            record.msg = f"{str(record.msg).replace('%s', '...')} (withheld: it may quote the request)"
+            record.args = ()
         return True
 
 
