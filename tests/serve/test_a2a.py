@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 
 import aiohttp
@@ -46,7 +46,10 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskState,
 )
-from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
+from a2a.utils.errors import InternalError, InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
+
+from tether.serve.settings import DEFAULT_MAX_QUEUED_RUNS_PER_USER, DEFAULT_MAX_RUNS_PER_USER
+from tether.store import open_store
 
 CARD = "/.well-known/agent-card.json"
 
@@ -229,6 +232,22 @@ async def test_a_listing_with_a_page_size_below_zero_or_a_forged_page_token_is_i
                 await alice.list_tasks(ListTasksRequest(page_token=forged))  # type: ignore[attr-defined]
             listed = await alice.list_tasks(ListTasksRequest(page_size=1))  # type: ignore[attr-defined]
     assert [t.id for t in listed.tasks] == [done.task.id]
+
+
+async def test_a_message_refused_for_too_many_runs_leaves_no_conversation_behind(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    """A message without a contextId starts a conversation: one the service cannot run a turn of (the caller has
+    every run going and waiting it may) is never recorded."""
+    with served.process("a2a") as (_, base):
+        api = Client(base, session)
+        for _ in range(DEFAULT_MAX_RUNS_PER_USER + DEFAULT_MAX_QUEUED_RUNS_PER_USER):
+            await api.start("alice", "take your time")  # the model answers after a minute
+        async with a2a_client(base, "alice", streaming=False) as alice:
+            with pytest.raises(InternalError, match="as many runs going and waiting as you may"):
+                await sent(alice, message("say: one too many"))
+    with closing(open_store(served.db)) as store:
+        assert store.list_conversations("alice") == []
 
 
 async def test_a_task_outlives_the_process_that_started_it(served: Served, session: aiohttp.ClientSession) -> None:

@@ -291,6 +291,7 @@ class RunTasks(RequestHandler):
         if len(text) > self.max_prompt_chars:
             raise InvalidParamsError(message=f"the message's text is longer than {self.max_prompt_chars} characters")
         try:
+            self.runs.admit(caller.id)  # before a new conversation is recorded: none is left without its first turn
             conversation_id = message.context_id or await self.runs.open_conversation(caller)
             live = await self.runs.begin(caller, text, conversation_id)
         except Problem as exc:

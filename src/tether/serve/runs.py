@@ -38,7 +38,7 @@ from tether.serve.identity import APPROVER_ROLE
 from tether.serve.problems import Problem
 from tether.serve.service import Caller as Owner
 from tether.serve.service import LiveRun, RunService
-from tether.serve.settings import DEFAULT_RUNS_RETRY_AFTER, Settings
+from tether.serve.settings import Settings
 from tether.store import LeaseHeld, RunStore, StoreError, TamperedRun
 from tether.store.records import RunSummary, StoredRun
 from tether.tools.context import Principal
@@ -98,14 +98,7 @@ class AgentRuns(RunService):
 
     async def begin(self, caller: Caller, prompt: str, conversation_id: str | None = None) -> LiveRun:
         """Record a new run (or a conversation's next turn) and have it driven when a slot is free."""
-        if self.stopping:
-            raise Problem(503, "the service is stopping; try again in a moment", headers={"Retry-After": "5"})
-        if not self.slots.admits(caller.id):
-            raise Problem(
-                429,
-                "you have as many runs going and waiting as you may; try again when one has finished",
-                headers={"Retry-After": str(DEFAULT_RUNS_RETRY_AFTER)},
-            )
+        self.admit(caller.id)
         live = LiveRun(new_id(), caller.id)
         agent = self._agent_or_503(caller.principal)
         try:

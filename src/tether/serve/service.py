@@ -199,17 +199,22 @@ class RunService:
 
     # --- driving -----------------------------------------------------------------
 
-    async def start(self, user: Caller, prompt: str, principal: Principal) -> LiveRun:
-        """Record a new run of ``user`` (status ``ready``), its tools called as ``principal``, and have it driven
-        when a slot is free; 429 past the user's limits."""
+    def admit(self, user_id: str) -> None:
+        """Nothing, if a new run of ``user_id`` may be recorded now; else the 503 (stopping) or 429 (the user has as
+        many runs going and waiting as allowed) problem. Asked before anything of the run is recorded."""
         if self.stopping:
             raise Problem(503, "the service is stopping; try again in a moment", headers={"Retry-After": "5"})
-        if not self.slots.admits(user.id):
+        if not self.slots.admits(user_id):
             raise Problem(
                 429,
                 "you have as many runs going and waiting as you may; try again when one has finished",
                 headers={"Retry-After": str(DEFAULT_RUNS_RETRY_AFTER)},
             )
+
+    async def start(self, user: Caller, prompt: str, principal: Principal) -> LiveRun:
+        """Record a new run of ``user`` (status ``ready``), its tools called as ``principal``, and have it driven
+        when a slot is free; 429 past the user's limits."""
+        self.admit(user.id)
         live = LiveRun(new_id(), user.id)
         agent = self._agent_or_503(principal)
         live.driver = agent.driver(prompt, run_id=live.run_id, on_event=live.on_event)
