@@ -231,14 +231,17 @@ async def test_a_sub_agents_own_approver_decides_nothing_when_served(
     assert served.refunds_made() == []
 
 
-async def test_an_event_id_that_is_not_an_ascii_number_is_a_422(served: Served, session: aiohttp.ClientSession) -> None:
-    """A header's byte 0xB2 reads as "²", a digit to ``str.isdigit`` but not to ``int``: refused, not a 500."""
+async def test_an_event_id_that_is_not_an_ascii_number_or_past_any_event_is_a_422(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    """A header's byte 0xB2 reads as "²", a digit to ``str.isdigit`` but not to ``int``; an id past 2**63 - 1 is
+    no event's (the store numbers them with 64-bit integers, and cannot even be asked for it): refused, not a 500."""
     with served.process() as (_, base):
         api = Client(base, session)
         run_id = await api.start(ALICE, "say: hi")
         await api.settled(ALICE, run_id)
         async with httpx.AsyncClient() as http:
-            for header in (b"\xb2", b"1\xb9"):
+            for header in (b"\xb2", b"1\xb9", str(2**63).encode(), b"9" * 20):
                 sent = {"Authorization": f"Bearer {ALICE}", "Last-Event-ID": header}
                 reply = await http.get(f"{base}/runs/{run_id}/events", headers=sent)
                 assert reply.status_code == 422 and "Last-Event-ID" in reply.text, reply.text

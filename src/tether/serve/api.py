@@ -31,6 +31,7 @@ DEFAULT_MAX_PROMPT_CHARS = 20_000  # a prompt or a turn's text; longer is a 422
 DEFAULT_RUNS_PAGE = 50
 MAX_PAGE = 500
 MAX_CURSOR_CHARS = 200  # a page cursor this service gives is far shorter
+MAX_EVENT_ID = 2**63 - 1  # events are numbered in the store with 64-bit integers
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -88,7 +89,8 @@ def _after(cursor: str | None) -> tuple[float, str] | None:
 def _last_event(header: str | None) -> int:
     if header is None:
         return 0
-    if not (header.strip().isascii() and header.strip().isdigit()):  # "²" is a digit to str.isdigit, not to int
+    # "²" is a digit to str.isdigit, not to int; past MAX_EVENT_ID no event has an id (nor can a store be asked).
+    if not (header.strip().isascii() and header.strip().isdigit()) or int(header) > MAX_EVENT_ID:
         raise Problem(422, "Last-Event-ID: not an event id this service sent")
     return int(header)
 
