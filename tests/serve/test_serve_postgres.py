@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -40,3 +41,28 @@ async def test_a_run_started_on_one_process_is_decided_and_followed_on_another(
     assert done["status"] == "completed" and done["output"] == "Refunded 42 on order A7."
     assert shared.refunds_made() == ["A7 42"]
     assert here[-1][0] == "run_finished" and there == here[2:]
+
+
+async def test_an_id_holding_nul_is_no_runs_on_every_route(
+    served: Served, postgres_server: PostgresServer, session: aiohttp.ClientSession
+) -> None:
+    """PostgreSQL's text holds no NUL, so the store cannot even be asked for such an id: it names no run or
+    conversation, the 404 any missing id gets (a cursor holding one, the 422 of a cursor never given), not a 500."""
+    shared = replace(served, db=postgres_server.schema_url())
+    cursor = base64.urlsafe_b64encode(b'[1796221203.25, "a\\u0000b"]').decode()
+    with shared.process() as (_, base):
+        api = Client(base, session)
+        missing = [
+            await api.call("GET", "/runs/a%00b", ALICE),
+            await api.call("GET", "/runs/a%00b/events", ALICE),
+            await api.call("POST", "/runs/a%00b/cancel", ALICE),
+            await api.call("GET", "/conversations/a%00b", ALICE),
+            await api.call("POST", "/conversations/a%00b/turns", ALICE, {"text": "say: hi"}),
+            await api.call("POST", "/runs/a%00b/approvals/c", BOB, {"approve": True, "fingerprint": "f"}),
+            await api.call("POST", "/runs/a%00b/calls/c/reconcile", BOB, {"executed": False}),
+        ]
+        forged = await api.call("GET", f"/runs?cursor={cursor}", ALICE)
+    assert [(r.status, r.body["detail"]) for r in missing] == [(404, "no run a\x00b")] * 3 + [
+        (404, "no conversation a\x00b")
+    ] * 2 + [(404, "no run a\x00b")] * 2
+    assert forged.status == 422, forged.body

@@ -20,10 +20,11 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tether.core.machine import Status
-from tether.core.nesting import MAX_DEPTH, utf8, value_nested_deeper
+from tether.core.nesting import MAX_DEPTH, value_nested_deeper
 from tether.serve.identity import Authenticator
 from tether.serve.problems import Problem
 from tether.serve.runs import AgentRuns, Caller
+from tether.serve.service import storable
 from tether.serve.settings import DEFAULT_APPROVALS_PAGE
 from tether.store import StoreError
 
@@ -72,7 +73,7 @@ def _cursor(after: tuple[float, str]) -> str:
 
 def _after(cursor: str | None) -> tuple[float, str] | None:
     """Where a page starts, from a cursor ``_cursor`` made; anything else (the client can write base64 JSON too:
-    NaN, a run id holding a lone surrogate, which no store can look up) is a 422 problem."""
+    NaN, a run id holding NUL or a lone surrogate, which a store cannot look up) is a 422 problem."""
     if cursor is None:
         return None
     created_at = run_id = None
@@ -81,7 +82,7 @@ def _after(cursor: str | None) -> tuple[float, str] | None:
             created_at, run_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     if isinstance(created_at, int | float) and not isinstance(created_at, bool) and isinstance(run_id, str):
         with contextlib.suppress(OverflowError):  # an integer too large for a float: no time this service gave
-            if math.isfinite(float(created_at)) and utf8(run_id):
+            if math.isfinite(float(created_at)) and storable(run_id):
                 return float(created_at), run_id
     raise Problem(422, "cursor: not a cursor this service gave")
 

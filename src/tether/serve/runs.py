@@ -22,6 +22,7 @@ when the call runs (the Agent's ``resolve_principal``, unchanged).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 from collections.abc import Collection
@@ -37,7 +38,7 @@ from tether.drivers.local.runner import Agent, Driver
 from tether.serve.identity import APPROVER_ROLE
 from tether.serve.problems import Problem
 from tether.serve.service import Caller as Owner
-from tether.serve.service import LiveRun, RunService
+from tether.serve.service import LiveRun, RunService, storable
 from tether.serve.settings import Settings
 from tether.store import LeaseHeld, RunStore, StoreError, TamperedRun
 from tether.store.records import RunSummary, StoredRun
@@ -99,6 +100,8 @@ class AgentRuns(RunService):
     async def begin(self, caller: Caller, prompt: str, conversation_id: str | None = None) -> LiveRun:
         """Record a new run (or a conversation's next turn) and have it driven when a slot is free."""
         self.admit(caller.id)
+        if conversation_id is not None and not storable(conversation_id):
+            raise Problem(404, f"no conversation {conversation_id}")
         live = LiveRun(new_id(), caller.id)
         agent = self._agent_or_503(caller.principal)
         try:
@@ -142,10 +145,10 @@ class AgentRuns(RunService):
 
     async def transcript(self, conversation_id: str, caller: Caller) -> dict[str, Any]:
         """The conversation's turns, each with its run, status and what the user and the agent said."""
-        try:
-            stored = await self.io(self.store.load_conversation, conversation_id)
-        except RunNotFound:
-            stored = None
+        stored = None
+        if storable(conversation_id):
+            with contextlib.suppress(RunNotFound):
+                stored = await self.io(self.store.load_conversation, conversation_id)
         if stored is None or stored.principal.id != caller.id:
             raise Problem(404, f"no conversation {conversation_id}")
         turns = []
@@ -178,6 +181,8 @@ class AgentRuns(RunService):
 
     async def _visible(self, run_id: str, caller: Caller) -> StoredRun:
         """The run if ``caller`` may see it: its own, or (holding the approver role) one waiting for a person."""
+        if not storable(run_id):
+            raise Problem(404, f"no run {run_id}")
         try:
             stored = await self.io(self.store.load, run_id, check=False)
         except RunNotFound:

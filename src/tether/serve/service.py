@@ -60,6 +60,7 @@ from tether.core.envelope import outcome_code
 from tether.core.errors import ApprovalMismatch, ConfigurationError
 from tether.core.events import RUN_FINISHED, RUN_PAUSED, TEXT, TRANSIENT, RunEvent
 from tether.core.machine import PendingCall, RunState, Status
+from tether.core.nesting import utf8
 from tether.core.redact import redact, redact_arguments
 from tether.drivers.ids import new_id
 from tether.drivers.local.durable import cancel, decide, ended_parent, top_run, waiting_calls
@@ -135,6 +136,13 @@ def open_run_store(settings: Settings, *, reader: bool = False) -> RunStore:
     if reader and settings.shared_store:
         options["pool_size"] = 1
     return open_store(settings.run_db, **options)
+
+
+def storable(key: str) -> bool:
+    """Whether every store can hold ``key`` as an id: PostgreSQL's text refuses NUL, and no store writes a lone
+    surrogate. An id from a request that is not names no run or conversation (the store is not asked: it would
+    fail, not miss)."""
+    return "\x00" not in key and utf8(key)
 
 
 class Caller(Protocol):
@@ -404,6 +412,8 @@ class RunService:
         return stored.state, stored.created_at, stored.updated_at
 
     async def _owned(self, run_id: str, user: Caller) -> StoredRun:
+        if not storable(run_id):
+            raise _no_run(run_id)
         try:
             stored = await self.io(self.store.load, run_id, check=False)  # shown as stored; acting on it checks it
         except RunNotFound:
@@ -557,6 +567,8 @@ class RunService:
         """Record a decision, then resume the run once no call waits for one."""
         if run_id in self.live:
             raise Problem(409, f"run {run_id} is running; decisions are taken while it waits for approval")
+        if not storable(run_id):
+            raise _no_run(run_id)
         try:
             stored = await self.io(self.store.load, run_id)
         except RunNotFound:
