@@ -15,6 +15,7 @@ import aiohttp
 import httpx
 from serve_harness import AGENT_PY, Client, Served, refund_desk
 
+from tether.serve.problems import MAX_LISTED_ERRORS
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
 
 ALICE = "alice"
@@ -274,3 +275,18 @@ async def test_a_cursor_holding_what_no_run_has_is_a_422(served: Served, session
             reply = await api.call("GET", f"/runs?cursor={cursor}", ALICE)
             assert reply.status == 422, (raw, reply.body)
             assert reply.body["detail"] == "cursor: not a cursor this service gave"
+
+
+async def test_a_body_with_every_field_wrong_gets_a_problem_of_bounded_size(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    """60,000 unknown fields fit in the 1 MB a body may have; the 422 lists the first errors and counts the rest,
+    not a document six times the size of the request."""
+    body = {"prompt": "hi", **{f"a{n}": 1 for n in range(60_000)}}
+    with served.process() as (_, base):
+        refused = await Client(base, session).call("POST", "/runs", ALICE, body)
+    assert refused.status == 422 and refused.content_type == "application/problem+json"
+    assert len(refused.body["errors"]) == MAX_LISTED_ERRORS
+    assert refused.body["errors"][0] == {"loc": ["body", "a0"], "msg": "Extra inputs are not permitted"}
+    assert refused.body["detail"].endswith("; and 59995 more (60000 in all)")
+    assert len(json.dumps(refused.body)) < 10_000
