@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import sys
 from collections.abc import Iterator
@@ -66,3 +67,28 @@ async def test_an_id_holding_nul_is_no_runs_on_every_route(
         (404, "no conversation a\x00b")
     ] * 2 + [(404, "no run a\x00b")] * 2
     assert forged.status == 422, forged.body
+
+
+async def test_decisions_sent_at_once_to_one_process_are_taken_once_and_the_run_driven_once(
+    served: Served, postgres_server: PostgresServer, session: aiohttp.ClientSession
+) -> None:
+    """A PostgreSQL store is called on threads, and the lease cannot keep one process's own requests apart:
+    twenty approvals of one call sent together are one decision (the others a 409, or the 404 of a run no longer
+    waiting), and the run is driven by one driver, its refund made once."""
+    shared = replace(served, db=postgres_server.schema_url())
+    with shared.process() as (process, base):
+        api = Client(base, session)
+        run_id = await api.start(ALICE, "Please refund order A7.")
+        [item] = (await api.settled(ALICE, run_id))["pending_approvals"]
+        decision = {"approve": True, "fingerprint": item["fingerprint"]}
+        call = f"/runs/{run_id}/approvals/{item['call_id']}"
+        replies = await asyncio.gather(*(api.call("POST", call, BOB, decision) for _ in range(20)))
+        done = await api.settled(ALICE, run_id)
+        process.terminate()
+        process.wait(timeout=30)
+        assert process.stderr is not None
+        log = process.stderr.read().decode()
+    assert [r.status for r in replies].count(200) == 1, [(r.status, r.body) for r in replies]
+    assert done["status"] == "completed", done
+    assert shared.refunds_made() == ["A7 42"]
+    assert "failed outside the run state machine" not in log

@@ -246,19 +246,21 @@ class AgentRuns(RunService):
     ) -> dict[str, Any]:
         """Record what became of a call whose outcome is unknown; the run goes on once none waits."""
         stored = await self._approver_sees(run_id, caller, "settling a call's outcome")
-        if run_id in self.live:
-            raise Problem(409, f"run {run_id} is running; outcomes are settled while it waits for a person")
-        try:
-            call = await self.io(
-                reconcile, self.store, run_id, call_id, executed=executed, result=result, by=caller.username
-            )
-        except ApprovalMismatch as exc:
-            raise Problem(409, str(exc)) from None
-        except LeaseHeld:
-            raise Problem(409, f"run {run_id} is being driven elsewhere; try again later") from None
-        except TamperedRun:
-            raise Problem(409, f"run {run_id} fails its audit check and is not acted on") from None
-        resumed = await self._carry_on(run_id, stored.principal)
+        top = await self.io(top_run, self.store, run_id)
+        async with self.one_at_a_time(top):  # as a decision: one request at a time settles and resumes the tree
+            if run_id in self.live or top in self.live:
+                raise Problem(409, f"run {run_id} is running; outcomes are settled while it waits for a person")
+            try:
+                call = await self.io(
+                    reconcile, self.store, run_id, call_id, executed=executed, result=result, by=caller.username
+                )
+            except ApprovalMismatch as exc:
+                raise Problem(409, str(exc)) from None
+            except LeaseHeld:
+                raise Problem(409, f"run {run_id} is being driven elsewhere; try again later") from None
+            except TamperedRun:
+                raise Problem(409, f"run {run_id} fails its audit check and is not acted on") from None
+            resumed = await self._carry_on(run_id, stored.principal)
         return {"run_id": run_id, "call_id": call_id, "tool": call.tool, "executed": executed,
                 "status": "running" if resumed else Status.AWAITING_RECONCILIATION.value}  # fmt: skip
 
@@ -287,6 +289,10 @@ class AgentRuns(RunService):
     async def cancel_as(self, run_id: str, caller: Caller) -> dict[str, Any]:
         """Cancel one of ``caller``'s runs: the one driven here at once, one waiting (or cut off) in the store."""
         await self._owned(run_id, caller)
+        async with self.one_at_a_time(run_id):  # not while a decision on it is being recorded and resumed
+            return await self._cancel(run_id, caller)
+
+    async def _cancel(self, run_id: str, caller: Caller) -> dict[str, Any]:
         live = self.live.get(run_id)
         if live is not None and live.task is not None:
             if live.driving:  # its driver records the cancellation, with the calls that did finish
