@@ -92,3 +92,29 @@ async def test_decisions_sent_at_once_to_one_process_are_taken_once_and_the_run_
     assert done["status"] == "completed", done
     assert shared.refunds_made() == ["A7 42"]
     assert "failed outside the run state machine" not in log
+
+
+async def test_turns_sent_at_once_to_one_conversation_are_taken_one_at_a_time(
+    served: Served, postgres_server: PostgresServer, session: aiohttp.ClientSession
+) -> None:
+    """Ten turns of one conversation sent together to one process are read one at a time: each is the next turn
+    (its last one had finished) or the 409 a turn sent while the last one runs gets, as on SQLite; none is a 503
+    saying the service cannot record runs (two turns recorded at once, a deadlock in the store)."""
+    shared = replace(served, db=postgres_server.schema_url())
+    with shared.process() as (process, base):
+        api = Client(base, session)
+        conversation_id = (await api.call("POST", "/conversations", ALICE)).body["id"]
+        turns = f"/conversations/{conversation_id}/turns"
+        replies = await asyncio.gather(*(api.call("POST", turns, ALICE, {"text": f"say: {n}"}) for n in range(10)))
+        started = [r.body["run_id"] for r in replies if r.status == 202]
+        for run_id in started:
+            await api.settled(ALICE, run_id)
+        transcript = (await api.call("GET", f"/conversations/{conversation_id}", ALICE)).body
+        process.terminate()
+        process.wait(timeout=30)
+        assert process.stderr is not None
+        log = process.stderr.read().decode()
+    assert {r.status for r in replies} <= {202, 409}, [(r.status, r.body) for r in replies]
+    assert sorted(t["run_id"] for t in transcript["turns"]) == sorted(started) != []
+    assert all(t["status"] == "completed" for t in transcript["turns"])
+    assert "cannot record a new run" not in log

@@ -100,8 +100,16 @@ class AgentRuns(RunService):
     async def begin(self, caller: Caller, prompt: str, conversation_id: str | None = None) -> LiveRun:
         """Record a new run (or a conversation's next turn) and have it driven when a slot is free."""
         self.admit(caller.id)
-        if conversation_id is not None and not storable(conversation_id):
+        if conversation_id is None:
+            return await self._begin(caller, prompt, None)
+        if not storable(conversation_id):
             raise Problem(404, f"no conversation {conversation_id}")
+        # One turn at a time: the next is read once this one is recorded (and is the 409 of a turn sent while the
+        # last one runs), not recorded alongside it (a remote store's calls run on threads).
+        async with self.one_at_a_time(conversation_id):
+            return await self._begin(caller, prompt, conversation_id)
+
+    async def _begin(self, caller: Caller, prompt: str, conversation_id: str | None) -> LiveRun:
         live = LiveRun(new_id(), caller.id)
         agent = self._agent_or_503(caller.principal)
         try:

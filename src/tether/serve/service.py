@@ -197,7 +197,8 @@ class RunService:
 
     @contextlib.asynccontextmanager
     async def one_at_a_time(self, run_id: str) -> AsyncIterator[None]:
-        """Act on ``run_id`` (decide, settle, cancel, take it over) for one request of this process at a time.
+        """Act on ``run_id`` (decide, settle, cancel, take it over; or, a conversation's id, record its next turn)
+        for one request of this process at a time.
 
         The store's lease keeps other processes out, not this one's own
         requests (one lease owner), and the live registry only once a run is
