@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 
 import aiohttp
@@ -46,7 +46,10 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskState,
 )
-from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
+from a2a.utils.errors import InternalError, InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
+
+from tether.serve.settings import DEFAULT_MAX_QUEUED_RUNS_PER_USER, DEFAULT_MAX_RUNS_PER_USER
+from tether.store import open_store
 
 CARD = "/.well-known/agent-card.json"
 
@@ -214,6 +217,39 @@ async def test_a_caller_without_credentials_or_a_json_body_is_refused(served: Se
     assert served.refunds_made() == []
 
 
+async def test_a_listing_with_a_page_size_below_zero_or_a_forged_page_token_is_invalid_params(
+    served: Served,
+) -> None:
+    """ListTasks' page size is an int32 the caller sets, its page token base64 JSON the caller can write: a
+    negative size and a token naming a run id no store can look up are the caller's error, not an internal one."""
+    forged = base64.urlsafe_b64encode(b'[1796221203.25, "\\ud800"]').decode()
+    with served.process("a2a") as (_, base):
+        async with a2a_client(base, "alice", streaming=False) as alice:
+            [done] = await sent(alice, message("say: hi"))
+            with pytest.raises(InvalidParamsError, match="page size"):
+                await alice.list_tasks(ListTasksRequest(page_size=-1))  # type: ignore[attr-defined]
+            with pytest.raises(InvalidParamsError, match="not a cursor this service gave"):
+                await alice.list_tasks(ListTasksRequest(page_token=forged))  # type: ignore[attr-defined]
+            listed = await alice.list_tasks(ListTasksRequest(page_size=1))  # type: ignore[attr-defined]
+    assert [t.id for t in listed.tasks] == [done.task.id]
+
+
+async def test_a_message_refused_for_too_many_runs_leaves_no_conversation_behind(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    """A message without a contextId starts a conversation: one the service cannot run a turn of (the caller has
+    every run going and waiting it may) is never recorded."""
+    with served.process("a2a") as (_, base):
+        api = Client(base, session)
+        for _ in range(DEFAULT_MAX_RUNS_PER_USER + DEFAULT_MAX_QUEUED_RUNS_PER_USER):
+            await api.start("alice", "take your time")  # the model answers after a minute
+        async with a2a_client(base, "alice", streaming=False) as alice:
+            with pytest.raises(InternalError, match="as many runs going and waiting as you may"):
+                await sent(alice, message("say: one too many"))
+    with closing(open_store(served.db)) as store:
+        assert store.list_conversations("alice") == []
+
+
 async def test_a_task_outlives_the_process_that_started_it(served: Served, session: aiohttp.ClientSession) -> None:
     with served.process("a2a") as (process, base):
         async with a2a_client(base, "alice", streaming=False) as alice:
@@ -271,10 +307,15 @@ async def test_a_request_the_sdk_cannot_read_leaves_none_of_its_text_in_the_log(
         async with httpx.AsyncClient() as http:
             headers = {"Authorization": "Bearer alice", "Content-Type": "application/json"}
             refused = await http.post(f"{base}/a2a", json=body, headers=headers)
+            # A2A 1.0's parser names the value it could not read in the error's data, which the SDK logs.
+            listing = {"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {"pageSize": secret}}
+            unread = await http.post(f"{base}/a2a", json=listing, headers={**headers, "A2A-Version": "1.0"})
         assert refused.status_code == 200 and "error" in refused.json(), refused.text
+        assert unread.json()["error"]["code"] == -32602, unread.text  # the caller is told (its own text)
         process.terminate()
         process.wait(timeout=30)
         assert process.stderr is not None
         log = process.stderr.read().decode()
     assert "Failed to" in log and "ValidationError" in log  # logged, as a refusal
+    assert "Request Error: Code=-32602" in log
     assert secret not in log

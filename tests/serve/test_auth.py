@@ -260,6 +260,9 @@ def test_hs384_and_hs512_need_a_secret_as_long_as_their_hash(served: tuple[FastA
         (lambda: jwt.encode(claims(roles=["two words"]), SECRET), "roles must be a list"),
         (lambda: jwt.encode(claims(role=["approver"]), SECRET), "role must be a string"),
         (lambda: jwt.encode(claims(scope=["tickets:read"]), SECRET), "scope must be"),
+        (lambda: jwt.encode(claims(scope="tickets:read tickets\x00"), SECRET), "scope must be"),
+        (lambda: jwt.encode(claims(scope="tickets:read \ud800"), SECRET), "scope must be"),  # no store writes it
+        (lambda: jwt.encode(claims(scope="s" * 201), SECRET), "scope must be"),
         (lambda: jwt.encode(claims(exp="tomorrow"), SECRET), "not valid"),
         (lambda: jwt.encode(claims(aud="another-service"), SECRET), "(aud)"),  # none configured: aud refused
         (lambda: hs_forged({"alg": "HS256", "kid": 7, "crit": ["x"]}, claims(), SECRET.encode()), "not valid"),
@@ -290,6 +293,9 @@ def test_hs384_and_hs512_need_a_secret_as_long_as_their_hash(served: tuple[FastA
         "role-with-space",
         "role-a-list",
         "scope-a-list",
+        "scope-control-character",
+        "scope-lone-surrogate",
+        "scope-too-long",
         "exp-not-a-number",
         "unexpected-audience",
         "odd-header",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ import aiohttp
 import httpx
 from serve_harness import AGENT_PY, Client, Served, refund_desk
 
+from tether.serve.problems import MAX_LISTED_ERRORS
 from tether.testing.fake_server import FakeServer, ReplySpec, text, tool_calls
 
 ALICE = "alice"
@@ -230,14 +232,17 @@ async def test_a_sub_agents_own_approver_decides_nothing_when_served(
     assert served.refunds_made() == []
 
 
-async def test_an_event_id_that_is_not_an_ascii_number_is_a_422(served: Served, session: aiohttp.ClientSession) -> None:
-    """A header's byte 0xB2 reads as "²", a digit to ``str.isdigit`` but not to ``int``: refused, not a 500."""
+async def test_an_event_id_that_is_not_an_ascii_number_or_past_any_event_is_a_422(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    """A header's byte 0xB2 reads as "²", a digit to ``str.isdigit`` but not to ``int``; an id past 2**63 - 1 is
+    no event's (the store numbers them with 64-bit integers, and cannot even be asked for it): refused, not a 500."""
     with served.process() as (_, base):
         api = Client(base, session)
         run_id = await api.start(ALICE, "say: hi")
         await api.settled(ALICE, run_id)
         async with httpx.AsyncClient() as http:
-            for header in (b"\xb2", b"1\xb9"):
+            for header in (b"\xb2", b"1\xb9", str(2**63).encode(), b"9" * 20):
                 sent = {"Authorization": f"Bearer {ALICE}", "Last-Event-ID": header}
                 reply = await http.get(f"{base}/runs/{run_id}/events", headers=sent)
                 assert reply.status_code == 422 and "Last-Event-ID" in reply.text, reply.text
@@ -257,3 +262,31 @@ async def test_a_prompt_or_turn_that_is_not_text_is_a_422(served: Served, sessio
             turn = await http.post(turns, content=b'{"text": "\\udc80"}', headers=sent)
             assert turn.status_code == 422 and "valid string" in turn.text, turn.text
     assert len(served.model.requests) == 0
+
+
+async def test_a_cursor_holding_what_no_run_has_is_a_422(served: Served, session: aiohttp.ClientSession) -> None:
+    """A cursor is base64 of JSON the client can write itself: a run id holding a lone surrogate (which no store
+    can look up) and a time that is not a finite number are no cursor this service gave, not a 500."""
+    forged = ['[1796221203.25, "\\ud800"]', '[NaN, "x"]', '[Infinity, "x"]', '[1e400, "x"]', '[-Infinity, "x"]']
+    with served.process() as (_, base):
+        api = Client(base, session)
+        for raw in forged:
+            cursor = base64.urlsafe_b64encode(raw.encode()).decode()
+            reply = await api.call("GET", f"/runs?cursor={cursor}", ALICE)
+            assert reply.status == 422, (raw, reply.body)
+            assert reply.body["detail"] == "cursor: not a cursor this service gave"
+
+
+async def test_a_body_with_every_field_wrong_gets_a_problem_of_bounded_size(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    """60,000 unknown fields fit in the 1 MB a body may have; the 422 lists the first errors and counts the rest,
+    not a document six times the size of the request."""
+    body = {"prompt": "hi", **{f"a{n}": 1 for n in range(60_000)}}
+    with served.process() as (_, base):
+        refused = await Client(base, session).call("POST", "/runs", ALICE, body)
+    assert refused.status == 422 and refused.content_type == "application/problem+json"
+    assert len(refused.body["errors"]) == MAX_LISTED_ERRORS
+    assert refused.body["errors"][0] == {"loc": ["body", "a0"], "msg": "Extra inputs are not permitted"}
+    assert refused.body["detail"].endswith("; and 59995 more (60000 in all)")
+    assert len(json.dumps(refused.body)) < 10_000

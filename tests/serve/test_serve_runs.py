@@ -10,6 +10,8 @@ import time
 import aiohttp
 from serve_harness import AGENT_PY, Client, Served
 
+from tether.core.nesting import MAX_DEPTH
+
 ALICE = "alice"  # no roles: starts runs, sees her own
 BOB = "bob:approver"  # may decide calls addressed to the approver role
 
@@ -125,6 +127,11 @@ async def test_a_call_cut_off_by_a_crash_is_settled_over_http_never_run_again(
         settle = f"/runs/{run_id}/calls/{item['call_id']}/reconcile"
         body = {"executed": True, "result": "refunded 42 on order A7"}
         assert (await api.call("POST", settle, ALICE, body)).status == 403  # settling needs the approver role
+        # What the model would read as the call's result must be JSON a tool could have returned: not NaN (json
+        # writes it, and reads it back), nor nested deeper than a tool's result may be.
+        for no_result in (float("nan"), float("inf"), _nested(MAX_DEPTH + 1)):
+            refused = await api.call("POST", settle, BOB, {"executed": True, "result": no_result})
+            assert refused.status == 422 and refused.body["errors"][0]["loc"] == ["body", "result"], refused.body
         settled = await api.call("POST", settle, BOB, body)
         assert settled.status == 200, settled.body
         done = await api.settled(ALICE, run_id)
@@ -132,3 +139,10 @@ async def test_a_call_cut_off_by_a_crash_is_settled_over_http_never_run_again(
     assert done["output"] == "Refunded 42 on order A7."
     assert served.refunds_made() == ["started"]  # never run again
     assert json.loads(served.model.requests[-1]["messages"][-1]["content"])["result"] == "refunded 42 on order A7"
+
+
+def _nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value

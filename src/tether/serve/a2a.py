@@ -291,6 +291,7 @@ class RunTasks(RequestHandler):
         if len(text) > self.max_prompt_chars:
             raise InvalidParamsError(message=f"the message's text is longer than {self.max_prompt_chars} characters")
         try:
+            self.runs.admit(caller.id)  # before a new conversation is recorded: none is left without its first turn
             conversation_id = message.context_id or await self.runs.open_conversation(caller)
             live = await self.runs.begin(caller, text, conversation_id)
         except Problem as exc:
@@ -341,6 +342,8 @@ class RunTasks(RequestHandler):
         from tether.serve.api import _after, _cursor
 
         caller = _caller(context)
+        if params.page_size < 0:  # an int32 on the wire; 0 (unset) is the default page
+            raise InvalidParamsError(message=f"the page size must be 0 (the default) or more, not {params.page_size}")
         limit = min(params.page_size or _LIST_PAGE, _MAX_LIST_PAGE)
         statuses = statuses_in(params.status) if params.status else None
         try:
@@ -451,12 +454,19 @@ class _CallerContext(DefaultServerCallContextBuilder):
 _SDK_LOGGERS = ("a2a.server.routes.jsonrpc_dispatcher", "a2a.compat.v0_3.jsonrpc_adapter")
 
 
-class _Withheld(logging.Filter):
-    """Keeps an exception's type and where it was raised in the log, not its message.
+# The dispatcher's line for each error it answers: its message and data quote the request (A2A 1.0's parser
+# names the value it could not read), and its id is the caller's.
+_REQUEST_ERROR = "Request Error (ID: %s): Code=%s, Message='%s'%s"
 
-    pydantic's errors quote what they refused (``input_value``): the caller's
-    text, which may hold a secret. What a caller sent reaches the log only
-    when asked (``log_content``), as everywhere else in tether.
+
+class _Withheld(logging.Filter):
+    """Keeps an exception's type and where it was raised in the log, not its message; an error answered, by its
+    JSON-RPC code alone; of any other line, its text without the values put into it.
+
+    pydantic's errors quote what they refused (``input_value``), protobuf's
+    parser the value it could not read: the caller's text, which may hold a
+    secret. What a caller sent reaches the log only when asked
+    (``log_content``), as everywhere else in tether.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -466,6 +476,14 @@ class _Withheld(logging.Filter):
             record.msg = f"{record.getMessage()}: {kind.__name__ if kind else 'error'} (its message is withheld: it may"
             record.msg += f" quote the request)\n{where}"
             record.args, record.exc_info, record.exc_text = (), None, None
+        elif record.msg == _REQUEST_ERROR and isinstance(record.args, tuple) and len(record.args) == 4:
+            code = record.args[1] if isinstance(record.args[1], int) else "?"
+            record.msg = f"Request Error: Code={code} (its id, message and data are withheld: they may quote"
+            record.msg += " the request)"
+            record.args = ()
+        elif record.args:
+            record.msg = f"{str(record.msg).replace('%s', '...')} (withheld: it may quote the request)"
+            record.args = ()
         return True
 
 

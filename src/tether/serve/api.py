@@ -12,16 +12,19 @@ import base64
 import binascii
 import contextlib
 import json
+import math
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tether.core.machine import Status
+from tether.core.nesting import MAX_DEPTH, value_nested_deeper
 from tether.serve.identity import Authenticator
 from tether.serve.problems import Problem
 from tether.serve.runs import AgentRuns, Caller
+from tether.serve.service import storable
 from tether.serve.settings import DEFAULT_APPROVALS_PAGE
 from tether.store import StoreError
 
@@ -29,6 +32,7 @@ DEFAULT_MAX_PROMPT_CHARS = 20_000  # a prompt or a turn's text; longer is a 422
 DEFAULT_RUNS_PAGE = 50
 MAX_PAGE = 500
 MAX_CURSOR_CHARS = 200  # a page cursor this service gives is far shorter
+MAX_EVENT_ID = 2**63 - 1  # events are numbered in the store with 64-bit integers
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -45,7 +49,20 @@ class ApprovalRequest(_Strict):
 
 class ReconcileRequest(_Strict):
     executed: bool  # whether the call took effect; false clears its intent (never re-run blindly)
-    result: JsonValue = None  # what it returned, when it did
+    result: Any = None  # what it returned, when it did: the model reads it as the call's result (``_a_result``)
+
+    @field_validator("result")
+    @classmethod
+    def _a_result(cls, value: Any) -> Any:
+        """JSON a tool could have returned (``tether.tools.toolbox``): no NaN or Infinity, which Python's parser
+        reads and writes back into the model's history, and nested no deeper than ``MAX_DEPTH``."""
+        if value_nested_deeper(value, MAX_DEPTH):
+            raise ValueError(f"nested more than {MAX_DEPTH} levels deep")
+        try:
+            json.dumps(value, allow_nan=False)
+        except ValueError:
+            raise ValueError("NaN and Infinity are not JSON numbers") from None
+        return value
 
 
 def _cursor(after: tuple[float, str]) -> str:
@@ -55,24 +72,26 @@ def _cursor(after: tuple[float, str]) -> str:
 
 
 def _after(cursor: str | None) -> tuple[float, str] | None:
+    """Where a page starts, from a cursor ``_cursor`` made; anything else (the client can write base64 JSON too:
+    NaN, a run id holding NUL or a lone surrogate, which a store cannot look up) is a 422 problem."""
     if cursor is None:
         return None
     created_at = run_id = None
     if len(cursor) <= MAX_CURSOR_CHARS:  # A2A's page tokens come unbounded
         with contextlib.suppress(ValueError, TypeError, binascii.Error):
             created_at, run_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-    if not isinstance(created_at, int | float) or isinstance(created_at, bool) or not isinstance(run_id, str):
-        raise Problem(422, "cursor: not a cursor this service gave")
-    try:
-        return float(created_at), run_id
-    except OverflowError:  # an integer too large for a float: no time this service gave
-        raise Problem(422, "cursor: not a cursor this service gave") from None
+    if isinstance(created_at, int | float) and not isinstance(created_at, bool) and isinstance(run_id, str):
+        with contextlib.suppress(OverflowError):  # an integer too large for a float: no time this service gave
+            if math.isfinite(float(created_at)) and storable(run_id):
+                return float(created_at), run_id
+    raise Problem(422, "cursor: not a cursor this service gave")
 
 
 def _last_event(header: str | None) -> int:
     if header is None:
         return 0
-    if not (header.strip().isascii() and header.strip().isdigit()):  # "²" is a digit to str.isdigit, not to int
+    # "²" is a digit to str.isdigit, not to int; past MAX_EVENT_ID no event has an id (nor can a store be asked).
+    if not (header.strip().isascii() and header.strip().isdigit()) or int(header) > MAX_EVENT_ID:
         raise Problem(422, "Last-Event-ID: not an event id this service sent")
     return int(header)
 

@@ -16,7 +16,8 @@ never the credential, which nothing here logs.
 
 A JWT acts for its ``sub``; its roles are the ``roles`` claim (a list of
 strings) and the ``role`` claim (a string), its scopes the ``scope`` claim
-(space-separated). It must carry ``exp``: a bearer token that never expires
+(space-separated); each role and scope is 1 to ``MAX_NAME_CHARS`` printable
+characters, as an API key's. It must carry ``exp``: a bearer token that never expires
 can never be taken back (use an API key, which can be revoked). A key in a
 JWKS file is used only with the algorithms of its type, chosen by its
 ``kty``/``crv`` or its ``alg``, and picked by the token's ``kid``: a token
@@ -220,9 +221,12 @@ def _principal(claims: Mapping[str, Any]) -> Principal:
         if not _word(role):
             raise _refused("the bearer token is not valid: role must be a string")
         found.add(role)
-    if scope is not None and not isinstance(scope, str):
-        raise _refused("the bearer token is not valid: scope must be a space-separated string")
-    return Principal(sub, frozenset((scope or "").split()), frozenset(found))
+    scopes = scope.split() if isinstance(scope, str) else []
+    if scope is not None and (not isinstance(scope, str) or not all(_word(s) for s in scopes)):
+        # Each a word as an API key's scope is: a control character or a lone surrogate is no scope a tool names,
+        # and no store can write it into the run the caller starts.
+        raise _refused("the bearer token is not valid: scope must be a space-separated string of scopes")
+    return Principal(sub, frozenset(scopes), frozenset(found))
 
 
 def _word(value: object) -> bool:

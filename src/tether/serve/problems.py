@@ -3,8 +3,10 @@
 ``{"type", "title", "status", "detail"}``, with ``type`` ``about:blank`` and
 ``title`` the status phrase. Handlers below turn our own ``Problem``,
 Starlette's HTTP errors, request validation errors and anything unexpected
-into that shape. An unexpected error is logged with its traceback and
-answered with a fixed sentence: nothing of it reaches the client.
+into that shape. A request that fails validation is a 422 whose ``errors``
+lists where and what (at most ``MAX_LISTED_ERRORS``), never the input. An
+unexpected error is logged with its traceback and answered with a fixed
+sentence: nothing of it reaches the client.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 PROBLEM_JSON = "application/problem+json"
+# Errors a 422 lists (its detail names the first five and counts the rest): a body of many wrong fields
+# gets a short answer, not one several times its own size.
+MAX_LISTED_ERRORS = 20
 
 log = logging.getLogger("tether.serve")
 
@@ -75,11 +80,14 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
 async def _on_invalid_request(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     # Only where and what: pydantic's "input" would echo the request (a password, say) back.
+    found = exc.errors()
     errors = [
         {"loc": [str(part) for part in error.get("loc", ())], "msg": str(error.get("msg", "invalid"))}
-        for error in exc.errors()
+        for error in found[:MAX_LISTED_ERRORS]
     ]
     detail = "; ".join(f"{'.'.join(e['loc']) or 'request'}: {e['msg']}" for e in errors[:5]) or "invalid request"
+    if len(found) > 5:
+        detail += f"; and {len(found) - 5} more ({len(found)} in all)"
     return problem_response(422, detail, extra={"errors": errors})
 
 

@@ -22,6 +22,7 @@ when the call runs (the Agent's ``resolve_principal``, unchanged).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 from collections.abc import Collection
@@ -37,8 +38,8 @@ from tether.drivers.local.runner import Agent, Driver
 from tether.serve.identity import APPROVER_ROLE
 from tether.serve.problems import Problem
 from tether.serve.service import Caller as Owner
-from tether.serve.service import LiveRun, RunService
-from tether.serve.settings import DEFAULT_RUNS_RETRY_AFTER, Settings
+from tether.serve.service import LiveRun, RunService, storable
+from tether.serve.settings import Settings
 from tether.store import LeaseHeld, RunStore, StoreError, TamperedRun
 from tether.store.records import RunSummary, StoredRun
 from tether.tools.context import Principal
@@ -98,14 +99,17 @@ class AgentRuns(RunService):
 
     async def begin(self, caller: Caller, prompt: str, conversation_id: str | None = None) -> LiveRun:
         """Record a new run (or a conversation's next turn) and have it driven when a slot is free."""
-        if self.stopping:
-            raise Problem(503, "the service is stopping; try again in a moment", headers={"Retry-After": "5"})
-        if not self.slots.admits(caller.id):
-            raise Problem(
-                429,
-                "you have as many runs going and waiting as you may; try again when one has finished",
-                headers={"Retry-After": str(DEFAULT_RUNS_RETRY_AFTER)},
-            )
+        self.admit(caller.id)
+        if conversation_id is None:
+            return await self._begin(caller, prompt, None)
+        if not storable(conversation_id):
+            raise Problem(404, f"no conversation {conversation_id}")
+        # One turn at a time: the next is read once this one is recorded (and is the 409 of a turn sent while the
+        # last one runs), not recorded alongside it (a remote store's calls run on threads).
+        async with self.one_at_a_time(conversation_id):
+            return await self._begin(caller, prompt, conversation_id)
+
+    async def _begin(self, caller: Caller, prompt: str, conversation_id: str | None) -> LiveRun:
         live = LiveRun(new_id(), caller.id)
         agent = self._agent_or_503(caller.principal)
         try:
@@ -149,10 +153,10 @@ class AgentRuns(RunService):
 
     async def transcript(self, conversation_id: str, caller: Caller) -> dict[str, Any]:
         """The conversation's turns, each with its run, status and what the user and the agent said."""
-        try:
-            stored = await self.io(self.store.load_conversation, conversation_id)
-        except RunNotFound:
-            stored = None
+        stored = None
+        if storable(conversation_id):
+            with contextlib.suppress(RunNotFound):
+                stored = await self.io(self.store.load_conversation, conversation_id)
         if stored is None or stored.principal.id != caller.id:
             raise Problem(404, f"no conversation {conversation_id}")
         turns = []
@@ -185,6 +189,8 @@ class AgentRuns(RunService):
 
     async def _visible(self, run_id: str, caller: Caller) -> StoredRun:
         """The run if ``caller`` may see it: its own, or (holding the approver role) one waiting for a person."""
+        if not storable(run_id):
+            raise Problem(404, f"no run {run_id}")
         try:
             stored = await self.io(self.store.load, run_id, check=False)
         except RunNotFound:
@@ -248,19 +254,21 @@ class AgentRuns(RunService):
     ) -> dict[str, Any]:
         """Record what became of a call whose outcome is unknown; the run goes on once none waits."""
         stored = await self._approver_sees(run_id, caller, "settling a call's outcome")
-        if run_id in self.live:
-            raise Problem(409, f"run {run_id} is running; outcomes are settled while it waits for a person")
-        try:
-            call = await self.io(
-                reconcile, self.store, run_id, call_id, executed=executed, result=result, by=caller.username
-            )
-        except ApprovalMismatch as exc:
-            raise Problem(409, str(exc)) from None
-        except LeaseHeld:
-            raise Problem(409, f"run {run_id} is being driven elsewhere; try again later") from None
-        except TamperedRun:
-            raise Problem(409, f"run {run_id} fails its audit check and is not acted on") from None
-        resumed = await self._carry_on(run_id, stored.principal)
+        top = await self.io(top_run, self.store, run_id)
+        async with self.one_at_a_time(top):  # as a decision: one request at a time settles and resumes the tree
+            if run_id in self.live or top in self.live:
+                raise Problem(409, f"run {run_id} is running; outcomes are settled while it waits for a person")
+            try:
+                call = await self.io(
+                    reconcile, self.store, run_id, call_id, executed=executed, result=result, by=caller.username
+                )
+            except ApprovalMismatch as exc:
+                raise Problem(409, str(exc)) from None
+            except LeaseHeld:
+                raise Problem(409, f"run {run_id} is being driven elsewhere; try again later") from None
+            except TamperedRun:
+                raise Problem(409, f"run {run_id} fails its audit check and is not acted on") from None
+            resumed = await self._carry_on(run_id, stored.principal)
         return {"run_id": run_id, "call_id": call_id, "tool": call.tool, "executed": executed,
                 "status": "running" if resumed else Status.AWAITING_RECONCILIATION.value}  # fmt: skip
 
@@ -289,6 +297,10 @@ class AgentRuns(RunService):
     async def cancel_as(self, run_id: str, caller: Caller) -> dict[str, Any]:
         """Cancel one of ``caller``'s runs: the one driven here at once, one waiting (or cut off) in the store."""
         await self._owned(run_id, caller)
+        async with self.one_at_a_time(run_id):  # not while a decision on it is being recorded and resumed
+            return await self._cancel(run_id, caller)
+
+    async def _cancel(self, run_id: str, caller: Caller) -> dict[str, Any]:
         live = self.live.get(run_id)
         if live is not None and live.task is not None:
             if live.driving:  # its driver records the cancellation, with the calls that did finish

@@ -17,7 +17,9 @@ in the same step of the loop, neither misses nor repeats one.
 
 All runs in this process share one store, and so one lease owner: the
 store's lease cannot keep two of our own drivers apart. The live registry
-does: a run that is live is never resumed or decided on.
+does: a run that is live is never resumed or decided on; and until a run
+is live, the requests acting on it (deciding, settling, cancelling, taking
+it over) do so one at a time (``one_at_a_time``).
 
 A run is written to the store (status ``ready``, with this process's lease)
 before the request starting it is answered 202, also when it must wait for a slot
@@ -50,6 +52,7 @@ import json
 import logging
 import signal
 import threading
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -60,6 +63,7 @@ from tether.core.envelope import outcome_code
 from tether.core.errors import ApprovalMismatch, ConfigurationError
 from tether.core.events import RUN_FINISHED, RUN_PAUSED, TEXT, TRANSIENT, RunEvent
 from tether.core.machine import PendingCall, RunState, Status
+from tether.core.nesting import utf8
 from tether.core.redact import redact, redact_arguments
 from tether.drivers.ids import new_id
 from tether.drivers.local.durable import cancel, decide, ended_parent, top_run, waiting_calls
@@ -137,6 +141,13 @@ def open_run_store(settings: Settings, *, reader: bool = False) -> RunStore:
     return open_store(settings.run_db, **options)
 
 
+def storable(key: str) -> bool:
+    """Whether every store can hold ``key`` as an id: PostgreSQL's text refuses NUL, and no store writes a lone
+    surrogate. An id from a request that is not names no run or conversation (the store is not asked: it would
+    fail, not miss)."""
+    return "\x00" not in key and utf8(key)
+
+
 class Caller(Protocol):
     """Who acts on a run here: a served agent's caller (``tether.serve.runs``), or an application's user."""
 
@@ -176,12 +187,30 @@ class RunService:
         self.refused: set[str] = set()  # runs not to resume (another surface's, tampered with): not tried again
         self.keeper: asyncio.Task[None] | None = None
         self.stopping = False  # SIGTERM: no new runs; those in progress are handed on
+        self._held: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     async def io(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """A store call: on the loop for a local SQLite file, on a thread for a store across a network."""
         if self.store.remote:
             return await asyncio.to_thread(call, *args, **kwargs)
         return call(*args, **kwargs)
+
+    @contextlib.asynccontextmanager
+    async def one_at_a_time(self, run_id: str) -> AsyncIterator[None]:
+        """Act on ``run_id`` (decide, settle, cancel, take it over; or, a conversation's id, record its next turn)
+        for one request of this process at a time.
+
+        The store's lease keeps other processes out, not this one's own
+        requests (one lease owner), and the live registry only once a run is
+        driven: a PostgreSQL store is called on threads, so two decisions
+        sent at once could otherwise both be recorded and both resume the
+        run, two drivers on one run.
+        """
+        lock = self._held.get(run_id)
+        if lock is None:
+            lock = self._held[run_id] = asyncio.Lock()
+        async with lock:
+            yield
 
     def _agent(self, principal: Principal) -> Agent:
         if self.model is None:
@@ -199,17 +228,22 @@ class RunService:
 
     # --- driving -----------------------------------------------------------------
 
-    async def start(self, user: Caller, prompt: str, principal: Principal) -> LiveRun:
-        """Record a new run of ``user`` (status ``ready``), its tools called as ``principal``, and have it driven
-        when a slot is free; 429 past the user's limits."""
+    def admit(self, user_id: str) -> None:
+        """Nothing, if a new run of ``user_id`` may be recorded now; else the 503 (stopping) or 429 (the user has as
+        many runs going and waiting as allowed) problem. Asked before anything of the run is recorded."""
         if self.stopping:
             raise Problem(503, "the service is stopping; try again in a moment", headers={"Retry-After": "5"})
-        if not self.slots.admits(user.id):
+        if not self.slots.admits(user_id):
             raise Problem(
                 429,
                 "you have as many runs going and waiting as you may; try again when one has finished",
                 headers={"Retry-After": str(DEFAULT_RUNS_RETRY_AFTER)},
             )
+
+    async def start(self, user: Caller, prompt: str, principal: Principal) -> LiveRun:
+        """Record a new run of ``user`` (status ``ready``), its tools called as ``principal``, and have it driven
+        when a slot is free; 429 past the user's limits."""
+        self.admit(user.id)
         live = LiveRun(new_id(), user.id)
         agent = self._agent_or_503(principal)
         live.driver = agent.driver(prompt, run_id=live.run_id, on_event=live.on_event)
@@ -257,45 +291,50 @@ class RunService:
             return []
         taken = []
         for summary in found:  # oldest first: each user's runs keep their order in line
-            run_id = summary.run_id
-            if run_id in self.live or run_id in self.refused or self.stopping:
-                continue
-            try:
-                await self.io(self.store.acquire, run_id)  # held from now on, by the driver or by ``keep``
-            except LeaseHeld:
-                continue  # another process took it first
-            except StoreError as exc:
-                log.warning("cannot take over run %s: %s", run_id, exc)
-                continue
-            try:
-                stored = await self.io(self.store.load, run_id)
-                if stored.setup.get("surface") != self.surface:
-                    self.refused.add(run_id)  # a run of `tether run` on a shared store: not ours to drive
-                    await self.io(self.store.release, run_id)
-                    continue
-                if stored.state.status.value not in INTERRUPTED:
-                    await self.io(self.store.release, run_id)  # finished or paused since the scan
-                    continue
-                if stored.parent_id is not None:
-                    # A sub-agent's child run never goes on alone: its parent's take-over carries it on, and one
-                    # cut off with a parent that has ended since is cancelled.
-                    await self.io(self.store.release, run_id)
-                    if (why := await self.io(ended_parent, self.store, stored)) is not None:
-                        await self.io(cancel, self.store, run_id, reason=why, by="tether serve")
-                        log.info("cancelled run %s: %s", run_id, why)
-                    continue
-                self.resume(run_id, stored.principal)
-            except (StoreError, Problem, ApprovalMismatch) as exc:
-                log.warning("cannot resume run %s: %s", run_id, exc)
-                if isinstance(exc, TamperedRun):
-                    self.refused.add(run_id)  # until a person looks at it: tether runs verify
-                with contextlib.suppress(StoreError):
-                    await self.io(self.store.release, run_id)
-                continue
-            taken.append(run_id)
+            async with self.one_at_a_time(summary.run_id):
+                if await self._take_over(summary.run_id):
+                    taken.append(summary.run_id)
         if taken:
             log.info("took over %d run(s) in flight that no process drives", len(taken))
         return taken
+
+    async def _take_over(self, run_id: str) -> bool:
+        """Drive ``run_id`` on if no one does (``take_over``); whether this process now drives it."""
+        if run_id in self.live or run_id in self.refused or self.stopping:
+            return False
+        try:
+            await self.io(self.store.acquire, run_id)  # held from now on, by the driver or by ``keep``
+        except LeaseHeld:
+            return False  # another process took it first
+        except StoreError as exc:
+            log.warning("cannot take over run %s: %s", run_id, exc)
+            return False
+        try:
+            stored = await self.io(self.store.load, run_id)
+            if stored.setup.get("surface") != self.surface:
+                self.refused.add(run_id)  # a run of `tether run` on a shared store: not ours to drive
+                await self.io(self.store.release, run_id)
+                return False
+            if stored.state.status.value not in INTERRUPTED:
+                await self.io(self.store.release, run_id)  # finished or paused since the scan
+                return False
+            if stored.parent_id is not None:
+                # A sub-agent's child run never goes on alone: its parent's take-over carries it on, and one
+                # cut off with a parent that has ended since is cancelled.
+                await self.io(self.store.release, run_id)
+                if (why := await self.io(ended_parent, self.store, stored)) is not None:
+                    await self.io(cancel, self.store, run_id, reason=why, by="tether serve")
+                    log.info("cancelled run %s: %s", run_id, why)
+                return False
+            self.resume(run_id, stored.principal)
+        except (StoreError, Problem, ApprovalMismatch) as exc:
+            log.warning("cannot resume run %s: %s", run_id, exc)
+            if isinstance(exc, TamperedRun):
+                self.refused.add(run_id)  # until a person looks at it: tether runs verify
+            with contextlib.suppress(StoreError):
+                await self.io(self.store.release, run_id)
+            return False
+        return True
 
     async def start_keeping(self) -> None:
         """Take over the runs a stop cut off, then keep doing so (``keep``) for as long as the service runs."""
@@ -399,6 +438,8 @@ class RunService:
         return stored.state, stored.created_at, stored.updated_at
 
     async def _owned(self, run_id: str, user: Caller) -> StoredRun:
+        if not storable(run_id):
+            raise _no_run(run_id)
         try:
             stored = await self.io(self.store.load, run_id, check=False)  # shown as stored; acting on it checks it
         except RunNotFound:
@@ -550,8 +591,32 @@ class RunService:
         by: Caller,
     ) -> dict[str, Any]:
         """Record a decision, then resume the run once no call waits for one."""
-        if run_id in self.live:
-            raise Problem(409, f"run {run_id} is running; decisions are taken while it waits for approval")
+        if not storable(run_id):
+            raise _no_run(run_id)
+        try:
+            # A child run's call (decided through its own id) goes on with the run at the top of its tree, which
+            # carries the child on: a child never goes on alone. One request at a time acts on that tree here.
+            top = await self.io(top_run, self.store, run_id)
+        except RunNotFound:
+            raise _no_run(run_id) from None
+        async with self.one_at_a_time(top):
+            if run_id in self.live or top in self.live:
+                raise Problem(409, f"run {run_id} is running; decisions are taken while it waits for approval")
+            return await self._decide(
+                run_id, top, call_id, approved=approved, reason=reason, fingerprint=fingerprint, by=by
+            )
+
+    async def _decide(
+        self,
+        run_id: str,
+        top: str,
+        call_id: str,
+        *,
+        approved: bool,
+        reason: str | None,
+        fingerprint: str | None,
+        by: Caller,
+    ) -> dict[str, Any]:
         try:
             stored = await self.io(self.store.load, run_id)
         except RunNotFound:
@@ -579,9 +644,6 @@ class RunService:
             raise Problem(409, str(exc)) from None
         except LeaseHeld:
             raise Problem(409, f"run {run_id} is being driven elsewhere; try again later") from None
-        # A child run's call (decided through its own id) goes on with the run at the top of its tree, which
-        # carries the child on: a child never goes on alone.
-        top = await self.io(top_run, self.store, run_id)
         state = (await self.io(self.store.load, top)).state
         resumed = state.status is not Status.AWAITING_APPROVAL
         if state.waiting_on:  # it waits with child runs: it goes on (and carries them on) once none waits on a person
