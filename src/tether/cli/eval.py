@@ -204,9 +204,10 @@ def run_command(
     infrastructure error, or tools that cannot be made: that case's error,
     the others run), 3 for a configuration error (a dataset with no cases, a
     data file or ground truth that is not what it should be, a line of an
-    earlier run's results.jsonl that holds no result, or a toolset file
-    named without --allow-toolset-files): the error names the file and line,
-    and no case is sent.
+    earlier run's results.jsonl that holds no result, a toolset file named
+    without --allow-toolset-files, or an --out that cannot be made): the
+    error names the file and line, and no case is sent. A report that cannot
+    be written after the cases ran is 3 too; their results are kept.
     """
     # tether.eval is about 20 ms of imports that only `tether eval` needs.
     from tether.eval import run_eval, summarize, table
