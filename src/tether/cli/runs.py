@@ -6,7 +6,6 @@ Every command that names a run takes its id or a unique prefix of it.
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from typing import Any
@@ -24,6 +23,7 @@ from tether.drivers.local.durable import SHOWN_FINGERPRINT, decide, waiting_call
 from tether.drivers.local.durable import reconcile as settle_call
 from tether.drivers.local.subagents import MAX_DEPTH
 from tether.store.records import omitted
+from tether.tools.decoding import finite, no_constants
 
 EXIT_VERIFY_FAILED = 6
 PROMPT_SHOWN = 60  # characters of a prompt's first line in `runs list`
@@ -416,7 +416,8 @@ def reconcile(
     result: Any = None
     if result_json is not None:
         try:
-            result = nesting.loads(result_json, nesting.MAX_DEPTH, parse_constant=_no_constant, parse_float=_finite)
+            # NaN and Infinity are no JSON: recorded, they would make the call's result an envelope no reader decodes.
+            result = nesting.loads(result_json, nesting.MAX_DEPTH, parse_constant=no_constants, parse_float=finite)
         except ValueError as exc:
             fail(f"--executed takes a JSON value: {exc.args[0]}", 2)
     if temporal_address:
@@ -432,18 +433,6 @@ def reconcile(
         _emit_json({"run_id": run_id, "call_id": call_id, "tool": call.tool, "reconciled": what})
     else:
         click.echo(f"call {call_id} ({call.tool}) recorded as {what}; continue with: tether resume {run_id}")
-
-
-def _no_constant(name: str) -> Any:
-    """NaN and Infinity are no JSON: recorded, they would make the call's result an envelope no reader decodes."""
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):  # 1e999 reads as inf without passing through parse_constant
-        raise ValueError(f"the number {text[:20]} is out of range")
-    return value
 
 
 __all__ = ["approve", "deny", "reconcile", "runs"]

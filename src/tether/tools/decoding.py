@@ -32,11 +32,13 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _no_constants(name: str) -> Any:
+def no_constants(name: str) -> Any:
+    """``parse_constant`` for a strict decode: NaN and Infinity are no JSON."""
     raise InvalidJson(f"{name} is not valid JSON")
 
 
-def _finite(text: str) -> float:
+def finite(text: str) -> float:
+    """``parse_float`` for a strict decode: a number out of a float's range (``1e400``) is refused, not infinity."""
     value = float(text)
     if math.isinf(value):  # 1e400 parses to inf without passing through parse_constant
         raise InvalidJson(f"number {text[:20]} is out of range")
@@ -44,7 +46,7 @@ def _finite(text: str) -> float:
 
 
 # Built once: ``json.loads`` with hooks builds a new decoder (and its scanner) on every call.
-_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=_finite)
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=no_constants, parse_float=finite)
 # The decoder's own scanner, called directly for text that starts with its value: ``decode`` would match
 # whitespace with a regex on both sides first. Anything else goes through ``decode`` (and its messages).
 _SCAN = make_scanner(_DECODER)  # type: ignore[arg-type]  # typeshed types the argument as make_scanner itself
@@ -68,9 +70,7 @@ def strict_loads(text: str) -> dict[str, Any]:
         elif isinstance(text, str) and not text.startswith("\ufeff"):
             value = _DECODER.decode(text)
         else:  # bytes, or a byte order mark: ``json.loads`` has the checks and the messages for those
-            value = json.loads(
-                text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=_finite
-            )
+            value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=no_constants, parse_float=finite)
     except InvalidJson:
         raise
     except json.JSONDecodeError as exc:
