@@ -223,6 +223,23 @@ async def test_runs_show_json_redacts_a_calls_secret_arguments(tmp_path: Path) -
     assert pending["fingerprint"] == paused.state.pending[0].fingerprint
 
 
+@pytest.mark.parametrize("command", ["approve", "deny"])
+async def test_a_decisions_reason_past_the_services_bound_is_a_usage_error_and_nothing_is_decided(
+    command: str, tmp_path: Path
+) -> None:
+    """The reason is recorded and a denial's goes to the model: the CLI holds it to the API's 1,000 characters."""
+    db = tmp_path / "runs.db"
+    model = ScriptedModel([reply_calls(("c1", "charge", '{"order": "A7", "api_token": "t"}'))])
+    paused = await Agent(model, [charge], store=SQLiteStore(db)).run("Charge A7.")
+    assert paused.status is Status.AWAITING_APPROVAL
+
+    done = tether(command, paused.run_id, "c1", "--reason", "x" * 1001, "--db", str(db))
+    assert done.code == EXIT_USAGE and "at most 1000 characters, not 1001" in done.err, done
+    assert SQLiteStore(db).load(paused.run_id).state.status is Status.AWAITING_APPROVAL
+    decided = tether(command, paused.run_id, "c1", "--reason", "x" * 1000, "--db", str(db))
+    assert decided.code == 0, decided
+
+
 def _one_case_eval(path: Path) -> Path:
     case = {
         "id": "c1",

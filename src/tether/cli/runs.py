@@ -19,7 +19,7 @@ from tether.core import nesting
 from tether.core.errors import NoStore, TetherError
 from tether.core.redact import redact
 from tether.drivers.common import json_object
-from tether.drivers.local.durable import SHOWN_FINGERPRINT, decide, waiting_calls
+from tether.drivers.local.durable import MAX_REASON_CHARS, SHOWN_FINGERPRINT, decide, waiting_calls
 from tether.drivers.local.durable import reconcile as settle_call
 from tether.drivers.local.subagents import MAX_DEPTH
 from tether.store.records import omitted
@@ -35,6 +35,13 @@ def _emit_json(value: Any) -> None:
 
 def _when(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+def _bounded_reason(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A decision's reason, refused past ``MAX_REASON_CHARS`` as the service's API refuses it: the model reads it."""
+    if value is not None and len(value) > MAX_REASON_CHARS:
+        raise click.BadParameter(f"at most {MAX_REASON_CHARS} characters, not {len(value)}")
+    return value
 
 
 @click.group()
@@ -330,7 +337,11 @@ def _decide(
 @click.command()
 @click.argument("run_id")
 @click.argument("call_id")
-@click.option("--reason", help="Why; recorded in the audit log.")
+@click.option(
+    "--reason",
+    callback=_bounded_reason,
+    help=f"Why; recorded in the audit log (at most {MAX_REASON_CHARS} characters).",
+)
 @click.option("--fingerprint", help="The argument fingerprint you reviewed (from `tether runs show`).")
 @db_option
 @temporal_run_option
@@ -361,7 +372,11 @@ def approve(
 @click.command()
 @click.argument("run_id")
 @click.argument("call_id")
-@click.option("--reason", help="Why; recorded and shown to the model.")
+@click.option(
+    "--reason",
+    callback=_bounded_reason,
+    help=f"Why; recorded and shown to the model (at most {MAX_REASON_CHARS} characters).",
+)
 @db_option
 @temporal_run_option
 @json_option

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tether.core.machine import Status
 from tether.core.nesting import MAX_DEPTH, value_nested_deeper
+from tether.drivers.local.durable import MAX_REASON_CHARS
 from tether.serve.identity import Authenticator
 from tether.serve.problems import Problem
 from tether.serve.runs import AgentRuns, Caller
@@ -44,7 +45,7 @@ class ApprovalRequest(_Strict):
     approve: bool
     # The argument fingerprint the approver saw (from the inbox); a decision for other arguments is refused.
     fingerprint: Annotated[str, Field(min_length=1, max_length=200)]
-    reason: Annotated[str | None, Field(max_length=1000)] = None
+    reason: Annotated[str | None, Field(max_length=MAX_REASON_CHARS)] = None
 
 
 class ReconcileRequest(_Strict):

@@ -33,6 +33,7 @@ from tether.store.base import RunStore
 from tether.store.records import StoredRun
 from tether.tools.toolbox import Toolbox
 
+MAX_REASON_CHARS = 1_000  # a person's reason for a decision: recorded, and read by the model with a denial
 SHOWN_FINGERPRINT = 12  # characters of a fingerprint that ``tether runs show`` prints, and a decision may give
 
 
