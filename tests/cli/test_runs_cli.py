@@ -516,3 +516,20 @@ def test_a_paused_run_is_approved_then_resumed(toolset: Path, env: dict[str, str
     again = tether("resume", run_id, env=env)
     assert again.code == EXIT_MISMATCH, again  # nothing to resume
     assert "already ended completed" in again.err
+
+
+async def test_a_run_is_named_by_the_end_of_its_id_where_ids_made_together_share_their_start(tmp_path: Path) -> None:
+    """Two runs started a moment apart: their ids share the first digits, and a few of the last name each."""
+    from tether import Agent
+    from tether.models.scripted import ScriptedModel, reply_text
+
+    db = tmp_path / "runs.db"
+    agent = Agent(ScriptedModel([reply_text("one"), reply_text("two")]), [], store=SQLiteStore(db))
+    first, second = (await agent.run("hi")).run_id, (await agent.run("hi")).run_id
+    # The same minute: the first eight digits or more are the same (their start), the last ones random.
+    start = first[: next(i for i, (a, b) in enumerate(zip(first, second, strict=True)) if a != b)]
+    for run_id in (first, second):
+        shown = tether("runs", "show", run_id[-6:], "--json", "--db", str(db))
+        assert shown.code == 0 and json.loads(shown.out)["run_id"] == run_id, shown
+    shared = tether("runs", "show", start, "--db", str(db))
+    assert shared.code != 0 and "is ambiguous" in shared.err, shared

@@ -439,6 +439,23 @@ def test_resolve_finds_a_run_by_a_prefix_of_its_id(backend: Backend) -> None:
     assert store.resolve("a_") == "a_c"
 
 
+def test_resolve_finds_a_run_by_the_end_of_its_id_when_no_id_starts_so(backend: Backend) -> None:
+    """Time-ordered ids share their first digits with the runs started around them and end in random ones."""
+    store = backend.open()
+    for run_id in ("019a0000aaaa1111", "019a0000bbbb2222", "019a0000cccc1111", "2222xyz", "019a0000ab%_"):
+        start_run(store, new_state(run_id))
+    assert store.resolve("b2222") == "019a0000bbbb2222"
+    assert store.resolve("2222") == "2222xyz"  # a prefix first
+    assert store.resolve("cc1111") == "019a0000cccc1111"
+    with pytest.raises(AmbiguousRun, match="suffix 1111 is ambiguous: it ends 019a0000aaaa1111, 019a0000cccc1111"):
+        store.resolve("1111")
+    with pytest.raises(RunNotFound, match="xyz"):
+        store.resolve("xyz")  # an end shorter than MIN_SUFFIX finds nothing
+    assert store.resolve("ab%_") == "019a0000ab%_"  # no character of an end is a wildcard
+    with pytest.raises(RunNotFound):
+        store.resolve("a%_")
+
+
 def test_list_runs_by_principal_and_status_newest_first(backend: Backend) -> None:
     now = [1000.0]
     store = backend.open(clock=lambda: now[0])

@@ -1,6 +1,6 @@
 """Commands over the run store: list, show, verify, approve, deny, reconcile.
 
-Every command that names a run takes its id or a unique prefix of it.
+Every command that names a run takes its id, a unique prefix of it, or (four characters or more) a unique end.
 """
 
 from __future__ import annotations

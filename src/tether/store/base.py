@@ -148,7 +148,9 @@ class RunStore(Protocol):
         ...
 
     def resolve(self, prefix: str) -> str:
-        """The id of the one run whose id starts with ``prefix`` (a whole id is its own prefix).
+        """The id of the one run whose id starts with ``prefix`` (a whole id is its own prefix); when none
+        does, of the one whose id ends with it (``MIN_SUFFIX`` characters or more: time-ordered ids share their
+        first digits with the runs started around them and end in random ones).
 
         Raises ``RunNotFound`` when no run matches and ``AmbiguousRun``,
         naming the candidates, when several do.

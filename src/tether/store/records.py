@@ -27,6 +27,9 @@ DEFAULT_LEASE_SECONDS = 30.0
 # The events that log a ledger outcome (a read-only call's whole row), as audit.ledger_problems replays them.
 OUTCOME_EVENTS = (OUTCOME_RECORDED, RECONCILED, CALL_EXECUTED)
 AMBIGUOUS_SHOWN = 5  # candidates named when a run id prefix matches several runs
+# A run id's end, when no id starts with what was given: time-ordered ids share their first digits with the runs
+# started around them, and end in random ones. Shorter text finds no run this way.
+MIN_SUFFIX = 4
 # Event data keys that carry user or model text: kept only with log_content.
 CONTENT_KEYS = frozenset({"content", "text", "result", "output", "prompt"})
 
@@ -356,8 +359,10 @@ def summary(row: Sequence[Any]) -> RunSummary:
     return RunSummary(run_id, row[1], row[2], created, updated, steps, progress, row[6], row[7], engine, row[9])
 
 
-def ambiguous(prefix: str, found: Sequence[str]) -> AmbiguousRun:
+def ambiguous(prefix: str, found: Sequence[str], *, ends: bool = False) -> AmbiguousRun:
     shown = ", ".join(found[:AMBIGUOUS_SHOWN]) + (", ..." if len(found) > AMBIGUOUS_SHOWN else "")
+    if ends:
+        return AmbiguousRun(f"run id suffix {prefix} is ambiguous: it ends {shown}; give more characters")
     return AmbiguousRun(f"run id prefix {prefix} is ambiguous: it starts {shown}; give more characters")
 
 

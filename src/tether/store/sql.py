@@ -77,6 +77,7 @@ from tether.store.records import (
     AMBIGUOUS_SHOWN,
     CONVERSATION_SEALED,
     DEFAULT_LEASE_SECONDS,
+    MIN_SUFFIX,
     TURN_COLUMNS,
     LedgerEntry,
     LogEvent,
@@ -817,7 +818,7 @@ class SQLStore:
         return inherited_messages(run_id, row[2], rows)
 
     def resolve(self, prefix: str) -> str:
-        """The id of the one run whose id starts with ``prefix`` (``RunStore.resolve``)."""
+        """The id of the one run whose id starts with ``prefix``, or else ends with it (``RunStore.resolve``)."""
         if not prefix:
             raise RunNotFound(f"no run with an empty id in {self.path}")
         # A range over the primary key (bytewise): the index answers it, and no character of the prefix is a wildcard.
@@ -829,6 +830,17 @@ class SQLStore:
                     (prefix, prefix + "\U0010ffff", AMBIGUOUS_SHOWN + 1),
                 )
             ]
+            if not found and len(prefix) >= MIN_SUFFIX:  # no index answers this: a scan, for a person's command
+                found = [
+                    row[0]
+                    for row in tx.execute(
+                        "SELECT id FROM runs WHERE length(id) >= ? AND substr(id, length(id) - ? + 1) = ?"
+                        " ORDER BY id LIMIT ?",
+                        (len(prefix), len(prefix), prefix, AMBIGUOUS_SHOWN + 1),
+                    )
+                ]
+                if len(found) > 1:
+                    raise ambiguous(prefix, found, ends=True)
         if prefix in found or len(found) == 1:
             return prefix if prefix in found else found[0]
         if not found:
