@@ -189,12 +189,7 @@ class AgentRuns(RunService):
 
     async def _visible(self, run_id: str, caller: Caller) -> StoredRun:
         """The run if ``caller`` may see it: its own, or (holding the approver role) one waiting for a person."""
-        if not storable(run_id):
-            raise Problem(404, f"no run {run_id}")
-        try:
-            stored = await self.io(self.store.load, run_id, check=False)
-        except RunNotFound:
-            raise Problem(404, f"no run {run_id}") from None
+        stored = await self._shown(run_id)
         if stored.principal.id == caller.id:
             return stored
         if caller.approves and (stored.state.status in WAITING_FOR_A_PERSON or stored.state.waiting_on):

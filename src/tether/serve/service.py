@@ -437,13 +437,18 @@ class RunService:
         stored = await self._owned(run_id, user)
         return stored.state, stored.created_at, stored.updated_at
 
-    async def _owned(self, run_id: str, user: Caller) -> StoredRun:
+    async def _shown(self, run_id: str) -> StoredRun:
+        """The run a request names, as stored (shown as stored; acting on it checks it), or the 404 of a missing
+        id; an id no store can hold names no run, and the store is not asked (``storable``)."""
         if not storable(run_id):
             raise _no_run(run_id)
         try:
-            stored = await self.io(self.store.load, run_id, check=False)  # shown as stored; acting on it checks it
+            return await self.io(self.store.load, run_id, check=False)
         except RunNotFound:
             raise _no_run(run_id) from None
+
+    async def _owned(self, run_id: str, user: Caller) -> StoredRun:
+        stored = await self._shown(run_id)
         if stored.principal.id != user.id:
             raise _no_run(run_id)
         return stored

@@ -136,13 +136,10 @@ def decode(text: str, run_id: str, what: str, kind: type | None = None) -> Any:
     try:
         value = json.loads(text)
     except (TypeError, ValueError):
-        value = _UNREADABLE
-    if value is _UNREADABLE or (kind is not None and not isinstance(value, kind)):
+        raise edited(run_id, what) from None
+    if kind is not None and not isinstance(value, kind):
         raise edited(run_id, what)
     return value
-
-
-_UNREADABLE = object()
 
 
 def edited(run_id: str, what: str) -> StoreError:
