@@ -188,7 +188,7 @@ def test_a_sqlite_url_names_its_file_and_another_scheme_is_refused(tmp_path: Pat
 
 
 @pytest.mark.parametrize("command", [("run", "hi"), ("chat",), ("mcp", "serve")])
-@pytest.mark.parametrize("principal", ["alice\x1b[2J", "bob\nadmin", "", "   ", "x" * 201])
+@pytest.mark.parametrize("principal", ["alice\x1b[2J", "bob\nadmin", "", "   ", "x" * 201, " alice", "alice "])
 def test_a_principal_id_no_key_could_name_is_a_usage_error(
     tmp_path: Path, command: tuple[str, ...], principal: str
 ) -> None:
@@ -196,6 +196,17 @@ def test_a_principal_id_no_key_could_name_is_a_usage_error(
     done = tether(*command, "--principal", principal, env=clean_env(TETHER_DB=str(tmp_path / "runs.db")))
     assert done.code == EXIT_USAGE and "is not usable: a principal id is 1 to 200 printable characters" in done.err
     assert not (tmp_path / "runs.db").exists()
+
+
+@pytest.mark.parametrize("principal", [" alice", "alice\t", "\u3000alice"])
+def test_a_key_for_a_principal_with_a_space_at_an_end_is_refused(tmp_path: Path, principal: str) -> None:
+    """``" alice"`` would be a principal of its own that every list shows as ``alice``: nothing is made."""
+    db = tmp_path / "runs.db"
+    SQLiteStore(db).close()
+    done = tether("keys", "create", "--principal", principal, "--db", str(db), env=clean_env())
+    assert done.code == EXIT_CONFIGURATION and "with no space at either end" in done.err, done
+    listed = tether("keys", "list", "--json", "--db", str(db), env=clean_env())
+    assert listed.code == 0 and json.loads(listed.out) == [], listed
 
 
 def test_mcp_read_only_without_a_server_is_refused(tmp_path: Path) -> None:

@@ -254,6 +254,7 @@ def test_hs384_and_hs512_need_a_secret_as_long_as_their_hash(served: tuple[FastA
         (lambda: jwt.encode(claims(sub="  "), SECRET), "sub"),
         (lambda: jwt.encode(claims(sub="alice\x00"), SECRET), "sub"),
         (lambda: jwt.encode(claims(sub="a" * 201), SECRET), "sub"),
+        (lambda: jwt.encode(claims(sub=" alice"), SECRET), "sub"),  # a principal of its own, shown as alice
         (lambda: jwt.encode(claims(roles=["r" * 201]), SECRET), "roles must be a list"),
         (lambda: jwt.encode(claims(roles="approver"), SECRET), "roles must be a list"),
         (lambda: jwt.encode(claims(roles=["approver", 1]), SECRET), "roles must be a list"),
@@ -287,6 +288,7 @@ def test_hs384_and_hs512_need_a_secret_as_long_as_their_hash(served: tuple[FastA
         "sub-blank",
         "sub-control-character",
         "sub-too-long",
+        "sub-leading-space",
         "role-too-long",
         "roles-a-string",
         "roles-not-strings",

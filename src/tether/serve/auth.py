@@ -43,7 +43,7 @@ from tether.core.errors import ConfigurationError
 from tether.serve.identity import APPROVER_ROLE
 from tether.serve.problems import Problem
 from tether.store.base import RunStore
-from tether.store.keys import MAX_NAME_CHARS
+from tether.store.keys import MAX_NAME_CHARS, principal_id
 from tether.tools.context import ALL_SCOPES, Principal
 
 __all__ = [
@@ -211,8 +211,12 @@ def _principal(claims: Mapping[str, Any]) -> Principal:
     """The principal of verified claims: ``sub``, ``roles``/``role``, ``scope``; anything malformed is a 401."""
     sub, roles, role, scope = claims.get("sub"), claims.get("roles"), claims.get("role"), claims.get("scope")
     found: set[str] = set()
-    if not isinstance(sub, str) or not sub.strip() or len(sub) > MAX_NAME_CHARS or not sub.isprintable():
-        raise _refused("the bearer token is not valid: its sub is not a principal id")
+    try:
+        if not isinstance(sub, str):
+            raise ConfigurationError("not a string")
+        principal_id(sub)
+    except ConfigurationError:
+        raise _refused("the bearer token is not valid: its sub is not a principal id") from None
     if roles is not None:
         if not isinstance(roles, list) or len(roles) > MAX_CLAIM_ITEMS or not all(_word(r) for r in roles):
             raise _refused("the bearer token is not valid: roles must be a list of strings")

@@ -76,10 +76,15 @@ def names(values: Iterable[str], what: str) -> list[str]:
 
 
 def principal_id(value: str) -> str:
-    """A key's principal id, checked: 1 to ``MAX_NAME_CHARS`` printable characters, not only spaces."""
-    if not value.strip() or len(value) > MAX_NAME_CHARS or not value.isprintable():
+    """A key's principal id, checked: 1 to ``MAX_NAME_CHARS`` printable characters, no space at either end.
+
+    Spaces at the ends are refused rather than stripped: ``" alice"`` would be
+    a principal of its own that every list shows as ``alice``.
+    """
+    if not value.strip() or value != value.strip() or len(value) > MAX_NAME_CHARS or not value.isprintable():
         raise ConfigurationError(
-            f"principal {value!r} is not usable: a principal id is 1 to {MAX_NAME_CHARS} printable characters"
+            f"principal {value!r} is not usable: a principal id is 1 to {MAX_NAME_CHARS} printable characters,"
+            " with no space at either end"
         )
     return value
 
