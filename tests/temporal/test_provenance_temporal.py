@@ -12,7 +12,7 @@ import dataclasses
 import json
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from temporalio.client import Client
@@ -194,4 +194,45 @@ async def test_tool_descriptions_others_wrote_taint_the_run_as_locally(
             await handle.terminate()
         await model.aclose()
     assert recorded(store, run_id) == recorded(store, f"local-{run_id}")
+    store.close()
+
+
+@tool(sinks=("channel",))
+def post(channel: Literal["ops", "alerts"], body: str) -> str:
+    """Post to one of the team's channels: the host fixed which (``core.provenance.schema_fixed``)."""
+    return f"posted to {channel}"
+
+
+async def test_a_value_the_tools_schema_fixes_is_trusted_as_locally(temporal_server: DevServer, tmp_path: Path) -> None:
+    """The workflow has no tools: the verdict carries what this call's values can use of the schema. Before it
+    did, the workflow found ``alerts`` nowhere and waited for a person where the local driver posted."""
+    store = SQLiteStore(tmp_path / "runs.db")
+    run_id = uuid.uuid4().hex
+    tools = [read_email, post]
+
+    def posting() -> list[Any]:
+        return [
+            tool_calls([("c1", "read_email", '{"folder": "inbox"}')]),
+            tool_calls([("c2", "post", json.dumps({"channel": "alerts", "body": "Mark wrote."}))]),
+            text("Posted."),
+        ]
+
+    async with FakeServer(script=posting()) as local_server:
+        model = OpenAIChatModel("fake", base_url=local_server.base_url, api_key="k")
+        async with Agent(model, tools, store=store) as agent:
+            local = await agent.run(PROMPT, run_id=f"local-{run_id}")
+    assert local.status.value == "completed", local.reason
+    client = await Client.connect(temporal_server.address)
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    async with FakeServer(script=posting()) as server:
+        model = OpenAIChatModel("fake", base_url=server.base_url, api_key="k")
+        async with make_worker(client, queue, model, tools, store=store):
+            handle = await start_run(client, PROMPT, task_queue=queue, run_id=run_id)
+            await wait_for_status(handle, "completed")
+        await model.aclose()
+    events = recorded(store, run_id)
+    verdict = [{"path": "channel", "found": "trusted", "in": [], "fixed": "alerts"}]
+    assert [data.get("provenance") for kind, data in events if kind == "intent_recorded"] == [verdict]
+    assert events == recorded(store, f"local-{run_id}")
+    assert store.verify(run_id) == []
     store.close()

@@ -262,6 +262,8 @@ class Accepted:
     sinks: frozenset[str] | None = None  # the tool's sink parameters (``core.provenance``); None: no policy
     trusted_fields: tuple[str, ...] = ()  # the fields of its untrusted result the system vouches for
     principal_sinks: frozenset[str] = frozenset()  # sinks a vouched field is not enough for: the principal's word
+    # What the tool's own schema fixes (``provenance.schema_fixed``): values and property names, trusted for its calls.
+    fixed: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
 
 
 @dataclass(frozen=True, slots=True)
@@ -1073,6 +1075,11 @@ class Run:
                     s.traced[call.id] = {"sinks": sorted(verdict.sinks or ()), "provenance": traced}
                     if verdict.principal_sinks:  # only for a tool that has some: other records are as they were
                         s.traced[call.id]["principal"] = sorted(verdict.principal_sinks)
+                    if any("fixed" in item for item in traced):  # only what was used: a schema's enum may be long
+                        from tether.core.provenance import fixed_used
+
+                        values, keys = fixed_used(traced)
+                        s.traced[call.id]["fixed"] = {"values": sorted(values), "keys": sorted(keys)}
                 pending.append(record)
                 if verdict.trusted_fields:  # used only once its result is read as untrusted text (``_record``)
                     s.vouched[call.id] = list(verdict.trusted_fields)
@@ -1122,7 +1129,7 @@ class Run:
         if verdict.needs_approval:
             reasons.append(f"{tool} requires approval")
         if not verdict.read_only and (source := self._taint(hidden)) is not None:
-            traced = self._trace(verdict.sinks, verdict.arguments, verdict.principal_sinks)
+            traced = self._trace(verdict.sinks, verdict.arguments, verdict.principal_sinks, verdict.fixed)
             from tether.core import provenance  # a side effect in a tainted run: rare, and its module is not small
 
             if traced is None or provenance.untraced(traced):
@@ -1133,7 +1140,11 @@ class Run:
         return "; ".join(reasons) or None, traced
 
     def _trace(
-        self, sinks: Collection[str] | None, arguments: Mapping[str, Any], principal: Collection[str] = ()
+        self,
+        sinks: Collection[str] | None,
+        arguments: Mapping[str, Any],
+        principal: Collection[str] = (),
+        fixed: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset()),
     ) -> list[dict[str, Any]] | None:
         """Where each sink value of a call was found in the transcript; None for a tool without sinks.
 
@@ -1145,7 +1156,7 @@ class Run:
         if sinks is None or not (s.untrusted or self.provenance.outer is not None):
             return None
         self.provenance.sync(s.messages, s.untrusted, s.vouched)
-        return self.provenance.trace(sorted(sinks), arguments, principal)
+        return self.provenance.trace(sorted(sinks), arguments, principal, fixed)
 
     def _taint(self, hidden: frozenset[str]) -> str | None:
         """The tool whose untrusted result the model saw for this reply, if any.
@@ -1192,7 +1203,9 @@ class Run:
         """
         traced = self.state.traced.get(call.call_id)
         if self._executes and call.execute and traced is not None and call.call_id not in self._traced:
-            again = self._trace(traced["sinks"], call.arguments or {}, traced.get("principal", ()))
+            used = traced.get("fixed", {})
+            fixed = frozenset(used.get("values", ())), frozenset(used.get("keys", ()))
+            again = self._trace(traced["sinks"], call.arguments or {}, traced.get("principal", ()), fixed)
             if again != traced["provenance"]:
                 return _refused(call, ErrorCode.DENIED, "its sink values' provenance changed; not executed")
             self._traced.add(call.call_id)

@@ -13,6 +13,14 @@ by the host, to *trusted* text of the run's transcript:
 - nowhere: the model's own writing (its text, its calls' arguments, and the
   corrections the machine sends back quoting its answer are never sources).
 
+The tool's own fixed configuration is trusted too, for its own calls: what
+its parameters' schema fixes (``schema_fixed``): the values it allows or
+defaults to (``enum``, ``const``, ``default``) and the names of its
+properties (a key of an object in a sink value, ``{"type": "file"}``, is
+then not the model's choice). Matched whole, not as a substring; a tool whose
+schema someone else wrote (an MCP server's, ``Tool.described_by``) fixes
+nothing.
+
 Rules of the trace, each chosen to fail closed:
 
 - A value is traced to one text when it equals it or is a substring of it,
@@ -145,8 +153,47 @@ def leaves(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from leaves(item, f"{path}[{i}]")
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            yield f"{path}.{key} (the key)", str(key)  # a key is a value the model chose too
+            yield f"{path}.{key}{KEY}", str(key)  # a key is a value the model chose too
             yield from leaves(item, f"{path}.{key}")
+
+
+KEY = " (the key)"  # how ``leaves`` marks the path of a key
+
+Fixed = tuple[frozenset[str], frozenset[str]]  # what a tool's schema fixes, normalised: (values, property names)
+NOTHING_FIXED: Fixed = (frozenset(), frozenset())
+_FIXING = ("enum", "const", "default")
+
+
+def schema_fixed(schema: Any) -> Fixed:
+    """The values a JSON schema allows or defaults to (``enum``, ``const``, ``default``, at any depth) and the
+    names of the properties it declares, normalised as traced values are: the tool's fixed configuration."""
+    values: set[str] = set()
+    keys: set[str] = set()
+
+    def walk(node: Any, depth: int) -> None:
+        if depth > nesting.MAX_DEPTH:
+            return  # deeper than any value a call could carry
+        if isinstance(node, list):
+            for item in node:
+                walk(item, depth + 1)
+            return
+        if not isinstance(node, Mapping):
+            return
+        for word, value in node.items():
+            if word in _FIXING:
+                for _, text in leaves(value if word == "enum" else [value], ""):
+                    values.add(normalise(text))
+            elif word == "properties" and isinstance(value, Mapping):
+                keys.update(normalise(str(name)) for name in value)
+                for item in value.values():
+                    walk(item, depth + 1)
+            else:
+                walk(value, depth + 1)
+
+    walk(schema, 0)
+    values.discard("")
+    keys.discard("")
+    return frozenset(values), frozenset(keys)
 
 
 def _result_parts(content: str) -> list[str]:
@@ -356,12 +403,18 @@ class Provenance:
         return trusted, where
 
     def trace(
-        self, sinks: Sequence[str], arguments: Mapping[str, Any], principal: Collection[str] = ()
+        self,
+        sinks: Sequence[str],
+        arguments: Mapping[str, Any],
+        principal: Collection[str] = (),
+        fixed: Fixed = NOTHING_FIXED,
     ) -> list[dict[str, Any]]:
         """The verdict on each sink value of ``arguments``: its path, where it was found, and in which texts.
 
         A sink among ``principal`` needs the principal's own text: a trusted field of an untrusted result
-        holding its value counts as untrusted text there.
+        holding its value counts as untrusted text there. ``fixed``: what the tool's own schema fixes
+        (``schema_fixed``), the host's text: a value or key equal to one of it is trusted, and its verdict says
+        which (``"fixed"``), so that the same verdict can be reached again from what was used (``fixed_used``).
         """
         verdict: list[dict[str, Any]] = []
         for param in sorted(sinks):
@@ -372,10 +425,30 @@ class Provenance:
                 if not value:
                     verdict.append({"path": path, "found": TRUSTED, "in": []})
                     continue
+                if value in fixed[path.endswith(KEY)]:
+                    verdict.append({"path": path, "found": TRUSTED, "in": [], "fixed": value})
+                    continue
                 trusted, where = self.find(value, PRINCIPAL if param in principal else VOUCHED)
                 found = TRUSTED if trusted else (UNTRUSTED if where else NOWHERE)
                 verdict.append({"path": path, "found": found, "in": where[:3]})
         return verdict
+
+
+def fixed_for(fixed: Fixed, sinks: Collection[str], arguments: Mapping[str, Any]) -> Fixed:
+    """The part of ``fixed`` the sink values of one call could be traced to: what a verdict sent elsewhere (a
+    Temporal workflow's history) needs to carry, however long the schema's enums."""
+    if not (fixed[0] or fixed[1]):
+        return fixed
+    found = [
+        (normalise(raw), path.endswith(KEY)) for p in sinks if p in arguments for path, raw in leaves(arguments[p], p)
+    ]
+    return fixed[0] & {v for v, key in found if not key}, fixed[1] & {v for v, key in found if key}
+
+
+def fixed_used(verdict: Sequence[Mapping[str, Any]]) -> Fixed:
+    """The part of a tool's fixed configuration a verdict was traced to: all a later trace needs to agree."""
+    used = [(item["fixed"], item["path"].endswith(KEY)) for item in verdict if "fixed" in item]
+    return frozenset(v for v, key in used if not key), frozenset(v for v, key in used if key)
 
 
 def untraced(verdict: Sequence[Mapping[str, Any]]) -> bool:

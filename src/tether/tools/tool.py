@@ -137,6 +137,10 @@ class Tool:
     # bool with no constraint or validator of its own, their types (``bind`` then needs no pydantic call).
     field_names: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
     plain_fields: dict[str, type] | None = field(default=None, init=False, repr=False, compare=False)
+    # What its schema fixes, for tracing its sinks (``core.provenance.schema_fixed``): nothing unless the host wrote it.
+    fixed: tuple[frozenset[str], frozenset[str]] = field(
+        default=(frozenset(), frozenset()), init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.retries, int) or isinstance(self.retries, bool) or self.retries < 0:
@@ -144,6 +148,10 @@ class Tool:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.function))
         if self.sinks is not None:
             object.__setattr__(self, "sinks", _sinks(self.name, self.sinks, self.parameters))
+            if self.described_by is None:
+                from tether.core.provenance import schema_fixed  # only a tool with sinks is traced
+
+                object.__setattr__(self, "fixed", schema_fixed(self.parameters))
         object.__setattr__(self, "trusted_fields", _fields(self.name, self.trusted_fields))
         if self.principal_sinks:
             wanted = {self.principal_sinks} if isinstance(self.principal_sinks, str) else set(self.principal_sinks)

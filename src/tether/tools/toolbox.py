@@ -139,6 +139,7 @@ class Toolbox:
             sinks=found.sinks,
             trusted_fields=found.trusted_fields,
             principal_sinks=found.principal_sinks,
+            fixed=found.fixed,
         )
 
     async def invoke(

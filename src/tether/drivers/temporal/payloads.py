@@ -176,10 +176,20 @@ class TracedCall:
     timeout: float | None
     sinks: tuple[str, ...]
     accepted: Literal[True] = True
+    # What the tool's schema fixes (``Accepted.fixed``); absent from histories recorded before it was sent.
+    fixed_values: tuple[str, ...] = ()
+    fixed_keys: tuple[str, ...] = ()
 
     def verdict(self) -> Accepted:
         sinks = frozenset(self.sinks)
-        return Accepted(self.arguments, self.read_only, self.needs_approval, self.untrusted_output, sinks=sinks)
+        return Accepted(
+            self.arguments,
+            self.read_only,
+            self.needs_approval,
+            self.untrusted_output,
+            sinks=sinks,
+            fixed=(frozenset(self.fixed_values), frozenset(self.fixed_keys)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +210,8 @@ class FieldedCall:
     trusted_fields: tuple[str, ...]
     principal_sinks: tuple[str, ...]
     accepted: Literal[True] = True
+    fixed_values: tuple[str, ...] = ()  # as ``TracedCall``'s
+    fixed_keys: tuple[str, ...] = ()
 
     def verdict(self) -> Accepted:
         return Accepted(
@@ -210,6 +222,7 @@ class FieldedCall:
             sinks=None if self.sinks is None else frozenset(self.sinks),
             trusted_fields=self.trusted_fields,
             principal_sinks=frozenset(self.principal_sinks),
+            fixed=(frozenset(self.fixed_values), frozenset(self.fixed_keys)),
         )
 
     def as_before(self) -> TracedCall | AcceptedCall:
@@ -242,6 +255,11 @@ def verdict_data(verdict: Accepted | Rejected, name: str, arguments: str, timeou
     """One call's verdict as recorded in history, with the call it judged and the tool's timeout."""
     if isinstance(verdict, Rejected):
         return RejectedCall(name, arguments, verdict.code, verdict.message)
+    fixed = verdict.fixed
+    if verdict.sinks is not None and (fixed[0] or fixed[1]):
+        from tether.core.provenance import fixed_for
+
+        fixed = fixed_for(fixed, verdict.sinks, verdict.arguments)  # only what this call's values can use
     if verdict.trusted_fields or verdict.principal_sinks:
         return FieldedCall(
             name,
@@ -254,6 +272,8 @@ def verdict_data(verdict: Accepted | Rejected, name: str, arguments: str, timeou
             None if verdict.sinks is None else tuple(sorted(verdict.sinks)),
             tuple(verdict.trusted_fields),
             tuple(sorted(verdict.principal_sinks)),
+            fixed_values=tuple(sorted(fixed[0])),
+            fixed_keys=tuple(sorted(fixed[1])),
         )
     if verdict.sinks is not None:
         return TracedCall(
@@ -265,6 +285,8 @@ def verdict_data(verdict: Accepted | Rejected, name: str, arguments: str, timeou
             verdict.untrusted_output,
             timeout,
             tuple(sorted(verdict.sinks)),
+            fixed_values=tuple(sorted(fixed[0])),
+            fixed_keys=tuple(sorted(fixed[1])),
         )
     return AcceptedCall(
         name,
