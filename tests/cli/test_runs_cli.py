@@ -315,19 +315,37 @@ EDITED_ROWS = {
 
 
 @pytest.mark.parametrize("sql", list(EDITED_ROWS.values()), ids=list(EDITED_ROWS))
-@pytest.mark.parametrize("command", [("runs", "list"), ("runs", "list", "--json"), ("runs", "show"), ("approve",)])
+@pytest.mark.parametrize("command", [("runs", "show"), ("approve",)])
 def test_a_run_row_edited_to_the_wrong_shape_is_a_store_error(
     command: tuple[str, ...], sql: str, db: Path, env: dict[str, str]
 ) -> None:
     run_id = record_run(env, "--log-content")
     with raw(db) as conn:
         assert conn.execute(sql, {"r": run_id}).rowcount == 1
-    argv = (
-        command if command[:2] == ("runs", "list") else (*command, run_id, *(["c1"] if command == ("approve",) else []))
-    )
-    done = tether(*argv, env=env)
+    done = tether(*command, run_id, *(["c1"] if command == ("approve",) else []), env=env)
     assert done.code in (3, EXIT_VERIFY_FAILED), done
     assert f"run {run_id}" in done.err + done.out, done
+
+
+@pytest.mark.parametrize("sql", list(EDITED_ROWS.values()), ids=list(EDITED_ROWS))
+@pytest.mark.parametrize("as_json", [False, True])
+def test_runs_list_names_a_run_row_edited_to_the_wrong_shape_and_lists_the_others(
+    as_json: bool, sql: str, db: Path, env: dict[str, str]
+) -> None:
+    """One edited row made the whole list fail: now it is named on stderr (or listed without what it cannot
+    read, its prompt), and every other run is listed as before."""
+    other = record_run(env, "--log-content")
+    run_id = record_run(env, "--log-content")
+    with raw(db) as conn:
+        assert conn.execute(sql, {"r": run_id}).rowcount == 1
+    done = tether("runs", "list", *(["--json"] if as_json else []), env=env)
+    assert done.code == 0, done
+    listed = (
+        [r["run_id"] for r in json.loads(done.out)] if as_json else [line.split()[0] for line in done.out.splitlines()]
+    )
+    assert other in listed, done
+    if run_id not in listed:
+        assert f"tether: run {run_id}: " in done.err and "the store was edited" in done.err and "not listed" in done.err
 
 
 # ---------------------------------------------------------------- approve, deny, reconcile

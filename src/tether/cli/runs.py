@@ -16,7 +16,7 @@ from tether.cli.common import db_option, fail, json_option, open_store
 from tether.cli.render import arguments_preview, short, visible
 from tether.cli.temporal import decide_on_temporal, reconcile_on_temporal, temporal_run_option
 from tether.core import nesting
-from tether.core.errors import NoStore, TetherError
+from tether.core.errors import NoStore, StoreError, TetherError
 from tether.core.redact import redact
 from tether.drivers.common import json_object
 from tether.drivers.local.durable import MAX_REASON_CHARS, SHOWN_FINGERPRINT, decide, waiting_calls
@@ -59,12 +59,15 @@ def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) 
 
     Each line ends with the first line of the run's prompt when the run was
     recorded with --log-content (otherwise its text is not shown). A child
-    run (a sub-agent's) is marked with its parent: "child of RUN".
+    run (a sub-agent's) is marked with its parent: "child of RUN". A run whose
+    row was edited in the database is not listed: stderr names it (see
+    tether runs verify).
     """
     nowhere = ""
+    skipped: list[tuple[str, StoreError]] = []
     try:
         store = open_store(db, existing=True)
-        found = store.list_runs(principal, limit)
+        found = store.list_runs(principal, limit, skipped=skipped)
         prompts = {k: _first_line(v) for k, v in store.logged_prompts([r.run_id for r in found]).items()}
     except NoStore as exc:  # none recorded yet, or a mistyped path: either way no runs, and the path said
         found, prompts, nowhere = [], {}, f": {exc}"
@@ -72,6 +75,8 @@ def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) 
             click.echo(f"tether: {exc}", err=True)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
+    for _, exc in skipped:  # one edited row does not hide the others: it is named, and the rest listed
+        click.echo(f"tether: {exc}; not listed", err=True)
     if as_json:
         _emit_json([_summary(r, prompts.get(r.run_id)) for r in found])
         return
@@ -85,7 +90,7 @@ def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) 
             f"{engine}{turn}{child}{prompt}"
         )
         click.echo(line)
-    if not found:
+    if not found and not skipped:
         click.echo(f"no runs recorded{nowhere}")
 
 

@@ -181,9 +181,16 @@ class AgentRuns(RunService):
         self, caller: Caller, *, statuses: Collection[str] | None, limit: int, before: tuple[float, str] | None
     ) -> tuple[list[dict[str, Any]], tuple[float, str] | None]:
         """One page of ``caller``'s runs, newest first (after ``before``), and where the next page starts."""
+        skipped: list[tuple[str, StoreError]] = []
         found = await self.io(
-            self.store.list_runs, principal_id=caller.id, limit=limit + 1, statuses=statuses, before=before
+            self.store.list_runs,
+            principal_id=caller.id,
+            limit=limit + 1,
+            statuses=statuses,
+            before=before,
+            skipped=skipped,
         )
+        self.left_out(skipped)
         last = found[limit - 1] if len(found) > limit else None
         return [_summary(r) for r in found[:limit]], None if last is None else (last.created_at, last.run_id)
 
@@ -208,7 +215,10 @@ class AgentRuns(RunService):
         found: list[dict[str, Any]] = []
         owner = None if caller.approves else caller.id  # every call waiting for a person is addressed to the role
         waiting = {status.value for status in WAITING_FOR_A_PERSON}
-        for summary in self.reader.list_runs(owner, limit=limit, statuses=waiting, oldest_update_first=True):
+        skipped: list[tuple[str, StoreError]] = []
+        listed = self.reader.list_runs(owner, limit=limit, statuses=waiting, oldest_update_first=True, skipped=skipped)
+        self.left_out(skipped)
+        for summary in listed:
             state = self.reader.load(summary.run_id, check=False).state
             prompt = _prompt(state)
             for kind, call in waiting_for_a_person(state):

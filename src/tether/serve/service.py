@@ -185,6 +185,7 @@ class RunService:
         )
         self.live: dict[str, LiveRun] = {}
         self.refused: set[str] = set()  # runs not to resume (another surface's, tampered with): not tried again
+        self.unreadable: set[str] = set()  # runs whose row was edited: left out of listings, logged once
         self.keeper: asyncio.Task[None] | None = None
         self.stopping = False  # SIGTERM: no new runs; those in progress are handed on
         self._held: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -278,6 +279,7 @@ class RunService:
         """
         if self.stopping:
             return []
+        skipped: list[tuple[str, StoreError]] = []
         try:
             found = await self.io(
                 self.store.list_runs,
@@ -285,10 +287,12 @@ class RunService:
                 statuses=INTERRUPTED,
                 unleased=True,
                 oldest_update_first=True,
+                skipped=skipped,
             )
         except StoreError as exc:
             log.warning("cannot look for runs to take over: %s", exc)
             return []
+        self.left_out(skipped)
         taken = []
         for summary in found:  # oldest first: each user's runs keep their order in line
             async with self.one_at_a_time(summary.run_id):
@@ -297,6 +301,14 @@ class RunService:
         if taken:
             log.info("took over %d run(s) in flight that no process drives", len(taken))
         return taken
+
+    def left_out(self, skipped: Sequence[tuple[str, StoreError]]) -> None:
+        """Log, once per process, each run a listing left out because its row was edited (``list_runs``):
+        the other runs are still taken over and listed, and that one waits for a person (tether runs verify)."""
+        for run_id, exc in skipped:
+            if run_id not in self.unreadable:
+                self.unreadable.add(run_id)
+                log.warning("%s; the run is left out of listings and take-overs", exc)
 
     async def _take_over(self, run_id: str) -> bool:
         """Drive ``run_id`` on if no one does (``take_over``); whether this process now drives it."""
@@ -577,7 +589,10 @@ class RunService:
     def _read_approvals(self, limit: int) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
         waiting = {Status.AWAITING_APPROVAL.value}
-        for summary in self.reader.list_runs(limit=limit, statuses=waiting, oldest_update_first=True):
+        skipped: list[tuple[str, StoreError]] = []
+        listed = self.reader.list_runs(limit=limit, statuses=waiting, oldest_update_first=True, skipped=skipped)
+        self.left_out(skipped)
+        for summary in listed:
             for call in summary.undecided():
                 found.append({**_approval(summary.run_id, call), "owner": summary.principal,
                               "requested_at": summary.updated_at})  # fmt: skip

@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from tether.core.errors import StoreError
 from tether.core.machine import PendingCall, RunState
 from tether.core.messages import Message
 from tether.store.keys import ApiKey
@@ -170,10 +171,15 @@ class RunStore(Protocol):
         oldest_update_first: bool = False,
         unleased: bool = False,
         before: tuple[float, str] | None = None,
+        skipped: list[tuple[str, StoreError]] | None = None,
     ) -> list[RunSummary]:
         """Runs, newest first (or the least recently updated first); only a principal's, or only those in
         ``statuses``, when given; with ``unleased`` only those no live driver holds (a run another may take);
-        with ``before`` (a listed run's ``(created_at, run_id)``) only those newest-first lists after it."""
+        with ``before`` (a listed run's ``(created_at, run_id)``) only those newest-first lists after it.
+
+        A row the store's own writes could not have made (an edited one) is a ``StoreError`` naming its run;
+        with ``skipped``, it is left out and ``(run id, error)`` appended there instead, so that one such row
+        does not hide the others (a service taking over the runs a crash cut off, an approver's inbox)."""
         ...
 
     def children(self, run_id: str) -> list[RunSummary]:

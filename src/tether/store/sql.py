@@ -39,6 +39,7 @@ it, connects, and supplies the few words the databases spell differently.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hmac
 import logging
@@ -848,22 +849,26 @@ class SQLStore:
         raise ambiguous(prefix, found)
 
     def logged_prompts(self, run_ids: Collection[str]) -> dict[str, str]:
-        """The first user message of each of these runs that logs content (``log_content``); others are left out."""
+        """The first user message of each of these runs that logs content (``log_content``); others are left out,
+        and so is a run whose setup or messages were edited into something unreadable (``verify`` says so)."""
         prompts: dict[str, str] = {}
         with self._read() as tx:
             for run_id in run_ids:
-                row = tx.execute("SELECT setup FROM runs WHERE id = ?", (run_id,)).fetchone()
-                if row is None or decode(row[0], run_id, "its setup", dict).get("log_content") is not True:
-                    continue
-                for seq, body in tx.execute(
-                    "SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,)
-                ).fetchall():
-                    message = decode(body, run_id, f"message {seq}", dict)
-                    if message.get("role") == "user":
-                        if isinstance(message.get("content"), str):
-                            prompts[run_id] = message["content"]
-                        break
+                with contextlib.suppress(StoreError):
+                    if (prompt := self._logged_prompt(tx, run_id)) is not None:
+                        prompts[run_id] = prompt
         return prompts
+
+    def _logged_prompt(self, tx: Tx, run_id: str) -> str | None:
+        row = tx.execute("SELECT setup FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None or decode(row[0], run_id, "its setup", dict).get("log_content") is not True:
+            return None
+        rows = tx.execute("SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
+        for seq, body in rows:
+            message = decode(body, run_id, f"message {seq}", dict)
+            if message.get("role") == "user":
+                return message["content"] if isinstance(message.get("content"), str) else None
+        return None
 
     def list_runs(
         self,
@@ -874,10 +879,12 @@ class SQLStore:
         oldest_update_first: bool = False,
         unleased: bool = False,
         before: tuple[float, str] | None = None,
+        skipped: list[tuple[str, StoreError]] | None = None,
     ) -> list[RunSummary]:
         """Runs, newest first (or the least recently updated first); only a principal's, or only those in
         ``statuses``, when given; with ``unleased`` only those no live driver holds; with ``before`` only
-        those after it, newest first (``RunStore.list_runs``)."""
+        those after it, newest first; an edited row raises, or with ``skipped`` is left out and noted there
+        (``RunStore.list_runs``)."""
         principal = self.dialect.json_text("principal", "id")
         now = self.clock()
         query = (
@@ -905,7 +912,14 @@ class SQLStore:
         query += " ORDER BY " + ("updated_at ASC" if oldest_update_first else "created_at DESC, id DESC") + " LIMIT ?"
         with self._read() as tx:
             rows = tx.execute(query, (*params, limit)).fetchall()
-        found = [summary(r) for r in rows]
+        found = []
+        for row in rows:
+            try:
+                found.append(summary(row))
+            except StoreError as exc:
+                if skipped is None:
+                    raise
+                skipped.append((row[0], exc))
         if unleased and found:
             locked = [
                 r[0] for r in rows if r[11] is not None and r[12] is not None and r[12] > now
