@@ -6,6 +6,10 @@
   cannot even compile still works.
 - What it lists is bounded: tools, pages, name and schema sizes, schema
   depth refuse the server; a long description is cut.
+- What it writes is bounded: a line on its stdout (one message) past
+  ``MAX_RESPONSE_BYTES``, endless or merely huge, is not read on; the
+  request fails naming the bound, and the server is stopped and reaped
+  (tests/mcp/endless_stdio_server.py).
 
 A check that froze the host before the fix runs in a child interpreter
 (``run_guarded``): Python's ``re`` holds the GIL while it backtracks, so only
@@ -17,17 +21,20 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hostile_server import EVIL, EVIL_TEXT
-from mcp_helpers import HOSTILE, hostile_argv, our_servers, run_guarded
+from mcp_helpers import HOSTILE, hostile_argv, our_servers, run_guarded, server_argv
 
 from tether.drivers.local.runner import Agent
 from tether.mcp import MCPServerError, MCPToolset
 from tether.mcp.client import (
     MAX_DESCRIPTION_CHARS,
+    MAX_RESPONSE_BYTES,
     MAX_SCHEMA_CHARS,
     MAX_SCHEMA_DEPTH,
     MAX_TOOL_NAME_CHARS,
@@ -184,3 +191,54 @@ def test_a_long_description_is_cut_with_the_marker(caplog: pytest.LogCaptureFixt
         f"{said[:MAX_DESCRIPTION_CHARS]}…[truncated: showing {MAX_DESCRIPTION_CHARS} of {len(said)} characters]"
     )
     assert f"the description of tool chatty ({len(said)} characters) is cut to {MAX_DESCRIPTION_CHARS}" in caplog.text
+
+
+ENDLESS_STDIO = Path(__file__).with_name("endless_stdio_server.py")
+
+
+def results_of(result: Any) -> dict[str, Any]:
+    return {c.id: json.loads(c.result or "null") for step in result.steps for c in step.calls}
+
+
+@pytest.mark.parametrize("mode", ["initialize", "list", "call", "huge-call"])
+async def test_a_line_past_the_bound_is_not_read_on_and_stops_the_server(
+    mode: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The answer to initialize, tools/list or a call is one line the server writes on and on (512 MiB, or 64 MiB
+    that end): the host reads at most the bound, the request fails at once naming it, the server is stopped and
+    reaped without ``close()``, nothing logs a traceback, and the next server works."""
+    sent = tmp_path / "sent"
+    argv = [sys.executable, str(ENDLESS_STDIO), mode, str(sent)]
+    too_large = (
+        f"MCP server python endless_stdio_server.py: the server's message is larger than {MAX_RESPONSE_BYTES} bytes; "
+        "not read"
+    )
+    options: dict[str, Any] = {"read_only": True, "errlog": QUIET, "connect_timeout": 20, "timeout": 20}
+    started = time.monotonic()
+    if mode in ("initialize", "list"):
+        with pytest.raises(MCPServerError) as refused:
+            await asyncio.to_thread(MCPToolset.stdio, argv, **options)
+        assert str(refused.value) == too_large
+        assert time.monotonic() - started < 10
+    else:
+        toolset = await asyncio.to_thread(MCPToolset.stdio, argv, **options)
+        try:
+            calls = [reply_calls(("c1", "echo", "{}")), reply_calls(("c2", "echo", "{}")), reply_text("done")]
+            model = ScriptedModel(calls)
+            results = results_of(await Agent(model, toolset).run("go"))
+            assert time.monotonic() - started < 10
+            assert results["c1"]["error"]["message"] == too_large
+            assert results["c2"]["error"]["message"] == (
+                f"MCP server python endless_stdio_server.py is not connected ({too_large.partition(': ')[2]})"
+            )
+            deadline = time.monotonic() + 10
+            while our_servers(ENDLESS_STDIO) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+        finally:
+            await toolset.aclose()
+    assert our_servers(ENDLESS_STDIO) == []
+    assert int(sent.read_text()) < 2 * MAX_RESPONSE_BYTES  # what the server wrote before the host stopped reading
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+    async with await asyncio.to_thread(MCPToolset.stdio, server_argv("stdio"), errlog=QUIET, read_only=True) as fine:
+        model = ScriptedModel([reply_calls(("c1", "add", '{"a": 2, "b": 3}')), reply_text("done")])
+        assert results_of(await Agent(model, fine).run("go"))["c1"] == {"ok": True, "result": 5}

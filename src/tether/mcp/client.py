@@ -36,9 +36,10 @@ What a server says about its tools is a claim, not a permission:
   past a bound the server is refused, naming it. A description longer than
   ``MAX_DESCRIPTION_CHARS`` is cut with the marker instead: it is only text
   for the model, and cutting it loses no check.
-- What a server answers over HTTP is bounded: a JSON body past
+- What a server answers is bounded: over HTTP a JSON body past
   ``MAX_RESPONSE_BYTES`` is not read on, and its request fails saying so
-  (the SDK bounds each server-sent event itself).
+  (the SDK bounds each server-sent event itself); over stdio so is a line,
+  one message (``tether.mcp.stdio``), and the connection ends with it.
 
 The SDK is async (anyio) and one session must live in one task from connect
 to close. The toolset owns a thread with its own event loop, where one task
@@ -102,6 +103,8 @@ MAX_DESCRIPTION_CHARS = 10_000
 # One answer a server sends over HTTP as a JSON body (a tools/list page, a call's result), in bytes: past it the
 # rest is not read and the request fails, naming the bound. An answer sent as server-sent events is bounded per
 # event by the SDK (1 MiB), and its stream of notifications may last the session, so only JSON bodies count here.
+# Over stdio, one line (one message of any kind): past it the open requests fail, naming the bound, and the
+# connection ends, since the next message starts only after the rest of the line, which is not read.
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
 Streams = tuple[Any, Any]
@@ -180,10 +183,13 @@ class MCPToolset(Sequence[Tool]):
     ) -> MCPToolset:
         """Start ``command`` (a shell-quoted string or an argv list) and talk to it over stdio.
 
-        The server's stderr goes to ``errlog`` (default: ours).
+        The server's stderr goes to ``errlog`` (default: ours). A line it writes (one message) past
+        ``MAX_RESPONSE_BYTES`` ends the connection (``tether.mcp.stdio``).
         """
         _require_sdk()
-        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.stdio import StdioServerParameters
+
+        from tether.mcp.stdio import bounded_stdio
 
         try:
             argv = shlex.split(command) if isinstance(command, str) else list(command)
@@ -193,7 +199,7 @@ class MCPToolset(Sequence[Tool]):
             raise MCPServerError("an MCP server command must not be empty")
         parameters = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(env) if env else None, cwd=cwd)
         label = _program(argv)
-        return cls(label, lambda: stdio_client(parameters, errlog or sys.stderr), **options)
+        return cls(label, lambda: bounded_stdio(parameters, errlog or sys.stderr, limit=MAX_RESPONSE_BYTES), **options)
 
     @classmethod
     def http(cls, url: str, *, headers: Mapping[str, str] | None = None, **options: Any) -> MCPToolset:
@@ -363,6 +369,8 @@ class MCPToolset(Sequence[Tool]):
         from mcp import MCPError
         from mcp.types import CONNECTION_CLOSED
 
+        from tether.mcp.stdio import MessageTooLarge
+
         session = self._session
         if session is None:
             raise ToolError(f"MCP server {self.label} is not connected ({self._lost or 'closed'})")
@@ -374,6 +382,8 @@ class MCPToolset(Sequence[Tool]):
             if exc.error.code == CONNECTION_CLOSED and not await _answers(session):
                 self._lose(f"the server closed the connection during a call to {name}")
                 raise ToolError(f"MCP server {self.label} went away during the call; its effect is unknown") from None
+            if isinstance(exc.error.data, MessageTooLarge):  # the stdio transport's own, which no server can send
+                self._lose(exc.error.message)  # the connection is ending: later calls say why
             raise ToolError(f"MCP server {self.label}: {exc.error.message}") from None
         except RuntimeError as exc:  # the SDK's check of structured content against the tool's outputSchema
             raise ToolError(f"MCP server {self.label}: {exc}") from None
@@ -607,6 +617,10 @@ def _describe(exc: BaseException) -> str:
     exc = _first(exc)
     from mcp import MCPError
 
+    from tether.mcp.stdio import MessageTooLarge
+
+    if isinstance(exc, MessageTooLarge):  # the reason, as the requests it failed were told
+        return str(exc)
     if isinstance(exc, FileNotFoundError):
         return f"cannot start the server: {exc.strerror}: {exc.filename}"
     if isinstance(exc, MCPError):
