@@ -238,6 +238,18 @@ ENVIRONMENT = {
     "TETHER_MAX_CONCURRENT_RUNS": ("serve", "Runs a service drives at once; default 256."),
     "TETHER_MAX_RUNS_PER_USER": ("serve", "Runs of one user a service drives at once; default 16."),
     "TETHER_MAX_QUEUED_RUNS_PER_USER": ("serve", "Runs of one user waiting for a slot; one more is a 429. Default 64."),
+    "TETHER_MAX_EMPTY_CONVERSATIONS_PER_USER": (
+        "serve",
+        "Conversations of one user with no turn yet; one more is a 429. Default 64.",
+    ),
+    "TETHER_EMPTY_CONVERSATION_SECONDS": (
+        "serve",
+        "How long a conversation with no turn counts against its user's limit; default 86400 (a day).",
+    ),
+    "TETHER_MAX_EVENT_STREAMS_PER_USER": (
+        "serve",
+        "Event streams (SSE, A2A streams) one user holds open to a process at once; one more is a 429. Default 32.",
+    ),
     "TETHER_SHUTDOWN_GRACE": ("serve", "Seconds a stopping service gives running tool calls; default 20."),
     "TETHER_LOG_LEVEL": ("serve", "uvicorn's log level for `tether serve`; default `info`."),
     "TETHER_SERVE_TARGET": ("serve", "Set by `tether serve` for its worker processes: the agent to serve."),

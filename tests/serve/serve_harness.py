@@ -114,12 +114,14 @@ class Served:
         return self.refunds.read_text().splitlines() if self.refunds.exists() else []
 
     @contextmanager
-    def process(self, *protocols: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-        """The agent served by a process of its own (with ``protocols``: a2a, mcp); stopped (SIGTERM) at the end
-        unless already gone."""
+    def process(
+        self, *protocols: str, env: dict[str, str] | None = None
+    ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+        """The agent served by a process of its own (with ``protocols``: a2a, mcp; ``env`` added to its
+        environment, e.g. ``TETHER_MAX_*`` limits); stopped (SIGTERM) at the end unless already gone."""
         port = free_port()
         env = {**os.environ, "OPENAI_BASE_URL": self.model.base_url, "OPENAI_API_KEY": "sk-test",
-               "REFUNDS_LOG": str(self.refunds), "TETHER_LOG_LEVEL": "warning"}  # fmt: skip
+               "REFUNDS_LOG": str(self.refunds), "TETHER_LOG_LEVEL": "warning", **(env or {})}  # fmt: skip
         command = [sys.executable, str(HERE / "serve_harness.py"), f"{self.agent_py}:agent", str(self.db), str(port)]
         command += [",".join(protocols)] if protocols else []
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

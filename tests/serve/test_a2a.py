@@ -319,3 +319,43 @@ async def test_a_request_the_sdk_cannot_read_leaves_none_of_its_text_in_the_log(
     assert "Failed to" in log and "ValidationError" in log  # logged, as a refusal
     assert "Request Error: Code=-32602" in log
     assert secret not in log
+
+
+async def test_an_a2a_stream_past_the_callers_event_streams_is_refused_before_its_run_starts(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    """A2A streams count with the caller's server-sent event streams; a message refused starts no run and
+    makes no conversation, and one more may stream once the other stream is closed."""
+    with served.process("a2a", env={"TETHER_MAX_EVENT_STREAMS_PER_USER": "1"}) as (_, base):
+        api = Client(base, session)
+        slow = await api.start("alice", "take your time")
+        url, auth = f"{base}/runs/{slow}/events", {"Authorization": "Bearer alice"}
+        async with session.get(url, headers=auth) as held:
+            assert held.status == 200
+            async with a2a_client(base, "alice", streaming=True) as alice:
+                with pytest.raises(InternalError, match="you have 1 event streams open"):
+                    await sent(alice, message("say: one stream too many"))
+                with pytest.raises(InternalError, match="you have 1 event streams open"):
+                    [_ async for _ in alice.subscribe(SubscribeToTaskRequest(id=slow))]  # type: ignore[attr-defined]
+            with closing(open_store(served.db)) as store:
+                assert (len(store.list_runs()), store.list_conversations("alice")) == (1, [])
+        async with a2a_client(base, "alice", streaming=True) as alice:
+            events = await sent(alice, message("say: now there is room"))
+        assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_a_new_context_past_the_callers_empty_conversations_is_refused(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    with served.process("a2a", env={"TETHER_MAX_EMPTY_CONVERSATIONS_PER_USER": "1"}) as (_, base):
+        api = Client(base, session)
+        assert (await api.call("POST", "/conversations", "alice")).status == 201  # empty: no turn yet
+        async with a2a_client(base, "alice", streaming=False) as alice:
+            with pytest.raises(InternalError, match="you have 1 conversations with no turn yet"):
+                await sent(alice, message("say: hi"))
+        async with a2a_client(base, "bob", streaming=False) as bob:
+            [answered] = await sent(bob, message("say: hi"))
+        assert answered.task.status.state == TaskState.TASK_STATE_COMPLETED
+    with closing(open_store(served.db)) as store:
+        assert [len(store.list_conversations(who)) for who in ("alice", "bob")] == [1, 1]
+        assert [r.principal for r in store.list_runs()] == ["bob"]

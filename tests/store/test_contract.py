@@ -562,3 +562,24 @@ async def test_a_conversation_keeps_its_turns_and_stores_each_message_once(backe
     assert all(store.verify(run_id) == [] for run_id, _ in stored.turns)
     [latest] = [r for r in store.list_runs() if r.run_id == third.run_id]
     assert (latest.conversation_id, latest.turn) == (conv.id, 3)
+
+
+async def test_empty_conversations_counts_a_principals_conversations_with_no_turn_made_after_a_time(
+    backend: Backend,
+) -> None:
+    now = [0.0]
+    store = backend.open(clock=lambda: now[0])
+    for at, who, conversation_id in ((100.0, "alice", "a1"), (200.0, "alice", "a2"), (300.0, "alice", "a3"),
+                                     (400.0, "bob", "b1")):  # fmt: skip
+        now[0] = at
+        store.create_conversation(conversation_id, Principal(who), {})
+    assert store.empty_conversations("alice", 0.0) == (3, 100.0)
+    assert store.empty_conversations("alice", 150.0) == (2, 200.0)  # made after the time given
+    assert store.empty_conversations("carol", 0.0) == (0, None)
+
+    turned = Agent(ScriptedModel([reply_text("an answer")]), [lookup], store=store).conversation(
+        "a1", principal=Principal("alice")
+    )
+    assert (await turned.send("hello")).status is Status.COMPLETED
+    assert store.empty_conversations("alice", 0.0) == (2, 200.0)  # a conversation with a turn is not empty
+    assert store.empty_conversations("bob", 0.0) == (1, 400.0)

@@ -26,14 +26,14 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request, Response
-from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.drivers import tracing
 from tether.serve.headers import SecurityHeaders
 from tether.serve.problems import Problem, install
-from tether.serve.service import RunService, open_run_store, stop_runs_on_sigterm
+from tether.serve.service import EventStreamResponse, RunService, open_run_store, stop_runs_on_sigterm
 from tether.tools.context import Principal
 from tickets_app.auth import Approver, Authority, CurrentUser
 from tickets_app.db import TicketsDB, TicketsDBError, User, verify_password
@@ -199,10 +199,8 @@ def _routes(
         return await runs.view(run_id, user)
 
     @app.get("/api/runs/{run_id}/events")
-    async def run_events(run_id: str, user: CurrentUser) -> StreamingResponse:
-        stream = await runs.follow(run_id, user)
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+    async def run_events(run_id: str, user: CurrentUser) -> EventStreamResponse:
+        return EventStreamResponse(await runs.follow(run_id, user))
 
     @app.get("/api/approvals")
     async def approvals(

@@ -19,6 +19,10 @@ approver decides it (``POST /runs/{run_id}/approvals/{call_id}``, listed at
 ``rejected``, every other end ``failed``, each with tether's status and
 reason in its status message. A message naming a ``taskId`` is refused: a
 run takes no input once started (a decision is an approver's, over HTTP).
+A stream (``SendStreamingMessage``, ``SubscribeToTask``) holds one of its
+caller's event streams while open, as a server-sent events stream does
+(``RunService.hold_stream``); past the limit it is refused before its run
+starts.
 
 Who is calling comes from the app's ``Authenticator``, asked before the SDK
 sees the request; the caller's principal owns the tasks it starts, and
@@ -29,9 +33,10 @@ skill (the agent itself, never its tools) and the authentication scheme.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import traceback
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from importlib import metadata
 from typing import Any
 
@@ -262,20 +267,37 @@ class RunTasks(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         caller = _caller(context)
-        run_id, context_id = await self._start(params, caller)
-        async for event in self._events(run_id, context_id, caller, _echo(params.message, run_id, context_id)):
-            yield event
+        with self._streaming(caller):  # before the run starts: a stream refused starts nothing
+            run_id, context_id = await self._start(params, caller)
+            async for event in self._events(run_id, context_id, caller, _echo(params.message, run_id, context_id)):
+                yield event
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         caller = _caller(context)
-        view = await self._view(params.id, caller)
-        if view["status"] not in MOVING and view["status"] not in WAITING_FOR_A_PERSON:
-            raise UnsupportedOperationError(message=f"task {params.id} has ended ({view['status']}): GetTask shows it")
-        context_id = await self._context_of(params.id, caller)
-        async for event in self._events(params.id, context_id, caller, None, past_a_person=True):
-            yield event
+        with self._streaming(caller):
+            view = await self._view(params.id, caller)
+            if view["status"] not in MOVING and view["status"] not in WAITING_FOR_A_PERSON:
+                raise UnsupportedOperationError(
+                    message=f"task {params.id} has ended ({view['status']}): GetTask shows it"
+                )
+            context_id = await self._context_of(params.id, caller)
+            async for event in self._events(params.id, context_id, caller, None, past_a_person=True):
+                yield event
+
+    @contextlib.contextmanager
+    def _streaming(self, caller: Caller) -> Iterator[None]:
+        """Hold one of ``caller``'s event streams (``RunService.hold_stream``) while a stream is open; past the
+        limit the error of its 429, before the stream starts."""
+        try:
+            give_back = self.runs.hold_stream(caller.id)
+        except Problem as exc:
+            raise _error(exc, "") from None
+        try:
+            yield
+        finally:
+            give_back()
 
     async def _start(self, params: SendMessageRequest, caller: Caller) -> tuple[str, str]:
         """Start the run a message asks for: a new conversation's first turn, or its ``contextId``'s next one."""

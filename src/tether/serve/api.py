@@ -16,7 +16,6 @@ import math
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tether.core.machine import Status
@@ -25,7 +24,7 @@ from tether.drivers.local.durable import MAX_REASON_CHARS
 from tether.serve.identity import Authenticator
 from tether.serve.problems import Problem
 from tether.serve.runs import AgentRuns, Caller
-from tether.serve.service import storable
+from tether.serve.service import EventStreamResponse, storable
 from tether.serve.settings import DEFAULT_APPROVALS_PAGE
 from tether.store import StoreError
 
@@ -34,7 +33,6 @@ DEFAULT_RUNS_PAGE = 50
 MAX_PAGE = 500
 MAX_CURSOR_CHARS = 200  # a page cursor this service gives is far shorter
 MAX_EVENT_ID = 2**63 - 1  # events are numbered in the store with 64-bit integers
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 class _Strict(BaseModel):
@@ -159,19 +157,20 @@ def routes(app: FastAPI, runs: AgentRuns, authenticator: Authenticator, *, max_p
     @app.get("/runs/{run_id}/events")
     async def run_events(
         run_id: str, who: Who, last_event_id: Annotated[str | None, Header(max_length=20)] = None
-    ) -> StreamingResponse:
+    ) -> EventStreamResponse:
         """The run's events (server-sent events), from the store then live, until it finishes or pauses.
 
         ``Last-Event-ID`` (an event's ``id``) resumes after that event; any process serving the store answers.
+        A caller holds at most ``Settings.max_event_streams_per_user`` streams open at once: one more is a 429.
         """
-        stream = await runs.follow(run_id, who, _last_event(last_event_id))
-        return StreamingResponse(stream, media_type="text/event-stream", headers=SSE_HEADERS)
+        return EventStreamResponse(await runs.follow(run_id, who, _last_event(last_event_id)))
 
     # --- conversations -------------------------------------------------------------
 
     @app.post("/conversations", status_code=201)
     async def create_conversation(who: Who) -> dict[str, Any]:
-        """A new conversation of the caller's."""
+        """A new conversation of the caller's. A caller has at most ``Settings.max_empty_conversations_per_user``
+        conversations with no turn yet (each counts for ``empty_conversation_seconds``): one more is a 429."""
         return {"id": await runs.open_conversation(who)}
 
     @app.post("/conversations/{conversation_id}/turns", status_code=202)

@@ -32,7 +32,7 @@ from tether.serve.page import mount_page
 from tether.serve.problems import install
 from tether.serve.runs import AgentRuns
 from tether.serve.service import open_run_store, stop_runs_on_sigterm
-from tether.serve.settings import DEFAULT_MAX_BODY_BYTES, Settings, run_store
+from tether.serve.settings import DEFAULT_MAX_BODY_BYTES, Settings, limits_from_env, run_store
 from tether.serve.temporal import DEFAULT_TASK_QUEUE, TemporalRuns, check_engine
 from tether.store import default_path
 from tether.store.records import DEFAULT_LEASE_SECONDS
@@ -71,6 +71,9 @@ def app(
     ``engine="temporal"``: each run is a Temporal workflow on the server ``temporal`` (HOST:PORT), driven by the
     ``tether worker`` processes polling ``task_queue`` with their own model and tools (``tether.serve.temporal``);
     they and this service share ``store``. What a workflow cannot carry is a ``ConfigurationError`` here.
+
+    The limits on runs, conversations and event streams per caller come from the environment
+    (``tether.serve.settings.limits_from_env``), else their defaults.
     """
     check_engine(agent, engine, temporal, a2a=a2a)  # before the store is opened
     settings = Settings(
@@ -79,6 +82,7 @@ def app(
         lease_seconds=lease_seconds,
         log_content=log_content,
         system=None,
+        **limits_from_env(os.environ),
     )
     opened = open_run_store(settings)
     if engine == "temporal":

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import copy
 import logging
+import math
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -143,13 +144,48 @@ class AgentRuns(RunService):
     # --- conversations -------------------------------------------------------------
 
     async def open_conversation(self, caller: Caller) -> str:
-        """A new conversation of ``caller``'s, recorded (sealed, no turns yet)."""
-        new = self.agent.conversation(principal=caller.principal)
+        """A new conversation of ``caller``'s, recorded (sealed, no turns yet); the 429 problem, and nothing
+        recorded, when ``caller`` has as many empty conversations as ``Settings.max_empty_conversations_per_user``.
+
+        A conversation has no "closed": it is *empty* until its first turn,
+        and an empty one counts against its caller for
+        ``Settings.empty_conversation_seconds`` after it was made. A turn
+        costs a run, which the run limits hold; an empty conversation costs
+        only its row, so this is what bounds the rows a caller can make for
+        nothing. A caller at the limit sends a turn to one of them, or waits
+        (``Retry-After``: until the oldest stops counting): a client that
+        lost its ids is not shut out for good. Counted in the store, so the
+        limit holds across restarts and across the processes sharing it
+        (two of them recording at the same moment may each make one more).
+        """
+        # One request of this caller at a time counts and records here (a remote store's calls run on threads).
+        # No run or conversation id holds NUL (``storable``): this lock is no request's run lock.
+        async with self.one_at_a_time(f"\x00conversations of {caller.id}"):
+            await self._room_for_a_conversation(caller)
+            new = self.agent.conversation(principal=caller.principal)
+            try:
+                await self.io(self.store.create_conversation, new.id, caller.principal, new.budget.to_dict())
+            except StoreError as exc:
+                raise Problem(503, "the service cannot record conversations now; the error is logged") from exc
+        return new.id
+
+    async def _room_for_a_conversation(self, caller: Caller) -> None:
+        """Nothing, if ``caller`` may have one more empty conversation; else the 429 problem (``open_conversation``)."""
+        limit, window = self.settings.max_empty_conversations_per_user, self.settings.empty_conversation_seconds
+        now = self.store.clock()
         try:
-            await self.io(self.store.create_conversation, new.id, caller.principal, new.budget.to_dict())
+            empty, oldest = await self.io(self.store.empty_conversations, caller.id, now - window)
         except StoreError as exc:
             raise Problem(503, "the service cannot record conversations now; the error is logged") from exc
-        return new.id
+        if empty < limit or oldest is None:
+            return
+        wait = max(1, math.ceil(oldest + window - now))
+        raise Problem(
+            429,
+            f"you have {empty} conversations with no turn yet, as many as you may: send a turn to one of them,"
+            f" or try again once the oldest stops counting ({window:g} seconds after it was made)",
+            headers={"Retry-After": str(wait)},
+        )
 
     async def transcript(self, conversation_id: str, caller: Caller) -> dict[str, Any]:
         """The conversation's turns, each with its run, status and what the user and the agent said."""

@@ -34,7 +34,10 @@ Slots and their limits are per process.
 
 A client may follow a run from any process: from the one driving it, its
 events come as the driver stores them (with the streamed text); from
-another, by polling the store for events after the last one sent.
+another, by polling the store for events after the last one sent. Each
+event stream holds one of its caller's ``Settings.max_event_streams_per_user``
+(counted per process, in a dict: a stream is a connection to this process)
+until it ends or its client goes; one more is a 429 before it starts.
 Listing approvals reads a second connection to the store on a thread of
 its own, so that no number of paused runs holds up the loop.
 
@@ -53,11 +56,15 @@ import logging
 import signal
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Protocol, TypeVar
+
+from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from tether.core.envelope import outcome_code
 from tether.core.errors import ApprovalMismatch, ConfigurationError
@@ -83,6 +90,7 @@ TAKEOVER_SCAN_LIMIT = 1_000  # runs taken over at most per scan; the next scan t
 INTERRUPTED = frozenset({Status.READY.value, Status.AWAITING_MODEL.value, Status.AWAITING_TOOLS.value})
 SURFACE = "server"  # in each run's setup: the runs this service started, the only ones it takes over
 POLL_SECONDS = 0.25  # how often a client following a run driven elsewhere looks for its new events
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 log = logging.getLogger("tether.serve")
 T = TypeVar("T")
@@ -130,6 +138,50 @@ class LiveRun:
     def end(self) -> None:
         for queue in self.followers:
             queue.put_nowait(None)
+
+
+class EventStream:
+    """A run's events as SSE text (``RunService.follow``), holding one of its caller's event streams and, for a
+    run driven here, a queue among the run's followers.
+
+    Both are given back (``release``, once) when the stream ends, fails or is
+    cancelled (its client gone), and by ``aclose`` also when it never
+    started: a response cut off before its first chunk never runs the
+    generator's own cleanup. ``EventStreamResponse`` closes it however the
+    response ends.
+    """
+
+    def __init__(self, lines: AsyncGenerator[str], release: Callable[[], None]) -> None:
+        self.lines = lines
+        self.release = release
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> str:
+        try:
+            return await anext(self.lines)
+        except BaseException:  # its end, an error, or the client gone (cancelled): given back at once
+            self.release()
+            raise
+
+    async def aclose(self) -> None:
+        self.release()
+        await self.lines.aclose()
+
+
+class EventStreamResponse(StreamingResponse):
+    """An ``EventStream`` as server-sent events; the stream is closed however the response ends."""
+
+    def __init__(self, stream: EventStream) -> None:
+        super().__init__(stream, media_type="text/event-stream", headers=SSE_HEADERS)
+        self.stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.stream.aclose()
 
 
 def open_run_store(settings: Settings, *, reader: bool = False) -> RunStore:
@@ -184,6 +236,7 @@ class RunService:
             settings.max_concurrent_runs, settings.max_runs_per_user, settings.max_queued_runs_per_user
         )
         self.live: dict[str, LiveRun] = {}
+        self.streams: Counter[str] = Counter()  # event streams open per user (``hold_stream``)
         self.refused: set[str] = set()  # runs not to resume (another surface's, tampered with): not tried again
         self.unreadable: set[str] = set()  # runs whose row was edited: left out of listings, logged once
         self.keeper: asyncio.Task[None] | None = None
@@ -503,26 +556,67 @@ class RunService:
             for r in found
         ]
 
-    async def follow(self, run_id: str, user: Caller, after: int = 0) -> AsyncIterator[str]:
+    def hold_stream(self, user_id: str) -> Callable[[], None]:
+        """Count one more event stream of ``user_id``'s, or raise the 429 problem when it holds
+        ``Settings.max_event_streams_per_user`` already; what gives it back (once: calling it again does nothing).
+
+        Asked before the stream reads anything. A counter in this process, never the store: streams are
+        connections to this process, and one opened or closed costs a dict update.
+        """
+        limit = self.settings.max_event_streams_per_user
+        if self.streams[user_id] >= limit:
+            raise Problem(
+                429,
+                f"you have {limit} event streams open, as many as you may; close one before opening another",
+                headers={"Retry-After": str(DEFAULT_RUNS_RETRY_AFTER)},
+            )
+        self.streams[user_id] += 1
+        held = True
+
+        def give_back() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self.streams[user_id] -= 1
+                if self.streams[user_id] <= 0:
+                    del self.streams[user_id]
+
+        return give_back
+
+    async def follow(self, run_id: str, user: Caller, after: int = 0) -> EventStream:
         """The run's events as SSE text: the stored ones, then live ones until it finishes or pauses.
 
         ``after``: only the events numbered above it (a client resuming with ``Last-Event-ID``). A run in
-        flight that another process drives is followed by polling the store.
+        flight that another process drives is followed by polling the store. The stream holds one of ``user``'s
+        event streams (``hold_stream``: the 429 problem past the limit, before anything is read) until it ends or
+        is closed: serve it as an ``EventStreamResponse``, which closes it however the response ends.
         """
-        state, _, _ = await self.owned_state(run_id, user)
-        live = self.live.get(run_id)
+        give_back = self.hold_stream(user.id)
+        live: LiveRun | None = None
         queue: asyncio.Queue[StreamEvent | None] | None = None
-        if live is not None:
-            queue = asyncio.Queue()
-            live.followers.add(queue)
-        # Subscribed before reading the store: an event stored meanwhile arrives twice and is skipped by its seq.
-        found = await self.io(self.store.events, run_id, after=after)
+
+        def release() -> None:
+            give_back()
+            if live is not None and queue is not None:
+                live.followers.discard(queue)
+
+        try:
+            state, _, _ = await self.owned_state(run_id, user)
+            live = self.live.get(run_id)
+            if live is not None:
+                queue = asyncio.Queue()
+                live.followers.add(queue)
+            # Subscribed before reading the store: an event stored meanwhile arrives twice and is skipped by its seq.
+            found = await self.io(self.store.events, run_id, after=after)
+        except BaseException:
+            release()
+            raise
         stored = [StreamEvent(e.kind, e.seq, e.step, e.data) for e in found]
         if live is None and state.status.value in INTERRUPTED and not any(e.kind in ENDS_STREAM for e in stored[-1:]):
-            return self._poll(run_id, stored, after)
-        return self._stream(run_id, stored, live, queue, after)
+            return EventStream(self._poll(run_id, stored, after), release)
+        return EventStream(self._stream(run_id, stored, queue, after), release)
 
-    async def _poll(self, run_id: str, stored: list[StreamEvent], after: int = 0) -> AsyncIterator[str]:
+    async def _poll(self, run_id: str, stored: list[StreamEvent], after: int = 0) -> AsyncGenerator[str]:
         """The stored events, then those stored later (by whichever process drives the run) until it ends or pauses."""
         last = after
         for event in stored:
@@ -550,33 +644,30 @@ class RunService:
         self,
         run_id: str,
         stored: list[StreamEvent],
-        live: LiveRun | None,
         queue: asyncio.Queue[StreamEvent | None] | None,
         after: int = 0,
-    ) -> AsyncIterator[str]:
-        try:
-            last = after
-            for event in stored:
-                last = event.seq or last
-                yield event.sse(run_id)
-            if queue is None:
+    ) -> AsyncGenerator[str]:
+        """The stored events, then those ``queue`` brings (the run is driven here) until it ends or pauses; the
+        queue leaves the run's followers with the stream (``EventStream``)."""
+        last = after
+        for event in stored:
+            last = event.seq or last
+            yield event.sse(run_id)
+        if queue is None:
+            return
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+            except TimeoutError:
+                yield ": keep-alive\n\n"
+                continue
+            if item is None:
                 return
-            while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
-                except TimeoutError:
-                    yield ": keep-alive\n\n"
-                    continue
-                if item is None:
-                    return
-                if item.seq is not None and item.seq <= last:
-                    continue
-                yield item.sse(run_id)
-                if item.kind in ENDS_STREAM:
-                    return
-        finally:
-            if live is not None and queue is not None:
-                live.followers.discard(queue)
+            if item.seq is not None and item.seq <= last:
+                continue
+            yield item.sse(run_id)
+            if item.kind in ENDS_STREAM:
+                return
 
     # --- approvals ---------------------------------------------------------------
 

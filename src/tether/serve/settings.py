@@ -3,8 +3,9 @@
 What the run machinery (``tether.serve.service``) needs, and nothing else:
 the run store, how to make a model, the limits that keep one user from
 taking the service from everyone else (runs at once, per user, waiting per
-user; the request body size), the lease term and the grace a stop gives the
-tool calls running. ``Settings.from_env`` reads the environment the way the
+user; conversations with no turn yet and event streams open per user; the
+request body size), the lease term and the grace a stop gives the tool
+calls running. ``Settings.from_env`` reads the environment the way the
 CLI does (``OPENAI_*`` for the model, ``TETHER_*`` for the rest). An
 application built on it subclasses ``Settings`` with its own fields (the
 ticket example does) and extends ``fields_from_env``.
@@ -26,7 +27,10 @@ from tether.store.records import DEFAULT_LEASE_SECONDS
 DEFAULT_MAX_CONCURRENT_RUNS = 256  # runs driven at once; later ones wait their turn
 DEFAULT_MAX_RUNS_PER_USER = 16  # runs of one user driven at once
 DEFAULT_MAX_QUEUED_RUNS_PER_USER = 64  # runs of one user waiting for a slot; one more is a 429
-DEFAULT_RUNS_RETRY_AFTER = 5  # seconds a user told "too many runs" is asked to wait
+DEFAULT_RUNS_RETRY_AFTER = 5  # seconds a user told "too many runs" (or event streams) is asked to wait
+DEFAULT_MAX_EMPTY_CONVERSATIONS_PER_USER = 64  # conversations of one user with no turn yet; one more is a 429
+DEFAULT_EMPTY_CONVERSATION_SECONDS = 86_400.0  # how long such a conversation counts: a day after it was made
+DEFAULT_MAX_EVENT_STREAMS_PER_USER = 32  # event streams one user holds open to a process at once
 DEFAULT_APPROVALS_PAGE = 100  # calls an approvals listing gives unless asked for another number
 DEFAULT_MAX_BODY_BYTES = 1_000_000
 DEFAULT_RUN_DB = Path("tether-runs.db")
@@ -62,6 +66,12 @@ class Settings:
     max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
     max_runs_per_user: int = DEFAULT_MAX_RUNS_PER_USER
     max_queued_runs_per_user: int = DEFAULT_MAX_QUEUED_RUNS_PER_USER
+    # Conversations of one user with no turn yet, made in the last ``empty_conversation_seconds``: one more is a
+    # 429. A conversation with a turn costs a run, which the limits above hold; an empty one costs only its row.
+    max_empty_conversations_per_user: int = DEFAULT_MAX_EMPTY_CONVERSATIONS_PER_USER
+    empty_conversation_seconds: float = DEFAULT_EMPTY_CONVERSATION_SECONDS
+    # Event streams (server-sent events, A2A streams) one user holds open to this process at once.
+    max_event_streams_per_user: int = DEFAULT_MAX_EVENT_STREAMS_PER_USER
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     system: str | None = None
     budget: Budget | None = None
@@ -91,18 +101,39 @@ class Settings:
         cls, env: Mapping[str, str], *, base_url: str | None = None, model: str | None = None
     ) -> dict[str, Any]:
         """``TETHER_RUN_DB`` (else ``TETHER_DB``: a SQLite file or a ``postgresql://`` url),
-        ``TETHER_LOG_CONTENT``, ``TETHER_MAX_CONCURRENT_RUNS``, ``TETHER_MAX_RUNS_PER_USER``,
-        ``TETHER_MAX_QUEUED_RUNS_PER_USER``, ``TETHER_LEASE_SECONDS``, ``TETHER_SHUTDOWN_GRACE``."""
+        ``TETHER_LOG_CONTENT``, the limits ``limits_from_env`` reads, ``TETHER_LEASE_SECONDS``,
+        ``TETHER_SHUTDOWN_GRACE``."""
         return {
             "run_db": run_store(env.get("TETHER_RUN_DB") or env.get("TETHER_DB") or None),
             "model_factory": openai_model_factory(base_url, model),
             "log_content": env.get("TETHER_LOG_CONTENT", "").lower() in ("1", "true", "yes"),
-            "max_concurrent_runs": count(env, "TETHER_MAX_CONCURRENT_RUNS", DEFAULT_MAX_CONCURRENT_RUNS),
-            "max_runs_per_user": count(env, "TETHER_MAX_RUNS_PER_USER", DEFAULT_MAX_RUNS_PER_USER),
-            "max_queued_runs_per_user": count(env, "TETHER_MAX_QUEUED_RUNS_PER_USER", DEFAULT_MAX_QUEUED_RUNS_PER_USER),
+            **limits_from_env(env),
             "lease_seconds": seconds(env, "TETHER_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
             "shutdown_grace": seconds(env, "TETHER_SHUTDOWN_GRACE", DEFAULT_SHUTDOWN_GRACE),
         }
+
+
+def limits_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """The ``Settings`` limits on runs, conversations and event streams, from ``TETHER_MAX_CONCURRENT_RUNS``,
+    ``TETHER_MAX_RUNS_PER_USER``, ``TETHER_MAX_QUEUED_RUNS_PER_USER``, ``TETHER_MAX_EMPTY_CONVERSATIONS_PER_USER``,
+    ``TETHER_EMPTY_CONVERSATION_SECONDS`` and ``TETHER_MAX_EVENT_STREAMS_PER_USER``, each else its default.
+
+    ``Settings.from_env`` and ``tether serve`` (``tether.serve.app``) both read them; a value that is not a
+    positive number is a ``ConfigurationError`` naming the variable."""
+    return {
+        "max_concurrent_runs": count(env, "TETHER_MAX_CONCURRENT_RUNS", DEFAULT_MAX_CONCURRENT_RUNS),
+        "max_runs_per_user": count(env, "TETHER_MAX_RUNS_PER_USER", DEFAULT_MAX_RUNS_PER_USER),
+        "max_queued_runs_per_user": count(env, "TETHER_MAX_QUEUED_RUNS_PER_USER", DEFAULT_MAX_QUEUED_RUNS_PER_USER),
+        "max_empty_conversations_per_user": count(
+            env, "TETHER_MAX_EMPTY_CONVERSATIONS_PER_USER", DEFAULT_MAX_EMPTY_CONVERSATIONS_PER_USER
+        ),
+        "empty_conversation_seconds": seconds(
+            env, "TETHER_EMPTY_CONVERSATION_SECONDS", DEFAULT_EMPTY_CONVERSATION_SECONDS
+        ),
+        "max_event_streams_per_user": count(
+            env, "TETHER_MAX_EVENT_STREAMS_PER_USER", DEFAULT_MAX_EVENT_STREAMS_PER_USER
+        ),
+    }
 
 
 def run_store(target: str | Path | None) -> Path | str:

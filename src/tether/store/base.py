@@ -130,6 +130,11 @@ class RunStore(Protocol):
         """Conversations, newest first; only a principal's, when given."""
         ...
 
+    def empty_conversations(self, principal_id: str, since: float) -> tuple[int, float | None]:
+        """How many of ``principal_id``'s conversations made after ``since`` have no turn yet, and when the oldest
+        of them was made (None: there is none); an index holds exactly those, so this reads no others."""
+        ...
+
     def verify_conversation(self, conversation_id: str) -> list[str]:
         """Every break in what vouches for a conversation: its seal, the chain of its turns, each turn's row."""
         ...

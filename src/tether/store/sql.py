@@ -306,6 +306,12 @@ MIGRATIONS: list[Migration] = [
     # A side effect traced in a tainted run records where each sink value was found (``core.provenance``) with
     # its intent, as its ``intent_recorded`` event does; null for every other intent, as before.
     Migration("m10_ledger_provenance", "ALTER TABLE ledger ADD COLUMN provenance TEXT"),
+    # A service counts a caller's conversations with no turn yet before it records another
+    # (``empty_conversations``): only those are in the index, so the count never reads the others.
+    Migration(
+        "m11_empty_conversations",
+        "CREATE INDEX conversations_empty ON conversations ({principal_id}, created_at) WHERE turn_count = 0",
+    ),
 ]
 
 # PostgreSQL databases made before the histories were merged recorded two steps of their own; they hold
@@ -767,6 +773,17 @@ class SQLStore:
         with self._read() as tx:
             rows = tx.execute(query + " ORDER BY created_at DESC LIMIT ?", (*params, limit)).fetchall()
         return [self.load_conversation(r[0]) for r in rows]
+
+    def empty_conversations(self, principal_id: str, since: float) -> tuple[int, float | None]:
+        """How many of ``principal_id``'s conversations made after ``since`` have no turn yet, and when the oldest
+        of them was made (None: there is none); an index holds exactly those, so this reads no others."""
+        with self._read() as tx:
+            found = tx.execute(
+                f"SELECT COUNT(*), MIN(created_at) FROM conversations WHERE {self.dialect.json_text('principal', 'id')}"
+                " = ? AND turn_count = 0 AND created_at > ?",
+                (principal_id, since),
+            ).fetchone()
+        return int(found[0]), None if found[1] is None else float(found[1])
 
     def verify_conversation(self, conversation_id: str) -> list[str]:
         """Every break in what vouches for a conversation: its seal, the chain of its turns, each turn's row."""
