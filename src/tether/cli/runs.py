@@ -75,8 +75,8 @@ def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) 
             click.echo(f"tether: {exc}", err=True)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
-    for _, exc in skipped:  # one edited row does not hide the others: it is named, and the rest listed
-        click.echo(f"tether: {exc}; not listed", err=True)
+    for _, edited in skipped:  # one edited row does not hide the others: it is named, and the rest listed
+        click.echo(f"tether: {edited}; not listed", err=True)
     if as_json:
         _emit_json([_summary(r, prompts.get(r.run_id)) for r in found])
         return
