@@ -23,6 +23,7 @@ from tether.core.envelope import ErrorCode
 from tether.core.machine import PendingCall
 from tether.drivers.temporal.payloads import (
     AcceptedCall,
+    AskingToolRequest,
     CallModelRequest,
     ChoosingRequest,
     FieldedCall,
@@ -32,16 +33,21 @@ from tether.drivers.temporal.payloads import (
     NamedAnswer,
     NamedFailure,
     PrincipalData,
+    PrincipalRefused,
+    PrincipalResolved,
     ReconcileAnswer,
     ReconciledExecuted,
     ReconciledNotExecuted,
     ReconcileRequest,
     RejectedCall,
     ReplyData,
+    Resolution,
+    ResolvedToolRequest,
     RetriedResult,
     RunToolRequest,
     SaveRequest,
     ToolOutcome,
+    ToolRequest,
     ToolResult,
     TracedCall,
     Unreconciled,
@@ -54,7 +60,7 @@ CONVERTER = PayloadConverter.default
 # activity -> the type of its input, the type of its result (None: it returns nothing)
 TYPES: dict[str, tuple[Any, Any]] = {
     CALL_MODEL: (CallModelRequest, ModelOutcome),
-    RUN_TOOL: (RunToolRequest, ToolOutcome),
+    RUN_TOOL: (ToolRequest, ToolOutcome),
     SAVE: (SaveRequest, None),
     RECONCILE: (ReconcileRequest, ReconcileAnswer),
 }
@@ -92,6 +98,7 @@ def test_every_recorded_payload_reads_into_its_type_and_writes_back_the_same_byt
         request_type, result_type = TYPES[name]
         request = read(payload, request_type)
         assert isinstance(request, request_type)
+        assert name != RUN_TOOL or type(request) is RunToolRequest  # recorded before requests asked the resolver
         assert written(request) == payload.data
         if result_type is None:
             assert result is None
@@ -242,3 +249,23 @@ def test_a_retried_result_reads_back_as_its_own_class_and_a_plain_one_as_before(
     assert read(CONVERTER.to_payloads([retried])[0], ToolOutcome) == retried
     plain = read(CONVERTER.to_payloads([ToolResult("{}", True)])[0], ToolOutcome)
     assert type(plain) is ToolResult and plain == ToolResult("{}", True)
+
+
+def test_requests_that_ask_the_resolver_or_carry_its_answer_and_its_refusal_read_back_as_their_own_classes() -> None:
+    """A read-only call's request asks the worker's resolve_principal, a side effect's carries the principal as
+    resolved; the refusal is a tool outcome of its own. Requests and results recorded before read as they were."""
+    call = PendingCall("c1", "price", {"item": "tea"}, "f", read_only=True, execute=True)
+    ann, demoted = PrincipalData("ann", ("read", "write")), PrincipalData("ann", ("read",))
+    asking = AskingToolRequest("r", call, ann, None, 3.0, ask=True)
+    resolved = ResolvedToolRequest("r", call, ann, None, 3.0, runs_for=demoted)
+    plain = RunToolRequest("r", call, ann, None, 3.0)
+
+    for request in (asking, resolved, plain):
+        back = read(CONVERTER.to_payloads([request])[0], ToolRequest)
+        assert type(back) is type(request) and back == request
+    assert "ask" not in json.loads(written(plain)) and "runs_for" not in json.loads(written(plain))
+    assert json.loads(written(PrincipalRefused())) == {"refused": True}
+    assert read(CONVERTER.to_payloads([PrincipalRefused()])[0], ToolOutcome) == PrincipalRefused()
+    assert type(read(CONVERTER.to_payloads([ToolResult("{}", False)])[0], ToolOutcome)) is ToolResult
+    for answer in (PrincipalResolved(demoted), PrincipalRefused()):
+        assert read(CONVERTER.to_payloads([answer])[0], Resolution) == answer

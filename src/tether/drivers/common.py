@@ -7,14 +7,18 @@ library, and does nothing when imported.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tether.core import nesting
+from tether.core import envelope, nesting
+from tether.core.envelope import ErrorCode
 from tether.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from tether.core.messages import Message
+    from tether.tools.context import Principal
+    from tether.tools.tool import Tool
 
 
 def json_object(text: str) -> dict[str, Any] | None:
@@ -40,3 +44,29 @@ def prompt_messages(prompt: str | Sequence[Message]) -> list[Message]:
         if isinstance(text, str) and not text.isascii() and not nesting.utf8(text):
             raise ConfigurationError("the prompt holds a lone surrogate (from bytes that were not UTF-8): not text")
     return messages
+
+
+async def principal_now(
+    resolve: Callable[[Principal], Awaitable[Principal | None] | Principal | None] | None,
+    principal: Principal,
+    tool: Tool | None,
+) -> Principal | None:
+    """The principal a call of ``tool`` runs for, as the application knows it now (``resolve_principal``, plain or
+    async, asked with the run's ``principal``); None when it is gone or may no longer call ``tool``.
+
+    Asked before each call runs, by both drivers: roles change while a call waits (for approval, say), and a
+    call runs for the principal as it is then. Without a resolver, the run's principal as it is.
+    """
+    if resolve is None:
+        return principal
+    found = resolve(principal)
+    if inspect.isawaitable(found):
+        found = await found
+    if found is None or tool is None or not found.allows(tool.scopes):
+        return None
+    return found
+
+
+def no_longer_allowed(tool: str) -> str:
+    """The result of a call that ``principal_now`` refused: it did not run."""
+    return envelope.error(ErrorCode.FORBIDDEN, f"this principal may no longer call {tool}")

@@ -23,10 +23,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tether.core import envelope
 from tether.core.budget import DEFAULT_FALLBACK_ANSWER, Budget, Compat, RunConfig, with_estimated_usage
 from tether.core.deferred import deferred
-from tether.core.envelope import ErrorCode, outcome_code
+from tether.core.envelope import outcome_code
 from tether.core.errors import ApprovalMismatch, ConfigurationError, ModelError, TetherError, ToolDefinitionError
 from tether.core.events import (
     APPROVAL_DECIDED,
@@ -60,7 +59,7 @@ from tether.core.events import (
     validated_event,
 )
 from tether.core.settings import ModelSettings, merge_settings, stored_settings, with_settings
-from tether.drivers.common import json_object, prompt_messages
+from tether.drivers.common import json_object, no_longer_allowed, principal_now, prompt_messages
 from tether.drivers.ids import new_id
 from tether.drivers.local.handoffs import (
     DEFAULT_NAME,
@@ -1224,24 +1223,13 @@ class Driver:
                     return json_object(call.arguments)
         return None
 
-    async def _current_principal(self, call: PendingCall) -> Principal | None:
-        """The principal to run ``call`` for, as the application knows it now; None if it may not."""
-        resolve = self.agent.resolve_principal
-        if resolve is None:
-            return self.toolbox.principal
-        found = resolve(self.toolbox.principal)
-        if inspect.isawaitable(found):
-            found = await found
-        tool = self.toolbox.all.get(call.tool)
-        if found is None or tool is None or not found.allows(tool.scopes):
-            return None
-        return found
-
     async def _invoke(self, call: PendingCall) -> str:
         store, run_id = self.store, self.state.run_id
-        principal = await self._current_principal(call)
+        principal = await principal_now(
+            self.agent.resolve_principal, self.toolbox.principal, self.toolbox.all.get(call.tool)
+        )
         if principal is None:
-            content = envelope.error(ErrorCode.FORBIDDEN, f"this principal may no longer call {call.tool}")
+            content = no_longer_allowed(call.tool)
             self._finished[call.call_id] = content
             for report in self.steps[-1].calls:
                 if report.id == call.call_id:

@@ -17,6 +17,11 @@ driver; see ``save_run`` for how a retried save is told from a new one.
 A tool receives ``idempotency_key = run_id:call_id`` as with the local
 driver; the run id is the workflow id, so a retried read-only call carries
 the same key as its first attempt.
+
+The worker's ``resolve_principal`` is asked before each call runs, as the
+local driver asks: by ``run_tool`` for a read-only call (``AskingToolRequest``),
+by ``resolve``, which the workflow runs as a local activity, for a
+side-effecting one, before its intent is recorded.
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ from tether.core.budget import with_estimated_usage
 from tether.core.errors import ConfigurationError, ModelError
 from tether.core.machine import RunState
 from tether.core.messages import Message, ToolCall
+from tether.drivers.common import principal_now
 from tether.drivers.local.subagents import AgentTool
 from tether.drivers.temporal.payloads import (
+    AskingToolRequest,
     CallModelRequest,
     ChoosingRequest,
     DescribedAnswer,
@@ -43,27 +50,41 @@ from tether.drivers.temporal.payloads import (
     NamedAnswer,
     NamedFailure,
     PrincipalData,
+    PrincipalRefused,
+    PrincipalResolved,
     ReconcileAnswer,
     ReconciledExecuted,
     ReconciledNotExecuted,
     ReconcileRequest,
     ReplyData,
+    Resolution,
+    ResolvedToolRequest,
+    ResolveRequest,
     RetriedResult,
-    RunToolRequest,
     SaveRequest,
     ToolOutcome,
+    ToolRequest,
     ToolResult,
     Unreconciled,
     Verdict,
     verdict_data,
 )
-from tether.drivers.temporal.workflow import CALL_MODEL, DEFAULT_HEARTBEAT_SECONDS, RECONCILE, RUN_TOOL, SAVE, fitting
+from tether.drivers.temporal.workflow import (
+    CALL_MODEL,
+    DEFAULT_HEARTBEAT_SECONDS,
+    RECONCILE,
+    RESOLVE,
+    RUN_TOOL,
+    SAVE,
+    fitting,
+)
 from tether.models.base import Model, ModelRequest
 from tether.tools.context import Principal, ToolContext
 from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, result_envelope
 
 if TYPE_CHECKING:
+    from tether.drivers.local.runner import PrincipalResolver
     from tether.store.base import RunStore
 
 T = TypeVar("T")
@@ -75,6 +96,10 @@ def principal_to_dict(principal: Principal) -> dict[str, Any]:
 
 def principal_from_data(data: PrincipalData) -> Principal:
     return Principal(data.id, frozenset(data.scopes), frozenset(data.roles))
+
+
+def principal_data(principal: Principal) -> PrincipalData:
+    return PrincipalData(principal.id, tuple(sorted(principal.scopes)), tuple(sorted(principal.roles)))
 
 
 async def _heartbeating(work: Awaitable[T]) -> T:
@@ -198,11 +223,21 @@ def refuse_agent_tools(tools: Iterable[Tool]) -> None:
 class Activities:
     """The activities a worker offers for one model and one set of tools."""
 
-    def __init__(self, model: Model, tools: Iterable[Tool], store: RunStore, *, max_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        model: Model,
+        tools: Iterable[Tool],
+        store: RunStore,
+        *,
+        max_tokens: int | None = None,
+        resolve_principal: PrincipalResolver | None = None,
+    ) -> None:
+        """``resolve_principal`` is asked before each call runs (``run_tool``, ``resolve``), as an ``Agent``'s is."""
         self.model = model
         self.store = store  # a SQLiteStore or PostgresStore, shared by the activities of this worker
         self.tools = list(tools)
         self.max_tokens = max_tokens
+        self.resolve_principal = resolve_principal
         Toolbox(self.tools)  # two tools of one name are refused now, not in the first run
         refuse_agent_tools(self.tools)
         self._toolboxes: dict[PrincipalData, Toolbox] = {}
@@ -215,7 +250,7 @@ class Activities:
         return found
 
     def all(self) -> Sequence[Callable[..., Any]]:
-        return [self.save, self.call_model, self.run_tool, self.reconcile]
+        return [self.save, self.call_model, self.resolve, self.run_tool, self.reconcile]
 
     @activity.defn(name=SAVE)
     async def save(self, request: SaveRequest) -> None:
@@ -266,12 +301,36 @@ class Activities:
             answer = DescribedAnswer(*fields, toolbox.described_by)
         return fitting(answer, "the model's reply")  # too large: not asked again, the workflow fails
 
+    @activity.defn(name=RESOLVE)
+    async def resolve(self, request: ResolveRequest) -> Resolution:
+        """Whether the run's principal may still call the tool, and as whom: asked of ``resolve_principal`` now,
+        before the call runs (``principal_now``). Without a resolver, the run's principal as it is."""
+        found = await self._principal_now(request.principal, request.tool)
+        return PrincipalRefused() if found is None else PrincipalResolved(principal_data(found))
+
+    async def _principal_now(self, principal: PrincipalData, tool: str) -> Principal | None:
+        """Who a call of ``tool`` runs for, as ``resolve_principal`` has ``principal`` now; None if it may not."""
+        toolbox = self.toolbox(principal)
+        return await principal_now(self.resolve_principal, toolbox.principal, toolbox.all.get(tool))
+
     @activity.defn(name=RUN_TOOL)
-    async def run_tool(self, request: RunToolRequest) -> ToolOutcome:
-        """Run one accepted call; a side-effecting one heartbeats while it runs."""
+    async def run_tool(self, request: ToolRequest) -> ToolOutcome:
+        """Run one accepted call; a side-effecting one heartbeats while it runs.
+
+        An ``AskingToolRequest`` asks ``resolve_principal`` first; a
+        ``ResolvedToolRequest`` runs for the principal ``resolve`` gave. Either
+        runs with the tools offered to the run's principal, as locally.
+        """
         toolbox = self.toolbox(request.principal)
         call = request.call
-        work = asyncio.ensure_future(toolbox.execute(call, request.run_id, request.deadline_at))
+        runs_for = None
+        if isinstance(request, AskingToolRequest):
+            if (runs_for := await self._principal_now(request.principal, call.tool)) is None:
+                return PrincipalRefused()
+        elif isinstance(request, ResolvedToolRequest):
+            runs_for = principal_from_data(request.runs_for)
+        executing = toolbox.execute(call, request.run_id, request.deadline_at, principal=runs_for)
+        work = asyncio.ensure_future(executing)
         every = max(0.05, (request.heartbeat_seconds or DEFAULT_HEARTBEAT_SECONDS) / 3)
         try:
             while not work.done():

@@ -345,14 +345,64 @@ ModelOutcome = DescribedAnswer | NamedAnswer | ModelAnswer | NamedFailure | Mode
 
 
 @dataclass(frozen=True, slots=True)
+class ResolveRequest:
+    """The ``tether.resolve`` local activity's input, before a side-effecting call's intent: may ``principal``
+    (the run's) still call ``tool``?"""
+
+    tool: str
+    principal: PrincipalData
+
+
+@dataclass(frozen=True, slots=True)
+class PrincipalResolved:
+    """The worker's ``resolve_principal`` allows the call: it runs for ``principal``, as the resolver has it now
+    (the run's own on a worker without a resolver)."""
+
+    principal: PrincipalData
+
+
+@dataclass(frozen=True, slots=True)
+class PrincipalRefused:
+    """The worker's ``resolve_principal`` says the run's principal may no longer make the call (it is gone, or
+    lacks the tool's scopes): the call does not run, and the model reads ``forbidden``."""
+
+    refused: Literal[True] = True
+
+
+Resolution = PrincipalResolved | PrincipalRefused
+
+
+@dataclass(frozen=True, slots=True)
 class RunToolRequest:
-    """The ``tether.run_tool`` activity's input: one accepted call to run."""
+    """The ``tether.run_tool`` activity's input: one accepted call to run, for ``principal`` as it is."""
 
     run_id: str
     call: PendingCall
     principal: PrincipalData
     deadline_at: float | None
     heartbeat_seconds: float | None = None  # absent: the default heartbeat
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolvedToolRequest(RunToolRequest):
+    """A call to run for ``runs_for``, the principal as the worker's resolver has it now (``PrincipalResolved``),
+    with the tools offered to the run's ``principal``, as the local driver runs it; a shape of its own, so a
+    call for the run's principal as it is is written as before."""
+
+    runs_for: PrincipalData
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AskingToolRequest(RunToolRequest):
+    """A read-only call, to run once the worker's ``resolve_principal`` says ``principal`` may still make it (for
+    the principal as resolved), else answered ``PrincipalRefused``: nothing is recorded before a read, so the
+    activity that runs it asks. A shape of its own, so requests that do not ask are written as before."""
+
+    ask: Literal[True]
+
+
+# The shapes with more keys first: the converter takes the first that reads.
+ToolRequest = ResolvedToolRequest | AskingToolRequest | RunToolRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,8 +422,8 @@ class RetriedResult(ToolResult):
     limit: int
 
 
-# The shape with more keys first: the converter takes the first that reads.
-ToolOutcome = RetriedResult | ToolResult
+# The shape with more keys first: the converter takes the first that reads (a refusal has none of a result's).
+ToolOutcome = RetriedResult | ToolResult | PrincipalRefused
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from tether.models.base import Model
 from tether.tools.tool import Tool
 
 if TYPE_CHECKING:
+    from tether.drivers.local.runner import PrincipalResolver
     from tether.store.base import RunStore
 
 # When a worker holding a run's sticky cache dies, the next workflow task waits this long before any
@@ -64,6 +65,7 @@ def make_worker(
     store: RunStore | None = None,
     max_tokens: int | None = None,
     heartbeat_seconds: float | None = None,
+    resolve_principal: PrincipalResolver | None = None,
 ) -> Worker:
     """A worker for ``task_queue``; shutting down waits for the longest tool timeout before cancelling.
 
@@ -72,13 +74,18 @@ def make_worker(
     share it: a SQLite file on one host, PostgreSQL across hosts.
     ``heartbeat_seconds`` is the heartbeat timeout of runs started without
     one (else the workflow's default): how soon a dead worker's call is known.
+    ``resolve_principal`` is asked before each call runs, as an ``Agent``'s
+    is: a call the run's principal may no longer make (the resolver returns
+    None, or a principal without the tool's scopes) does not run and is
+    answered ``forbidden``; one it may make runs for the principal as
+    resolved. Give every worker of a task queue the same one.
     """
     tools = list(tools)
     if store is None:
         from tether.store import open_store
 
         store = open_store()
-    activities = Activities(model, tools, store, max_tokens=max_tokens)
+    activities = Activities(model, tools, store, max_tokens=max_tokens, resolve_principal=resolve_principal)
     longest = max((t.timeout or 0.0 for t in tools), default=0.0)
     return Worker(
         client,

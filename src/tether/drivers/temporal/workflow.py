@@ -27,6 +27,14 @@ back (its worker died, it timed out) is an unknown outcome: never run again
 blindly. Any exception in workflow code fails the workflow (a bug does not
 retry forever).
 
+Before each call runs, the worker's ``resolve_principal`` is asked whether
+the run's principal may still make it, as the local driver asks: by the
+``tether.run_tool`` activity of a read-only call (nothing is recorded
+before it), by the ``tether.resolve`` local activity before a side-effecting
+call's intent is recorded. A refused call does not run, is answered
+``forbidden`` and reported ``call_rejected``, and has nothing in the ledger;
+an allowed one runs for the principal as resolved.
+
 The run store. The workflow keeps the audit events and ledger writes the
 local driver would checkpoint, and hands them, with the messages the
 machine added since, to the next saving activity: ``tether.call_model``
@@ -106,8 +114,9 @@ with workflow.unsafe.imports_passed_through():
         ToolsFinished,
     )
     from tether.core.messages import Message, ToolCall
-    from tether.drivers.common import json_object
+    from tether.drivers.common import json_object, no_longer_allowed
     from tether.drivers.temporal.payloads import (
+        AskingToolRequest,
         AuditEvent,
         CallModelRequest,
         ChoosingRequest,
@@ -119,9 +128,13 @@ with workflow.unsafe.imports_passed_through():
         NamedAnswer,
         NamedFailure,
         PrincipalData,
+        PrincipalRefused,
         ReconcileAnswer,
         ReconciledExecuted,
         ReconcileRequest,
+        Resolution,
+        ResolvedToolRequest,
+        ResolveRequest,
         RetriedResult,
         RunToolRequest,
         SaveRequest,
@@ -136,6 +149,7 @@ WORKFLOW_NAME = "tether.run"
 CALL_MODEL = "tether.call_model"
 RUN_TOOL = "tether.run_tool"
 RECONCILE = "tether.reconcile"
+RESOLVE = "tether.resolve"  # a local activity, before a side effect's intent: the worker asks its resolve_principal
 SAVE = "tether.save"
 # Workflow changes (``workflow.patched``): runs recorded before them replay without them.
 CLEARED_BEFORE_INTENT = "tether.cleared-before-intent"
@@ -143,6 +157,9 @@ SAVES_IN_PARTS = "tether.saves-in-parts"  # a save too large for one payload is 
 FIELDED_VERDICTS = "tether.fielded-verdicts"  # a verdict's trusted_fields and principal_sinks (``FieldedCall``)
 RETRIES_COUNTED = "tether.retries-counted"  # a tool's Retry counts against its retries (``RetriedResult``)
 DESCRIPTIONS_TAINT = "tether.descriptions-taint"  # others' tool descriptions taint the run (``DescribedAnswer``)
+# The worker's resolve_principal is asked before a side effect's intent (``RESOLVE``). A read's activity asks
+# (``AskingToolRequest``): its request changed, not the commands, so a run recorded before replays as it is.
+PRINCIPAL_RESOLVED = "tether.principal-resolved"
 ENGINE = "temporal"  # the run's setup in the store says which engine drives it
 
 DEFAULT_HEARTBEAT_SECONDS = 10.0
@@ -152,6 +169,7 @@ TOOL_TIMEOUT_MARGIN_SECONDS = 30.0  # the activity outlives the tool's own timeo
 READ_ONLY_ATTEMPTS = 5
 MODEL_ATTEMPTS = 3
 SAVE_TIMEOUT_SECONDS = 30.0
+RESOLVE_TIMEOUT_SECONDS = 30.0  # an application's lookup of who the principal is now
 # The SDK refuses a payload over 2 MiB (its error limit); a margin for the envelope around the data.
 PAYLOAD_LIMIT_BYTES = 2 * 1024 * 1024 - 64 * 1024
 PAYLOAD_TOO_LARGE = "PayloadTooLarge"
@@ -521,6 +539,9 @@ class RunWorkflow:
         retried: dict[str, Retried] = dict(self._retried)
 
         def note(call: PendingCall, outcome: ToolOutcome) -> None:
+            if isinstance(outcome, PrincipalRefused):  # asked by the activity of a read-only call: it did not run
+                finished[call.call_id] = self._refused(call)
+                return
             finished[call.call_id] = self._executed(call, outcome.content)
             if outcome.untrusted:
                 untrusted.add(call.call_id)
@@ -538,6 +559,10 @@ class RunWorkflow:
                     note(call, outcome)
                 continue
             call = todo[0]
+            resolution = await self._resolve(call) if workflow.patched(PRINCIPAL_RESOLVED) else None
+            if isinstance(resolution, PrincipalRefused):  # before its intent, as the local driver asks
+                finished[call.call_id] = self._refused(call)
+                continue
             if call.call_id in self._cleared and workflow.patched(CLEARED_BEFORE_INTENT):
                 # Run again, found never to have run: its old intent goes first, in a save of its own. A save
                 # writes its intents before its clears, and the new intent would be taken for the old one.
@@ -545,7 +570,7 @@ class RunWorkflow:
             self._emit(INTENT_RECORDED, **intent_event(call, self._machine.state.provenance_of(call.call_id)))
             await self._save(intents=(call,))  # in the store before the effect can happen
             try:
-                outcome = await self._tool(call)
+                outcome = await self._tool(call, None if resolution is None else resolution.principal)
             except ActivityError:
                 # Kept for after the reconciliation.
                 self._finished, self._untrusted, self._retried = finished, untrusted, retried
@@ -588,6 +613,26 @@ class RunWorkflow:
         self._emit(kind, **outcome_event(call, content))
         return content
 
+    def _refused(self, call: PendingCall) -> str:
+        """A call the worker's ``resolve_principal`` refused: it did not run, nothing of it is in the ledger, and
+        it is reported rejected (as the local driver's ``_invoke``)."""
+        content = no_longer_allowed(call.tool)
+        self._emit(CALL_REJECTED, **rejected_event(call.call_id, call.tool, content, call.arguments))
+        return content
+
+    async def _resolve(self, call: PendingCall) -> Resolution:
+        """Whether the run's principal may still make the side-effecting ``call``, and as whom, as the worker's
+        resolver says now: a local activity, its answer in the history before the intent."""
+        assert self._principal is not None
+        resolution: Resolution = await workflow.execute_local_activity(
+            RESOLVE,
+            ResolveRequest(call.tool, self._principal),
+            result_type=cast(type, Resolution),  # the converter reads a union (each class in turn)
+            start_to_close_timeout=timedelta(seconds=RESOLVE_TIMEOUT_SECONDS),
+            retry_policy=RetryPolicy(maximum_attempts=READ_ONLY_ATTEMPTS),
+        )
+        return resolution
+
     def _executed(self, call: PendingCall, content: str) -> str:
         """Log an executed call and its ledger outcome (a side effect's with its own event, as the local driver)."""
         self._done(call, content, CALL_EXECUTED)
@@ -596,16 +641,23 @@ class RunWorkflow:
             self._emit(OUTCOME_RECORDED, id=call.call_id, tool=call.tool, digest=digest(content))
         return content
 
-    async def _tool(self, call: PendingCall) -> ToolOutcome:
+    async def _tool(self, call: PendingCall, runs_for: PrincipalData | None = None) -> ToolOutcome:
+        """Run ``call`` on a worker: a read-only one once the worker's resolver allows it (its activity asks), a
+        side-effecting one for ``runs_for`` (the principal as ``_resolve`` gave it) or the run's principal."""
         assert self._machine is not None and self._principal is not None
         timeout = self._catalog.timeouts.get(call.call_id) or DEFAULT_TOOL_TIMEOUT_SECONDS
-        request = RunToolRequest(
+        fields = (
             self._machine.state.run_id,
             call,
             self._principal,
             self._machine.deadline_at,
             self._heartbeat.total_seconds(),
         )
+        request = RunToolRequest(*fields)
+        if call.read_only:
+            request = AskingToolRequest(*fields, ask=True)
+        elif runs_for is not None and runs_for != self._principal:  # as resolved; as before when unchanged
+            request = ResolvedToolRequest(*fields, runs_for=runs_for)
         # Exactly one attempt for an effect: it is never repeated by a retry; a dead worker shows in a missed heartbeat.
         attempts = READ_ONLY_ATTEMPTS if call.read_only else 1
         result: ToolOutcome = await workflow.execute_activity(
