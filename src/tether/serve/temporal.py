@@ -71,6 +71,12 @@ def check_carried(agent: Agent) -> None:
             f"agent {agent.name!r} has {', '.join(found)}, which a Temporal run does not carry (its workers run "
             "their own model and tools): serve it without --engine temporal, or leave them out"
         )
+    if agent.resolve_principal is not None:  # a gate: never dropped in silence
+        raise ConfigurationError(
+            f"agent {agent.name!r} has a resolve_principal, which a Temporal run does not carry (its workers ask "
+            "their own before each call): give it to the workers, make_worker(..., resolve_principal=...), and "
+            "leave it out of the served agent"
+        )
 
 
 def check_engine(agent: Agent, engine: str, temporal: str | None, *, a2a: bool = False) -> None:
