@@ -7,7 +7,9 @@
   on workers;
 - ``tether.drivers.temporal.client``: start a run, query it, approve, deny or
   reconcile its calls (workflow updates);
-- ``tether.drivers.temporal.worker``: ``make_worker`` for ``tether worker``.
+- ``tether.drivers.temporal.worker``: ``make_worker`` for ``tether worker``;
+- ``tether.drivers.temporal.codec``: the payloads encrypted on clients and
+  workers when a key is set, so the server stores ciphertext.
 
 Nothing is imported here, so ``import tether.drivers.temporal`` does not load the SDK.
 """

@@ -41,6 +41,7 @@ from tether.core.messages import Message, ToolCall
 from tether.drivers.common import prompt_messages
 from tether.drivers.ids import new_id
 from tether.drivers.temporal.activities import principal_to_dict
+from tether.drivers.temporal.codec import data_converter
 from tether.drivers.temporal.workflow import (
     ENGINE,
     PAYLOAD_LIMIT_BYTES,
@@ -91,9 +92,15 @@ def transient(error: RPCError) -> bool:
 
 async def connect(address: str, namespace: str = "default") -> Client:
     """A Temporal client for the server at ``address`` (``host:port``); ``ConfigurationError`` for an address
-    that is none (``a:b:c``, a port past 65535)."""
+    that is none (``a:b:c``, a port past 65535) or a malformed ``TETHER_TEMPORAL_KEY``.
+
+    Every tether process that talks to Temporal connects here: with
+    ``TETHER_TEMPORAL_KEY`` set, its payloads, and those of the workers made
+    from it, are encrypted (``tether.drivers.temporal.codec``).
+    """
+    converter = data_converter()  # before connecting: a malformed key is said, whatever the server
     try:
-        return await Client.connect(address, namespace=namespace, runtime=runtime())
+        return await Client.connect(address, namespace=namespace, runtime=runtime(), data_converter=converter)
     except ValueError as exc:
         what = f"--temporal {address!r} is not a Temporal server's address (HOST:PORT)"
         raise ConfigurationError(f"{what}: {exc}") from None

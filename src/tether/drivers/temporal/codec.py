@@ -1,0 +1,155 @@
+"""Temporal payloads encrypted by tether's clients and workers, so the server stores only ciphertext.
+
+A run's history holds its prompt, the model's replies, every call's
+arguments and result and what each save sends to the run store. With
+``TETHER_TEMPORAL_KEY`` set, every payload a client or worker of ``connect``
+sends is AES-256-GCM ciphertext (a fresh 96-bit nonce each) under the
+variable's first key, marked ``binary/encrypted`` with that key's id; any of
+its keys decrypts. Unset, payloads go as they always did.
+
+Decoding, a process refuses (``ConfigurationError``) what it cannot read,
+never passing on garbage: a payload under a key it does not hold (the key id
+says which), an encrypted payload while it holds no key, one that fails its
+authentication. A worker's refusal fails its workflow task, which Temporal
+retries until a worker with the key takes it: the run waits, nothing of it
+runs. Payloads written without a key (runs started before the key was set)
+are read as they are.
+
+The variable holds base64 keys of 32 bytes (``openssl rand -base64 32``),
+separated by commas when old keys must still decrypt. ``cryptography`` is
+imported only when it is set.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from temporalio.api.common.v1 import Payload
+from temporalio.converter import DataConverter, PayloadCodec
+
+from tether.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+KEY_VARIABLE = "TETHER_TEMPORAL_KEY"
+ENCODING = b"binary/encrypted"
+KEY_ID = "encryption-key-id"  # the metadata entry naming the key a payload is encrypted under
+KEY_BYTES = 32  # AES-256
+NONCE_BYTES = 12
+HINT = f"give every client and worker of the task queue the same {KEY_VARIABLE}"
+
+
+def key_id(key: bytes) -> str:
+    """A key's public name in each payload it encrypts: says which key a payload needs, reveals nothing of it."""
+    return hashlib.sha256(b"tether temporal key id\0" + key).hexdigest()[:16]
+
+
+def parse_keys(text: str) -> list[bytes]:
+    """The keys of ``TETHER_TEMPORAL_KEY``: base64 of 32 bytes each, comma-separated, the first the one that encrypts.
+
+    ``ConfigurationError`` names the key at fault and why, never its text.
+    """
+    parts = [part.strip() for part in text.split(",")]
+    keys = []
+    for index, part in enumerate(parts):
+        which = "its key" if len(parts) == 1 else f"its key #{index + 1}"
+        try:
+            key = base64.b64decode(part, validate=True) if part else b""
+        except (binascii.Error, ValueError):
+            key = None
+        if key is None or len(key) != KEY_BYTES:
+            why = "is empty" if not part else "is not base64" if key is None else f"decodes to {len(key)} bytes"
+            raise ConfigurationError(
+                f"{KEY_VARIABLE}: {which} {why}; each key is 32 random bytes in base64"
+                " (`openssl rand -base64 32`), several separated by commas"
+            )
+        keys.append(key)
+    return keys
+
+
+class EncryptionCodec(PayloadCodec):
+    """AES-256-GCM under ``keys[0]``; decrypts under any of ``keys`` (the payload's key id picks one)."""
+
+    def __init__(self, keys: Sequence[bytes]) -> None:
+        try:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        except ImportError:
+            needs = f"{KEY_VARIABLE} needs the cryptography package: pip install 'tether[temporal]'"
+            raise ConfigurationError(needs) from None
+        if not keys:
+            raise ConfigurationError(f"{KEY_VARIABLE}: no key")
+        self._ciphers: dict[str, AESGCM] = {key_id(key): AESGCM(key) for key in keys}
+        self.key_id = key_id(keys[0])
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        cipher = self._ciphers[self.key_id]
+        encoded = []
+        for payload in payloads:
+            nonce = os.urandom(NONCE_BYTES)
+            data = nonce + cipher.encrypt(nonce, payload.SerializeToString(), None)
+            encoded.append(Payload(metadata={"encoding": ENCODING, KEY_ID: self.key_id.encode()}, data=data))
+        return encoded
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        from cryptography.exceptions import InvalidTag
+
+        decoded = []
+        for payload in payloads:
+            if payload.metadata.get("encoding") != ENCODING:
+                decoded.append(payload)  # written without a key
+                continue
+            wanted = payload.metadata.get(KEY_ID, b"").decode("ascii", "replace")
+            cipher = self._ciphers.get(wanted)
+            if cipher is None:
+                held = ", ".join(self._ciphers)
+                raise ConfigurationError(
+                    f"a Temporal payload is encrypted under key {wanted}, which this process's {KEY_VARIABLE} does"
+                    f" not hold (it holds {held}): the keys differ; {HINT}"
+                )
+            try:
+                plain = cipher.decrypt(payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:], None)
+            except InvalidTag:
+                raise ConfigurationError(
+                    f"a Temporal payload encrypted under key {wanted} fails its authentication: it was altered"
+                    " after it was encrypted"
+                ) from None
+            decoded.append(Payload.FromString(plain))
+        return decoded
+
+
+class KeylessCodec(PayloadCodec):
+    """The codec of a process without ``TETHER_TEMPORAL_KEY``: payloads pass as they are, and an encrypted one is
+    refused, saying so, instead of reaching the converter as an unknown encoding."""
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        for payload in payloads:
+            if payload.metadata.get("encoding") == ENCODING:
+                wanted = payload.metadata.get(KEY_ID, b"").decode("ascii", "replace")
+                raise ConfigurationError(
+                    f"a Temporal payload is encrypted under key {wanted} and this process has no {KEY_VARIABLE}: {HINT}"
+                )
+        return list(payloads)
+
+
+def payload_codec(environ: Mapping[str, str] = os.environ) -> PayloadCodec:
+    """The codec ``TETHER_TEMPORAL_KEY`` in ``environ`` asks for; ``ConfigurationError`` for a malformed one."""
+    text = environ.get(KEY_VARIABLE)
+    if text is None:
+        return KeylessCodec()
+    return EncryptionCodec(parse_keys(text))
+
+
+def data_converter(environ: Mapping[str, str] = os.environ) -> DataConverter:
+    """The SDK's default data converter with the codec of ``environ`` (``payload_codec``): what ``connect``'s
+    clients, and the workers made from them, use. A program building its own ``Client`` passes it."""
+    return dataclasses.replace(DataConverter.default, payload_codec=payload_codec(environ))
