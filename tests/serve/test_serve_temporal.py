@@ -7,6 +7,7 @@ one SQLite run store; everything is asked over real HTTP.
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
@@ -29,6 +30,7 @@ TEMPORAL_TESTS = Path(__file__).parents[1] / "temporal"
 sys.path.insert(0, str(TEMPORAL_TESTS))  # the shop's tools and model, and `tether worker` as a child process
 from temporal_helpers import child_env, shop, spawn_worker, stop  # noqa: E402
 
+from tether.drivers.temporal.codec import KEY_VARIABLE  # noqa: E402
 from tether.drivers.temporal.devserver import DevServer  # noqa: E402
 
 SRC = str(Path(tether.__file__).parents[1])
@@ -199,3 +201,35 @@ def test_tether_serve_refuses_what_temporal_cannot_run_before_listening(tmp_path
     nowhere = serve("--engine", "temporal", "--port", "1")
     assert nowhere.returncode == 3, nowhere.stderr
     assert "--engine temporal needs the Temporal server: --temporal HOST:PORT" in nowhere.stderr
+
+
+async def test_a_decision_whose_answer_is_under_a_key_the_service_lacks_is_a_503_not_a_500(
+    temporal_server: DevServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, session: aiohttp.ClientSession
+) -> None:
+    """The workers hold two keys (a rotation: the first encrypts, both decrypt), the service only the second: the
+    workers read what the service sends, the service cannot read their answer. Before, a 500 and a traceback."""
+    new, old = (base64.b64encode(bytes([n]) * 32).decode() for n in (1, 2))
+    orders = tmp_path / "orders.jsonl"
+    env = child_env(orders) | {"PYTHONPATH": f"{SRC}{os.pathsep}{TEMPORAL_TESTS}"}
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    agent_py = tmp_path / "agent.py"
+    agent_py.write_text(SHOP_AGENT_PY)
+    for name, value in [("PYTHONPATH", env["PYTHONPATH"]), ("SHOP_ORDERS", str(orders)),
+                        ("SERVE_TEMPORAL", temporal_server.address), ("SERVE_TASK_QUEUE", queue)]:  # fmt: skip
+        monkeypatch.setenv(name, value)
+    with FakeServer(script=shop) as model:
+        worker = spawn_worker(temporal_server.address, queue, model.base_url, env | {KEY_VARIABLE: f"{new},{old}"})
+        try:
+            served = Served(agent_py, tmp_path / "runs.db", tmp_path / "refunds.log", model)
+            with served.process(env={KEY_VARIABLE: old}) as (process, base):
+                client = Client(base, session)
+                run_id = await client.start(OWNER, "Order 2 tea.")
+                assert (await client.settled(OWNER, run_id))["status"] == "awaiting_approval"
+                [item] = (await client.call("GET", "/approvals", APPROVER)).body["approvals"]
+                decided = {"approve": True, "fingerprint": item["fingerprint"]}
+                reply = await client.call("POST", f"/runs/{run_id}/approvals/c2", APPROVER, decided)
+                assert (reply.status, reply.content_type) == (503, "application/problem+json"), reply.body
+                assert "answered under a key this service does not hold" in reply.body["detail"]
+                assert process.poll() is None  # the service goes on
+        finally:
+            stop(worker)

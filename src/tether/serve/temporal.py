@@ -219,6 +219,13 @@ class TemporalRuns(AgentRuns):
             log.warning("cannot send an update to run %s: %s", run_id, exc)
             raise Problem(503, f"run {run_id} cannot be reached on Temporal now; try again later",
                           headers={"Retry-After": "5"}) from None  # fmt: skip
+        except ConfigurationError as exc:  # the workers' answer is under a key this service lacks (codec)
+            log.error("cannot read the answer of run %s's workflow: %s", run_id, exc)
+            raise Problem(
+                503,
+                f"run {run_id}'s workflow answered under a key this service does not hold (its TETHER_TEMPORAL_KEY"
+                f" differs from the workers'): GET /runs/{run_id} says whether it was recorded; the error is logged",
+            ) from None
         return after
 
     async def cancel_as(self, run_id: str, caller: Owner) -> dict[str, Any]:
