@@ -12,13 +12,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether.core import envelope, nesting
+from tether.core.deferred import deferred
 from tether.core.envelope import ErrorCode
 from tether.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from tether.core import messages as conversing
     from tether.core.messages import Message
     from tether.tools.context import Principal
     from tether.tools.tool import Tool
+else:
+    conversing = deferred("tether.core.messages")  # as the machine is: loaded once a run starts
 
 
 def json_object(text: str) -> dict[str, Any] | None:
@@ -36,9 +40,7 @@ def json_object(text: str) -> dict[str, Any] | None:
 def prompt_messages(prompt: str | Sequence[Message]) -> list[Message]:
     """A run's prompt as messages (text is the user's one message); ``ConfigurationError`` when one holds a lone
     surrogate (from bytes that were not UTF-8), which no store, hash or provider can write."""
-    from tether.core.messages import Message  # as the machine is: once a run starts
-
-    messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
+    messages = [conversing.Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
     for message in messages:  # on every run's way in: ASCII answered here, without a call to utf8
         text = message.content
         if isinstance(text, str) and not text.isascii() and not nesting.utf8(text):

@@ -44,12 +44,14 @@ from tether.models.http import (
 if TYPE_CHECKING:
     import aiohttp  # annotations only: a request imports it (``tether.models.http``)
 
+    from tether.core import messages
     from tether.core.messages import Message, ModelReply
     from tether.models import stream as chunks
     from tether.tools.output import OutputMode
 else:
-    # Reading a reply needs it, building the model does not (issue 19: the cost of the import).
+    # Reading a reply needs them, building the model does not (issue 19: the cost of the import).
     chunks = deferred("tether.models.stream")
+    messages = deferred("tether.core.messages")
 
 DEFAULT_BASE_URL = OPENAI_API
 
@@ -106,9 +108,6 @@ def message_to_wire(message: Message, compat: WireCompat = WireCompat()) -> dict
 
 def parse_reply(body: Any) -> ModelReply:
     """A ``ModelReply`` from a decoded non-streamed response body."""
-    # Reading a reply needs them, building the model does not (as the stream module).
-    from tether.core.messages import ModelReply, WireToolCall
-
     if not isinstance(body, dict):
         raise ModelResponseError("response body is not a JSON object")
     if "error" in body and not body.get("choices"):
@@ -116,7 +115,7 @@ def parse_reply(body: Any) -> ModelReply:
     choices = body.get("choices")
     usage = chunks.parse_usage(body.get("usage"))
     if not isinstance(choices, list) or not choices:
-        return ModelReply(choices=0, finish_reason=None, usage=usage)
+        return messages.ModelReply(choices=0, finish_reason=None, usage=usage)
     choice = choices[0]
     message = choice.get("message") if isinstance(choice, dict) else None
     if not isinstance(message, dict):
@@ -131,7 +130,7 @@ def parse_reply(body: Any) -> ModelReply:
         if not isinstance(function, dict):
             function = {}
         calls.append(
-            WireToolCall(
+            messages.WireToolCall(
                 id=raw.get("id"),
                 type="function" if raw.get("type") is None else raw["type"],
                 name=function.get("name"),
@@ -141,7 +140,7 @@ def parse_reply(body: Any) -> ModelReply:
     finish_reason = choice.get("finish_reason")
     if chunks.refused(message.get("refusal")):
         finish_reason = "content_filter"
-    return ModelReply(
+    return messages.ModelReply(
         choices=len(choices),
         finish_reason=finish_reason,
         content=chunks.content_text(message.get("content")) or None,  # "" and null both mean no text

@@ -162,7 +162,10 @@ def refused(refusal: Any) -> bool:
 def parse_usage(usage: Any) -> Usage:
     if not isinstance(usage, dict):
         return Usage()
-    return reported_usage((usage.get("prompt_tokens"),), usage.get("completion_tokens"))
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if type(prompt) is int and type(completion) is int and prompt >= 0 and completion >= 0:
+        return Usage(prompt, completion)  # what nearly every reply says: no checks to walk
+    return reported_usage((prompt,), completion)
 
 
 def error_message(error: Any) -> str:

@@ -87,7 +87,8 @@ from tether.tools.tool import Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, ToolResult, result_envelope
 
 if TYPE_CHECKING:
-    from tether.core import machine
+    from tether.core import history, machine
+    from tether.core import messages as conversing
     from tether.core import report as reporting
     from tether.core.machine import (
         AwaitApproval,
@@ -117,6 +118,8 @@ else:
     machine = deferred("tether.core.machine")
     reporting = deferred("tether.core.report")
     tracing = deferred("tether.drivers.tracing")
+    history = deferred("tether.core.history")
+    conversing = deferred("tether.core.messages")
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -406,20 +409,16 @@ class Agent:
             handoffs = Floor.open(self, floor, output_type, instructions is not None, approval_reason)
         toolbox = self.toolbox_for(principal or self.toolbox.principal)
         output = self.output if output_type is None else self.output_spec(output_type)
-        # Imported once a run starts, as the machine is.
-        from tether.core.history import given_history, untrusted_results
-        from tether.core.messages import Message
-
         messages = prompt_messages(prompt)
         new_from = 0 if turn is None else turn[2]  # where the run's own messages start: after a history
-        if message_history is not None and (history := given_history(message_history, messages)):
-            messages, new_from = [*history, *messages], len(history)
-            untrusted = {**untrusted_results(message_history), **(untrusted or {})}
+        if message_history is not None and (given := history.given_history(message_history, messages)):
+            messages, new_from = [*given, *messages], len(given)
+            untrusted = {**history.untrusted_results(message_history), **(untrusted or {})}
         if self.system is not None and not new_from and not (messages and messages[0].role == "system"):
-            messages.insert(0, Message("system", self.system))
+            messages.insert(0, conversing.Message("system", self.system))
         if output is not None and output.mode == "prompted":
             at = 1 if messages and messages[0].role == "system" else 0
-            prompted = Message("system", output.instructions())
+            prompted = conversing.Message("system", output.instructions())
             if prompted not in messages[: at + 1]:  # a conversation's later turn has it already
                 messages.insert(new_from if message_history else at, prompted)
         run = machine.Run.new(run_id or new_id(), messages, toolbox, config or self.config, output, untrusted)
