@@ -55,6 +55,7 @@ def app(
     log_content: bool = False,
     a2a: bool = False,
     mcp: bool = False,
+    mcp_stateless: bool = False,
     engine: str = "local",
     temporal: str | None = None,
     task_queue: str = DEFAULT_TASK_QUEUE,
@@ -67,6 +68,8 @@ def app(
 
     ``a2a``: serve the agent over A2A too (``tether.serve.a2a``, the ``a2a`` extra); ``mcp``: as one MCP tool
     over streamable HTTP at ``/mcp`` (``tether.serve.mcp_http``, the ``mcp`` extra). Both behind ``authenticator``.
+    ``mcp_stateless``: keep no MCP sessions, for several processes behind one address that do not route a client
+    back to the process holding its session (``--workers N`` sets it); nobody is then asked to approve over MCP.
 
     ``engine="temporal"``: each run is a Temporal workflow on the server ``temporal`` (HOST:PORT), driven by the
     ``tether worker`` processes polling ``task_queue`` with their own model and tools (``tether.serve.temporal``);
@@ -130,5 +133,5 @@ def app(
     if mcp:
         from tether.serve.mcp_http import add_route  # the mcp extra, loaded only when asked for
 
-        running.append(add_route(api, runs, authenticator, max_prompt_chars=max_prompt_chars))
+        running.append(add_route(api, runs, authenticator, max_prompt_chars=max_prompt_chars, stateless=mcp_stateless))
     return api

@@ -119,12 +119,16 @@ def serve(
 
 
 def app_from_env() -> FastAPI:
-    """For uvicorn's worker processes: the app ``serve`` put in the environment."""
+    """For uvicorn's worker processes: the app ``serve`` put in the environment.
+
+    Its MCP endpoint keeps no sessions: the processes share one port, and a client's next request may reach
+    any of them."""
     env = os.environ
     store = env.get(STORE_ENV)
     lease = float(env.get(LEASE_ENV) or DEFAULT_LEASE_SECONDS)
     who = authenticator(env.get(AUTH_ENV) or NO_AUTH, DEFAULT_HOST, store)  # ``serve`` checked it against --host
     protocols = set((env.get(PROTOCOLS_ENV) or "").split(","))
     return app(load_agent(env[TARGET_ENV]), authenticator=who, store=store, lease_seconds=lease,
-               a2a="a2a" in protocols, mcp="mcp" in protocols, engine=env.get(ENGINE_ENV) or "local",
-               temporal=env.get(TEMPORAL_ENV), task_queue=env.get(TASK_QUEUE_ENV) or DEFAULT_TASK_QUEUE)  # fmt: skip
+               a2a="a2a" in protocols, mcp="mcp" in protocols, mcp_stateless=True,
+               engine=env.get(ENGINE_ENV) or "local", temporal=env.get(TEMPORAL_ENV),
+               task_queue=env.get(TASK_QUEUE_ENV) or DEFAULT_TASK_QUEUE)  # fmt: skip

@@ -20,9 +20,16 @@ or if the user cancels the question, the result says the run waits and
 where an approver decides (``POST /runs/{run_id}/approvals/{call_id}``,
 listed at ``GET /approvals``); the run stays waiting in the store.
 
-Sessions live in the process that opened them: with ``--workers N`` a
-client must reach the same process for a session (a load balancer's sticky
-sessions), while the runs themselves are shared through the store.
+Sessions live in the process that opened them. Where several processes
+answer one address (``--workers N``) nothing routes a client back to the
+one holding its session, so the endpoint is stateless there: each POST is
+answered on its own by whichever process takes it (the runs are shared
+through the store), no ``Mcp-Session-Id`` is given, and a GET or DELETE
+(a session's stream, its end) is a 405. A stateless request has no way
+back to the client, so nobody is asked to approve: the result says where
+an approver decides. The per-caller session cap has nothing to count
+there; a caller is bounded by the run caps (each call is a run of theirs)
+and the body limit, as on ``POST /runs``.
 """
 
 from __future__ import annotations
@@ -178,7 +185,8 @@ def _error(code: ErrorCode, message: str) -> types.CallToolResult:
 
 class _Authenticated:
     """The SDK's streamable HTTP endpoint behind the app's authenticator, each session bound to its principal,
-    and no principal holding more than ``MAX_SESSIONS_PER_PRINCIPAL`` of the process's sessions at once."""
+    and no principal holding more than ``MAX_SESSIONS_PER_PRINCIPAL`` of the process's sessions at once
+    (stateless, there are none to hold)."""
 
     def __init__(self, manager: StreamableHTTPSessionManager, authenticator: Authenticator) -> None:
         self.manager = manager
@@ -187,7 +195,7 @@ class _Authenticated:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         principal = await self.authenticator.authenticate(request)  # a 401 problem if not
-        opening = MCP_SESSION_ID_HEADER not in request.headers
+        opening = MCP_SESSION_ID_HEADER not in request.headers and not self.manager.stateless
         if opening and self._sessions_of(principal.id) >= MAX_SESSIONS_PER_PRINCIPAL:
             raise Problem(
                 429,
@@ -208,9 +216,14 @@ class _Authenticated:
 
 
 def add_route(
-    api: FastAPI, runs: AgentRuns, authenticator: Authenticator, *, max_prompt_chars: int
+    api: FastAPI, runs: AgentRuns, authenticator: Authenticator, *, max_prompt_chars: int, stateless: bool = False
 ) -> Callable[[], AbstractAsyncContextManager[None]]:
-    """Serve ``runs`` as an MCP tool at ``MCP_PATH`` on ``api``; what the app's lifespan must keep running."""
-    manager = StreamableHTTPSessionManager(mcp_server(runs, max_prompt_chars=max_prompt_chars))
-    api.router.routes.append(Route(MCP_PATH, _Authenticated(manager, authenticator), methods=["GET", "POST", "DELETE"]))
+    """Serve ``runs`` as an MCP tool at ``MCP_PATH`` on ``api``; what the app's lifespan must keep running.
+
+    ``stateless``: no sessions, for several processes behind one address with nothing routing a client back to
+    one of them. Answers stay SSE streams (not ``json_response``), which keep a call's notifications."""
+    manager = StreamableHTTPSessionManager(mcp_server(runs, max_prompt_chars=max_prompt_chars), stateless=stateless)
+    # Stateless, a GET would hold a stream nothing can ever be sent on, and there is no session to DELETE.
+    methods = ["POST"] if stateless else ["GET", "POST", "DELETE"]
+    api.router.routes.append(Route(MCP_PATH, _Authenticated(manager, authenticator), methods=methods))
     return manager.run
