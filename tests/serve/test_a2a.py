@@ -16,6 +16,7 @@ import asyncio
 import base64
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -48,6 +49,7 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import InternalError, InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 
+from tether.core.nesting import MAX_DEPTH
 from tether.serve.settings import DEFAULT_MAX_QUEUED_RUNS_PER_USER, DEFAULT_MAX_RUNS_PER_USER
 from tether.store import open_store
 
@@ -359,3 +361,61 @@ async def test_a_new_context_past_the_callers_empty_conversations_is_refused(
     with closing(open_store(served.db)) as store:
         assert [len(store.list_conversations(who)) for who in ("alice", "bob")] == [1, 1]
         assert [r.principal for r in store.list_runs()] == ["bob"]
+
+
+def _send(version: str, request_id: object = 7, text: str = "say: hi", **fields: object) -> str:
+    """A message sent with A2A ``version``'s method (``message/send``, ``SendMessage``) as JSON text: a lone
+    surrogate in it is the escape ``\\ud800``, as ``json.dumps`` writes one."""
+    part = {"kind": "text", "text": text} if version == "0.3" else {"text": text}
+    said = {"messageId": f"m-{time.monotonic_ns()}", "role": "user" if version == "0.3" else "ROLE_USER",
+            "parts": [part], **fields}  # fmt: skip
+    method = "message/send" if version == "0.3" else "SendMessage"
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": {"message": said}})
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.3"])
+async def test_a_message_tether_cannot_read_as_json_text_is_refused_with_a_precise_code_and_records_nothing(
+    served: Served, version: str
+) -> None:
+    """A body not UTF-8 or nested past tether's limit is a parse error (its id unread: null); a lone UTF-16
+    surrogate, which no store can keep, is invalid params in a part's text, a contextId or a metadata key (the
+    request's id echoed) and an invalid request in the id. No traceback, no run, no conversation, and the next
+    message is answered."""
+    lone, deep = "\ud800", '"@"'
+    just_past = MAX_DEPTH - 3  # four levels of envelope around the metadata: the body is MAX_DEPTH + 1 deep
+    unreadable = {
+        "text": (_send(version, text=f"say: {lone}"), (-32602, 7)),
+        "contextId": (_send(version, request_id="r-1", contextId=lone), (-32602, "r-1")),
+        "metadata key": (_send(version, request_id=8, metadata={lone: 1}), (-32602, 8)),
+        "id": (_send(version, request_id=lone), (-32600, None)),  # an id no answer can echo
+        "not UTF-8": (_send(version, text="say: @").replace("@", "\udcff"), (-32700, None)),
+        "just past the limit": (_send(version, metadata={"k": "@"}).replace(deep, "[" * just_past + "]" * just_past),
+                                (-32700, None)),
+        "far past it": (_send(version, metadata={"k": "@"}).replace(deep, "[" * 100_000 + "]" * 100_000),
+                        (-32700, None)),
+    }  # fmt: skip
+    headers = {"Authorization": "Bearer alice", "Content-Type": "application/json", "A2A-Version": version}
+    with served.process("a2a") as (process, base):
+        async with httpx.AsyncClient(timeout=60) as http:
+            answers: dict[str, object] = {}
+            for case, (body, _) in unreadable.items():
+                sent = body.encode("utf-8", "surrogateescape")  # "not UTF-8": the byte 0xff
+                try:
+                    answers[case] = (await http.post(f"{base}/a2a", content=sent, headers=headers)).json()
+                except (httpx.HTTPError, ValueError) as exc:  # the old answer to some: no answer at all
+                    answers[case] = repr(exc)
+            well_formed = await http.post(f"{base}/a2a", content=_send(version).encode(), headers=headers)
+        process.terminate()
+        process.wait(timeout=30)
+        assert process.stderr is not None
+        log = process.stderr.read().decode()
+    refused = {case: (a.get("error", {}).get("code"), a.get("id")) if isinstance(a, dict) else a
+               for case, a in answers.items()}  # fmt: skip
+    assert refused == {case: answer for case, (_, answer) in unreadable.items()}
+    answered = well_formed.json()["result"]
+    task = answered["task"] if version == "1.0" else answered  # A2A 1.0 names what a message was answered with
+    assert task["status"]["state"] in ("completed", "TASK_STATE_COMPLETED"), well_formed.text
+    assert "Traceback" not in log and 'File "' not in log, log
+    with closing(sqlite3.connect(served.db)) as db:
+        counted = [db.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in ("runs", "conversations")]
+    assert counted == [1, 1]  # the well-formed message's run and its conversation

@@ -26,7 +26,10 @@ starts.
 
 Who is calling comes from the app's ``Authenticator``, asked before the SDK
 sees the request; the caller's principal owns the tasks it starts, and
-anyone else's task is the ``TaskNotFoundError`` a missing one is. The agent
+anyone else's task is the ``TaskNotFoundError`` a missing one is. Then the
+body is read as tether reads all JSON from outside (``nesting.loads``): one
+it cannot read, or holding a lone surrogate, is refused with its JSON-RPC
+code (``_unreadable``) before the SDK parses it or a run starts. The agent
 card (``/.well-known/agent-card.json``) is public: it names the agent, one
 skill (the agent itself, never its tools) and the authentication scheme.
 """
@@ -34,6 +37,7 @@ skill (the agent itself, never its tools) and the authentication scheme.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import traceback
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
@@ -43,8 +47,9 @@ from typing import Any
 from a2a.helpers.proto_helpers import get_text_parts
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
+from a2a.server.jsonrpc_models import JSONParseError, JSONRPCError
 from a2a.server.request_handlers.request_handler import RequestHandler
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict, build_error_response
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types.a2a_pb2 import (
@@ -93,10 +98,12 @@ from a2a.utils.errors import (
 from fastapi import FastAPI
 from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Value
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tether.core import nesting
 from tether.core.machine import Status
 from tether.core.redact import redact
 from tether.drivers.local.runner import Agent
@@ -516,6 +523,38 @@ def _withhold_request_text() -> None:
             found.addFilter(_Withheld())
 
 
+def _unreadable(body: bytes) -> tuple[A2AError | JSONRPCError, str | int | None] | None:
+    """The error for a body tether does not read as it reads all JSON from outside (``nesting.loads``), with the
+    id its answer echoes; ``None`` for a body the SDK may read (or refuse as not JSON: it answers that itself).
+
+    Not UTF-8, or nested past ``MAX_DEPTH``: no JSON text tether can read, a parse error (its id unread, null).
+    A lone UTF-16 surrogate is JSON but no text (no store, hash or answer can hold it): in ``params`` the
+    method's parameters are invalid, as A2A 1.0's parser says of them, and the id is echoed; in the id or the
+    method, the request is none.
+    """
+    try:
+        nesting.loads(body, nesting.MAX_DEPTH)
+    except nesting.NestedTooDeep as exc:
+        return JSONParseError(message=f"the body is {exc}"), None
+    except UnicodeDecodeError:
+        return JSONParseError(message="the body is not UTF-8"), None
+    except nesting.NotText as exc:
+        request = json.loads(nesting.text_of(body))  # JSON no deeper than the limit: measured above
+        envelope = {k: v for k, v in request.items() if k != "params"} if isinstance(request, dict) else None
+        if envelope is None or not nesting.utf8(json.dumps(envelope, ensure_ascii=False)):
+            return InvalidRequestError(message=f"the request is {exc}"), None
+        found = envelope.get("id")
+        return InvalidParamsError(message=f"the params are {exc}"), found if _an_id(found) else None
+    except ValueError:  # not JSON at all: the SDK's own parse error
+        pass
+    return None
+
+
+def _an_id(value: object) -> bool:
+    """Whether ``value`` is a JSON-RPC id an answer can echo (the SDK's rule: a string or an integer)."""
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
 def add_routes(api: FastAPI, runs: AgentRuns, authenticator: Authenticator, *, max_prompt_chars: int) -> None:
     """Serve ``runs`` over A2A on ``api``: the agent card (public) and the JSON-RPC endpoint (``authenticator``'s)."""
     _withhold_request_text()
@@ -529,6 +568,16 @@ def add_routes(api: FastAPI, runs: AgentRuns, authenticator: Authenticator, *, m
         if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
             raise Problem(415, "the A2A endpoint takes JSON-RPC requests as application/json")
         request.state.tether_caller = Caller(await authenticator.authenticate(request))  # a 401 problem if not
+        try:
+            body = await request.body()  # kept for the SDK, which reads it next
+        except HTTPException as exc:  # the service's body limit, answered as the SDK answers it
+            if exc.status_code != 413:
+                raise
+            return JSONResponse(build_error_response(None, InvalidRequestError(message=exc.detail)))
+        refused = _unreadable(body)
+        if refused is not None:
+            error, request_id = refused
+            return JSONResponse(build_error_response(request_id, error))
         return await dispatcher.handle_requests(request)
 
     async def agent_card(request: Request) -> Response:
