@@ -97,7 +97,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -439,16 +439,24 @@ def fixed_for(fixed: Fixed, sinks: Collection[str], arguments: Mapping[str, Any]
     Temporal workflow's history) needs to carry, however long the schema's enums."""
     if not (fixed[0] or fixed[1]):
         return fixed
-    found = [
-        (normalise(raw), path.endswith(KEY)) for p in sinks if p in arguments for path, raw in leaves(arguments[p], p)
-    ]
-    return fixed[0] & {v for v, key in found if not key}, fixed[1] & {v for v, key in found if key}
+    values, keys = _by_kind(
+        (normalise(raw), path) for p in sinks if p in arguments for path, raw in leaves(arguments[p], p)
+    )
+    return fixed[0] & values, fixed[1] & keys
 
 
 def fixed_used(verdict: Sequence[Mapping[str, Any]]) -> Fixed:
     """The part of a tool's fixed configuration a verdict was traced to: all a later trace needs to agree."""
-    used = [(item["fixed"], item["path"].endswith(KEY)) for item in verdict if "fixed" in item]
-    return frozenset(v for v, key in used if not key), frozenset(v for v, key in used if key)
+    return _by_kind((item["fixed"], item["path"]) for item in verdict if "fixed" in item)
+
+
+def _by_kind(found: Iterable[tuple[str, str]]) -> Fixed:
+    """(value, its path) pairs as ``Fixed``: the values, and the keys (a path ``leaves`` marks with ``KEY``)."""
+    values: set[str] = set()
+    keys: set[str] = set()
+    for value, path in found:
+        (keys if path.endswith(KEY) else values).add(value)
+    return frozenset(values), frozenset(keys)
 
 
 def untraced(verdict: Sequence[Mapping[str, Any]]) -> bool:

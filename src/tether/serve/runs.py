@@ -161,9 +161,9 @@ class AgentRuns(RunService):
         # One request of this caller at a time counts and records here (a remote store's calls run on threads).
         # No run or conversation id holds NUL (``storable``): this lock is no request's run lock.
         async with self.one_at_a_time(f"\x00conversations of {caller.id}"):
-            await self._room_for_a_conversation(caller)
-            new = self.agent.conversation(principal=caller.principal)
             try:
+                await self._room_for_a_conversation(caller)
+                new = self.agent.conversation(principal=caller.principal)
                 await self.io(self.store.create_conversation, new.id, caller.principal, new.budget.to_dict())
             except StoreError as exc:
                 raise Problem(503, "the service cannot record conversations now; the error is logged") from exc
@@ -173,10 +173,7 @@ class AgentRuns(RunService):
         """Nothing, if ``caller`` may have one more empty conversation; else the 429 problem (``open_conversation``)."""
         limit, window = self.settings.max_empty_conversations_per_user, self.settings.empty_conversation_seconds
         now = self.store.clock()
-        try:
-            empty, oldest = await self.io(self.store.empty_conversations, caller.id, now - window)
-        except StoreError as exc:
-            raise Problem(503, "the service cannot record conversations now; the error is logged") from exc
+        empty, oldest = await self.io(self.store.empty_conversations, caller.id, now - window)
         if empty < limit or oldest is None:
             return
         wait = max(1, math.ceil(oldest + window - now))
@@ -217,16 +214,9 @@ class AgentRuns(RunService):
         self, caller: Caller, *, statuses: Collection[str] | None, limit: int, before: tuple[float, str] | None
     ) -> tuple[list[dict[str, Any]], tuple[float, str] | None]:
         """One page of ``caller``'s runs, newest first (after ``before``), and where the next page starts."""
-        skipped: list[tuple[str, StoreError]] = []
         found = await self.io(
-            self.store.list_runs,
-            principal_id=caller.id,
-            limit=limit + 1,
-            statuses=statuses,
-            before=before,
-            skipped=skipped,
+            self.listed, self.store, principal_id=caller.id, limit=limit + 1, statuses=statuses, before=before
         )
-        self.left_out(skipped)
         last = found[limit - 1] if len(found) > limit else None
         return [_summary(r) for r in found[:limit]], None if last is None else (last.created_at, last.run_id)
 
@@ -251,10 +241,7 @@ class AgentRuns(RunService):
         found: list[dict[str, Any]] = []
         owner = None if caller.approves else caller.id  # every call waiting for a person is addressed to the role
         waiting = {status.value for status in WAITING_FOR_A_PERSON}
-        skipped: list[tuple[str, StoreError]] = []
-        listed = self.reader.list_runs(owner, limit=limit, statuses=waiting, oldest_update_first=True, skipped=skipped)
-        self.left_out(skipped)
-        for summary in listed:
+        for summary in self.listed(self.reader, owner, limit=limit, statuses=waiting, oldest_update_first=True):
             state = self.reader.load(summary.run_id, check=False).state
             prompt = _prompt(state)
             for kind, call in waiting_for_a_person(state):

@@ -80,7 +80,7 @@ from tether.serve.problems import Problem
 from tether.serve.schedule import FairSlots
 from tether.serve.settings import DEFAULT_RUNS_RETRY_AFTER, Settings
 from tether.store import LeaseHeld, RunNotFound, RunStore, StoreError, TamperedRun, open_store
-from tether.store.records import StoredRun
+from tether.store.records import RunSummary, StoredRun
 from tether.tools.context import Principal
 from tether.tools.tool import Tool
 
@@ -332,20 +332,18 @@ class RunService:
         """
         if self.stopping:
             return []
-        skipped: list[tuple[str, StoreError]] = []
         try:
             found = await self.io(
-                self.store.list_runs,
+                self.listed,
+                self.store,
                 limit=TAKEOVER_SCAN_LIMIT,
                 statuses=INTERRUPTED,
                 unleased=True,
                 oldest_update_first=True,
-                skipped=skipped,
             )
         except StoreError as exc:
             log.warning("cannot look for runs to take over: %s", exc)
             return []
-        self.left_out(skipped)
         taken = []
         for summary in found:  # oldest first: each user's runs keep their order in line
             async with self.one_at_a_time(summary.run_id):
@@ -355,13 +353,17 @@ class RunService:
             log.info("took over %d run(s) in flight that no process drives", len(taken))
         return taken
 
-    def left_out(self, skipped: Sequence[tuple[str, StoreError]]) -> None:
-        """Log, once per process, each run a listing left out because its row was edited (``list_runs``):
-        the other runs are still taken over and listed, and that one waits for a person (tether runs verify)."""
+    def listed(self, store: RunStore, *args: Any, **kwargs: Any) -> list[RunSummary]:
+        """``store.list_runs(*args, **kwargs)`` without the runs whose row was edited (``skipped``): the others
+        are still taken over and listed, and each of those is logged, once per process, for a person to look at
+        (tether runs verify)."""
+        skipped: list[tuple[str, StoreError]] = []
+        found = store.list_runs(*args, skipped=skipped, **kwargs)
         for run_id, exc in skipped:
             if run_id not in self.unreadable:
                 self.unreadable.add(run_id)
                 log.warning("%s; the run is left out of listings and take-overs", exc)
+        return found
 
     async def _take_over(self, run_id: str) -> bool:
         """Drive ``run_id`` on if no one does (``take_over``); whether this process now drives it."""
@@ -680,10 +682,7 @@ class RunService:
     def _read_approvals(self, limit: int) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
         waiting = {Status.AWAITING_APPROVAL.value}
-        skipped: list[tuple[str, StoreError]] = []
-        listed = self.reader.list_runs(limit=limit, statuses=waiting, oldest_update_first=True, skipped=skipped)
-        self.left_out(skipped)
-        for summary in listed:
+        for summary in self.listed(self.reader, limit=limit, statuses=waiting, oldest_update_first=True):
             for call in summary.undecided():
                 found.append({**_approval(summary.run_id, call), "owner": summary.principal,
                               "requested_at": summary.updated_at})  # fmt: skip
