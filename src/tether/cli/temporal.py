@@ -69,6 +69,9 @@ task_queue_option = click.option(
 
 def leave(code: int) -> NoReturn:
     """Exit now, output flushed, without the interpreter's teardown (where the SDK may abort)."""
+    client = sys.modules.get("tether.drivers.temporal.client")  # loaded once a Temporal client was made
+    if client is not None:
+        client.settle_logs()  # the core's last log lines (a payload's size warning) reach standard error
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

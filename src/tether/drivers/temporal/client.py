@@ -85,6 +85,22 @@ def runtime() -> Runtime:
     return _runtime
 
 
+# The core hands its log lines to Python from its own thread, in batches at most this far apart (the SDK's
+# bridge: ``FORWARD_LOG_MAX_FREQ_MS``).
+_FORWARDED_EVERY = 0.010
+
+
+def settle_logs() -> None:
+    """Let the core hand over the log lines it holds before the process exits without teardown.
+
+    A process that leaves with ``os._exit`` right after a request (`tether run --no-wait`) lost the
+    request's warning (a payload's size) whenever the core's thread had not been scheduled since: on a
+    busy machine, more often than not. A few batch periods with the interpreter's lock released let it.
+    """
+    if _runtime is not None:
+        time.sleep(5 * _FORWARDED_EVERY)
+
+
 def transient(error: RPCError) -> bool:
     """Whether asking again may succeed: no worker could answer yet (not: no such run, a bad request)."""
     return error.status in _PASSING
