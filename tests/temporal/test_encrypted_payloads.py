@@ -26,15 +26,31 @@ from temporal_helpers import SRC, child_env, spawn_worker, stop, transcript
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from tether.core.errors import ConfigurationError
-from tether.drivers.temporal.client import connect
+from tether.drivers.temporal.client import connect, start_run
 from tether.drivers.temporal.codec import ENCODING, KEY_VARIABLE, data_converter, key_id
 from tether.drivers.temporal.devserver import DevServer
+from tether.drivers.temporal.worker import make_worker
+from tether.drivers.temporal.workflow import failure_reason
+from tether.models.openai_chat import OpenAIChatModel
+from tether.store import SQLiteStore
 from tether.testing import FakeServer
 from tether.testing.fake_server import ReplySpec, text, tool_calls
+from tether.tools import tool
+from tether.tools.context import Principal
 
+ANN = Principal("ann", frozenset({"*"}))
+
+
+@tool
+def transfer(iban: str, amount: int, api_token: str) -> str:
+    """Send money (a side effect): never reached here, the principal's resolver fails first."""
+    raise AssertionError("the transfer ran")
+
+
+TOOLS = [transfer]
 KEY = base64.b64encode(bytes(range(32))).decode()
 OTHER_KEY = base64.b64encode(bytes(range(32, 64))).decode()
 PROMPT_MARKER = "PROMPT-MARKER-7f3a9c"
@@ -174,7 +190,7 @@ async def test_a_worker_without_the_clients_key_runs_nothing_and_says_why(
                 assert time.monotonic() < deadline, "the worker's workflow task never failed"
                 await asyncio.sleep(0.1)
             failure = failed[0].workflow_task_failed_event_attributes.failure
-            assert (failure.application_failure_info.type, failure.message) == ("ConfigurationError", says)
+            assert (failure.application_failure_info.type, failure.message) == ("KeyRefused", says)
             kinds = {e.event_type for e in (await history_of(address, run_id)).events}
             assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in kinds
             assert server.requests == []  # the model was never asked
@@ -202,6 +218,45 @@ async def test_a_worker_without_the_clients_key_runs_nothing_and_says_why(
                 await asyncio.sleep(0.2)
         finally:
             stop(worker)
+
+
+def directory_down(principal: Principal) -> Principal | None:
+    raise RuntimeError(f"the directory is down: {principal.id} {TOKEN}")
+
+
+@pytest.mark.parametrize("key", [KEY, None], ids=["key", "no-key"])
+async def test_with_the_key_a_failures_message_is_encrypted_too(
+    temporal_server: DevServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str | None
+) -> None:
+    """A resolver's exception quoting what it holds (a token), the local activity's failure and the run's reason
+    that carries it: with the key, the history keeps none of it readable; tether's client still reads why."""
+    if key is not None:
+        monkeypatch.setenv(KEY_VARIABLE, key)
+    else:
+        monkeypatch.delenv(KEY_VARIABLE, raising=False)
+    store = SQLiteStore(tmp_path / "runs.db")
+    run_id, queue = uuid.uuid4().hex, f"q-{uuid.uuid4().hex[:8]}"
+    client = await connect(temporal_server.address)
+    async with FakeServer(script=bank) as server:
+        model = OpenAIChatModel("fake", base_url=server.base_url, api_key="k")
+        async with make_worker(client, queue, model, TOOLS, store=store, resolve_principal=directory_down):
+            handle = await start_run(client, PROMPT_MARKER, task_queue=queue, run_id=run_id, principal=ANN)
+            with pytest.raises(WorkflowFailureError) as failed:
+                await asyncio.wait_for(handle.result(), 60)
+        await model.aclose()
+    said = f"the directory is down: ann {TOKEN}"
+    assert failure_reason(failed.value) == said  # read with the key, as tether's processes read it
+    assert store.load(run_id).state.reason == f"the workflow failed: {said}"
+    store.close()
+    history = await history_of(temporal_server.address, run_id)
+    failures = [e for e in history.events if e.HasField("workflow_execution_failed_event_attributes")]
+    assert len(failures) == 1
+    stored = b"".join(event.SerializeToString() for event in history.events)
+    if key is None:  # as before: the token in the failures' messages
+        assert TOKEN.encode() in stored
+    else:
+        assert TOKEN.encode() not in stored and b"directory is down" not in stored
+        assert failures[0].workflow_execution_failed_event_attributes.failure.message == "Encoded failure"
 
 
 KEYS = {

@@ -18,6 +18,12 @@ are read as they are.
 The variable holds base64 keys of 32 bytes (``openssl rand -base64 32``),
 separated by commas when old keys must still decrypt. ``cryptography`` is
 imported only when it is set.
+
+With a key, a failure's message and stack trace are encrypted too (the SDK's
+encoded attributes): a resolver's or a reconcile hook's exception, and the
+reason of a run whose workflow failed, may quote what the run holds. Only
+the codec's own refusal stays readable, so that a worker lacking the key can
+say so to whoever reads the history: it names key ids, nothing else.
 """
 
 from __future__ import annotations
@@ -28,10 +34,10 @@ import dataclasses
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from temporalio.api.common.v1 import Payload
-from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.converter import DataConverter, DefaultFailureConverter, PayloadCodec
 
 from tether.core.errors import ConfigurationError
 
@@ -74,6 +80,25 @@ def parse_keys(text: str) -> list[bytes]:
     return keys
 
 
+class KeyRefused(ConfigurationError):
+    """A payload this process cannot decrypt: under a key it does not hold, altered, or encrypted while it has none."""
+
+
+class EncryptedFailures(DefaultFailureConverter):
+    """Failures with their message and stack trace in the encoded attributes, which the codec encrypts; the codec's
+    own refusal stays plain (a worker without the key could not write it for anyone to read otherwise)."""
+
+    def __init__(self) -> None:
+        super().__init__(encode_common_attributes=True)
+        self._plain = DefaultFailureConverter()
+
+    def to_failure(self, exception: BaseException, payload_converter: Any, failure: Any) -> None:
+        if isinstance(exception, KeyRefused):
+            self._plain.to_failure(exception, payload_converter, failure)
+        else:
+            super().to_failure(exception, payload_converter, failure)
+
+
 class EncryptionCodec(PayloadCodec):
     """AES-256-GCM under ``keys[0]``; decrypts under any of ``keys`` (the payload's key id picks one)."""
 
@@ -109,14 +134,14 @@ class EncryptionCodec(PayloadCodec):
             cipher = self._ciphers.get(wanted)
             if cipher is None:
                 held = ", ".join(self._ciphers)
-                raise ConfigurationError(
+                raise KeyRefused(
                     f"a Temporal payload is encrypted under key {wanted}, which this process's {KEY_VARIABLE} does"
                     f" not hold (it holds {held}): the keys differ; {HINT}"
                 )
             try:
                 plain = cipher.decrypt(payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:], None)
             except InvalidTag:
-                raise ConfigurationError(
+                raise KeyRefused(
                     f"a Temporal payload encrypted under key {wanted} fails its authentication: it was altered"
                     " after it was encrypted"
                 ) from None
@@ -135,7 +160,7 @@ class KeylessCodec(PayloadCodec):
         for payload in payloads:
             if payload.metadata.get("encoding") == ENCODING:
                 wanted = payload.metadata.get(KEY_ID, b"").decode("ascii", "replace")
-                raise ConfigurationError(
+                raise KeyRefused(
                     f"a Temporal payload is encrypted under key {wanted} and this process has no {KEY_VARIABLE}: {HINT}"
                 )
         return list(payloads)
@@ -152,4 +177,7 @@ def payload_codec(environ: Mapping[str, str] = os.environ) -> PayloadCodec:
 def data_converter(environ: Mapping[str, str] = os.environ) -> DataConverter:
     """The SDK's default data converter with the codec of ``environ`` (``payload_codec``): what ``connect``'s
     clients, and the workers made from them, use. A program building its own ``Client`` passes it."""
-    return dataclasses.replace(DataConverter.default, payload_codec=payload_codec(environ))
+    codec = payload_codec(environ)
+    if isinstance(codec, KeylessCodec):
+        return dataclasses.replace(DataConverter.default, payload_codec=codec)
+    return dataclasses.replace(DataConverter.default, payload_codec=codec, failure_converter_class=EncryptedFailures)
