@@ -211,7 +211,7 @@ async def test_current_time_states_its_zone(clock: Toolbox, zone: str, offsets: 
     assert parsed.isoformat().endswith(now["utc_offset"])
 
 
-@pytest.mark.parametrize("zone", ["Mars/Olympus_Mons", "Europe", "localtime"])
+@pytest.mark.parametrize("zone", ["Mars/Olympus_Mons", "Europe", "localtime", "posixrules"])
 async def test_unknown_zone_is_refused(clock: Toolbox, zone: str) -> None:
     message = error(await call(clock, "current_time", {"timezone": zone}), "tool_failed")
     assert message == f"unknown time zone: {zone}"
