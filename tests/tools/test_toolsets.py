@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -189,6 +190,57 @@ async def test_directory_is_not_a_file(files: Toolbox) -> None:
     assert error(await call(files, "read_file", {"path": "notes"}), "tool_failed") == "not a file: notes"
 
 
+async def test_names_that_are_not_utf8_are_left_out_and_counted(files: Toolbox, root: Path) -> None:
+    # Linux names are bytes: these two decode to lone surrogates, which no path the model writes can hold.
+    os.close(os.open(bytes(root / "notes") + b"/bad\xff.txt", os.O_CREAT | os.O_WRONLY))
+    os.mkdir(bytes(root / "notes") + b"/dir\xfe")
+    raw = await call(files, "list_files", {"path": "notes"})
+    assert result(raw) == {"path": "notes", "entries": ["todo.txt"], "count": 3, "not_utf8": 2}
+    assert "not UTF-8" in files.offered["list_files"].description
+
+
+@pytest.fixture
+def hard_linked(root: Path, tmp_path: Path) -> Path:
+    """``secret.txt`` also lives in the root as ``notes/secret.txt``, with ``alias.txt`` a symlink to it."""
+    os.link(tmp_path / "outside" / "secret.txt", root / "notes" / "secret.txt")
+    (root / "alias.txt").symlink_to(root / "notes" / "secret.txt")
+    return root
+
+
+@pytest.mark.parametrize("path", ["notes/secret.txt", "alias.txt"])
+async def test_a_file_with_other_hard_links_is_not_read(files: Toolbox, hard_linked: Path, path: str) -> None:
+    raw = await call(files, "read_file", {"path": path})
+    assert error(raw, "tool_failed") == f"not readable: {path} has other hard links"
+    assert "SECRET" not in raw
+
+
+async def test_a_listing_names_the_files_with_other_hard_links(files: Toolbox, hard_linked: Path) -> None:
+    # link.txt leads to the same file outside the root: what it is there is not said.
+    assert result(await call(files, "list_files", {})) == {
+        "path": ".",
+        "entries": ["alias.txt", "hello.txt", "link.txt", "linkdir", "notes/"],
+        "count": 5,
+        "hard_linked": ["alias.txt"],
+    }
+    assert result(await call(files, "list_files", {"path": "notes"})) == {
+        "path": "notes",
+        "entries": ["secret.txt", "todo.txt"],
+        "count": 2,
+        "hard_linked": ["secret.txt"],
+    }
+
+
+async def test_two_names_for_one_file_inside_the_root_are_both_refused(files: Toolbox, root: Path) -> None:
+    # The other link could as well be outside the root: a link does not say where the others are.
+    os.link(root / "hello.txt", root / "notes" / "hello.txt")
+    for path in ("hello.txt", "notes/hello.txt"):
+        assert error(await call(files, "read_file", {"path": path}), "tool_failed") == (
+            f"not readable: {path} has other hard links"
+        )
+    (root / "notes" / "hello.txt").unlink()
+    assert result(await call(files, "read_file", {"path": "hello.txt"})) == "hello, world\n"
+
+
 def test_files_root_must_be_a_directory(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="not a directory"):
         files_tools(tmp_path / "missing")
@@ -211,7 +263,7 @@ async def test_current_time_states_its_zone(clock: Toolbox, zone: str, offsets: 
     assert parsed.isoformat().endswith(now["utc_offset"])
 
 
-@pytest.mark.parametrize("zone", ["Mars/Olympus_Mons", "Europe", "localtime"])
+@pytest.mark.parametrize("zone", ["Mars/Olympus_Mons", "Europe", "localtime", "posixrules"])
 async def test_unknown_zone_is_refused(clock: Toolbox, zone: str) -> None:
     message = error(await call(clock, "current_time", {"timezone": zone}), "tool_failed")
     assert message == f"unknown time zone: {zone}"

@@ -16,6 +16,10 @@ from tether.tools import Tool, ToolError, tool
 
 # Every IANA name fits; dots cannot appear, so neither can "..".
 ZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9/_+-]{0,63}$"
+# Files in the zone database that ZoneInfo opens but that are no zone: "localtime" names the host's
+# zone, "posixrules" the daylight saving rules of a POSIX TZ string that gives none (a link to some
+# zone, often America/New_York). Compared lowercased, as a case-insensitive file system opens them.
+NOT_ZONES = frozenset({"localtime", "posixrules"})
 
 
 @tool(read_only=True)
@@ -25,8 +29,7 @@ def current_time(timezone: Annotated[str, Field(pattern=ZONE_PATTERN)]) -> dict[
     Args:
         timezone: An IANA time zone name such as "Europe/Paris" or "UTC".
     """
-    # "localtime" is a file in the zone database that names the host's zone.
-    if timezone == "localtime":
+    if timezone.lower() in NOT_ZONES:
         raise ToolError(f"unknown time zone: {timezone}")
     try:
         zone = ZoneInfo(timezone)

@@ -15,6 +15,13 @@ no symlink (``O_NOFOLLOW`` at every step, the ``openat`` way), and what is
 read is the opened file's own: a symlink, a FIFO or a bigger file put in
 place between the check and the read is refused, never followed, waited on
 or read whole.
+
+A file with other hard links is not read: one of them may lie outside the root (a hard link, unlike a
+symlink, does not say where the file's other names are), and the root holds only a name, not the file.
+``list_files`` names such files under "hard_linked", so the model does not ask for them in vain.
+
+A name that is not UTF-8 (possible on Linux, where a name is bytes) is left out of a listing and
+counted under "not_utf8": the model can write no path that names it, so it is never shown one.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from tether.core.errors import ConfigurationError
+from tether.core.nesting import utf8
 from tether.tools import Tool, ToolError, tool
 
 # Bigger files are refused rather than read whole into memory just to be cut.
@@ -69,7 +77,10 @@ def files_tools(root: Path) -> list[Tool]:
             raise ToolError(f"cannot read: {shown}") from None
         with open(fd, "rb") as file:
             try:
-                size = os.fstat(fd).st_size
+                status = os.fstat(fd)
+                if status.st_nlink > 1:
+                    raise ToolError(f"not readable: {shown} has other hard links")
+                size = status.st_size
                 if size > MAX_FILE_BYTES:
                     raise ToolError(f"file too large: {shown} has {size} bytes, the limit is {MAX_FILE_BYTES}")
                 data = file.read(MAX_FILE_BYTES + 1)  # the file may grow while it is read
@@ -89,7 +100,10 @@ def files_tools(root: Path) -> list[Tool]:
     def list_files(path: PathArgument = ".") -> dict[str, Any]:
         """List a directory under the files root, sorted; directories end with "/".
 
-        A directory of more than 1000 entries lists its first 1000; "omitted" says how many more there are.
+        "count" is every entry in the directory. A directory of more than 1000 entries lists its first 1000;
+        "omitted" says how many more there are. An entry whose name is not UTF-8 is left out, as no path can
+        name it; "not_utf8" says how many there are. "hard_linked" names listed files that read_file refuses:
+        they have other hard links, which may lie outside the files root.
 
         Args:
             path: The directory relative to the files root; "." is the root itself.
@@ -113,15 +127,22 @@ def files_tools(root: Path) -> list[Tool]:
             os.close(parent)
         try:
             with os.scandir(fd) as scan:
-                first, count = _first_entries(scan)
-                entries = sorted(_entry(base, target, child) for child in first)
+                first, count, not_utf8 = _first_entries(scan)
+                listed = sorted(_entry(base, target, child) for child in first)
         except OSError:
             raise ToolError(f"cannot list: {shown}") from None
         finally:
             os.close(fd)
+        entries = [name for name, _ in listed]
         listing: dict[str, Any] = {"path": shown, "entries": entries, "count": count}
-        if count > len(entries):
-            listing["omitted"] = count - len(entries)
+        # count == len(entries) + omitted + not_utf8, each of the last two present when not 0.
+        if count > len(entries) + not_utf8:
+            listing["omitted"] = count - len(entries) - not_utf8
+        if not_utf8:
+            listing["not_utf8"] = not_utf8
+        hard_linked = [name for name, linked in listed if linked]
+        if hard_linked:
+            listing["hard_linked"] = hard_linked
         return listing
 
     return [read_file, list_files]
@@ -200,30 +221,44 @@ def _open_file(base: Path, target: Path) -> int:
     return fd
 
 
-def _first_entries(entries: Iterator[os.DirEntry[str]]) -> tuple[list[os.DirEntry[str]], int]:
-    """The first ``MAX_LISTED_ENTRIES`` entries by name, and how many there are, holding at most twice that many."""
+def _first_entries(entries: Iterator[os.DirEntry[str]]) -> tuple[list[os.DirEntry[str]], int, int]:
+    """The first ``MAX_LISTED_ENTRIES`` entries by name, how many there are, and how many of them have a name
+    that is not UTF-8 (none of which is kept), holding at most twice that many."""
     kept: list[os.DirEntry[str]] = []
     count = 0
+    not_utf8 = 0
     for entry in entries:
         count += 1
+        # Bytes that are not UTF-8 come in as lone surrogates (surrogateescape), which no JSON the model
+        # writes can hold: shown, such a name would be one the model can neither read nor list.
+        if not utf8(entry.name):
+            not_utf8 += 1
+            continue
         kept.append(entry)
         if len(kept) == 2 * MAX_LISTED_ENTRIES:
             kept = sorted(kept, key=_name)[:MAX_LISTED_ENTRIES]
-    return sorted(kept, key=_name)[:MAX_LISTED_ENTRIES], count
+    return sorted(kept, key=_name)[:MAX_LISTED_ENTRIES], count, not_utf8
 
 
 def _name(entry: os.DirEntry[str]) -> str:
     return entry.name
 
 
-def _entry(base: Path, directory: Path, child: os.DirEntry[str]) -> str:
-    if not child.is_symlink():
-        return f"{child.name}/" if child.is_dir(follow_symlinks=False) else child.name
-    # A symlink leading out is listed as a plain name: whether its target is
-    # a directory is outside information.
+def _entry(base: Path, directory: Path, child: os.DirEntry[str]) -> tuple[str, bool]:
+    """The entry as listed ("/" after a directory), and whether ``read_file`` refuses it for its other hard links."""
     try:
-        target = (directory / child.name).resolve()
-        is_dir = target.is_relative_to(base) and target.is_dir()
-    except (OSError, RuntimeError):
-        is_dir = False
-    return f"{child.name}/" if is_dir else child.name
+        if not child.is_symlink():
+            if child.is_dir(follow_symlinks=False):
+                return f"{child.name}/", False
+            # Only a regular file is looked at: a directory's links are its subdirectories' "..".
+            status = child.stat(follow_symlinks=False) if child.is_file(follow_symlinks=False) else None
+        else:
+            # A symlink leading out is listed as a plain name: what its target is, is outside information.
+            target = (directory / child.name).resolve()
+            status = target.stat() if target.is_relative_to(base) else None
+            if status is not None and stat.S_ISDIR(status.st_mode):
+                return f"{child.name}/", False
+    except (OSError, RuntimeError):  # gone since the scan, a symlink loop
+        return child.name, False
+    linked = status is not None and stat.S_ISREG(status.st_mode) and status.st_nlink > 1
+    return child.name, linked
