@@ -261,6 +261,10 @@ ENVIRONMENT = {
     "TETHER_SERVE_ENGINE": ("serve", "Set by `tether serve` for its worker processes: `local` or `temporal`."),
     "TETHER_TEMPORAL": ("temporal", "The Temporal server, `HOST:PORT` (`--temporal`)."),
     "TETHER_TASK_QUEUE": ("temporal", "The Temporal task queue runs are put on and workers poll (`--task-queue`)."),
+    "TETHER_RESOLVE_PRINCIPAL": (
+        "temporal",
+        "The principal resolver `tether worker` asks before each call runs, `MODULE:NAME` (`--resolve-principal`).",
+    ),
     "TETHER_TEMPORAL_KEY": (
         "temporal",
         "Encrypts every Temporal payload (AES-256-GCM): 32 random bytes in base64 (`openssl rand -base64 32`); "

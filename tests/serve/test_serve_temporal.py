@@ -163,7 +163,10 @@ def test_what_a_temporal_run_cannot_carry_is_refused_when_the_app_is_made(tmp_pa
     with pytest.raises(ConfigurationError, match=r"has handoffs, which a Temporal run does not carry"):
         app(handing, authenticator=HeaderAuth(), store=db, engine="temporal", temporal="127.0.0.1:7233")
     resolving = Agent(ScriptedModel([]), [add], resolve_principal=lambda principal: principal)
-    with pytest.raises(ConfigurationError, match=r"has a resolve_principal, .*make_worker\(\.\.\., resolve_principal"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"has a resolve_principal, .*tether worker --resolve-principal MODULE:NAME or make_worker\(",
+    ):
         app(resolving, authenticator=HeaderAuth(), store=db, engine="temporal", temporal="127.0.0.1:7233")
     with pytest.raises(ConfigurationError, match=r"needs the Temporal server: --temporal HOST:PORT"):
         app(Agent(ScriptedModel([]), [add]), authenticator=HeaderAuth(), store=db, engine="temporal")

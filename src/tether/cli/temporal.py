@@ -9,12 +9,13 @@ these commands leave with ``os._exit`` once their output is flushed.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -37,6 +38,9 @@ from tether.cli.common import (
 from tether.core.budget import Budget, RunConfig
 from tether.core.errors import ConfigurationError, TetherError
 from tether.core.machine import Status
+
+if TYPE_CHECKING:
+    from tether.drivers.local.runner import PrincipalResolver
 
 DEFAULT_TASK_QUEUE = "tether"
 POLL_SECONDS = 0.1
@@ -89,6 +93,35 @@ def _require_sdk() -> None:
         _fail("Temporal runs need the temporal extra: pip install 'tether[temporal]'")
 
 
+RESOLVER_USAGE = "tether worker --resolve-principal"
+RESOLVER_EXAMPLE = "my_app.auth:current_principal or auth.py:current_principal"
+
+
+def load_resolver(target: str) -> PrincipalResolver:
+    """The resolver ``--resolve-principal`` names: a function (or an object with ``__call__``) asked with the
+    run's principal, as an Agent's ``resolve_principal``; ``ConfigurationError`` saying why anything else is not."""
+    from tether.drivers.targets import load_attribute
+
+    found = load_attribute(target, usage=RESOLVER_USAGE, what="a principal resolver", example=RESOLVER_EXAMPLE)
+    if isinstance(found, type) or not callable(found):
+        kind = "a class" if isinstance(found, type) else f"a {type(found).__name__}"
+        raise ConfigurationError(
+            f"{target} is {kind}, not a function ({RESOLVER_USAGE} names a function of the run's principal "
+            "that returns the principal as it is now, or None)"
+        )
+    try:
+        inspect.signature(found).bind(None)
+    except TypeError:
+        raise ConfigurationError(
+            f"{target} cannot be called with one argument ({RESOLVER_USAGE} names a function of the run's "
+            "principal that returns the principal as it is now, or None)"
+        ) from None
+    except ValueError:  # no signature to read (some built-ins): it is asked as it is
+        pass
+    resolver: PrincipalResolver = found
+    return resolver
+
+
 async def _connect(address: str) -> Any:
     from temporalio.service import RPCError
 
@@ -131,6 +164,16 @@ async def _connect(address: str) -> Any:
     help="How long the run store lease a save takes holds the run if this worker dies mid-save, at most "
     f"{MAX_WORKER_LEASE_SECONDS:g} [env: TETHER_LEASE_SECONDS; default: 30].",
 )
+@click.option(
+    "--resolve-principal",
+    "resolver_target",
+    envvar="TETHER_RESOLVE_PRINCIPAL",
+    metavar="MODULE:NAME",
+    help="A function asked with the run's principal before each call runs (plain or async; FILE.py:NAME "
+    "too): it returns the principal as it is now, and a call it no longer allows (None, or a principal "
+    "without the tool's scopes) is answered forbidden and does not run. Give every worker of a task "
+    "queue the same one [env: TETHER_RESOLVE_PRINCIPAL].",
+)
 def worker(
     temporal_address: str | None,
     task_queue: str,
@@ -145,6 +188,7 @@ def worker(
     log_content: bool,
     heartbeat_seconds: float | None,
     lease_seconds: float | None,
+    resolver_target: str | None,
 ) -> None:
     """Run Temporal runs' workflows and activities until interrupted (SIGINT or SIGTERM).
 
@@ -159,6 +203,7 @@ def worker(
       tether worker --temporal 127.0.0.1:7233 --task-queue tether --tools calc
       tether worker --temporal temporal:7233 --tools calc --db postgresql://tether@db/tether
       tether worker --temporal 127.0.0.1:7233 --tools calc --heartbeat 3 --lease-seconds 10
+      tether worker --temporal 127.0.0.1:7233 --tools my_app.tools --resolve-principal my_app.auth:current
     """
     _require_sdk()
     if not temporal_address:
@@ -172,6 +217,7 @@ def worker(
     }
     try:
         tools = load_tools(toolsets, files_root or os.environ.get("TETHER_FILES_ROOT"))
+        resolver = load_resolver(resolver_target) if resolver_target else None
         chat = model_of(setup, api_key)
         store = open_store(db, log_content, lease_seconds=lease_seconds)
     except TetherError as exc:
@@ -185,8 +231,17 @@ def worker(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with make_worker(client, task_queue, chat, tools, store=store, heartbeat_seconds=heartbeat_seconds):
-            click.echo(f"worker polling {task_queue} on {temporal_address} with {len(tools)} tool(s)", err=True)
+        async with make_worker(
+            client,
+            task_queue,
+            chat,
+            tools,
+            store=store,
+            heartbeat_seconds=heartbeat_seconds,
+            resolve_principal=resolver,
+        ):
+            asks = f", asking {resolver_target} for the principal before each call" if resolver else ""
+            click.echo(f"worker polling {task_queue} on {temporal_address} with {len(tools)} tool(s){asks}", err=True)
             await stop.wait()
         await chat.aclose()
 

@@ -74,8 +74,8 @@ def check_carried(agent: Agent) -> None:
     if agent.resolve_principal is not None:  # a gate: never dropped in silence
         raise ConfigurationError(
             f"agent {agent.name!r} has a resolve_principal, which a Temporal run does not carry (its workers ask "
-            "their own before each call): give it to the workers, make_worker(..., resolve_principal=...), and "
-            "leave it out of the served agent"
+            "their own before each call): give it to the workers, tether worker --resolve-principal MODULE:NAME "
+            "or make_worker(..., resolve_principal=...), and leave it out of the served agent"
         )
 
 
