@@ -29,7 +29,7 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowFailureError
 
 from tether.core.errors import ConfigurationError
-from tether.drivers.temporal.client import connect, start_run
+from tether.drivers.temporal.client import connect, start_run, status
 from tether.drivers.temporal.codec import ENCODING, KEY_VARIABLE, data_converter, key_id
 from tether.drivers.temporal.devserver import DevServer
 from tether.drivers.temporal.worker import make_worker
@@ -194,6 +194,19 @@ async def test_a_worker_without_the_clients_key_runs_nothing_and_says_why(
             kinds = {e.event_type for e in (await history_of(address, run_id)).events}
             assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in kinds
             assert server.requests == []  # the model was never asked
+            # `tether run`, waiting for a run no worker can read, says why (it said only that a query failed).
+            waiting = subprocess.Popen(
+                [sys.executable, "-m", "tether", "run", "Pay the rent.", "--engine", "temporal", "--temporal",
+                 address, "--task-queue", queue],
+                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=environment(tmp_path, KEY),
+            )  # fmt: skip
+            try:
+                assert waiting.stderr is not None
+                line = await asyncio.wait_for(asyncio.to_thread(waiting.stderr.readline), 60)
+            finally:
+                waiting.kill()
+                waiting.wait()
+            assert line.startswith("run ") and line.endswith(f": no worker can read it: {says}; waiting\n"), line
         finally:
             worker.send_signal(signal.SIGTERM)
             _, logged = worker.communicate(timeout=30)
@@ -211,9 +224,8 @@ async def test_a_worker_without_the_clients_key_runs_nothing_and_says_why(
         try:
             client = await connect(address)
             deadline = time.monotonic() + 60
-            while (await client.get_workflow_handle(run_id).query("status", result_type=dict))["status"] != (
-                "awaiting_approval"
-            ):
+            # Until the new worker's first task, a query fails as the last task did: ``status`` asks again.
+            while (await status(client, run_id, patience=60))["status"] != "awaiting_approval":
                 assert time.monotonic() < deadline, "the run never reached its approval"
                 await asyncio.sleep(0.2)
         finally:

@@ -355,7 +355,7 @@ def run_on_temporal(
         from temporalio.client import WorkflowFailureError
         from temporalio.service import RPCError
 
-        from tether.drivers.temporal.client import pending, start_run, status, transient
+        from tether.drivers.temporal.client import pending, refused_by_workers, start_run, status, transient
         from tether.drivers.temporal.workflow import failure_reason
 
         client = await _connect(address)  # first: an unreachable server leaves nothing in the store
@@ -388,7 +388,11 @@ def run_on_temporal(
                 if not transient(exc):
                     raise
                 if not said:
-                    click.echo(f"run {handle.id}: its status cannot be read now ({exc.message}); waiting", err=True)
+                    why = await refused_by_workers(client, handle.id)
+                    if why is not None:
+                        click.echo(f"run {handle.id}: no worker can read it: {why}; waiting", err=True)
+                    else:
+                        click.echo(f"run {handle.id}: its status cannot be read now ({exc.message}); waiting", err=True)
                     said = True
             await asyncio.sleep(POLL_SECONDS)
 

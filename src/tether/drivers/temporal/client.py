@@ -41,7 +41,7 @@ from tether.core.messages import Message, ToolCall
 from tether.drivers.common import prompt_messages
 from tether.drivers.ids import new_id
 from tether.drivers.temporal.activities import principal_to_dict
-from tether.drivers.temporal.codec import data_converter
+from tether.drivers.temporal.codec import KeyRefused, data_converter
 from tether.drivers.temporal.workflow import (
     ENGINE,
     PAYLOAD_LIMIT_BYTES,
@@ -225,6 +225,28 @@ async def status(client: Client, run_id: str, *, patience: float = QUERY_PATIENC
     deciding, ``running`` or ``finished``), steps, output and reason."""
     found: dict[str, Any] = await _query(client, run_id, "status", dict, patience)
     return found
+
+
+async def refused_by_workers(client: Client, run_id: str) -> str | None:
+    """Why the run's workers cannot take it, when its last workflow task failed on a payload they could not
+    decrypt (``KeyRefused``, readable in the history whatever the key); None for any other reason or none.
+
+    Read when a run's status goes unanswered: the query fails as the task does, saying less.
+    """
+    from temporalio.api.enums.v1 import EventType
+
+    last = None
+    try:
+        async for event in client.get_workflow_handle(run_id).fetch_history_events():
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                last = event.workflow_task_failed_event_attributes.failure
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                last = None
+    except RPCError:
+        return None  # the history cannot be read either: nothing more to say than the query's error
+    if last is None or last.application_failure_info.type != KeyRefused.__name__:
+        return None
+    return str(last.message)
 
 
 async def _update(client: Client, run_id: str, name: str, payload: Any) -> str:
