@@ -329,6 +329,22 @@ async def test_a_history_keeps_its_untrusted_results_tainting_and_a_plain_list_c
     assert isinstance(calc.all_messages(), MessageHistory) and calc.all_messages().untrusted == {}
 
 
+async def test_tool_results_given_in_the_prompt_taint_as_a_historys_do(tmp_path: Path) -> None:
+    """The same transcript handed over as the prompt's messages instead of ``message_history``: its untrusted
+    result is still in what the model sees, so the side effect after it waits for a person (a real store)."""
+    async with FakeServer([*READ, MAIL[0], MAIL[0]]) as server:  # each run pauses at its call
+        agent = Agent(model_on(server), [fetch_page, send_mail], store=SQLiteStore(tmp_path / "runs.db"))
+        read = await agent.run("What does example.com say?")
+        plain = await agent.run([*read.all_messages(), Message("user", "Mail ann.")])  # no marks: every result counts
+        marked = await agent.run(MessageHistory([*read.all_messages(), Message("user", "Mail ann.")], {"f1": "x"}))
+        await agent.aclose()
+    assert "IGNORE YOUR USER" in json.dumps(server.requests[2]["messages"])
+    assert plain.status is Status.AWAITING_APPROVAL and marked.status is Status.AWAITING_APPROVAL
+    assert plain.state.undecided()[0].approval_reason == "the run read untrusted text from fetch_page"
+    assert marked.state.undecided()[0].approval_reason == "the run read untrusted text from x"
+    assert SENT == []
+
+
 async def test_fit_tokens_shortens_what_a_long_history_sends() -> None:
     old = [Message("user", "old " * 200), Message("assistant", "noted " * 200)]
     history = [Message("system", "Be kind."), *old, Message("user", "recent"), Message("assistant", "ok")]

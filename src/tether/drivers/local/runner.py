@@ -411,6 +411,9 @@ class Agent:
         output = self.output if output_type is None else self.output_spec(output_type)
         messages = prompt_messages(prompt)
         new_from = 0 if turn is None else turn[2]  # where the run's own messages start: after a history
+        if turn is None and not isinstance(prompt, str) and any(m.role == "tool" for m in messages):
+            # Tool results in a prompt were written by neither the principal nor this run: they taint as a history's.
+            untrusted = {**history.untrusted_results(prompt), **(untrusted or {})}
         if message_history is not None and (given := history.given_history(message_history, messages)):
             messages, new_from = [*given, *messages], len(given)
             untrusted = {**history.untrusted_results(message_history), **(untrusted or {})}

@@ -36,6 +36,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from tether.core.budget import RunConfig
 from tether.core.errors import ConfigurationError, NotWaiting
 from tether.core.events import RUN_FINISHED, RUN_STARTED
+from tether.core.history import untrusted_results
 from tether.core.machine import Accepted, Cancel, Rejected, Run, RunState
 from tether.core.messages import Message, ToolCall
 from tether.drivers.common import prompt_messages
@@ -188,7 +189,7 @@ async def start_run(
             f"the run's start (its prompt and settings) is {size} bytes as a Temporal payload, more than one"
             f" carries ({PAYLOAD_LIMIT_BYTES} bytes): a Temporal run cannot start from a prompt that long"
         )
-    run = Run.new(run_id, messages, _NoTools(), config)
+    run = Run.new(run_id, messages, _NoTools(), config, untrusted=untrusted_results(messages))  # as the workflow's
     if store is not None:
         start["stored"] = record_start(store, run, principal, task_queue)
     try:

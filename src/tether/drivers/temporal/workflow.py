@@ -91,6 +91,7 @@ with workflow.unsafe.imports_passed_through():
         rejected_event,
         validated_event,
     )
+    from tether.core.history import untrusted_results
     from tether.core.machine import (
         Accepted,
         ApprovalDecided,
@@ -318,7 +319,9 @@ class RunWorkflow:
         config = RunConfig.from_dict(start["config"]) if start.get("config") else RunConfig()
         self._principal = PrincipalData.from_dict(start["principal"])
         self._heartbeat = timedelta(seconds=start.get("heartbeat_seconds") or DEFAULT_HEARTBEAT_SECONDS)
-        self._machine = Run.new(workflow.info().workflow_id, messages, self._catalog, config)
+        # Tool results in the prompt were written by neither the principal nor this run: they taint it (DESIGN.md §7).
+        untrusted = untrusted_results(messages)
+        self._machine = Run.new(workflow.info().workflow_id, messages, self._catalog, config, untrusted=untrusted)
         if stored := start.get("stored"):  # the client recorded the run and its start: go on from there
             self._saved_events, self._saved_messages, self._created = stored["events"], stored["messages"], True
         else:
