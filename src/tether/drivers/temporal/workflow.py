@@ -156,6 +156,7 @@ SAVE = "tether.save"
 CLEARED_BEFORE_INTENT = "tether.cleared-before-intent"
 SAVES_IN_PARTS = "tether.saves-in-parts"  # a save too large for one payload is cut in parts (``_parts``)
 FIELDED_VERDICTS = "tether.fielded-verdicts"  # a verdict's trusted_fields and principal_sinks (``FieldedCall``)
+PROMPT_RESULTS_TAINT = "tether.prompt-results-taint"  # tool results in the prompt taint the run
 RETRIES_COUNTED = "tether.retries-counted"  # a tool's Retry counts against its retries (``RetriedResult``)
 DESCRIPTIONS_TAINT = "tether.descriptions-taint"  # others' tool descriptions taint the run (``DescribedAnswer``)
 # The worker's resolve_principal is asked before a side effect's intent (``RESOLVE``). A read's activity asks
@@ -320,7 +321,9 @@ class RunWorkflow:
         self._principal = PrincipalData.from_dict(start["principal"])
         self._heartbeat = timedelta(seconds=start.get("heartbeat_seconds") or DEFAULT_HEARTBEAT_SECONDS)
         # Tool results in the prompt were written by neither the principal nor this run: they taint it (DESIGN.md §7).
-        untrusted = untrusted_results(messages)
+        # Asked only when there are some, so a recorded run without any replays with no marker to match.
+        has_results = any(m.role == "tool" for m in messages)
+        untrusted = untrusted_results(messages) if has_results and workflow.patched(PROMPT_RESULTS_TAINT) else None
         self._machine = Run.new(workflow.info().workflow_id, messages, self._catalog, config, untrusted=untrusted)
         if stored := start.get("stored"):  # the client recorded the run and its start: go on from there
             self._saved_events, self._saved_messages, self._created = stored["events"], stored["messages"], True
