@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ from mcp.client.session import ClientRequestContext
 
 from tether import Agent, OpenAIChatModel
 from tether.mcp import MCPToolset
+from tether.mcp.server import MAX_MESSAGE_BYTES
 from tether.testing.fake_server import FakeServer, text, tool_calls
 
 TOOLS = '''
@@ -200,3 +202,30 @@ def test_a_tether_result_reaches_an_mcp_client_once(tools_file: Path) -> None:
     sent = {m["tool_call_id"]: json.loads(m["content"]) for m in server.requests[-1]["messages"] if m["role"] == "tool"}
     assert sent["c1"] == {"ok": True, "result": 263}  # was {"ok": true, "result": {"result": 263}}
     assert sent["c2"] == {"ok": True, "result": {"result": 7}}  # an object is the tool's own result: kept
+
+
+def test_a_client_line_past_the_bound_ends_the_server_naming_it(tools_file: Path) -> None:
+    """A client writing one endless line (64 MiB and on, no newline): the server reads at most
+    ``MAX_MESSAGE_BYTES`` of it, then exits 1 saying why, instead of holding the line in memory."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    argv = [sys.executable, "-m", "tether", "mcp", "serve", "--tools", str(tools_file)]
+    server = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    assert server.stdin is not None and server.stderr is not None
+    chunk, written = b"x" * (1024 * 1024), 0
+    try:
+        while written < 4 * MAX_MESSAGE_BYTES:
+            server.stdin.write(chunk)
+            server.stdin.flush()
+            written += len(chunk)
+    except BrokenPipeError:
+        pass  # the server stopped reading: what the fix does
+    try:
+        code = server.wait(timeout=30)
+    finally:
+        server.kill()
+        server.wait()
+    assert written < 2 * MAX_MESSAGE_BYTES  # not read on past the bound (the pipe holds a little more)
+    assert code == 1
+    said = server.stderr.read().decode()
+    assert f"the client's message is larger than {MAX_MESSAGE_BYTES} bytes; not read" in said
+    assert "Traceback" not in said

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tether import Agent, Status
+from tether import Agent, Budget, Status, tool
 from tether.core import Message, ModelHTTPError, ModelResponseError, ReplyTooLarge, ServerError, ToolCall
+from tether.core.machine import MAX_CALLS_PER_REPLY
 from tether.core.nesting import MAX_REPLY_DEPTH, NestedTooDeep
 from tether.models import ModelRequest
 from tether.models.anthropic import AnthropicModel
@@ -28,7 +29,7 @@ from tether.models.http import DEFAULT_MAX_REPLY_BYTES, HTTPModel
 from tether.models.local_format import FORMATS, native_messages
 from tether.models.openai_chat import OpenAIChatModel
 from tether.models.openai_responses import OpenAIResponsesModel
-from tether.testing import FakeServer, raw
+from tether.testing import FakeServer, raw, text, tool_calls
 from tether.testing.fake_server import ServerBase, send_sse
 
 MiB = 1024 * 1024
@@ -224,6 +225,37 @@ def test_the_default_cap_is_far_above_the_largest_recorded_reply(
             reply = interaction.get("sse") or json.dumps(interaction.get("response"))
             largest = max(largest, len(reply.encode()))
     assert largest * 32 < DEFAULT_MAX_REPLY_BYTES
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["body", "stream"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_reply_with_more_calls_than_the_bound_runs_none(protocol: str, stream: bool) -> None:
+    """Each call costs its own result, events and rows: past ``MAX_CALLS_PER_REPLY`` in one reply the run ends
+    protocol_error with none run, even with no tool call budget; at the bound the calls are judged as usual."""
+    ran: list[int] = []
+
+    @tool(read_only=True)
+    def note(n: int) -> int:
+        """Note a number."""
+        ran.append(n)
+        return n
+
+    def calls(count: int) -> list[tuple[str, str, str]]:
+        return [(f"c{n}", "note", json.dumps({"n": n})) for n in range(count)]  # distinct: no loop guard
+
+    script = [tool_calls(calls(MAX_CALLS_PER_REPLY + 1)), tool_calls(calls(MAX_CALLS_PER_REPLY)), text("done")]
+    async with FakeServer(script) as server:
+        unbounded = Budget(max_tool_calls=None)
+        async with Agent(model(protocol, server, stream=stream), tools=[note], budget=unbounded) as agent:
+            refused = await agent.run("hi")
+            assert ran == []
+            read = await agent.run("hi")
+
+    assert refused.status is Status.PROTOCOL_ERROR
+    assert refused.reason == (
+        f"the reply has {MAX_CALLS_PER_REPLY + 1} tool calls; at most {MAX_CALLS_PER_REPLY} are read"
+    )
+    assert read.status is Status.COMPLETED and len(ran) == MAX_CALLS_PER_REPLY
 
 
 # ------------------------------------------------------------------ memory

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from tether.cli.common import fail, principal_checked
+from tether.cli.common import EXIT_INTERNAL, fail, principal_checked
 from tether.core.errors import ConfigurationError, TetherError
 from tether.tools.context import Principal
 
@@ -78,4 +78,9 @@ def serve(toolsets: tuple[str, ...], files_root: str | None, principal_id: str, 
         tools = [t for name in toolsets for t in load_toolset(name, files_root=root)]
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
-    anyio.run(lambda: serve_stdio(tools, principal=principal))
+    from tether.mcp.stdio import MessageTooLarge
+
+    try:
+        anyio.run(lambda: serve_stdio(tools, principal=principal))
+    except MessageTooLarge as exc:
+        fail(f"tether mcp serve: {exc}", EXIT_INTERNAL)

@@ -64,6 +64,11 @@ if TYPE_CHECKING:
     from tether.core import provenance
 
 
+# Calls read from one reply; more end the run protocol_error. Every call gets its own result, events and rows, and
+# no model asks for this many at once: a reply that does is a broken or hostile server, not work to do.
+MAX_CALLS_PER_REPLY = 1_000
+
+
 class Status(StrEnum):
     """Where a run is: live (waiting on the model, tools or a person) or terminal (how it ended)."""
 
@@ -976,6 +981,8 @@ class Run:
         )
         if has_calls != (reason == "tool_calls") and not lenient:
             return f"finish_reason {reason!r} does not match {len(reply.tool_calls)} tool call(s)"
+        if len(reply.tool_calls) > MAX_CALLS_PER_REPLY:
+            return f"the reply has {len(reply.tool_calls)} tool calls; at most {MAX_CALLS_PER_REPLY} are read"
         calls: list[ToolCall] = []
         seen: set[str] = set()
         for index, wire in enumerate(reply.tool_calls):

@@ -25,22 +25,31 @@ A result reaches the client once: an object as ``structuredContent``
 ``structuredContent`` ``{"result": value}`` (structured content must be an
 object; the MCP SDK's servers wrap the same way). Each tool carries
 ``readOnlyHint`` as tether knows it.
+
+What a client writes is bounded: a line on stdin (one JSON-RPC message)
+past ``MAX_MESSAGE_BYTES`` is not read on, and the connection ends with
+``MessageTooLarge`` naming the bound, as a server's line does on the client
+side (``tether.mcp.stdio``).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import uuid
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, BinaryIO, cast
 
+import anyio
 import mcp.types as types
 from mcp.server import Server
+from mcp.server import stdio as sdk
 from mcp.server.stdio import stdio_server
 
 from tether.core.envelope import ErrorCode
 from tether.core.machine import Accepted, PendingCall, Rejected, fingerprint
 from tether.core.messages import ToolCall
+from tether.mcp.stdio import MessageTooLarge
 from tether.tools.context import Principal
 from tether.tools.tool import Tool
 from tether.tools.toolbox import Toolbox
@@ -48,6 +57,8 @@ from tether.tools.toolbox import Toolbox
 # Who ``tether mcp serve`` acts for unless told otherwise: tools that need no scope, and only those.
 MCP_PRINCIPAL = Principal("local", scopes=frozenset())
 APPROVE_FIELD = "approve"
+# A line a client writes (one message): the bound a server's line has on the client side (``MAX_RESPONSE_BYTES``).
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 def mcp_server(tools: Iterable[Tool], *, principal: Principal = MCP_PRINCIPAL, name: str = "tether") -> Server[Any]:
@@ -87,8 +98,37 @@ def mcp_server(tools: Iterable[Tool], *, principal: Principal = MCP_PRINCIPAL, n
 async def serve_stdio(tools: Iterable[Tool], *, principal: Principal = MCP_PRINCIPAL) -> None:
     """Serve ``tools`` over stdin/stdout until the client closes the connection."""
     server = mcp_server(tools, principal=principal)
-    async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+    # The SDK reads stdin a line at a time, however long the line grows: the lines are read here, bounded. Stdin is
+    # claimed as the SDK claims it (private, as in ``tether.mcp.stdio``), so a tool's child process reads no message.
+    buffer, release = sdk._claim_fd(0, sys.stdin, "rb", sdk._open_stdin_diversion)
+    lines = _Lines(buffer, MAX_MESSAGE_BYTES)
+    try:
+        async with stdio_server(stdin=cast(Any, lines)) as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+    finally:
+        if release is not None:
+            release()
+    if lines.refused is not None:
+        raise lines.refused
+
+
+class _Lines:
+    """The client's lines, as text for the SDK's ``stdio_server``; at a line past ``limit`` bytes they end (the
+    connection with them), and ``refused`` says why."""
+
+    def __init__(self, buffer: BinaryIO, limit: int) -> None:
+        self.buffer, self.limit = buffer, limit
+        self.refused: MessageTooLarge | None = None
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        while line := await anyio.to_thread.run_sync(self.buffer.readline, self.limit + 1):
+            if len(line) > self.limit and not line.endswith(b"\n"):
+                self.refused = MessageTooLarge(f"the client's message is larger than {self.limit} bytes; not read")
+                return
+            yield line.decode("utf-8", errors="replace")
 
 
 def _may_need_approval(tool: Tool) -> bool:

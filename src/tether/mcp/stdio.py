@@ -47,7 +47,8 @@ Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObj
 
 
 class MessageTooLarge(Exception):
-    """A line the server wrote ran past the bound: the connection ends with it."""
+    """A line the other side wrote (a server, or a client of ``tether mcp serve``) ran past the bound: the
+    connection ends with it."""
 
 
 @contextlib.asynccontextmanager
