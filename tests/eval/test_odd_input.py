@@ -235,9 +235,28 @@ def test_a_message_whose_content_is_not_text_is_a_dataset_error(tmp_path: Path, 
         bfcl = tether("eval", str(data), "--out", str(tmp_path / "bfcl"), *endpoint(server))
         own = tether("eval", str(mine), "--out", str(tmp_path / "own"), *endpoint(server))
         assert server.requests == []
-    said = "each message of the question must be an object with a role and text (or null) content"
+    said = QUESTION_SAID
     assert bfcl.code == EXIT_CONFIGURATION and f"error: {data}:1: {said}" in bfcl.err, bfcl
     assert own.code == EXIT_CONFIGURATION and f"error: {mine}:1: messages[0]: content must be text or null" in own.err
+
+
+QUESTION_SAID = (
+    "each message of the question must be an object with a role (system, user or assistant) and text (or null) content"
+)
+
+
+@pytest.mark.parametrize("role", ["banana", "tool", "User", None])
+def test_a_question_message_whose_role_is_none_a_question_holds_is_a_dataset_error(tmp_path: Path, role: Any) -> None:
+    """Before, such a message reached the run (a ``tool`` result answering no call, a role no endpoint knows)."""
+    data = tmp_path / "BFCL_v4_simple_python.json"
+    message = {"role": role, "content": "What is 2 times 3?"}
+    data.write_text(json.dumps({"id": "c1", "question": [[message]], "function": [FUNCTION]}) + "\n")
+    (tmp_path / "possible_answer").mkdir()
+    (tmp_path / "possible_answer" / data.name).write_text(json.dumps({"id": "c1", "ground_truth": GOOD_TRUTH}) + "\n")
+    with FakeServer(calls_what_is_offered) as server:
+        done = tether("eval", str(data), "--out", str(tmp_path / "out"), *endpoint(server))
+        assert server.requests == []
+    assert done.code == EXIT_CONFIGURATION and f"error: {data}:1: {QUESTION_SAID}" in done.err, done
 
 
 def test_a_tether_dataset_holding_unicode_line_separators_is_read(tmp_path: Path) -> None:

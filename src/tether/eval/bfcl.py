@@ -164,7 +164,10 @@ def load(dataset: str | Path) -> list[Any]:
             raise DatasetError(f"{path}:{number}: function must be a list of documents")
         turn = question[0]
         if not all(_is_message(m) for m in turn):
-            said = "each message of the question must be an object with a role and text (or null) content"
+            said = (
+                "each message of the question must be an object with a role (system, user or assistant)"
+                " and text (or null) content"
+            )
             raise DatasetError(f"{path}:{number}: {said}")
         if not all(isinstance(f, dict) for f in functions):
             raise DatasetError(f"{path}:{number}: each function document must be an object")
@@ -187,9 +190,12 @@ def load(dataset: str | Path) -> list[Any]:
     return cases
 
 
+QUESTION_ROLES = ("system", "user", "assistant")  # a tool's result needs the call it answers, which no question has
+
+
 def _is_message(message: Any) -> bool:
-    """A message of a question: an object with a role, and text (or null) content."""
-    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+    """A message of a question: an object with a role of ``QUESTION_ROLES``, and text (or null) content."""
+    if not isinstance(message, dict) or message.get("role") not in QUESTION_ROLES:
         return False
     return message.get("content") is None or isinstance(message["content"], str)
 
