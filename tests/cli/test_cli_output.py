@@ -330,6 +330,16 @@ def test_runs_list_shows_the_first_line_of_the_prompt_when_content_was_logged(en
     assert data[hidden]["prompt"] is None
 
 
+def test_runs_list_redacts_a_key_in_the_prompt_line_as_its_json_does(env: dict[str, str]) -> None:
+    logged = record_run(env, "--log-content", prompt="Use sk-proj-LISTEDSECRET0123 to sum 248 times 15")
+
+    done = tether("runs", "list", env=env)
+    assert done.code == 0, done
+    (line,) = [line for line in done.out.splitlines() if line.startswith(logged)]
+    assert line.endswith("Use [redacted] to sum 248 times 15")
+    assert "LISTEDSECRET" not in done.out
+
+
 def test_tether_local_off_does_not_suggest_installing_the_local_model() -> None:
     done = tether("run", PROMPT, "--tools", "calc", env=clean_env(TETHER_LOCAL="off"))
     assert done.code == 3, done
