@@ -330,6 +330,48 @@ def test_runs_list_shows_the_first_line_of_the_prompt_when_content_was_logged(en
     assert data[hidden]["prompt"] is None
 
 
+def test_runs_list_redacts_a_key_in_the_prompt_line_as_its_json_does(env: dict[str, str]) -> None:
+    logged = record_run(env, "--log-content", prompt="Use sk-proj-LISTEDSECRET0123 to sum 248 times 15")
+
+    done = tether("runs", "list", env=env)
+    assert done.code == 0, done
+    (line,) = [line for line in done.out.splitlines() if line.startswith(logged)]
+    assert line.endswith("Use [redacted] to sum 248 times 15")
+    assert "LISTEDSECRET" not in done.out
+
+
+# Credentials of a known shape, none of them under a secret-looking key: the text patterns must see them.
+SHAPED = {
+    "basic": "Authorization: Basic dXNlcjpCQVNJQ1NFQ1JFVA==",
+    "lower": "authorization: bearer LOWERSECRET0123",
+    "tether": "tk_TETHERSECRET" + "x" * 29,
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJKV1RTRUNSRVQifQ.c2lnbmF0dXJlSldUU0VDUkVU",
+    "aws": "AKIAAWSSECRET0123456",
+    "github": "ghp_GITHUBSECRET" + "x" * 25,
+    "pem": "-----BEGIN PRIVATE KEY-----\nMIIPEMSECRET\n-----END PRIVATE KEY-----",
+}
+
+
+def test_credentials_of_a_known_shape_in_logged_text_are_redacted_in_events_and_output(
+    db: Path, toolset: str, env: dict[str, str]
+) -> None:
+    """With --log-content a prompt and a call's arguments reach the audit events and `runs show`; each
+    credential below has a shape no prose has, and a private_key key is a secret-looking key."""
+    prompt = "Check these: " + " | ".join(SHAPED.values())
+    echoed = tool_calls([("call_e1", "slow_echo", json.dumps({"text": "hi", "private_key": "PRIVATEKEYSECRET"}))])
+    with FakeServer([echoed, text("done")]) as server:
+        done = tether("run", prompt, "--tools", toolset, "--log-content", "--json", *endpoint(server), env=env)
+    assert done.code == 0, done
+    shown = tether("runs", "show", json.loads(done.out)["run_id"], "--json", env=env)
+    with sqlite3.connect(db) as store:
+        events = [row[0] for row in store.execute("SELECT data FROM events")]
+    assert any("Check these:" in data for data in events)  # the prompt was logged
+    assert any('"private_key": "[redacted]"' in data for data in events)  # the refused call's arguments
+    for where in (done.out, shown.out, *events):
+        assert "SECRET" not in where, where  # each value above holds it
+    assert "Authorization: Basic [redacted]" in shown.out and "authorization: bearer [redacted]" in shown.out
+
+
 def test_tether_local_off_does_not_suggest_installing_the_local_model() -> None:
     done = tether("run", PROMPT, "--tools", "calc", env=clean_env(TETHER_LOCAL="off"))
     assert done.code == 3, done

@@ -294,3 +294,34 @@ async def test_a_childs_approved_call_is_traced_again_through_its_parent_after_b
     assert result.status is Status.COMPLETED and SENT == ["mark@evil.example"]
     assert store.verify(result.run_id) == [] and store.verify(child) == []
     store.close()
+
+
+@tool(sinks=("request",))
+def call_api(request: dict[str, Any]) -> str:
+    """Send a request to an API."""
+    return "sent"
+
+
+async def test_an_untraced_value_under_a_secret_key_at_depth_is_not_in_the_reason_nor_the_log(tmp_path: Path) -> None:
+    """The reason names each untraced sink value; one under ``password`` or ``X-Api-Key`` below the sink
+    parameter is hidden there as in the arguments beside it (only a top-level key was looked at)."""
+    store = SQLiteStore(tmp_path / "runs.db")
+    request = {"url": "https://api.example.com", "auth": {"password": "hunter2-DEEPSECRET"}}
+    request["headers"] = [{"X-Api-Key": "KEY-DEEPSECRET"}, {"Accept": "application/json"}]
+    script = [READ, call("c2", "call_api", request=request)]
+    with FakeServer(script) as server:
+        model = OpenAIChatModel("m", base_url=server.base_url, api_key="k")
+        result = await Agent(model, [read_email, call_api], store=store).run(PROMPT)
+    assert result.status is Status.AWAITING_APPROVAL
+    (waiting,) = result.state.undecided()
+    why = waiting.approval_reason or ""
+    assert "request.url `https://api.example.com` appears nowhere" in why  # other values are still named
+    assert "request.auth.password `[redacted]` appears nowhere" in why
+    assert "request.headers[0].X-Api-Key `[redacted]` appears nowhere" in why
+    assert "request.auth.password (the key) `password`" in why  # a key's own name is no secret
+    assert "DEEPSECRET" not in why
+    store.close()
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        logged = [row[0] for row in db.execute("SELECT data FROM events")]
+    assert any("request.auth.password" in data for data in logged)
+    assert not [data for data in logged if "DEEPSECRET" in data]

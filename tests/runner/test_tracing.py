@@ -135,6 +135,31 @@ async def test_with_content_capture_the_text_is_recorded_and_secrets_are_still_r
     }
 
 
+@tool
+def sign_in(user: str, password: str) -> str:
+    """Sign in with a password."""
+    return f"welcome {user}"
+
+
+async def test_with_content_capture_a_chat_span_redacts_the_calls_arguments_by_key(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call's arguments are JSON text in a chat span's messages: a password in them (no sk- or Bearer for the
+    text patterns to see) is hidden as in the execute_tool span, in the reply and in the next request."""
+    monkeypatch.setenv(tracing.CAPTURE_ENV, "true")
+    arguments = json.dumps({"user": "zed", "password": "hunter2-NOTINSPANS"})
+    await Agent(ScriptedModel([reply_calls(("c1", "sign_in", arguments)), reply_text("in")]), [sign_in]).run("hi")
+    spans = exporter.get_finished_spans()
+    assert "NOTINSPANS" not in all_attribute_text(spans)
+    first, second = by_operation(spans, "chat")
+    [call] = json.loads(str((first.attributes or {})["gen_ai.output.messages"]))["tool_calls"]
+    assert json.loads(call["arguments"]) == {"user": "zed", "password": "[redacted]"}
+    sent = json.loads(str((second.attributes or {})["gen_ai.input.messages"]))
+    assert [json.loads(c["arguments"]) for m in sent for c in m.get("tool_calls", ())] == [
+        json.loads(call["arguments"])
+    ]
+
+
 async def test_a_failed_model_request_is_an_error_chat_span(exporter: InMemorySpanExporter) -> None:
     result = await Agent(ScriptedModel([]), [multiply]).run("hello")
     assert result.status is Status.MODEL_ERROR

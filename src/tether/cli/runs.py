@@ -17,7 +17,7 @@ from tether.cli.render import arguments_preview, short, visible
 from tether.cli.temporal import decide_on_temporal, reconcile_on_temporal, temporal_run_option
 from tether.core import nesting
 from tether.core.errors import NoStore, StoreError, TetherError
-from tether.core.redact import redact
+from tether.core.redact import redact, redact_text
 from tether.drivers.common import json_object
 from tether.drivers.local.durable import MAX_REASON_CHARS, SHOWN_FINGERPRINT, decide, waiting_calls
 from tether.drivers.local.durable import reconcile as settle_call
@@ -68,7 +68,7 @@ def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) 
     try:
         store = open_store(db, existing=True)
         found = store.list_runs(principal, limit, skipped=skipped)
-        prompts = {k: _first_line(v) for k, v in store.logged_prompts([r.run_id for r in found]).items()}
+        prompts = {k: _first_line(redact_text(v)) for k, v in store.logged_prompts([r.run_id for r in found]).items()}
     except NoStore as exc:  # none recorded yet, or a mistyped path: either way no runs, and the path said
         found, prompts, nowhere = [], {}, f": {exc}"
         if as_json:

@@ -103,7 +103,7 @@ from urllib.parse import unquote_plus
 
 from tether.core import nesting
 from tether.core.messages import Message
-from tether.core.redact import secret_key
+from tether.core.redact import REDACTED, redact_text, secret_key
 
 TRUSTED = "trusted"
 UNTRUSTED = "untrusted"
@@ -473,12 +473,19 @@ def reasons(verdict: Sequence[Mapping[str, Any]], arguments: Mapping[str, Any]) 
             continue
         path = item["path"]
         raw = values.get(path, "")
-        shown = "[redacted]" if secret_key(path.split(".")[0].split("[")[0]) else _shorten(raw)
+        shown = REDACTED if _secret_path(path) else _shorten(redact_text(raw))
         if item["found"] == UNTRUSTED:
             out.append(f"{path} `{shown}` appears only in {' and '.join(item['in'])}")
         else:
             out.append(f"{path} `{shown}` appears nowhere in the run's text")
     return out
+
+
+def _secret_path(path: str) -> bool:
+    """Whether the value at ``path`` sits under a secret-looking key at any depth (``body.auth.password``, as
+    ``redact`` hides it in the arguments beside the reason); a key's own name is shown unless a key above it is."""
+    keys = path.removesuffix(KEY).split(".")
+    return any(secret_key(key) for key in (keys[:-1] if path.endswith(KEY) else keys))
 
 
 def _shorten(text: str) -> str:

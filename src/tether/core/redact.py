@@ -2,7 +2,9 @@
 
 Any mapping key that looks like a credential has its value replaced, at any
 depth. Matching is on the key name, case-insensitive, so ``api_key``,
-``X-Api-Key``, ``refreshToken`` and ``Authorization`` are all caught.
+``X-Api-Key``, ``refreshToken``, ``private_key`` and ``Authorization`` are
+all caught. In text, credentials of a known shape are replaced
+(``SECRET_TEXT``): a key with no telling shape is caught only by its key.
 """
 
 from __future__ import annotations
@@ -15,9 +17,24 @@ from tether.core import nesting
 
 REDACTED = "[redacted]"
 # "token" but not "tokens": usage counts (input_tokens) are not secrets.
-SECRET_KEY = re.compile(r"pass(word|wd)?|token(?!s)|secret|api[_-]?key|authorization|credential|cookie", re.I)
-# A bearer token or an OpenAI-style key inside free text.
-SECRET_TEXT = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]{8,}|sk-[A-Za-z0-9_-]{8,}")
+SECRET_KEY = re.compile(
+    r"pass(word|wd)?|token(?!s)|secret|api[_-]?key|private[_-]?key|authorization|credential|cookie", re.I
+)
+# Credentials in free text, each shaped so that prose does not match: a bearer token, the credentials of an
+# Authorization header (any scheme or case), an OpenAI or Anthropic key (sk-), a tether API key (tk_ and 43
+# characters), an AWS access key id, a GitHub token, a JWT (two base64 JSON objects, "eyJ"), a PEM private key.
+SECRET_TEXT = re.compile(
+    r"(Bearer\s+|(?i:authorization)[\"']?\s*[:=]\s*[\"']?(?i:basic|bearer|token|digest)\s+)[A-Za-z0-9._~+/=-]{8,}"
+    r"|\bsk-[A-Za-z0-9_-]{8,}"
+    r"|\btk_[A-Za-z0-9_-]{40,}"
+    r"|\bAKIA[0-9A-Z]{16}\b"
+    r"|\bghp_[A-Za-z0-9]{36,}|\bgithub_pat_[A-Za-z0-9_]{40,}"
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"
+    r"|-----BEGIN[A-Z ]* PRIVATE KEY-----.*?(?:-----END[A-Z ]* PRIVATE KEY-----|\Z)",
+    re.S,
+)
+# Text holding none of these cannot match SECRET_TEXT: the common case, told without running it.
+_MARKERS = ("sk-", "Bearer", "uthorization", "UTHORIZATION", "tk_", "AKIA", "ghp_", "github_pat_", "eyJ", "PRIVATE KEY")
 
 
 _SECRET_KEYS: dict[str, bool] = {}  # a key's verdict, once: events and arguments repeat the same few keys
@@ -59,6 +76,6 @@ def redact_arguments(arguments: str) -> str:
 
 def redact_text(text: str) -> str:
     """``text`` with anything that looks like an API key or a bearer token replaced by ``REDACTED``."""
-    if "sk-" not in text and "Bearer" not in text:  # the common case, without running the pattern
+    if not any(marker in text for marker in _MARKERS):
         return text
     return SECRET_TEXT.sub(lambda m: (m.group(1) or "") + REDACTED, text)

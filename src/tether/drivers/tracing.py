@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.core.envelope import outcome_code
-from tether.core.redact import redact, redact_text
+from tether.core.redact import redact, redact_arguments, redact_text
 
 if TYPE_CHECKING:
     from tether.core.machine import PendingCall
@@ -109,6 +109,15 @@ def capturing() -> bool:
 
 def _content(value: Any) -> str:
     return redact_text(value) if isinstance(value, str) else json.dumps(redact(value), ensure_ascii=False)
+
+
+def _message(message: dict[str, Any]) -> dict[str, Any]:
+    """A message as a chat span shows it: its calls' arguments are JSON text, redacted by key as an
+    ``execute_tool`` span's are (``redact`` alone would see only a string)."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    return {**message, "tool_calls": [{**c, "arguments": redact_arguments(str(c["arguments"]))} for c in calls]}
 
 
 @contextmanager
@@ -189,7 +198,7 @@ async def traced_chat(model: Model, request: ModelRequest, run_id: str) -> Model
     if request.max_tokens is not None:
         attributes["gen_ai.request.max_tokens"] = request.max_tokens
     if capturing():
-        attributes["gen_ai.input.messages"] = _content([m.to_dict() for m in request.messages])
+        attributes["gen_ai.input.messages"] = _content([_message(m.to_dict()) for m in request.messages])
     with _span(f"chat {name}".strip(), "CLIENT", attributes) as span:
         try:
             reply = await model.complete(request)
@@ -204,7 +213,8 @@ async def traced_chat(model: Model, request: ModelRequest, run_id: str) -> Model
             span.set_attribute("gen_ai.response.finish_reasons", [reply.finish_reason or ""])
             if capturing():
                 calls = [
-                    {"id": str(c.id), "name": str(c.name), "arguments": str(c.arguments)} for c in reply.tool_calls
+                    {"id": str(c.id), "name": str(c.name), "arguments": redact_arguments(str(c.arguments))}
+                    for c in reply.tool_calls
                 ]
                 output = {"content": reply.content, "tool_calls": calls}
                 span.set_attribute("gen_ai.output.messages", _content(output))
