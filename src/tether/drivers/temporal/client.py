@@ -34,7 +34,7 @@ from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, Tele
 from temporalio.service import RPCError, RPCStatusCode
 
 from tether.core.budget import RunConfig
-from tether.core.errors import ConfigurationError, NotWaiting
+from tether.core.errors import ConfigurationError, KeyRefused, NotWaiting
 from tether.core.events import RUN_FINISHED, RUN_STARTED
 from tether.core.history import untrusted_results
 from tether.core.machine import Accepted, Cancel, Rejected, Run, RunState
@@ -42,7 +42,7 @@ from tether.core.messages import Message, ToolCall
 from tether.drivers.common import prompt_messages
 from tether.drivers.ids import new_id
 from tether.drivers.temporal.activities import principal_to_dict
-from tether.drivers.temporal.codec import KeyRefused, data_converter
+from tether.drivers.temporal.codec import data_converter
 from tether.drivers.temporal.workflow import (
     ENGINE,
     PAYLOAD_LIMIT_BYTES,

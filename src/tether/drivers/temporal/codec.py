@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import DataConverter, DefaultFailureConverter, PayloadCodec
 
-from tether.core.errors import ConfigurationError
+from tether.core.errors import ConfigurationError, KeyRefused
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -78,10 +78,6 @@ def parse_keys(text: str) -> list[bytes]:
             )
         keys.append(key)
     return keys
-
-
-class KeyRefused(ConfigurationError):
-    """A payload this process cannot decrypt: under a key it does not hold, altered, or encrypted while it has none."""
 
 
 class EncryptedFailures(DefaultFailureConverter):
