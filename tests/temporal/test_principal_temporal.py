@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,13 +80,13 @@ Resolver = RevokedAfter | ReadOnly
 
 
 async def on_both(
-    server: DevServer, store: SQLiteStore, script: list[Any], resolver: Callable[[], Resolver]
+    server: DevServer, store: SQLiteStore, script: list[Any], resolvers: list[Resolver]
 ) -> tuple[str, str, list[Resolver], list[dict[str, Any]]]:
-    """Run ``script`` for ANN with the local driver, then on a worker, each with a new resolver: the run ids,
-    the resolvers (as asked) and the last model request of each. The Temporal run's history replays."""
+    """Run ``script`` for ANN with the local driver, then on a worker, each with its resolver (``resolvers``: the
+    local one, the worker's): the run ids, the resolvers (as asked) and the last model request of each. The
+    Temporal run's history replays."""
     run_id = uuid.uuid4().hex
     local_id = f"local-{run_id}"
-    resolvers = [resolver(), resolver()]
     last = []
     async with FakeServer(script=list(script)) as local_server:
         model = OpenAIChatModel("fake", base_url=local_server.base_url, api_key="k")
@@ -134,10 +133,14 @@ async def test_a_principal_revoked_after_the_first_call_makes_no_second_call_on_
     run. A side effect's refusal leaves no intent in the ledger (the worker asks before its intent is written)."""
     store = SQLiteStore(tmp_path / "runs.db")
     script = [tool_calls([("c1", name, arguments)]), tool_calls([("c2", name, arguments)]), text("Done.")]
-    run_id, local_id, resolvers, last = await on_both(temporal_server, store, script, lambda: RevokedAfter(1))
+    # A worker asks twice about a side effect (before its intent, and just before the effect), a local run once.
+    asks = 2 if name == "send" else 1
+    run_id, local_id, resolvers, last = await on_both(
+        temporal_server, store, script, [RevokedAfter(1), RevokedAfter(asks)]
+    )
 
     assert RAN[run_id] == RAN[local_id] == ["c1"]  # the tool's own record: the second call never ran
-    assert [r.asked for r in resolvers] == [2, 2]  # once per call on each driver
+    assert [r.asked for r in resolvers] == [2, asks + 1]  # before each call (the refused one: before its intent)
     forbidden = FORBIDDEN_SEND | {
         "error": FORBIDDEN_SEND["error"] | {"message": f"this principal may no longer call {name}"}
     }
@@ -166,7 +169,7 @@ async def test_a_resolver_that_narrows_the_scopes_refuses_what_they_no_longer_al
         tool_calls([("c1", "look", '{"topic": "outage"}'), ("c2", "send", '{"note": "down"}')]),
         text("Done."),
     ]
-    run_id, local_id, resolvers, last = await on_both(temporal_server, store, script, ReadOnly)
+    run_id, local_id, resolvers, last = await on_both(temporal_server, store, script, [ReadOnly(), ReadOnly()])
 
     assert RAN[run_id] == RAN[local_id] == ["c1"]
     assert [r.asked for r in resolvers] == [2, 2]

@@ -8,22 +8,31 @@ its run store or connects (exit 3, saying why, no traceback).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
+from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporal_helpers import SRC, child_env, shop, spawn_worker, stop, transcript
+from temporalio.client import Client, WorkflowHandle
 
 from tether.core.errors import ConfigurationError
+from tether.drivers.temporal.client import decide, start_run, status
 from tether.drivers.temporal.devserver import DevServer
 from tether.store import SQLiteStore
 from tether.testing import FakeServer
+from tether.tools.context import Principal
 
 RESOLVER = "principal_directory:current"
+ANN = Principal("ann")
 
 
 def forbidden(tool: str) -> dict[str, object]:
@@ -81,6 +90,72 @@ def test_a_revoked_principals_calls_are_answered_forbidden_and_do_not_run(
         assert store.verify(refused) == []
     finally:
         store.close()
+
+
+async def test_a_principal_revoked_while_the_intent_waits_to_be_saved_makes_no_effect_on_another_worker(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    """The resolver allows ann's approved order; its intent's save waits (the run store is held); the worker is
+    killed, ann revoked, the store let go. Another worker saves the intent and runs the call: it asks the resolver
+    again, so the order does not take effect for a principal revoked since: the model reads ``forbidden``, the intent
+    is cleared (``reconciled`` as not executed) and the run verifies. (Before, the call ran on the other worker for
+    the resolver's answer from before the wait, which the history held.)"""
+    orders, revoked = tmp_path / "orders.jsonl", tmp_path / "revoked.txt"
+    env = child_env(orders, DIRECTORY_REVOKED=str(revoked))
+    address, queue = temporal_server.address, f"q-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(address)
+    with FakeServer(script=shop) as server:
+        first = spawn_worker(address, queue, server.base_url, env, "--resolve-principal", RESOLVER)
+        second = None
+        try:
+            handle = await start_run(client, "Order 2 tea.", task_queue=queue, principal=ANN, heartbeat_seconds=1.0)
+            await until(client, handle.id, "awaiting_approval")
+            with closing(SQLiteStore(Path(env["TETHER_DB"]))) as holder:
+                holder.acquire(handle.id)  # the intent's save waits: LeaseHeld, retried
+                await decide(client, handle.id, "c2", approved=True)
+                await save_retried(handle)  # the resolver allowed the call: its answer is in the history
+                first.send_signal(signal.SIGKILL)
+                first.wait()
+                revoked.write_text("ann\n")
+                holder.release(handle.id)
+            second = spawn_worker(address, queue, server.base_url, env, "--resolve-principal", RESOLVER)
+            result = await asyncio.wait_for(handle.result(), 90)
+        finally:
+            stop(first)
+            if second is not None:
+                stop(second)
+
+    assert result["status"] == "completed"
+    assert not orders.exists()  # no effect for the revoked principal
+    replies = {m["tool_call_id"]: m["content"] for m in transcript(orders, handle.id) if m["role"] == "tool"}
+    assert json.loads(replies["c2"]) == {"ok": False, "error": forbidden("place_order")}
+    with closing(SQLiteStore(Path(env["TETHER_DB"]))) as store:
+        assert store.ledger_entry(handle.id, "c2") is None  # its intent cleared: it never ran
+        kinds = [(e.kind, e.data.get("id")) for e in store.events(handle.id)]
+        assert ("call_rejected", "c2") in kinds and ("call_executed", "c2") not in kinds
+        assert [e.data for e in store.events(handle.id) if e.kind == "reconciled"] == [
+            {"id": "c2", "tool": "place_order", "executed": False, "by": "resolve_principal"}
+        ]
+        assert store.verify(handle.id) == []
+
+
+async def save_retried(handle: WorkflowHandle[Any, Any], seconds: float = 30) -> None:
+    """Wait until the run's ``tether.save`` has failed at least once (the store is held) and waits to be retried."""
+    deadline = time.monotonic() + seconds
+    while True:
+        described = await handle.describe()
+        saves = [a for a in described.raw_description.pending_activities if a.activity_type.name == "tether.save"]
+        if saves and saves[0].attempt >= 2:
+            return
+        assert time.monotonic() < deadline, "the intent's save never waited"
+        await asyncio.sleep(0.05)
+
+
+async def until(client: Client, run_id: str, wanted: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while (await status(client, run_id))["status"] != wanted:
+        assert time.monotonic() < deadline, f"run {run_id} never reached {wanted}"
+        await asyncio.sleep(0.05)
 
 
 AUTH_PY = """

@@ -21,7 +21,8 @@ the same key as its first attempt.
 The worker's ``resolve_principal`` is asked before each call runs, as the
 local driver asks: by ``run_tool`` for a read-only call (``AskingToolRequest``),
 by ``resolve``, which the workflow runs as a local activity, for a
-side-effecting one, before its intent is recorded.
+side-effecting one, before its intent is recorded, and by ``run_tool`` again,
+just before its effect.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ from tether.drivers.temporal.payloads import (
     ReconcileRequest,
     ReplyData,
     Resolution,
-    ResolvedToolRequest,
     ResolveRequest,
     RetriedResult,
     SaveRequest,
@@ -317,18 +317,20 @@ class Activities:
     async def run_tool(self, request: ToolRequest) -> ToolOutcome:
         """Run one accepted call; a side-effecting one heartbeats while it runs.
 
-        An ``AskingToolRequest`` asks ``resolve_principal`` first; a
-        ``ResolvedToolRequest`` runs for the principal ``resolve`` gave. Either
-        runs with the tools offered to the run's principal, as locally.
+        ``resolve_principal`` is asked first, for an ``AskingToolRequest`` (a
+        read) and for a side effect: ``resolve`` answered before its intent
+        was saved, and a save that waited or a worker that died since can make
+        that answer old, so it is asked again just before the effect (the
+        workflow clears the intent of a call refused here). The call runs with
+        the tools offered to the run's principal, as locally.
         """
         toolbox = self.toolbox(request.principal)
         call = request.call
         runs_for = None
-        if isinstance(request, AskingToolRequest):
-            if (runs_for := await self._principal_now(request.principal, call.tool)) is None:
+        if isinstance(request, AskingToolRequest) or not call.read_only:
+            runs_for = await _heartbeating(self._principal_now(request.principal, call.tool))
+            if runs_for is None:
                 return PrincipalRefused()
-        elif isinstance(request, ResolvedToolRequest):
-            runs_for = principal_from_data(request.runs_for)
         executing = toolbox.execute(call, request.run_id, request.deadline_at, principal=runs_for)
         work = asyncio.ensure_future(executing)
         every = max(0.05, (request.heartbeat_seconds or DEFAULT_HEARTBEAT_SECONDS) / 3)

@@ -385,9 +385,10 @@ class RunToolRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResolvedToolRequest(RunToolRequest):
-    """A call to run for ``runs_for``, the principal as the worker's resolver has it now (``PrincipalResolved``),
-    with the tools offered to the run's ``principal``, as the local driver runs it; a shape of its own, so a
-    call for the run's principal as it is is written as before."""
+    """A side-effecting call whose principal the worker's resolver changed before its intent (``PrincipalResolved``
+    is ``runs_for``), with the tools offered to the run's ``principal``; a shape of its own, so a call for the
+    run's principal as it is is written as before. Its activity asks the resolver again just before the effect,
+    and the call runs for that answer."""
 
     runs_for: PrincipalData
 

@@ -31,9 +31,12 @@ Before each call runs, the worker's ``resolve_principal`` is asked whether
 the run's principal may still make it, as the local driver asks: by the
 ``tether.run_tool`` activity of a read-only call (nothing is recorded
 before it), by the ``tether.resolve`` local activity before a side-effecting
-call's intent is recorded. A refused call does not run, is answered
-``forbidden`` and reported ``call_rejected``, and has nothing in the ledger;
-an allowed one runs for the principal as resolved.
+call's intent is recorded, and again by its activity just before the effect
+(the intent's save may have waited, its worker died). A refused call does not
+run, is answered ``forbidden`` and reported ``call_rejected``, and has nothing
+in the ledger (an intent saved before the refusal is cleared, ``reconciled``
+as not executed by ``resolve_principal``); an allowed one runs for the
+principal as resolved.
 
 The run store. The workflow keeps the audit events and ledger writes the
 local driver would checkpoint, and hands them, with the messages the
@@ -545,8 +548,11 @@ class RunWorkflow:
         retried: dict[str, Retried] = dict(self._retried)
 
         def note(call: PendingCall, outcome: ToolOutcome) -> None:
-            if isinstance(outcome, PrincipalRefused):  # asked by the activity of a read-only call: it did not run
+            if isinstance(outcome, PrincipalRefused):  # asked by the call's activity: it did not run
                 finished[call.call_id] = self._refused(call)
+                if not call.read_only:  # its intent was saved before the refusal: the call is known never to have run
+                    self._cleared.append(call.call_id)
+                    self._emit(RECONCILED, **reconciled_event(call, False, None, "resolve_principal"))
                 return
             finished[call.call_id] = self._executed(call, outcome.content)
             if outcome.untrusted:
