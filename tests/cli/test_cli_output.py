@@ -349,6 +349,8 @@ SHAPED = {
     "aws": "AKIAAWSSECRET0123456",
     "github": "ghp_GITHUBSECRET" + "x" * 25,
     "pem": "-----BEGIN PRIVATE KEY-----\nMIIPEMSECRET\n-----END PRIVATE KEY-----",
+    "query": "https://api.example.com/v1/items?limit=5&access_token=QUERYSECRET0123&page=2",
+    "signed": "https://files.example.com/a.pdf?sig=SIGNEDSECRET0123",
 }
 
 
@@ -358,7 +360,8 @@ def test_credentials_of_a_known_shape_in_logged_text_are_redacted_in_events_and_
     """With --log-content a prompt and a call's arguments reach the audit events and `runs show`; each
     credential below has a shape no prose has, and a private_key key is a secret-looking key."""
     prompt = "Check these: " + " | ".join(SHAPED.values())
-    echoed = tool_calls([("call_e1", "slow_echo", json.dumps({"text": "hi", "private_key": "PRIVATEKEYSECRET"}))])
+    arguments = {"text": "hi", "private_key": "PRIVATEKEYSECRET", "refresh_tokens": ["REFRESHSECRET"]}
+    echoed = tool_calls([("call_e1", "slow_echo", json.dumps(arguments))])
     with FakeServer([echoed, text("done")]) as server:
         done = tether("run", prompt, "--tools", toolset, "--log-content", "--json", *endpoint(server), env=env)
     assert done.code == 0, done
@@ -370,6 +373,8 @@ def test_credentials_of_a_known_shape_in_logged_text_are_redacted_in_events_and_
     for where in (done.out, shown.out, *events):
         assert "SECRET" not in where, where  # each value above holds it
     assert "Authorization: Basic [redacted]" in shown.out and "authorization: bearer [redacted]" in shown.out
+    assert "?limit=5&access_token=[redacted]&page=2" in shown.out  # the rest of the URL as it was
+    assert any('"refresh_tokens": "[redacted]"' in data for data in events)  # not usage counts: tokens to refresh
 
 
 def test_tether_local_off_does_not_suggest_installing_the_local_model() -> None:

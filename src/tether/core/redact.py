@@ -16,9 +16,11 @@ from typing import Any
 from tether.core import nesting
 
 REDACTED = "[redacted]"
-# "token" but not "tokens": usage counts (input_tokens) are not secrets.
+# "token" but not "tokens": usage counts (input_tokens) are not secrets; tokens to access or refresh with are.
 SECRET_KEY = re.compile(
-    r"pass(word|wd)?|token(?!s)|secret|api[_-]?key|private[_-]?key|authorization|credential|cookie", re.I
+    r"pass(word|wd)?|token(?!s)|(access|refresh|auth|bearer)[_-]?tokens|secret|api[_-]?key"
+    r"|private[_-]?key|authorization|credential|cookie",
+    re.I,
 )
 # Credentials in free text, each shaped so that prose does not match: a bearer token, the credentials of an
 # Authorization header (any scheme or case), an OpenAI or Anthropic key (sk-), a tether API key (tk_ and 43
@@ -30,11 +32,17 @@ SECRET_TEXT = re.compile(
     r"|\bAKIA[0-9A-Z]{16}\b"
     r"|\bghp_[A-Za-z0-9]{36,}|\bgithub_pat_[A-Za-z0-9_]{40,}"
     r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"
-    r"|-----BEGIN[A-Z ]* PRIVATE KEY-----.*?(?:-----END[A-Z ]* PRIVATE KEY-----|\Z)",
+    r"|-----BEGIN[A-Z ]* PRIVATE KEY-----.*?(?:-----END[A-Z ]* PRIVATE KEY-----|\Z)"
+    # A URL's query parameter that carries a credential (an OAuth token, an API key, a signed URL's signature).
+    r"|([?&;](?:access_token|refresh_token|id_token|token|api_key|apikey|key|secret|client_secret|password"
+    r"|sig|signature)=)[^&#\s\"'<>]{4,}",
     re.S,
 )
 # Text holding none of these cannot match SECRET_TEXT: the common case, told without running it.
-_MARKERS = ("sk-", "Bearer", "uthorization", "UTHORIZATION", "tk_", "AKIA", "ghp_", "github_pat_", "eyJ", "PRIVATE KEY")
+_MARKERS = (
+    *("sk-", "Bearer", "uthorization", "UTHORIZATION", "tk_", "AKIA", "ghp_", "github_pat_", "eyJ", "PRIVATE KEY"),
+    *("token=", "key=", "secret=", "password=", "sig=", "signature="),
+)
 
 
 _SECRET_KEYS: dict[str, bool] = {}  # a key's verdict, once: events and arguments repeat the same few keys
@@ -78,4 +86,4 @@ def redact_text(text: str) -> str:
     """``text`` with anything that looks like an API key or a bearer token replaced by ``REDACTED``."""
     if not any(marker in text for marker in _MARKERS):
         return text
-    return SECRET_TEXT.sub(lambda m: (m.group(1) or "") + REDACTED, text)
+    return SECRET_TEXT.sub(lambda m: (m.group(1) or m.group(2) or "") + REDACTED, text)
