@@ -78,3 +78,38 @@ def test_two_turns_an_inline_approval_and_ctrl_d(tmp_path: Path) -> None:
     assert listed.out.count(f"conversation {conversation_id} turn") == 3
     as_json = json.loads(tether("runs", "list", "--db", str(db), "--json", env=clean_env()).out)
     assert sorted(r["turn"] for r in as_json) == [1, 2, 3]
+
+
+def test_the_approval_question_shows_control_characters_in_the_arguments_not_obeys_them(tmp_path: Path) -> None:
+    """The y/N question is where a person turns what they see into a permission: an argument holding the 8-bit
+    CSI (U+009B, "erase the line") or DEL is shown as an escape there, as on every other line about a call."""
+    (tmp_path / "mailer.py").write_text(MAILER)
+    hidden = '{"to": "mallory\\u009b2K\\u009b1Gbob\\u007f"}'  # on a terminal that obeys: the line shows "bob"
+
+    def sly(request: dict[str, Any]) -> ReplySpec:
+        if request["messages"][-1]["role"] == "tool":
+            return text("done")
+        return tool_calls([("c1", "send", hidden)])
+
+    with FakeServer(sly) as server:
+        env = clean_env(PYTHONPATH=f"{REPO / 'src'}:{tmp_path}", OPENAI_BASE_URL=server.base_url, OPENAI_MODEL="m")
+        child = pexpect.spawn(
+            sys.executable,
+            ["-m", "tether", "chat", "--tools", "mailer", "--db", str(tmp_path / "runs.db")],
+            env=env,
+            cwd=str(tmp_path),
+            encoding="utf-8",
+            timeout=30,
+        )
+        child.expect_exact("you> ")
+        child.sendline("send bob a note")
+        child.expect_exact("[y/N] ")
+        asked = child.before
+        child.sendline("n")
+        child.expect_exact("you> ")
+        child.sendeof()
+        child.expect(pexpect.EOF)
+        child.close()
+    question = asked[asked.rindex("approve send(") :]
+    assert "\u009b" not in question and "\u007f" not in question, repr(question)
+    assert question == 'approve send({"to": "mallory\\x9b2K\\x9b1Gbob\\x7f"})? '

@@ -140,7 +140,8 @@ def chat(
 
 
 async def _ask(call: Any) -> Any:
-    arguments = json.dumps(call.arguments, ensure_ascii=False)
+    # JSON escapes C0 controls but not DEL or C1 (U+009B is a CSI): shown, so the person approves what is there.
+    arguments = visible(json.dumps(call.arguments, ensure_ascii=False))
     try:
         answer = await asyncio.to_thread(input, f"  approve {call.tool}({arguments})? [y/N] ")
     except EOFError:
