@@ -124,12 +124,13 @@ def test_a_models_control_characters_are_shown_not_obeyed(tmp_path: Path) -> Non
     from tether.testing import FakeServer
     from tether.testing.fake_server import text
 
-    hostile = "done\x1b]0;pwned\x07\x1b[2J\x9b31m"
+    hostile = "done\x1b]0;pwned\x07\x1b[2J\x9b31m \u202emoc.live@bob\u2066"
     with FakeServer([text(hostile)]) as server:
         done = tether("run", "hi", *endpoint(server), env=clean_env(TETHER_DB=str(tmp_path / "runs.db")))
     assert done.code == 0, done
-    assert "answer: done\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m" in done.out
+    assert "answer: done\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m \\u202emoc.live@bob\\u2066" in done.out
     assert "\x1b" not in done.out and "\x9b" not in done.out and "\x07" not in done.out
+    assert "\u202e" not in done.out and "\u2066" not in done.out  # a bidi override would reorder the screen
 
 
 @pytest.mark.parametrize(

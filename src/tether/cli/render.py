@@ -75,11 +75,15 @@ def _indented(echo: Callable[..., Any], line: str, **options: Any) -> Any:
 
 # Control characters but tab and newline, as visible escapes: a model's answer (or a tool's result, an argument)
 # printed raw could move the cursor, rewrite what is on the screen or retitle the terminal.
-_VISIBLE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+_VISIBLE: dict[int, str] = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+# And the bidi overrides, embeddings and isolates: they reorder what follows on the screen, so that an argument a
+# person approves (``"\u202emoc.live@bob"``) would read as another value than it is.
+_VISIBLE |= {c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
 
 
 def visible(text: str) -> str:
-    """``text`` with its control characters (an escape sequence's ESC among them) shown, not obeyed."""
+    """``text`` with its control characters (an escape sequence's ESC among them) and bidi overrides shown, not
+    obeyed."""
     return text.translate(_VISIBLE)
 
 
