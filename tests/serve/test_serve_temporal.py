@@ -8,7 +8,9 @@ one SQLite run store; everything is asked over real HTTP.
 from __future__ import annotations
 
 import base64
+import json
 import os
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -236,3 +238,36 @@ async def test_a_decision_whose_answer_is_under_a_key_the_service_lacks_is_a_503
                 assert process.poll() is None  # the service goes on
         finally:
             stop(worker)
+
+
+@pytest.fixture
+def audit_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seals under an audit key, in this process and the ones it starts (asked for before ``on_temporal``)."""
+    monkeypatch.setenv("TETHER_AUDIT_KEY", "k" * 32)
+
+
+async def test_a_call_shown_from_an_edited_store_is_not_decided_on(
+    audit_key: None, on_temporal: tuple[Served, Path], session: aiohttp.ClientSession
+) -> None:
+    """The inbox reads the run store; the decision goes to the workflow, bound to the call's fingerprint. Someone
+    who can edit the database rewrites the arguments the approver reads (the fingerprint left as it is): the
+    decision is refused, not sent for the call the workflow holds (tea, 2), which the approver never saw."""
+    served, orders = on_temporal
+    with served.process() as (_, base):
+        client = Client(base, session)
+        run_id = await client.start(OWNER, "Order 2 tea.")
+        assert (await client.settled(OWNER, run_id))["status"] == "awaiting_approval"
+        with sqlite3.connect(served.db) as edit:
+            [meta] = edit.execute("SELECT meta FROM runs WHERE id = ?", (run_id,)).fetchone()
+            progress = json.loads(meta)
+            progress["pending"][0]["arguments"] = {"item": "coffee", "quantity": 1}
+            edit.execute("UPDATE runs SET meta = ? WHERE id = ?", (json.dumps(progress), run_id))
+
+        inbox = (await client.call("GET", "/approvals", APPROVER)).body["approvals"]
+        [item] = [a for a in inbox if a["run_id"] == run_id]
+        assert item["arguments"] == {"item": "coffee", "quantity": 1}  # the inbox shows the run as stored
+        decided = {"approve": True, "fingerprint": item["fingerprint"]}
+        reply = await client.call("POST", f"/runs/{run_id}/approvals/c2", APPROVER, decided)
+        assert reply.status == 409, reply.body
+        assert "fails its audit check" in reply.body["detail"]
+    assert not orders.exists()  # nothing was ordered

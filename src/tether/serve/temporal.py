@@ -37,6 +37,7 @@ from tether.serve.service import Caller as Owner
 from tether.serve.service import LiveRun
 from tether.serve.settings import Settings
 from tether.store import LeaseHeld, RunStore, StoreError, TamperedRun
+from tether.store.records import tampered
 from tether.tools.toolbox import Toolbox
 
 if TYPE_CHECKING:
@@ -167,6 +168,7 @@ class TemporalRuns(AgentRuns):
         from tether.drivers.temporal.client import decide
 
         await self._approver_sees(run_id, caller, "deciding on a call")
+        await self._checked(run_id)
         after = await self._update(
             run_id,
             decide(
@@ -189,12 +191,21 @@ class TemporalRuns(AgentRuns):
         from tether.drivers.temporal.client import reconcile
 
         await self._approver_sees(run_id, caller, "settling a call's outcome")
+        await self._checked(run_id)
         text = json.dumps(result) if executed else None
         after = await self._update(
             run_id, reconcile(self._temporal(), run_id, call_id, executed=executed, result=text, by=caller.username)
         )
         await self._recorded(run_id, call_id)
         return {"run_id": run_id, "call_id": call_id, "executed": executed, "status": after}
+
+    async def _checked(self, run_id: str) -> None:
+        """A 409 when the run's record fails its audit check. The approver read the call in the store, which
+        someone who can edit the database could rewrite, while the workflow holds the call the answer is for
+        (bound to its fingerprint only): a locally driven run is checked so when a decision loads it."""
+        if problems := await self.io(self.store.verify, run_id):
+            log.warning("%s", tampered(run_id, problems))
+            raise Problem(409, f"run {run_id} fails its audit check and is not acted on")
 
     async def _recorded(self, run_id: str, call_id: str) -> None:
         """Wait (up to ``RECORDED_SECONDS``) for the workers to record that ``call_id`` waits no more: the store lags

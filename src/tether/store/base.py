@@ -204,8 +204,10 @@ class RunStore(Protocol):
         theirs, and, for a conversation's turn, the conversation and its earlier turns); empty when intact."""
         ...
 
-    def messages(self, run_id: str) -> list[Message]:
-        """The messages this run stored (a conversation's turn: only those it added)."""
+    def messages(self, run_id: str, *, check: bool = True) -> list[Message]:
+        """The messages this run stored (a conversation's turn: only those it added); with ``check`` (the default)
+        only if the run's row passes its seal and the messages its chain, else ``TamperedRun``: a Temporal worker
+        sends the model what this returns."""
         ...
 
     def counts(self, run_id: str) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -290,6 +290,18 @@ def audit_problems(
         last, expected_seq = digest_, seq + 1
     if expected_seq - 1 != sealed["event_count"] or last != sealed["event_hash"]:
         problems.append(f"events: the run records {sealed['event_count']} events, the log ends at {expected_seq - 1}")
+    problems += message_problems(sealed, messages)
+    stored = {
+        call_id: [tool, fingerprint, intent_at, None if outcome is None else digest(outcome), outcome_at, provenance]
+        for call_id, tool, fingerprint, intent_at, outcome, outcome_at, provenance in ledger
+    }
+    return problems + ledger_problems(logged, stored)
+
+
+def message_problems(sealed: Mapping[str, Any], messages: Iterable[tuple[int, str, str]]) -> list[str]:
+    """Every break in a run's transcript: ``messages`` are its (seq, body, hash) rows in seq order, ``sealed`` its
+    row's ``SEALED_COLUMNS`` values, whose chain head and count the transcript must end in."""
+    problems: list[str] = []
     last, expected = GENESIS, sealed["history"]  # a conversation's turn stores only the messages it added
     for seq, body, digest_ in messages:
         if seq != expected or chain_hash(last, seq, body) != digest_:
@@ -297,11 +309,21 @@ def audit_problems(
         last, expected = digest_, seq + 1
     if expected != sealed["message_count"] or last != sealed["message_hash"]:
         problems.append(f"messages: the run records {sealed['message_count']} messages, the transcript has {expected}")
-    stored = {
-        call_id: [tool, fingerprint, intent_at, None if outcome is None else digest(outcome), outcome_at, provenance]
-        for call_id, tool, fingerprint, intent_at, outcome, outcome_at, provenance in ledger
-    }
-    return problems + ledger_problems(logged, stored)
+    return problems
+
+
+def transcript_problems(
+    key: str | None,
+    run_id: str,
+    head: Sequence[object],
+    stored_seal: str | None,
+    messages: Iterable[tuple[int, str, str]],
+) -> list[str]:
+    """Every break in what vouches for a run's transcript (its row's seal and the chain of its messages), from
+    its stored rows as ``audit_problems`` takes them; empty when intact. What a model is sent is checked so."""
+    problem = seal_problem(key, run_id, head, stored_seal)
+    sealed = dict(zip(SEALED_COLUMNS, head, strict=True))
+    return ([] if problem is None else [problem]) + message_problems(sealed, messages)
 
 
 def tampered(run_id: str, problems: Sequence[str]) -> TamperedRun:

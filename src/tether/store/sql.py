@@ -107,6 +107,7 @@ from tether.store.records import (
     stored_run,
     summary,
     tampered,
+    transcript_problems,
     turn_link,
     turn_problems,
 )
@@ -1026,11 +1027,21 @@ class SQLStore:
         ledger = tx.execute(_LEDGER_ROW + " WHERE run_id = ?", (run_id,)).fetchall()
         return audit_problems(self.audit_key, run_id, head[:-1], head[-1], events, messages, ledger)
 
-    def messages(self, run_id: str) -> list[Message]:
-        """The messages this run stored (a conversation's turn: only those it added)."""
-        with self._read() as tx:
-            rows = tx.execute("SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
-        return [Message.from_dict(decode(body, run_id, f"message {seq}")) for seq, body in rows]
+    def messages(self, run_id: str, *, check: bool = True) -> list[Message]:
+        """The messages this run stored (a conversation's turn: only those it added); with ``check`` (the default)
+        only if its row's seal holds and they are the chain it records, else ``TamperedRun`` (``RunStore.messages``)."""
+        with self._read(snapshot=True) as tx:
+            rows = tx.execute(
+                "SELECT seq, body, hash FROM messages WHERE run_id = ? ORDER BY seq", (run_id,)
+            ).fetchall()
+            if check:
+                head = tx.execute(f"SELECT {', '.join(SEALED_COLUMNS)}, seal FROM runs WHERE id = ?", (run_id,))
+                found = head.fetchone()
+                if found is None:
+                    raise RunNotFound(f"no run {run_id} in {self.path}")
+                if problems := transcript_problems(self.audit_key, run_id, found[:-1], found[-1], rows):
+                    raise tampered(run_id, problems)
+        return [Message.from_dict(decode(body, run_id, f"message {seq}")) for seq, body, _ in rows]
 
     def counts(self, run_id: str) -> tuple[int, int]:
         """How many events and messages a run has stored."""

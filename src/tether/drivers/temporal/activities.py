@@ -11,8 +11,11 @@ id being the workflow id): the workflow hands each saving activity only what
 happened since the last save (new messages, events, ledger writes) with the
 counts the store held before, and ``call_model`` reads the transcript from
 the store. So what passes through Temporal per step does not grow with the
-run. The saving itself is the store's ``checkpoint``, as for the local
-driver; see ``save_run`` for how a retried save is told from a new one.
+run. That transcript is checked (the run's seal, the chain of its messages)
+before the model is sent it: a transcript edited in the store fails the
+workflow, as the local driver refuses to resume such a run. The saving
+itself is the store's ``checkpoint``, as for the local driver; see
+``save_run`` for how a retried save is told from a new one.
 
 A tool receives ``idempotency_key = run_id:call_id`` as with the local
 driver; the run id is the workflow id, so a retried read-only call carries
@@ -37,7 +40,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from tether.core.budget import with_estimated_usage
-from tether.core.errors import ConfigurationError, ModelError
+from tether.core.errors import ConfigurationError, ModelError, TamperedRun
 from tether.core.machine import RunState
 from tether.core.messages import Message, ToolCall
 from tether.drivers.common import principal_now
@@ -264,7 +267,11 @@ class Activities:
         toolbox = self.toolbox(request.principal)
         saved = request.save
         save_run(self.store, saved)
-        messages = self.store.messages(saved.run_id)
+        try:
+            # Checked: the model is sent the stored transcript, which someone who can edit the store could rewrite.
+            messages = self.store.messages(saved.run_id)
+        except TamperedRun as exc:
+            raise ApplicationError(str(exc), type="TamperedRun", non_retryable=True) from None
         if len(messages) != saved.messages_from + len(saved.messages):
             raise ApplicationError(
                 f"run {saved.run_id}: the store holds {len(messages)} messages, the workflow"
