@@ -25,7 +25,7 @@ from tether.core.quick import quick_init
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
 from tether.tools.decoding import InvalidJson, strict_loads
 from tether.tools.strict import drop_nulls
-from tether.tools.tool import Retry, Tool, ToolError
+from tether.tools.tool import DEFAULT_MAX_RESULT_CHARS, Retry, Tool, ToolError
 
 if TYPE_CHECKING:
     from tether.core import machine
@@ -140,6 +140,7 @@ class Toolbox:
             trusted_fields=found.trusted_fields,
             principal_sinks=found.principal_sinks,
             fixed=found.fixed,
+            max_result_chars=None if found.max_result_chars == DEFAULT_MAX_RESULT_CHARS else found.max_result_chars,
         )
 
     async def invoke(
