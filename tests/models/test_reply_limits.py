@@ -21,6 +21,7 @@ from aiohttp import web
 
 from tether import Agent, Budget, Status, tool
 from tether.core import Message, ModelHTTPError, ModelResponseError, ReplyTooLarge, ServerError, ToolCall
+from tether.core.envelope import QUOTED_CHARS
 from tether.core.machine import MAX_CALLS_PER_REPLY
 from tether.core.nesting import MAX_REPLY_DEPTH, NestedTooDeep
 from tether.models import ModelRequest
@@ -256,6 +257,47 @@ async def test_a_reply_with_more_calls_than_the_bound_runs_none(protocol: str, s
         f"the reply has {MAX_CALLS_PER_REPLY + 1} tool calls; at most {MAX_CALLS_PER_REPLY} are read"
     )
     assert read.status is Status.COMPLETED and len(ran) == MAX_CALLS_PER_REPLY
+
+
+# ------------------------------------------------------------------ the reply's text quoted back
+
+# Characters of a name or key: far past what an error quotes (QUOTED_CHARS), and the next request, which holds
+# them in the assistant message, still under the fake server's 1 MiB.
+LONG = 100_000
+
+
+async def test_an_error_quotes_at_most_a_bounded_part_of_the_models_text() -> None:
+    """The unknown_tool error quoted the model's tool name whole (a 10 MB name: a 10 MB result, stored and sent
+    back); argument errors quoted every unexpected key, and a duplicate key, whole."""
+
+    @tool(read_only=True)
+    def note(n: int) -> int:
+        """Note a number."""
+        return n
+
+    extra = {"k" * LONG: 1, **{f"z{i:02}": 1 for i in range(50)}}  # named in sorted order
+    duplicate = '{"n": 1, "' + "d" * LONG + '": 1, "' + "d" * LONG + '": 2}'
+    calls = [("c1", "x" * LONG, "{}"), ("c2", "note", json.dumps({"n": 1, **extra})), ("c3", "note", duplicate)]
+    server = FakeServer([tool_calls(calls), text("done")])
+    async with server, Agent(model("openai", server), tools=[note]) as agent:
+        result = await agent.run("hi")
+    assert result.status is Status.COMPLETED
+    sent = {m["tool_call_id"]: json.loads(m["content"]) for m in server.requests[1]["messages"] if m["role"] == "tool"}
+    errors = {call: (got["error"]["code"], got["error"]["message"]) for call, got in sent.items()}
+    extras = ", ".join(repr(f"z{i:02}") for i in range(9))
+    assert errors == {
+        "c1": ("unknown_tool", f"no tool named {'x' * QUOTED_CHARS!r}…; available: note"),
+        "c2": ("invalid_arguments", f"arguments: unexpected field(s) {'k' * QUOTED_CHARS!r}…, {extras} and 41 more"),
+        "c3": ("invalid_json", f"duplicate key {'d' * QUOTED_CHARS!r}…"),
+    }
+
+
+async def test_a_reply_error_quotes_at_most_a_bounded_part_of_a_call_id() -> None:
+    twice = [("i" * LONG, "note", "{}"), ("i" * LONG, "note", "{}")]
+    async with FakeServer([tool_calls(twice)]) as server, Agent(model("openai", server)) as agent:
+        result = await agent.run("hi")
+    assert result.status is Status.PROTOCOL_ERROR
+    assert result.reason == f"tool call id {'i' * QUOTED_CHARS!r}… appears twice in one reply"
 
 
 # ------------------------------------------------------------------ memory

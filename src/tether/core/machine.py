@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.core import envelope, nesting
 from tether.core.budget import ESTIMATED_NOTE, RunConfig
-from tether.core.envelope import ErrorCode
+from tether.core.envelope import ErrorCode, quoted
 from tether.core.errors import ApprovalMismatch, RunPoisoned, TransitionError
 from tether.core.messages import Message, ModelReply, ToolCall, Usage
 from tether.core.quick import quick_init
@@ -987,7 +987,7 @@ class Run:
             or (reason == "" and compat.accept_empty_finish_reason_with_calls)
         )
         if has_calls != (reason == "tool_calls") and not lenient:
-            return f"finish_reason {reason!r} does not match {len(reply.tool_calls)} tool call(s)"
+            return f"finish_reason {quoted(reason)} does not match {len(reply.tool_calls)} tool call(s)"
         if len(reply.tool_calls) > MAX_CALLS_PER_REPLY:
             return f"the reply has {len(reply.tool_calls)} tool calls; at most {MAX_CALLS_PER_REPLY} are read"
         calls: list[ToolCall] = []
@@ -999,14 +999,14 @@ class Run:
             if not isinstance(call_id, str) or not call_id:
                 return f"tool call {index} has no id"
             if call_id in seen:
-                return f"tool call id {call_id!r} appears twice in one reply"
+                return f"tool call id {quoted(call_id)} appears twice in one reply"
             seen.add(call_id)
             if wire.type != "function":
-                return f"tool call {call_id!r} has type {wire.type!r}, not 'function'"
+                return f"tool call {quoted(call_id)} has type {quoted(wire.type)}, not 'function'"
             if not isinstance(wire.name, str) or not wire.name:
-                return f"tool call {call_id!r} has no function name"
+                return f"tool call {quoted(call_id)} has no function name"
             if not isinstance(wire.arguments, str):
-                return f"tool call {call_id!r} arguments are not a JSON string"
+                return f"tool call {quoted(call_id)} arguments are not a JSON string"
             calls.append(ToolCall(call_id, wire.name, wire.arguments))
         return tuple(calls)
 

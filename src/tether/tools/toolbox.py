@@ -125,7 +125,9 @@ class Toolbox:
         found = self.offered.get(call.name)
         if found is None:
             names = ", ".join(self.offered) or "none"
-            return machine.Rejected(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.name!r}; available: {names}")
+            return machine.Rejected(
+                ErrorCode.UNKNOWN_TOOL, f"no tool named {envelope.quoted(call.name)}; available: {names}"
+            )
         if self.strict:
             arguments = drop_nulls(arguments, found.strict_nulls)  # strict mode's "not given"
         problems = found.validation_errors(arguments)
@@ -171,7 +173,9 @@ class Toolbox:
         """
         found = self.offered.get(call.tool)
         if found is None or call.arguments is None:
-            return ToolResult(envelope.error(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.tool!r}"), False)
+            return ToolResult(
+                envelope.error(ErrorCode.UNKNOWN_TOOL, f"no tool named {envelope.quoted(call.tool)}"), False
+            )
         context: ToolContext[Any] = ToolContext(run_id, call.call_id, principal or self.principal, deadline_at, deps)
         try:
             content = await self._run(found, call.arguments, context)
