@@ -17,6 +17,7 @@ from cli_helpers import clean_env, tether
 
 from tether import Agent, SQLiteStore, Status, tool
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
+from tether.tools import result_envelope
 
 EXIT_USAGE = 2
 EXIT_CONFIGURATION = 3
@@ -359,6 +360,35 @@ async def test_a_reconciled_result_that_is_not_strict_json_is_a_usage_error_and_
     stored = SQLiteStore(db)
     assert stored.load(paused.run_id).state.status is Status.AWAITING_RECONCILIATION
     assert stored.ledger_entry(paused.run_id, "c1").outcome is None  # type: ignore[union-attr]
+
+
+@tool(max_result_chars=1_000)
+async def small_boom() -> str:
+    """A side effect with a small result, during which the process dies."""
+    raise Crash
+
+
+async def test_a_reconciled_result_is_cut_to_the_tools_max_result_chars_as_a_returned_one_is(tmp_path: Path) -> None:
+    """A person's result reached the store and the model's next request whole, at any length."""
+    db = tmp_path / "runs.db"
+    with pytest.raises(Crash):
+        await Agent(ScriptedModel([reply_calls(("c1", "small_boom", "{}"))]), [small_boom], store=SQLiteStore(db)).run(
+            "go"
+        )
+    (summary,) = SQLiteStore(db).list_runs()
+    paused = await Agent(ScriptedModel([]), [small_boom], store=SQLiteStore(db)).resume(summary.run_id).run()
+    assert paused.status is Status.AWAITING_RECONCILIATION
+
+    result = "x" * 100_000  # a single argument is at most 128 KiB; ``POST .../reconcile`` takes any size to this cut
+    done = tether("reconcile", paused.run_id, "c1", "--executed", json.dumps(result), "--db", str(db))
+    assert done.code == 0, done
+    recorded = SQLiteStore(db).ledger_entry(paused.run_id, "c1").outcome  # type: ignore[union-attr]
+    model = ScriptedModel([reply_text("done")])
+    finished = await Agent(model, [small_boom], store=SQLiteStore(db)).resume(paused.run_id).run()
+    assert finished.status is Status.COMPLETED
+    sent = model.requests[-1].messages[-1].content
+    assert sent == recorded == result_envelope(result, 1_000)  # the cut of a result the tool returned
+    assert "[truncated: showing 1000 of 100000 characters]" in recorded
 
 
 @pytest.mark.parametrize(

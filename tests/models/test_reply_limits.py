@@ -10,6 +10,8 @@ process before the request, as a generous bound.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import subprocess
 import sys
@@ -20,7 +22,16 @@ import pytest
 from aiohttp import web
 
 from tether import Agent, Budget, Status, tool
-from tether.core import Message, ModelHTTPError, ModelResponseError, ReplyTooLarge, ServerError, ToolCall
+from tether.core import (
+    Message,
+    ModelHTTPError,
+    ModelResponseError,
+    ModelTimeout,
+    ReplyTooLarge,
+    ServerError,
+    ToolCall,
+)
+from tether.core.envelope import QUOTED_CHARS
 from tether.core.machine import MAX_CALLS_PER_REPLY
 from tether.core.nesting import MAX_REPLY_DEPTH, NestedTooDeep
 from tether.models import ModelRequest
@@ -189,6 +200,85 @@ async def test_an_endless_stream_ends_at_the_cap(protocol: str) -> None:
     assert isinstance(caught.value, ModelResponseError) and not caught.value.retryable
 
 
+class Trickle(ServerBase):
+    """A stream that writes an event every ``every`` seconds: after the reply's opening events, only keep-alives
+    (an SSE comment, and Anthropic's ``ping`` event) forever; or, with ``events``, that many pieces of text, then
+    the reply's end."""
+
+    def __init__(self, every: float, events: int | None = None) -> None:
+        super().__init__()
+        self.every, self.events = every, events
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.origin}/v1"
+
+    def make_app(self) -> web.Application:
+        app = web.Application()
+        for path in ("/v1/chat/completions", "/v1/messages", "/v1/responses"):
+            app.router.add_post(path, self._handle)
+        return app
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        endings = {"/messages": "anthropic", "/responses": "responses"}
+        protocol = next((p for end, p in endings.items() if request.path.endswith(end)), "openai")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        if self.events is None:  # the reply's opening events only
+            pieces = stream_pieces(protocol, 0)
+            pieces = itertools.islice(pieces, {"anthropic": 2, "responses": 1}.get(protocol, 0))
+        else:
+            pieces = stream_pieces(protocol, self.events * 8, line=8)
+        try:
+            for piece in pieces:
+                await response.write(piece.encode())
+                await asyncio.sleep(self.every)
+            while self.events is None:
+                await response.write(b": ping\n\n")
+                if protocol == "anthropic":
+                    await response.write(anthropic_event({"type": "ping"}).encode())
+                await asyncio.sleep(self.every)
+            await response.write_eof()
+        except ConnectionError:  # the client hung up: what the keep-alive test is about
+            pass
+        return response
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_stream_of_keep_alives_times_out_after_read_timeout(protocol: str) -> None:
+    """Keep-alives more often than the read timeout held the run for ever (with no run deadline, the default):
+    aiohttp's timeout restarts at any byte, and the reply bound is days of keep-alives away."""
+    async with Trickle(every=0.05) as server:
+        adapter = model(protocol, server, stream=True, read_timeout=0.5)
+        try:
+            async with asyncio.timeout(10):  # the code before: no end
+                started = asyncio.get_running_loop().time()
+                with pytest.raises(ModelTimeout) as caught:
+                    await adapter.complete(HELLO)
+                waited = asyncio.get_running_loop().time() - started
+        finally:
+            await adapter.aclose()
+    url = server.base_url if protocol != "anthropic" else server.origin
+    assert str(caught.value) == (
+        f"{url} timed out: the stream sent no event with data for 0.5 s (read_timeout), only keep-alives"
+    )
+    assert caught.value.retryable and 0.5 <= waited < 3
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_stream_whose_events_carry_data_is_read_past_read_timeout(protocol: str) -> None:
+    """The timeout is between events with data, not on the whole stream: 20 events 0.05 s apart outlast it."""
+    async with Trickle(every=0.05, events=20) as server:
+        adapter = model(protocol, server, stream=True, read_timeout=0.5)
+        try:
+            started = asyncio.get_running_loop().time()
+            reply = await adapter.complete(HELLO)
+            waited = asyncio.get_running_loop().time() - started
+        finally:
+            await adapter.aclose()
+    assert reply.content == "x" * 8 * 20 and waited > 0.5
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_a_huge_error_body_keeps_its_status(protocol: str) -> None:
     async with Flood(8 * MiB, status=503) as server:
@@ -256,6 +346,47 @@ async def test_a_reply_with_more_calls_than_the_bound_runs_none(protocol: str, s
         f"the reply has {MAX_CALLS_PER_REPLY + 1} tool calls; at most {MAX_CALLS_PER_REPLY} are read"
     )
     assert read.status is Status.COMPLETED and len(ran) == MAX_CALLS_PER_REPLY
+
+
+# ------------------------------------------------------------------ the reply's text quoted back
+
+# Characters of a name or key: far past what an error quotes (QUOTED_CHARS), and the next request, which holds
+# them in the assistant message, still under the fake server's 1 MiB.
+LONG = 100_000
+
+
+async def test_an_error_quotes_at_most_a_bounded_part_of_the_models_text() -> None:
+    """The unknown_tool error quoted the model's tool name whole (a 10 MB name: a 10 MB result, stored and sent
+    back); argument errors quoted every unexpected key, and a duplicate key, whole."""
+
+    @tool(read_only=True)
+    def note(n: int) -> int:
+        """Note a number."""
+        return n
+
+    extra = {"k" * LONG: 1, **{f"z{i:02}": 1 for i in range(50)}}  # named in sorted order
+    duplicate = '{"n": 1, "' + "d" * LONG + '": 1, "' + "d" * LONG + '": 2}'
+    calls = [("c1", "x" * LONG, "{}"), ("c2", "note", json.dumps({"n": 1, **extra})), ("c3", "note", duplicate)]
+    server = FakeServer([tool_calls(calls), text("done")])
+    async with server, Agent(model("openai", server), tools=[note]) as agent:
+        result = await agent.run("hi")
+    assert result.status is Status.COMPLETED
+    sent = {m["tool_call_id"]: json.loads(m["content"]) for m in server.requests[1]["messages"] if m["role"] == "tool"}
+    errors = {call: (got["error"]["code"], got["error"]["message"]) for call, got in sent.items()}
+    extras = ", ".join(repr(f"z{i:02}") for i in range(9))
+    assert errors == {
+        "c1": ("unknown_tool", f"no tool named {'x' * QUOTED_CHARS!r}…; available: note"),
+        "c2": ("invalid_arguments", f"arguments: unexpected field(s) {'k' * QUOTED_CHARS!r}…, {extras} and 41 more"),
+        "c3": ("invalid_json", f"duplicate key {'d' * QUOTED_CHARS!r}…"),
+    }
+
+
+async def test_a_reply_error_quotes_at_most_a_bounded_part_of_a_call_id() -> None:
+    twice = [("i" * LONG, "note", "{}"), ("i" * LONG, "note", "{}")]
+    async with FakeServer([tool_calls(twice)]) as server, Agent(model("openai", server)) as agent:
+        result = await agent.run("hi")
+    assert result.status is Status.PROTOCOL_ERROR
+    assert result.reason == f"tool call id {'i' * QUOTED_CHARS!r}… appears twice in one reply"
 
 
 # ------------------------------------------------------------------ memory

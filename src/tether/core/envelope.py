@@ -39,6 +39,25 @@ def text(written: str) -> str:
     return written.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+QUOTED_CHARS = 100  # of a model's text (a tool name, a call id, a key) that an error message quotes
+
+
+def shown(written: str, limit: int = QUOTED_CHARS) -> str:
+    """``written`` as an error message shows it: its first ``limit`` characters, ``…`` when there were more.
+
+    A model's text can be of any length; an error that quotes it is read back by the model, stored and printed.
+    """
+    return written if len(written) <= limit else f"{written[:limit]}…"
+
+
+def quoted(written: object, limit: int = QUOTED_CHARS) -> str:
+    """``repr(written)`` cut as ``shown`` cuts text: the first ``limit`` characters of the text, ``…`` after the
+    quotes when there were more (of anything else, of its ``repr``)."""
+    if not isinstance(written, str):
+        return shown(repr(written), limit)
+    return repr(written) if len(written) <= limit else f"{written[:limit]!r}…"
+
+
 def _TEXT(value: Any) -> str:
     return text(_JSON(value))
 

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.core import envelope, nesting
 from tether.core.budget import ESTIMATED_NOTE, RunConfig
-from tether.core.envelope import ErrorCode
+from tether.core.envelope import ErrorCode, quoted
 from tether.core.errors import ApprovalMismatch, RunPoisoned, TransitionError
 from tether.core.messages import Message, ModelReply, ToolCall, Usage
 from tether.core.quick import quick_init
@@ -269,6 +269,7 @@ class Accepted:
     principal_sinks: frozenset[str] = frozenset()  # sinks a vouched field is not enough for: the principal's word
     # What the tool's own schema fixes (``provenance.schema_fixed``): values and property names, trusted for its calls.
     fixed: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+    max_result_chars: int | None = None  # the tool's bound on a result; None: the tools' default (``result_limits``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -555,6 +556,9 @@ class RunState:
     # is accepted: their values are trusted text of that result once it is read as untrusted and the transcript is
     # indexed (``core.provenance``), again after a load.
     vouched: dict[str, list[str]] = field(default_factory=dict)
+    # Calls of the current step whose tool bounds its result otherwise than the tools' default: call id -> its
+    # ``max_result_chars``, which a result a person reports for the call is cut to (``Accepted.max_result_chars``).
+    result_limits: dict[str, int] = field(default_factory=dict)
 
     def provenance_of(self, call_id: str) -> list[dict[str, Any]] | None:
         """Where each sink value of a call of the current step was found; None for a call not traced."""
@@ -612,6 +616,8 @@ class RunState:
             progress["traced"] = {k: dict(v) for k, v in self.traced.items()}
         if self.vouched:  # only once a call of a tool with trusted fields was accepted: likewise
             progress["vouched"] = {k: list(v) for k, v in self.vouched.items()}
+        if self.result_limits:  # only for a step with a call of a tool with its own bound: likewise
+            progress["result_limits"] = dict(self.result_limits)
         return progress
 
     @classmethod
@@ -645,6 +651,7 @@ class RunState:
             waiting_on=dict(data.get("waiting_on", {})),
             traced={k: dict(v) for k, v in data.get("traced", {}).items()},
             vouched={k: list(v) for k, v in data.get("vouched", {}).items()},
+            result_limits=dict(data.get("result_limits", {})),
         )
 
 
@@ -980,7 +987,7 @@ class Run:
             or (reason == "" and compat.accept_empty_finish_reason_with_calls)
         )
         if has_calls != (reason == "tool_calls") and not lenient:
-            return f"finish_reason {reason!r} does not match {len(reply.tool_calls)} tool call(s)"
+            return f"finish_reason {quoted(reason)} does not match {len(reply.tool_calls)} tool call(s)"
         if len(reply.tool_calls) > MAX_CALLS_PER_REPLY:
             return f"the reply has {len(reply.tool_calls)} tool calls; at most {MAX_CALLS_PER_REPLY} are read"
         calls: list[ToolCall] = []
@@ -992,14 +999,14 @@ class Run:
             if not isinstance(call_id, str) or not call_id:
                 return f"tool call {index} has no id"
             if call_id in seen:
-                return f"tool call id {call_id!r} appears twice in one reply"
+                return f"tool call id {quoted(call_id)} appears twice in one reply"
             seen.add(call_id)
             if wire.type != "function":
-                return f"tool call {call_id!r} has type {wire.type!r}, not 'function'"
+                return f"tool call {quoted(call_id)} has type {quoted(wire.type)}, not 'function'"
             if not isinstance(wire.name, str) or not wire.name:
-                return f"tool call {call_id!r} has no function name"
+                return f"tool call {quoted(call_id)} has no function name"
             if not isinstance(wire.arguments, str):
-                return f"tool call {call_id!r} arguments are not a JSON string"
+                return f"tool call {quoted(call_id)} arguments are not a JSON string"
             calls.append(ToolCall(call_id, wire.name, wire.arguments))
         return tuple(calls)
 
@@ -1018,6 +1025,7 @@ class Run:
         refused = validated.refused if validated is not None else None
         transfer: str | None = None  # the call of this reply that hands the run on: the first one wins
         s.traced = {}  # a verdict binds one call of one step, as a decision does
+        s.result_limits = {}
         for call in calls:
             if call.name == answer_tool and answer_tool is not None:
                 assert self._answer is not None
@@ -1090,6 +1098,8 @@ class Run:
                 pending.append(record)
                 if verdict.trusted_fields:  # used only once its result is read as untrusted text (``_record``)
                     s.vouched[call.id] = list(verdict.trusted_fields)
+                if verdict.max_result_chars is not None:  # read only if the call's outcome comes to be unknown
+                    s.result_limits[call.id] = verdict.max_result_chars
         s.pending = pending
         s.approvals = {}  # a decision binds one call of one step, never a later reuse of its id
         s.failed_repairs = s.failed_repairs + 1 if repair_needed else 0

@@ -58,7 +58,6 @@ from tether.models.http import (
     DEFAULT_READ_TIMEOUT,
     HTTPModel,
     checked_base_url,
-    sse_events,
 )
 from tether.models.stream import error_message
 
@@ -564,7 +563,7 @@ class AnthropicModel(HTTPModel):
 
     async def _read_stream(self, response: aiohttp.ClientResponse, request: ModelRequest) -> Turn:
         assembler = MessageAssembler()
-        async for name, payload in sse_events(response.content, self.max_reply_bytes):
+        async for name, payload in self.events(response):
             if name == "ping":
                 continue  # a keep-alive: nothing to decode
             piece = assembler.feed(_decode_event(payload))

@@ -169,18 +169,39 @@ class _Fields:
         return event
 
 
-async def sse_events(content: aiohttp.StreamReader, max_bytes: int) -> AsyncIterator[tuple[str | None, str]]:
+KEEPALIVE_EVENTS = frozenset({"ping"})  # events that say only "still here" (Anthropic's ``ping``)
+
+
+async def sse_events(
+    content: aiohttp.StreamReader, max_bytes: int, read_timeout: float | None = None
+) -> AsyncIterator[tuple[str | None, str]]:
     """``(event name, data)`` for each server-sent event; comments and blank keep-alives skipped.
 
     A last event without its closing blank line is still yielded. Past
     ``max_bytes`` received (a line, an event or the whole stream) it raises
     ``ReplyTooLarge``: lines are split here, not by aiohttp's ``readline``,
     which refuses a line over its own buffer size with an error of its own.
+
+    ``read_timeout`` bounds the wait for the next event that carries data: a
+    comment or a ``KEEPALIVE_EVENTS`` event does not restart it (aiohttp's
+    timeout restarts at any byte, and a server that sends only keep-alives
+    would hold the run until ``max_bytes``, days later). Past it, ``ModelTimeout``.
     """
+    loop = asyncio.get_running_loop()
+    quiet_until = None if read_timeout is None else loop.time() + read_timeout
     fields = _Fields()
     line = bytearray()
     received = 0
-    async for chunk in content.iter_any():
+    while True:
+        try:
+            async with asyncio.timeout_at(quiet_until):  # None: no bound
+                chunk = await content.readany()
+        except TimeoutError:
+            raise ModelTimeout(
+                f"the stream sent no event with data for {read_timeout:g} s (read_timeout), only keep-alives"
+            ) from None
+        if not chunk:
+            break
         received += len(chunk)
         if received > max_bytes:
             raise ReplyTooLarge(max_bytes)
@@ -192,6 +213,8 @@ async def sse_events(content: aiohttp.StreamReader, max_bytes: int) -> AsyncIter
             line.clear()
             if event is not None:
                 yield event
+                if read_timeout is not None and event[0] not in KEEPALIVE_EVENTS:
+                    quiet_until = loop.time() + read_timeout
         line += chunk[start:]
     if line:
         fields.line(line)  # a last line without its newline: only an empty line ends an event
@@ -279,6 +302,10 @@ class HTTPModel:
         """The JSON text of a request body (a subclass may reuse the text of parts that do not change)."""
         return json.dumps(body)
 
+    def events(self, response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str | None, str]]:
+        """The events of a streamed reply, within ``max_reply_bytes`` and ``read_timeout`` (``sse_events``)."""
+        return sse_events(response.content, self.max_reply_bytes, self._timeouts[1])
+
     async def aclose(self) -> None:
         """Close the client of the running event loop (the others close when their loop ends)."""
         entry = self._sessions.pop(asyncio.get_running_loop(), None)
@@ -336,6 +363,8 @@ class HTTPModel:
                 raw = await read_within(response.content, self.max_reply_bytes)
         except ReplyTooLarge as exc:
             raise ReplyTooLarge(exc.max_bytes, type(self).__name__) from None  # the reader knows no adapter
+        except ModelTimeout as exc:  # a stream of keep-alives (``sse_events``): named as aiohttp's timeouts are
+            raise ModelTimeout(f"{self.base_url} timed out: {exc}") from None
         except aiohttp.ClientConnectorError as exc:
             raise ModelConnectionError(f"cannot connect to {self.base_url}: {exc.strerror or exc}") from None
         except (aiohttp.ServerTimeoutError, aiohttp.SocketTimeoutError) as exc:

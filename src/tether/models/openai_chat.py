@@ -38,7 +38,6 @@ from tether.models.http import (
     OPENAI_API,
     HTTPModel,
     openai_endpoint,
-    sse_events,
 )
 
 if TYPE_CHECKING:
@@ -274,7 +273,7 @@ class OpenAIChatModel(HTTPModel):
 
     async def _read_stream(self, response: aiohttp.ClientResponse, request: ModelRequest) -> ModelReply:
         assembler = chunks.Assembler()
-        async for _, payload in sse_events(response.content, self.max_reply_bytes):
+        async for _, payload in self.events(response):
             if payload == "[DONE]":
                 break
             chunk = _decode_event(payload)

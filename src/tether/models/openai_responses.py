@@ -74,7 +74,6 @@ from tether.models.http import (
     OPENAI_API,
     HTTPModel,
     openai_endpoint,
-    sse_events,
 )
 from tether.models.stream import error_message
 
@@ -575,7 +574,7 @@ class OpenAIResponsesModel(HTTPModel):
 
     async def _read_stream(self, response: aiohttp.ClientResponse, request: ModelRequest) -> ModelReply:
         assembler = ResponseAssembler(request.on_text, request.on_tool_delta)
-        async for _, payload in sse_events(response.content, self.max_reply_bytes):
+        async for _, payload in self.events(response):
             if payload == "[DONE]":
                 break
             event = _decode(payload, "stream event")

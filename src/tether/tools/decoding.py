@@ -14,6 +14,7 @@ import math
 from json.scanner import make_scanner
 from typing import Any
 
+from tether.core.envelope import quoted
 from tether.core.nesting import MAX_DEPTH, NotText, check_text, nested_deeper, text_of
 
 
@@ -27,7 +28,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise InvalidJson(f"duplicate key {key!r}")
+                raise InvalidJson(f"duplicate key {quoted(key)}")
             seen.add(key)
     return result
 

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_args, get_origin, get_type_hints, overload
 
+from tether.core.envelope import quoted, shown
 from tether.core.errors import ConfigurationError, ToolDefinitionError
 from tether.core.nesting import MAX_DEPTH
 from tether.core.nesting import value_nested_deeper as nested_deeper
@@ -268,18 +269,18 @@ def _fields(name: str, fields: Any) -> tuple[str, ...]:
 def _describe(error: jsonschema.ValidationError) -> str:
     while error.context:  # anyOf/oneOf: name the failure of the branch that got furthest
         error = max(error.context, key=lambda e: (len(e.absolute_path), e.validator != "type"))
-    where = ".".join(str(p) for p in error.absolute_path) or "arguments"
+    where = shown(".".join(str(p) for p in error.absolute_path)) or "arguments"  # the model's keys, at any length
     if error.validator == "type":
         return f"{where}: expected {error.validator_value}, got {json_type(error.instance)}"
     if error.validator == "additionalProperties":
         schema = error.schema if isinstance(error.schema, dict) else {}
         given: Any = error.instance
         extra = sorted(set(given) - set(schema.get("properties", {})))
-        return f"{where}: unexpected field(s) {', '.join(map(repr, extra))}"
+        return f"{where}: unexpected field(s) {_names(extra)}"
     if error.validator == "unevaluatedProperties":
         # jsonschema names them in its message: "... ('c', 'd' were unexpected)"
         extra = re.findall(r"'((?:[^'\\]|\\.)*)'", error.message.rpartition("(")[2])
-        return f"{where}: unexpected field(s) {', '.join(map(repr, extra))}"
+        return f"{where}: unexpected field(s) {_names(extra)}"
     if error.validator == "required":
         return f"{where}: {error.message.split(' ')[0]} is required"
     if error.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
@@ -291,6 +292,15 @@ def _describe(error: jsonschema.ValidationError) -> str:
         return f"{where}: must match {error.validator_value}"
     message = error.message
     return f"{where}: {message[:160]}"
+
+
+_NAMED = 10  # unexpected fields an error names; a model may send any number, of any length
+
+
+def _names(fields: list[str]) -> str:
+    """The model's field names, each quoted (``envelope.quoted``), the first ``_NAMED`` of them."""
+    named = ", ".join(quoted(name) for name in fields[:_NAMED])
+    return named if len(fields) <= _NAMED else f"{named} and {len(fields) - _NAMED} more"
 
 
 _BOUND = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}

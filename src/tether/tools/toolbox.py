@@ -25,7 +25,7 @@ from tether.core.quick import quick_init
 from tether.tools.context import LOCAL_PRINCIPAL, Principal, ToolContext
 from tether.tools.decoding import InvalidJson, strict_loads
 from tether.tools.strict import drop_nulls
-from tether.tools.tool import Retry, Tool, ToolError
+from tether.tools.tool import DEFAULT_MAX_RESULT_CHARS, Retry, Tool, ToolError
 
 if TYPE_CHECKING:
     from tether.core import machine
@@ -125,7 +125,9 @@ class Toolbox:
         found = self.offered.get(call.name)
         if found is None:
             names = ", ".join(self.offered) or "none"
-            return machine.Rejected(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.name!r}; available: {names}")
+            return machine.Rejected(
+                ErrorCode.UNKNOWN_TOOL, f"no tool named {envelope.quoted(call.name)}; available: {names}"
+            )
         if self.strict:
             arguments = drop_nulls(arguments, found.strict_nulls)  # strict mode's "not given"
         problems = found.validation_errors(arguments)
@@ -140,6 +142,7 @@ class Toolbox:
             trusted_fields=found.trusted_fields,
             principal_sinks=found.principal_sinks,
             fixed=found.fixed,
+            max_result_chars=None if found.max_result_chars == DEFAULT_MAX_RESULT_CHARS else found.max_result_chars,
         )
 
     async def invoke(
@@ -170,7 +173,9 @@ class Toolbox:
         """
         found = self.offered.get(call.tool)
         if found is None or call.arguments is None:
-            return ToolResult(envelope.error(ErrorCode.UNKNOWN_TOOL, f"no tool named {call.tool!r}"), False)
+            return ToolResult(
+                envelope.error(ErrorCode.UNKNOWN_TOOL, f"no tool named {envelope.quoted(call.tool)}"), False
+            )
         context: ToolContext[Any] = ToolContext(run_id, call.call_id, principal or self.principal, deadline_at, deps)
         try:
             content = await self._run(found, call.arguments, context)

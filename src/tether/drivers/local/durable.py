@@ -24,14 +24,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tether.core import envelope
 from tether.core.errors import ApprovalMismatch, LeaseHeld, RunNotFound
 from tether.core.events import APPROVAL_DECIDED, RECONCILED, RUN_FINISHED, reconciled_event
 from tether.core.machine import ApprovalDecided, Cancel, PendingCall, Reconciled, Run, RunState, Status
 from tether.drivers.local.subagents import MAX_DEPTH
 from tether.store.base import RunStore
 from tether.store.records import StoredRun
-from tether.tools.toolbox import Toolbox
+from tether.tools.tool import DEFAULT_MAX_RESULT_CHARS
+from tether.tools.toolbox import Toolbox, result_envelope
 
 MAX_REASON_CHARS = 1_000  # a person's reason for a decision: recorded, and read by the model with a denial
 SHOWN_FINGERPRINT = 12  # characters of a fingerprint that ``tether runs show`` prints, and a decision may give
@@ -184,6 +184,9 @@ def reconcile(
 ) -> PendingCall:
     """Record what became of a call whose outcome was unknown.
 
+    An executed call's ``result`` is cut to its tool's ``max_result_chars`` as a result the tool returned is
+    (``result_envelope``): the model reads it, and the store keeps it, no longer than that.
+
     The ledger (the outcome, or the intent cleared) is written in the same
     transaction as the state and the audit event. A call of a child run the run waits with is recorded there.
     """
@@ -191,7 +194,8 @@ def reconcile(
     _, run = _open(store, run_id)
     try:
         call = _pending(run, call_id, Status.AWAITING_RECONCILIATION)
-        content = envelope.ok(result) if executed else None
+        limit = run.state.result_limits.get(call.call_id, DEFAULT_MAX_RESULT_CHARS)
+        content = result_envelope(result, limit) if executed else None
         run.send(Reconciled(call.call_id, executed, clock(), content))
         store.checkpoint(
             run.state,

@@ -668,6 +668,9 @@ class Driver:
         self.steps: list[StepReport] = []
         self._step_start = 0  # where the current step's assistant message will land
         self._reported: set[str] = set()  # call ids of the current step with an event
+        # The current step's assistant message and its calls' arguments by call id, made once for the step's
+        # rejected calls (``_arguments_sent``): looked up call by call, a reply of many refusals was quadratic.
+        self._sent: tuple[Message | None, dict[str, str]] = (None, {})
         self._finished: dict[str, str] = {}  # results of the current step's executed calls
         self._untrusted: set[str] = set()  # call ids of the current step whose result taints the run
         self._unsaved: list[RunEvent] = []  # events not yet checkpointed (durable runs)
@@ -1219,11 +1222,15 @@ class Driver:
     def _arguments_sent(self, call_id: str) -> dict[str, Any] | None:
         """A call's arguments as the model wrote them, when they are a JSON object (only then can keys be redacted)."""
         messages = self.state.messages
-        if self._step_start < len(messages) and messages[self._step_start].role == "assistant":
-            for call in messages[self._step_start].tool_calls:
-                if call.id == call_id:
-                    return json_object(call.arguments)
-        return None
+        if self._step_start >= len(messages) or messages[self._step_start].role != "assistant":
+            return None
+        reply, sent = self._sent
+        if reply is not messages[self._step_start]:
+            reply = messages[self._step_start]
+            sent = {call.id: call.arguments for call in reversed(reply.tool_calls)}  # the first of an id wins
+            self._sent = reply, sent
+        arguments = sent.get(call_id)
+        return None if arguments is None else json_object(arguments)
 
     async def _invoke(self, call: PendingCall) -> str:
         store, run_id = self.store, self.state.run_id
