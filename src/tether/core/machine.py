@@ -866,8 +866,7 @@ class Run:
     def _exhausted(self, now: float) -> str | None:
         """Why no further model request or execution is allowed, if so."""
         b, s = self.state.config.budget, self.state
-        deadline = self.deadline_at
-        if deadline is not None and now >= deadline:
+        if b.deadline_seconds is not None and s.started_at is not None and now >= s.started_at + b.deadline_seconds:
             return f"deadline of {b.deadline_seconds}s passed"
         note = f"; {ESTIMATED_NOTE}" if s.usage_estimated else ""
         if b.max_input_tokens is not None and s.usage.input_tokens >= b.max_input_tokens:

@@ -662,6 +662,7 @@ class Driver:
         self.deps = deps  # for tools only: never stored, never sent to the model
         self.settings = settings  # the run's model settings: the agent's and its own, stored with its setup
         self.run_machine = run
+        self.state: RunState = run.state  # the machine's, which it never replaces: read on every step
         self.toolbox = toolbox
         self.store = agent.store
         self.on_event = on_event
@@ -706,10 +707,6 @@ class Driver:
         self.waiting: dict[str, tuple[str, Status]] = {}
         self.child_pending: list[dict[str, Any]] = []
         self.child: Driver | None = None
-
-    @property
-    def state(self) -> RunState:
-        return self.run_machine.state
 
     def suspend(self) -> None:
         """Stop driving at the next safe point and leave the run, as it is, to another driver.
@@ -808,7 +805,8 @@ class Driver:
         return call(*args, **kwargs)
 
     def _send(self, event: Any) -> Command:
-        self._trust_instructions()
+        if self.instructions or self.floor._instructions:
+            self._trust_instructions()
         return self.run_machine.send(event)
 
     def _trust_instructions(self) -> None:
@@ -817,8 +815,6 @@ class Driver:
         Only the strings: what a function computes for one request is not
         known when a call is traced again after a resume, so it is no source.
         """
-        if not (self.instructions or self.floor._instructions):
-            return
         for found in (*self.instructions, *self.floor._instructions):
             if isinstance(found, str):
                 self.run_machine.provenance.host_text(found)
