@@ -176,6 +176,17 @@ def test_a_password_in_a_malformed_base_url_is_never_shown() -> None:
     assert "hunter2" not in done.err and "'ftp://***@host/v1'" in done.err
 
 
+def test_a_base_url_carrying_a_password_is_refused_without_showing_it(tmp_path: Path) -> None:
+    """It would be sent beside the key and printed in every connection error; aiohttp refused it with a traceback."""
+    db = tmp_path / "runs.db"
+    done = tether("run", PROMPT, "--db", str(db), "--base-url", "http://user:hunter2@127.0.0.1:9/v1", "--model", "m")
+
+    assert done.code == 3, done
+    assert done.err.startswith("error: --base-url 'http://***@127.0.0.1:9/v1' is not a base URL: it carries a user")
+    assert "hunter2" not in done.err and "Traceback" not in done.err
+    assert runs_in(db) == 0
+
+
 def test_run_dash_reads_the_prompt_from_standard_input() -> None:
     prompt = "Summarise this:\nline one\nline two"
     with FakeServer(echo) as server:

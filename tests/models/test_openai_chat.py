@@ -283,7 +283,9 @@ def test_configuration_errors_say_what_to_set(monkeypatch: pytest.MonkeyPatch) -
     assert json.dumps(model.body(HELLO))  # a local server needs no key
 
 
-@pytest.mark.parametrize("url", ["127.0.0.1:8080/v1", "ftp://h/v1", "http://", "http://h:0x50/v1", "http://h/v1?k=1"])
+@pytest.mark.parametrize(
+    "url", ["127.0.0.1:8080/v1", "ftp://h/v1", "http://", "http://h:0x50/v1", "http://h/v1?k=1", "http://u:p@h/v1"]
+)
 def test_a_malformed_base_url_is_refused_when_the_adapter_is_built(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both HTTP adapters check it at once, naming the setting, rather than as a connection failure in a run."""
     from tether.models.anthropic import AnthropicModel

@@ -82,6 +82,8 @@ def checked_base_url(url: str, setting: str) -> str:
             problem = "it contains a space or a control character"
         elif parts.query or parts.fragment:
             problem = "paths are appended to it, so it cannot have a query or a fragment"
+        elif parts.username is not None or parts.password is not None:
+            problem = "it carries a user name or password, which errors would show; give the key as the API key"
     if problem is not None:
         shown = re.sub(r"//[^/@]*@", "//***@", url)  # never echo a password written into the URL
         raise ConfigurationError(f"{setting} {shown!r} is not a base URL: {problem}; e.g. http://127.0.0.1:8080/v1")
