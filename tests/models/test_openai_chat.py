@@ -178,6 +178,19 @@ async def test_a_server_that_echoes_the_key_in_its_error_does_not_put_it_in_ours
     assert "[redacted]" in str(caught.value)
 
 
+async def test_a_key_across_the_end_of_a_shortened_error_leaves_none_of_its_characters() -> None:
+    """The message is cut to a few hundred characters; cut first, the key's first characters were left too short
+    to look like a key, and were shown."""
+    for padding in range(290, 302):
+        message = "x" * padding + " sk-TOPSECRETKEYVALUE1234567890"
+        with (
+            FakeServer([raw({"error": {"message": message}}, status=400)]) as server,
+            pytest.raises(ModelHTTPError) as caught,
+        ):
+            await complete(server)
+        assert "TOPSE" not in str(caught.value), padding
+
+
 async def test_403_is_not_retried() -> None:
     with FakeServer([raw({"error": {"message": "forbidden"}}, status=403)] * 3) as server:
         with pytest.raises(AuthenticationError):

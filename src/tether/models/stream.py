@@ -173,4 +173,10 @@ def error_message(error: Any) -> str:
     refused) replaced, since the message becomes a run's reason, its event, a Temporal history's payload."""
     if isinstance(error, dict):
         error = error.get("message") or error.get("code") or "unknown error"
-    return redact_text(str(error)[:300])
+    # Redacted before it is cut: a key across the cut would be left too short to look like one. The text read
+    # is bounded too, far past the cut.
+    return redact_text(str(error)[:ERROR_READ])[:ERROR_CHARS]
+
+
+ERROR_CHARS = 300  # of a provider's error message that ours quotes
+ERROR_READ = 16_384  # of it that is redacted before the cut
