@@ -125,13 +125,17 @@ def test_a_models_control_characters_are_shown_not_obeyed(tmp_path: Path) -> Non
     from tether.testing import FakeServer
     from tether.testing.fake_server import text
 
-    hostile = "done\x1b]0;pwned\x07\x1b[2J\x9b31m \u202emoc.live@bob\u2066"
+    hostile = "done\x1b]0;pwned\x07\x1b[2J\x9b31m \u202emoc.live@bob\u2066 pay\u200bee\u200f\ufeff"
     with FakeServer([text(hostile)]) as server:
         done = tether("run", "hi", *endpoint(server), env=clean_env(TETHER_DB=str(tmp_path / "runs.db")))
     assert done.code == 0, done
-    assert "answer: done\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m \\u202emoc.live@bob\\u2066" in done.out
+    assert (
+        "answer: done\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m \\u202emoc.live@bob\\u2066 pay\\u200bee\\u200f\\ufeff"
+        in done.out
+    )
     assert "\x1b" not in done.out and "\x9b" not in done.out and "\x07" not in done.out
     assert "\u202e" not in done.out and "\u2066" not in done.out  # a bidi override would reorder the screen
+    assert "\u200b" not in done.out and "\u200f" not in done.out  # an invisible one makes two values look alike
 
 
 @pytest.mark.parametrize(

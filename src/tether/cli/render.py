@@ -79,11 +79,15 @@ _VISIBLE: dict[int, str] = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *rang
 # And the bidi overrides, embeddings and isolates: they reorder what follows on the screen, so that an argument a
 # person approves (``"\u202emoc.live@bob"``) would read as another value than it is.
 _VISIBLE |= {c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+# And the invisible ones: the direction marks (which move the punctuation beside them), the zero-width space, the
+# word joiner and invisible operators, the byte order mark, with which "payee" and "pay\u200bee" look alike. The
+# zero-width (non-)joiners are left alone: scripts and emoji are written with them.
+_VISIBLE |= {c: f"\\u{c:04x}" for c in (0x061C, 0x200B, 0x200E, 0x200F, *range(0x2060, 0x2065), 0xFEFF)}
 
 
 def visible(text: str) -> str:
-    """``text`` with its control characters (an escape sequence's ESC among them) and bidi overrides shown, not
-    obeyed."""
+    """``text`` with its control characters (an escape sequence's ESC among them), bidi controls and invisible
+    characters shown as escapes, not obeyed."""
     return text.translate(_VISIBLE)
 
 
