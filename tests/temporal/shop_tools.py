@@ -82,7 +82,10 @@ def _needs_approval(arguments: dict[str, Any]) -> bool:
     return not os.environ.get("SHOP_NO_APPROVAL")
 
 
-@tool(approval=_needs_approval, reconcile=_reconcile)
+ORDER_RESULT_CHARS = 5_000  # its own bound on a result, which a person's result for it is cut to as well
+
+
+@tool(approval=_needs_approval, reconcile=_reconcile, max_result_chars=ORDER_RESULT_CHARS)
 def place_order(item: str, quantity: int, context: ToolContext) -> dict[str, str]:
     """Order an item; takes effect once.
 

@@ -51,6 +51,7 @@ from tether.drivers.temporal.payloads import (
     ToolResult,
     TracedCall,
     Unreconciled,
+    UnreconciledWithin,
     WireCall,
 )
 from tether.drivers.temporal.workflow import CALL_MODEL, RECONCILE, RUN_TOOL, SAVE
@@ -136,6 +137,7 @@ REPLY = ReplyData(1, "tool_calls", None, (WireCall("c1", "function", "price", '{
             },
         ),
         (Unreconciled(), ReconcileAnswer, {"known": False}),
+        (UnreconciledWithin(5_000), ReconcileAnswer, {"known": False, "max_result_chars": 5_000}),
         (ReconciledNotExecuted(), ReconcileAnswer, {"known": True, "executed": False}),
         (
             ReconciledExecuted('{"ok": true}'),
@@ -144,7 +146,15 @@ REPLY = ReplyData(1, "tool_calls", None, (WireCall("c1", "function", "price", '{
         ),
         (ToolResult("{}", True), ToolResult, {"content": "{}", "untrusted": True}),
     ],
-    ids=["model_failure", "rejected_call", "unreconciled", "not_executed", "executed", "untrusted_result"],
+    ids=[
+        "model_failure",
+        "rejected_call",
+        "unreconciled",
+        "unreconciled_within",
+        "not_executed",
+        "executed",
+        "untrusted_result",
+    ],
 )
 def test_each_shape_has_exactly_the_keys_it_had_and_reads_back(value: Any, hint: Any, wire: dict[str, Any]) -> None:
     payload = CONVERTER.to_payloads([value])[0]

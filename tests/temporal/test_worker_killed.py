@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shop_tools import ORDER_RESULT_CHARS
 from temporal_helpers import child_env, shop, spawn_worker, stop, transcript
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client
@@ -37,6 +38,7 @@ from tether.drivers.temporal.devserver import DevServer
 from tether.store import SQLiteStore
 from tether.testing import FakeServer
 from tether.testing.fake_server import ReplySpec, Responder
+from tether.tools import result_envelope
 
 
 async def test_a_worker_killed_after_the_effect_leaves_exactly_one_effect(
@@ -460,3 +462,38 @@ async def test_a_result_the_cli_would_refuse_is_refused_by_the_workflow_too(
     assert done["status"] == "completed"
     reply = next(m for m in transcript(orders, handle.id) if m.get("tool_call_id") == "c2")
     assert json.loads(reply["content"]) == {"ok": True, "result": {"order": "placed"}}
+
+
+async def test_a_reconciled_result_is_cut_to_the_tools_bound_as_a_returned_one_is(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    """A person's result sent by the ``reconcile`` update reached the history, the store and the model whole at any
+    length; the local driver cuts it to the tool's ``max_result_chars`` as a result the tool returned is. The
+    tool's own bound (not the default) reaches the workflow with the reconcile activity's "unknown"."""
+    orders = tmp_path / "orders.jsonl"
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(temporal_server.address)
+    env = child_env(orders, SHOP_NO_APPROVAL="1", SHOP_NO_HOOK="1")
+    result = {"order": "placed", "note": "x" * 30_000}
+    with FakeServer(script=shop) as server:
+        first = spawn_worker(temporal_server.address, queue, server.base_url, env | {"SHOP_HANG_AFTER": "60"})
+        second = None
+        try:
+            handle = await start_run(client, "Order 2 tea.", task_queue=queue, heartbeat_seconds=1.0)
+            await effect_written(orders, seconds=20)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            second = spawn_worker(temporal_server.address, queue, server.base_url, env)
+            await until(client, handle.id, "awaiting_reconciliation")
+            await until_phase(client, handle.id, "waiting")
+            await reconcile(client, handle.id, "c2", executed=True, result=json.dumps(result))
+            done = await asyncio.wait_for(handle.result(), 60)
+        finally:
+            stop(first)
+            if second is not None:
+                stop(second)
+
+    assert done["status"] == "completed"
+    reply = next(m for m in transcript(orders, handle.id) if m.get("tool_call_id") == "c2")
+    assert reply["content"] == result_envelope(result, ORDER_RESULT_CHARS)  # the tool's bound, not the default
+    assert "[truncated: showing 5000 of 30031 characters]" in reply["content"]

@@ -66,6 +66,25 @@ def ok(result: Any) -> str:
     return _TEXT({"ok": True, "result": result})
 
 
+DEFAULT_MAX_RESULT_CHARS = 20_000  # of a result's JSON text the model reads, unless its tool says otherwise
+
+
+def truncate(text: str, limit: int) -> str:
+    """Cut ``text`` to ``limit`` characters with a marker giving the original size."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[truncated: showing {limit} of {len(text)} characters]"
+
+
+def ok_within(result: Any, limit: int, written: str | None = None) -> str:
+    """The ``ok`` envelope of ``result``, whose JSON text is ``written`` (made here if not given), cut to ``limit``
+    characters: text is cut as text, anything else as its JSON text (``truncate``)."""
+    written = _TEXT(result) if written is None else text(written)
+    if len(written) <= limit:
+        return f'{{"ok": true, "result": {written}}}'  # what ok(result) writes, without writing it again
+    return ok(truncate(result if isinstance(result, str) else written, limit))
+
+
 def error(code: ErrorCode, message: str, retryable: bool | None = None) -> str:
     if retryable is None:
         retryable = code in RETRYABLE

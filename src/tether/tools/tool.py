@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_args, get_origin, get_type_hints, overload
 
+from tether.core.envelope import DEFAULT_MAX_RESULT_CHARS as DEFAULT_MAX_RESULT_CHARS  # re-exported
 from tether.core.envelope import quoted, shown
 from tether.core.errors import ConfigurationError, ToolDefinitionError
 from tether.core.nesting import MAX_DEPTH
@@ -38,7 +39,6 @@ if TYPE_CHECKING:  # pydantic is imported where a typed function becomes a tool:
     import pydantic
 
 DEFAULT_TIMEOUT = 30.0
-DEFAULT_MAX_RESULT_CHARS = 20_000
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 Approval = bool | Callable[[Mapping[str, Any]], bool]

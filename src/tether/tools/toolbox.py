@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tether.core import envelope
 from tether.core.deferred import deferred
 from tether.core.envelope import ErrorCode
+from tether.core.envelope import truncate as truncate  # re-exported
 from tether.core.errors import ToolDefinitionError
 from tether.core.nesting import MAX_DEPTH, nested_deeper, value_nested_deeper
 from tether.core.quick import quick_init
@@ -40,13 +41,6 @@ def _validation_error(exc: Exception) -> bool:
     import pydantic  # imported already: the tool's argument model is a pydantic model
 
     return isinstance(exc, pydantic.ValidationError)
-
-
-def truncate(text: str, limit: int) -> str:
-    """Cut ``text`` to ``limit`` characters with a marker giving the original size."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}…[truncated: showing {limit} of {len(text)} characters]"
 
 
 # Made once (json.dumps with options makes one per call). NaN and Infinity are no JSON: a result holding one
@@ -76,11 +70,7 @@ def result_envelope(result: Any, limit: int) -> str:
             return envelope.error(ErrorCode.TOOL_FAILED, "the tool returned a value that is not JSON")
     if nested_deeper(text, MAX_DEPTH):  # every reader of the envelope (the model's history, the store) walks it
         return _TOO_DEEP
-    text = envelope.text(text)
-    if len(text) <= limit:
-        return f'{{"ok": true, "result": {text}}}'  # what envelope.ok(value) writes, without writing it again
-    shown = value if isinstance(value, str) else text
-    return envelope.ok(truncate(shown, limit))
+    return envelope.ok_within(value, limit, text)
 
 
 @quick_init

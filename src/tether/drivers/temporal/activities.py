@@ -69,6 +69,7 @@ from tether.drivers.temporal.payloads import (
     ToolRequest,
     ToolResult,
     Unreconciled,
+    UnreconciledWithin,
     Verdict,
     verdict_data,
 )
@@ -83,7 +84,7 @@ from tether.drivers.temporal.workflow import (
 )
 from tether.models.base import Model, ModelRequest
 from tether.tools.context import Principal, ToolContext
-from tether.tools.tool import Executed, NotExecuted, Tool
+from tether.tools.tool import DEFAULT_MAX_RESULT_CHARS, Executed, NotExecuted, Tool
 from tether.tools.toolbox import Toolbox, result_envelope
 
 if TYPE_CHECKING:
@@ -362,8 +363,16 @@ class Activities:
         toolbox = self.toolbox(request.principal)
         call = request.call
         found = toolbox.offered.get(call.tool)
-        if found is None or found.reconcile is None or call.arguments is None:
+        if found is None:
             return Unreconciled()
+        # A person is asked when the hook cannot tell: the tool's own bound on a result is what theirs is cut to.
+        unknown = (
+            Unreconciled()
+            if found.max_result_chars == DEFAULT_MAX_RESULT_CHARS
+            else UnreconciledWithin(found.max_result_chars)
+        )
+        if found.reconcile is None or call.arguments is None:
+            return unknown
         context = ToolContext(request.run_id, call.call_id, toolbox.principal, None)
         hook, arguments = found.reconcile, call.arguments
         try:
@@ -374,10 +383,10 @@ class Activities:
                 if asyncio.iscoroutine(verdict):
                     verdict = await verdict
         except Exception:
-            return Unreconciled()  # a failing hook knows nothing: leave the call to a person
+            return unknown  # a failing hook knows nothing: leave the call to a person
         if isinstance(verdict, Executed):
             result = result_envelope(verdict.result, found.max_result_chars)
             return fitting(ReconciledExecuted(result), f"the reconciled result of {call.call_id}")
         if isinstance(verdict, NotExecuted):
             return ReconciledNotExecuted()
-        return Unreconciled()
+        return unknown

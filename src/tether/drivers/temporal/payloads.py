@@ -460,4 +460,14 @@ class ReconciledExecuted:
     executed: Literal[True] = True
 
 
-ReconcileAnswer = ReconciledExecuted | ReconciledNotExecuted | Unreconciled
+@dataclass(frozen=True, slots=True)
+class UnreconciledWithin:
+    """``Unreconciled`` for a tool that bounds its results otherwise than by default (``max_result_chars``): a
+    person's result for the call is cut to that bound. A shape of its own, so other answers are written as before."""
+
+    max_result_chars: int
+    known: Literal[False] = False
+
+
+# The shapes with more keys first (an ``Unreconciled`` reads from an ``UnreconciledWithin``'s payload).
+ReconcileAnswer = ReconciledExecuted | ReconciledNotExecuted | UnreconciledWithin | Unreconciled

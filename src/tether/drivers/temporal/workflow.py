@@ -135,6 +135,7 @@ with workflow.unsafe.imports_passed_through():
         PrincipalRefused,
         ReconcileAnswer,
         ReconciledExecuted,
+        ReconciledNotExecuted,
         ReconcileRequest,
         Resolution,
         ResolvedToolRequest,
@@ -143,7 +144,7 @@ with workflow.unsafe.imports_passed_through():
         RunToolRequest,
         SaveRequest,
         ToolOutcome,
-        Unreconciled,
+        UnreconciledWithin,
         Verdict,
     )
 
@@ -161,6 +162,7 @@ SAVES_IN_PARTS = "tether.saves-in-parts"  # a save too large for one payload is 
 FIELDED_VERDICTS = "tether.fielded-verdicts"  # a verdict's trusted_fields and principal_sinks (``FieldedCall``)
 PROMPT_RESULTS_TAINT = "tether.prompt-results-taint"  # tool results in the prompt taint the run
 RETRIES_COUNTED = "tether.retries-counted"  # a tool's Retry counts against its retries (``RetriedResult``)
+RECONCILED_CUT = "tether.reconciled-cut"  # a person's result is cut to the tool's bound (``reconcile``)
 DESCRIPTIONS_TAINT = "tether.descriptions-taint"  # others' tool descriptions taint the run (``DescribedAnswer``)
 # The worker's resolve_principal is asked before a side effect's intent (``RESOLVE``). A read's activity asks
 # (``AskingToolRequest``): its request changed, not the commands, so a run recorded before replays as it is.
@@ -286,6 +288,7 @@ class RunWorkflow:
         self._announced: set[str] = set()  # call ids of the current step with an event
         self._step_start = 0  # where the current step's assistant message is in the transcript
         self._reconciling = False  # the reconcile hooks of unknown outcomes are deciding (see ``_phase``)
+        self._bounds: dict[str, int] = {}  # call id -> its tool's bound on a result, when not the default
 
     # -- the run --
 
@@ -695,7 +698,11 @@ class RunWorkflow:
                     start_to_close_timeout=timedelta(seconds=DEFAULT_TOOL_TIMEOUT_SECONDS),
                     retry_policy=RetryPolicy(maximum_attempts=READ_ONLY_ATTEMPTS),
                 )
-                if self._machine.status is Status.AWAITING_RECONCILIATION and not isinstance(answer, Unreconciled):
+                if isinstance(answer, UnreconciledWithin):  # a person's result for it is cut to it (``reconcile``)
+                    self._bounds[call.call_id] = answer.max_result_chars
+                elif isinstance(answer, ReconciledExecuted | ReconciledNotExecuted) and (
+                    self._machine.status is Status.AWAITING_RECONCILIATION
+                ):
                     result = answer.result if isinstance(answer, ReconciledExecuted) else None
                     self._settle(call, answer.executed, result, "reconcile hook")
         finally:
@@ -781,7 +788,15 @@ class RunWorkflow:
     def reconcile(self, answer: Reconciliation) -> str:
         """Say what became of a call whose outcome is unknown; the run's status after it."""
         assert self._machine is not None
-        result = envelope.ok(json.loads(answer.result)) if answer.executed and answer.result is not None else None
+        result = None
+        if answer.executed and answer.result is not None:
+            # Cut to the tool's bound as a result it returned is (``toolbox.result_envelope``), as the local driver
+            # cuts a person's result; a result within it, and every result before this, is taken whole.
+            value = json.loads(answer.result)
+            bound = self._bounds.get(answer.call_id, envelope.DEFAULT_MAX_RESULT_CHARS)
+            result, cut = envelope.ok(value), envelope.ok_within(value, bound)
+            if cut != result and workflow.patched(RECONCILED_CUT):
+                result = cut
         call = next(p for p in self._machine.state.pending if p.call_id == answer.call_id)
         self._settle(call, answer.executed, result, answer.by or "update")
         return self._machine.status.value
