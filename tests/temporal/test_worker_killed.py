@@ -497,3 +497,36 @@ async def test_a_reconciled_result_is_cut_to_the_tools_bound_as_a_returned_one_i
     reply = next(m for m in transcript(orders, handle.id) if m.get("tool_call_id") == "c2")
     assert reply["content"] == result_envelope(result, ORDER_RESULT_CHARS)  # the tool's bound, not the default
     assert "[truncated: showing 5000 of 30031 characters]" in reply["content"]
+
+
+async def test_a_worker_killed_while_the_reconcile_hook_decides_is_replaced_within_seconds(
+    temporal_server: DevServer, tmp_path: Path
+) -> None:
+    """The hook's activity heartbeats as a tool's does: another worker asks the hook again once the heartbeat
+    stops. Before, the retry waited for the activity's five-minute timeout."""
+    orders, gate, hooked = tmp_path / "orders.jsonl", tmp_path / "gate", tmp_path / "hooked"
+    env = child_env(orders, SHOP_NO_APPROVAL="1")
+    address, queue = temporal_server.address, f"q-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(address)
+    with FakeServer(script=shop) as server:
+        first = spawn_worker(address, queue, server.base_url, env | {"SHOP_HANG_AFTER": "60"})
+        second = third = None
+        try:
+            handle = await start_run(client, "Order 2 tea.", task_queue=queue, heartbeat_seconds=1.0)
+            await effect_written(orders, seconds=30)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            held = {"SHOP_HOOK_GATE": str(gate), "SHOP_HOOK_STARTED": str(hooked)}  # the gate never opens
+            second = spawn_worker(address, queue, server.base_url, env | held)
+            await lines_in(hooked, 1)
+            second.send_signal(signal.SIGKILL)  # dies while its hook decides
+            second.wait()
+            third = spawn_worker(address, queue, server.base_url, env)
+            result = await asyncio.wait_for(handle.result(), 60)
+        finally:
+            for worker in (first, second, third):
+                if worker is not None:
+                    stop(worker)
+
+    assert result["status"] == "completed"
+    assert len(orders.read_text().splitlines()) == 1  # the hook found the effect: not run again

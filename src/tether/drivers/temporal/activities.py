@@ -106,6 +106,17 @@ def principal_data(principal: Principal) -> PrincipalData:
     return PrincipalData(principal.id, tuple(sorted(principal.scopes)), tuple(sorted(principal.roles)))
 
 
+async def _asked(hook: Callable[..., Any], context: ToolContext, arguments: dict[str, Any]) -> Any:
+    """A reconcile hook's verdict; a sync hook in a thread, as a sync tool runs: a slow hook must not stall this
+    worker's other runs and queries."""
+    if inspect.iscoroutinefunction(hook):
+        return await hook(context, arguments)
+    verdict = await asyncio.to_thread(hook, context, arguments)
+    if asyncio.iscoroutine(verdict):
+        verdict = await verdict
+    return verdict
+
+
 async def _heartbeating(work: Awaitable[T]) -> T:
     """Await ``work``, heartbeating meanwhile: if this worker dies, the missed heartbeat lets another retry soon."""
     timeout = activity.info().heartbeat_timeout
@@ -375,13 +386,8 @@ class Activities:
             return unknown
         context = ToolContext(request.run_id, call.call_id, toolbox.principal, None)
         hook, arguments = found.reconcile, call.arguments
-        try:
-            if inspect.iscoroutinefunction(hook):
-                verdict = await hook(context, arguments)
-            else:  # in a thread, as a sync tool: a slow hook must not stall this worker's other runs and queries
-                verdict = await asyncio.to_thread(hook, context, arguments)
-                if asyncio.iscoroutine(verdict):
-                    verdict = await verdict
+        try:  # heartbeating: if this worker dies while the hook decides, another asks it again soon
+            verdict = await _heartbeating(_asked(hook, context, arguments))
         except Exception:
             return unknown  # a failing hook knows nothing: leave the call to a person
         if isinstance(verdict, Executed):

@@ -696,6 +696,7 @@ class RunWorkflow:
                     ReconcileRequest(self._machine.state.run_id, call, self._principal),
                     result_type=cast(type, ReconcileAnswer),  # the converter reads a union (each class in turn)
                     start_to_close_timeout=timedelta(seconds=DEFAULT_TOOL_TIMEOUT_SECONDS),
+                    heartbeat_timeout=self._heartbeat,  # a worker that dies while its hook decides is replaced soon
                     retry_policy=RetryPolicy(maximum_attempts=READ_ONLY_ATTEMPTS),
                 )
                 if isinstance(answer, UnreconciledWithin):  # a person's result for it is cut to it (``reconcile``)
