@@ -22,7 +22,8 @@ import subprocess
 import sys
 import time
 import uuid
-from contextlib import closing
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, closing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ import pytest
 from shop_tools import ORDER_RESULT_CHARS
 from temporal_helpers import child_env, shop, spawn_worker, stop, transcript
 from temporalio.api.enums.v1 import EventType, TimeoutType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 
 from tether.drivers.temporal.client import NotWaiting, decide, pending, reconcile, start_run, status
 from tether.drivers.temporal.devserver import DevServer
@@ -417,6 +418,33 @@ async def effect_written(orders: Path, seconds: float) -> None:
         await asyncio.sleep(0.02)
 
 
+@asynccontextmanager
+async def waiting_for_a_person(address: str, tmp_path: Path) -> AsyncIterator[tuple[Client, WorkflowHandle[Any, Any]]]:
+    """A run whose order took effect on a worker killed before it said so, with no hook to tell: it waits in
+    ``awaiting_reconciliation`` for a person, another worker holding it. ``SHOP_ORDERS`` is ``orders.jsonl`` in
+    ``tmp_path``."""
+    orders = tmp_path / "orders.jsonl"
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(address)
+    env = child_env(orders, SHOP_NO_APPROVAL="1", SHOP_NO_HOOK="1")
+    with FakeServer(script=shop) as server:
+        first = spawn_worker(address, queue, server.base_url, env | {"SHOP_HANG_AFTER": "60"})
+        second = None
+        try:
+            handle = await start_run(client, "Order 2 tea.", task_queue=queue, heartbeat_seconds=1.0)
+            await effect_written(orders, seconds=20)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            second = spawn_worker(address, queue, server.base_url, env)
+            await until(client, handle.id, "awaiting_reconciliation")
+            await until_phase(client, handle.id, "waiting")
+            yield client, handle
+        finally:
+            stop(first)
+            if second is not None:
+                stop(second)
+
+
 @pytest.mark.parametrize(
     ("result", "why"),
     [
@@ -432,35 +460,17 @@ async def test_a_result_the_cli_would_refuse_is_refused_by_the_workflow_too(
     """A ``reconcile`` update straight from the client (a script, a service) is held to what ``tether reconcile
     --executed`` accepts: JSON at most 64 levels deep, text that can be stored. Before, the validator let 65 levels
     and a lone surrogate into the transcript, and refused 100,000 levels with Python's recursion error."""
-    orders = tmp_path / "orders.jsonl"
-    queue = f"q-{uuid.uuid4().hex[:8]}"
-    client = await Client.connect(temporal_server.address)
-    env = child_env(orders, SHOP_NO_APPROVAL="1", SHOP_NO_HOOK="1")
-    with FakeServer(script=shop) as server:
-        first = spawn_worker(temporal_server.address, queue, server.base_url, env | {"SHOP_HANG_AFTER": "60"})
-        second = None
-        try:
-            handle = await start_run(client, "Order 2 tea.", task_queue=queue, heartbeat_seconds=1.0)
-            await effect_written(orders, seconds=20)
-            first.send_signal(signal.SIGKILL)
-            first.wait()
-            second = spawn_worker(temporal_server.address, queue, server.base_url, env)
-            await until(client, handle.id, "awaiting_reconciliation")
-            await until_phase(client, handle.id, "waiting")
-            with pytest.raises(NotWaiting) as refused:
-                await reconcile(client, handle.id, "c2", executed=True, result=result)
-            assert str(refused.value) == f"run {handle.id}: an executed call's result must be JSON: {why}"
-            accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
-            assert accepted not in [e.event_type for e in (await handle.fetch_history()).events]  # refused before
-            await reconcile(client, handle.id, "c2", executed=True, result='{"order": "placed"}')
-            done = await asyncio.wait_for(handle.result(), 60)
-        finally:
-            stop(first)
-            if second is not None:
-                stop(second)
+    async with waiting_for_a_person(temporal_server.address, tmp_path) as (client, handle):
+        with pytest.raises(NotWaiting) as refused:
+            await reconcile(client, handle.id, "c2", executed=True, result=result)
+        assert str(refused.value) == f"run {handle.id}: an executed call's result must be JSON: {why}"
+        accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+        assert accepted not in [e.event_type for e in (await handle.fetch_history()).events]  # refused before
+        await reconcile(client, handle.id, "c2", executed=True, result='{"order": "placed"}')
+        done = await asyncio.wait_for(handle.result(), 60)
 
     assert done["status"] == "completed"
-    reply = next(m for m in transcript(orders, handle.id) if m.get("tool_call_id") == "c2")
+    reply = next(m for m in transcript(tmp_path / "orders.jsonl", handle.id) if m.get("tool_call_id") == "c2")
     assert json.loads(reply["content"]) == {"ok": True, "result": {"order": "placed"}}
 
 
@@ -470,31 +480,13 @@ async def test_a_reconciled_result_is_cut_to_the_tools_bound_as_a_returned_one_i
     """A person's result sent by the ``reconcile`` update reached the history, the store and the model whole at any
     length; the local driver cuts it to the tool's ``max_result_chars`` as a result the tool returned is. The
     tool's own bound (not the default) reaches the workflow with the reconcile activity's "unknown"."""
-    orders = tmp_path / "orders.jsonl"
-    queue = f"q-{uuid.uuid4().hex[:8]}"
-    client = await Client.connect(temporal_server.address)
-    env = child_env(orders, SHOP_NO_APPROVAL="1", SHOP_NO_HOOK="1")
     result = {"order": "placed", "note": "x" * 30_000}
-    with FakeServer(script=shop) as server:
-        first = spawn_worker(temporal_server.address, queue, server.base_url, env | {"SHOP_HANG_AFTER": "60"})
-        second = None
-        try:
-            handle = await start_run(client, "Order 2 tea.", task_queue=queue, heartbeat_seconds=1.0)
-            await effect_written(orders, seconds=20)
-            first.send_signal(signal.SIGKILL)
-            first.wait()
-            second = spawn_worker(temporal_server.address, queue, server.base_url, env)
-            await until(client, handle.id, "awaiting_reconciliation")
-            await until_phase(client, handle.id, "waiting")
-            await reconcile(client, handle.id, "c2", executed=True, result=json.dumps(result))
-            done = await asyncio.wait_for(handle.result(), 60)
-        finally:
-            stop(first)
-            if second is not None:
-                stop(second)
+    async with waiting_for_a_person(temporal_server.address, tmp_path) as (client, handle):
+        await reconcile(client, handle.id, "c2", executed=True, result=json.dumps(result))
+        done = await asyncio.wait_for(handle.result(), 60)
 
     assert done["status"] == "completed"
-    reply = next(m for m in transcript(orders, handle.id) if m.get("tool_call_id") == "c2")
+    reply = next(m for m in transcript(tmp_path / "orders.jsonl", handle.id) if m.get("tool_call_id") == "c2")
     assert reply["content"] == result_envelope(result, ORDER_RESULT_CHARS)  # the tool's bound, not the default
     assert "[truncated: showing 5000 of 30031 characters]" in reply["content"]
 
