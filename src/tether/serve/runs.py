@@ -26,7 +26,7 @@ import contextlib
 import copy
 import logging
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,6 +220,18 @@ class AgentRuns(RunService):
         last = found[limit - 1] if len(found) > limit else None
         return [_summary(r) for r in found[:limit]], None if last is None else (last.created_at, last.run_id)
 
+    def _ours(self, setup: Mapping[str, Any]) -> bool:
+        """Whether a run tree whose top run was recorded with ``setup`` is this service's: started here, so driven
+        by this agent. The store may be shared (by default the file `tether run` uses; PostgreSQL by several
+        services): another program's run is never decided, settled or resumed here, with this agent's tools."""
+        return setup.get("surface") == self.surface
+
+    def _tree_is_ours(self, store: RunStore, stored: StoredRun) -> bool:
+        """``_ours`` for the tree of ``stored`` (a child run has the setup of its own agent; its top run says)."""
+        if stored.parent_id is not None:
+            stored = store.load(top_run(store, stored.state.run_id), check=False)
+        return self._ours(stored.setup)
+
     async def _visible(self, run_id: str, caller: Caller) -> StoredRun:
         """The run if ``caller`` may see it: its own, or (holding the approver role) one waiting for a person."""
         stored = await self._shown(run_id)
@@ -242,7 +254,10 @@ class AgentRuns(RunService):
         owner = None if caller.approves else caller.id  # every call waiting for a person is addressed to the role
         waiting = {status.value for status in WAITING_FOR_A_PERSON}
         for summary in self.listed(self.reader, owner, limit=limit, statuses=waiting, oldest_update_first=True):
-            state = self.reader.load(summary.run_id, check=False).state
+            stored = self.reader.load(summary.run_id, check=False)
+            if not self._tree_is_ours(self.reader, stored):
+                continue  # another program's: not decided here
+            state = stored.state
             prompt = _prompt(state)
             for kind, call in waiting_for_a_person(state):
                 found.append({**inbox_item(summary.run_id, call), "kind": kind, "prompt": prompt,
@@ -264,10 +279,19 @@ class AgentRuns(RunService):
         return shown
 
     async def _approver_sees(self, run_id: str, caller: Caller, doing: str) -> StoredRun:
-        """The run, when ``caller`` sees it (else the 404 a missing run gets) and holds the approver role (else 403)."""
+        """The run, when ``caller`` sees it (else the 404 a missing run gets), holds the approver role (else 403)
+        and the run is this service's (``_ours``: else the 404, or for its owner the 409 saying where it goes on)."""
         stored = await self._visible(run_id, caller)
         if not caller.approves:
             raise Problem(403, f"{doing} needs the {APPROVER_ROLE!r} role")
+        if not await self.io(self._tree_is_ours, self.store, stored):
+            if stored.principal.id != caller.id:
+                raise Problem(404, f"no run {run_id}")
+            raise Problem(
+                409,
+                f"run {run_id} was not started by this service: it is decided where it was started"
+                " (for a run of tether run: tether runs approve, tether runs reconcile)",
+            )
         return stored
 
     async def decide_as(

@@ -23,6 +23,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tether.core.errors import ConfigurationError, NotWaiting
@@ -124,6 +125,12 @@ class TemporalRuns(AgentRuns):
         self.address = address
         self.task_queue = task_queue
         self.client: Client | None = None
+
+    def _ours(self, setup: Mapping[str, Any]) -> bool:
+        """A run is this service's when the workflows of its task queue drive it (their first save records both)."""
+        from tether.drivers.temporal.workflow import ENGINE
+
+        return setup.get("engine") == ENGINE and setup.get("task_queue") == self.task_queue
 
     async def start_keeping(self) -> None:
         """Connect to the Temporal server; no run is driven (or taken over) here: the workers drive them."""
