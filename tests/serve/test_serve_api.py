@@ -47,6 +47,27 @@ async def test_a_conversation_keeps_its_turns_and_belongs_to_its_principal(
     ]
 
 
+async def test_a_conversation_whose_turn_was_edited_in_the_store_is_a_409_not_a_500(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    """Its transcript is read checked (the chain of each turn's messages); an edited message failed the check with
+    an exception the route did not answer."""
+    import sqlite3
+
+    with served.process() as (_, base):
+        api = Client(base, session)
+        conversation_id = (await api.call("POST", "/conversations", ALICE)).body["id"]
+        turn = await api.call("POST", f"/conversations/{conversation_id}/turns", ALICE, {"text": "say: one"})
+        assert (await api.settled(ALICE, turn.body["run_id"]))["status"] == "completed"
+        with sqlite3.connect(served.db) as raw:
+            edited = "UPDATE messages SET body = replace(body, 'one', 'two') WHERE run_id = ?"
+            assert raw.execute(edited, (turn.body["run_id"],)).rowcount >= 1
+        shown = await api.call("GET", f"/conversations/{conversation_id}", ALICE)
+    assert shown.status == 409, shown.body
+    assert shown.content_type == "application/problem+json"
+    assert shown.body["detail"] == f"conversation {conversation_id} fails its audit check; it is not shown"
+
+
 async def test_a_turn_while_the_last_one_waits_for_approval_is_a_409(
     served: Served, session: aiohttp.ClientSession
 ) -> None:

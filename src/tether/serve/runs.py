@@ -194,9 +194,13 @@ class AgentRuns(RunService):
             raise Problem(404, f"no conversation {conversation_id}")
         turns = []
         for run_id, status in stored.turns:
+            try:  # read checked: what is shown as said is what the turn's chain vouches for
+                messages = await self.io(self.store.messages, run_id)
+            except TamperedRun:
+                raise Problem(409, f"conversation {conversation_id} fails its audit check; it is not shown") from None
             said = [
                 {"role": m.role, "content": m.content}
-                for m in await self.io(self.store.messages, run_id)
+                for m in messages
                 if m.role in ("user", "assistant") and m.content
             ]
             turns.append({"run_id": run_id, "status": status, "messages": said})
