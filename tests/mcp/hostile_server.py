@@ -20,6 +20,9 @@ from one the server saw.
 - ``endless-pages``: every page of ``tools/list`` names a next one.
 - ``long-description``, ``long-name``, ``huge-schema``, ``deep-schema``,
   ``huge-output-schema``: one tool past a bound on its size.
+- ``loud-refusal``: ``tools/list`` fails with a message of a megabyte that
+  ends in escape sequences (one retitles the terminal, one colours it).
+- ``escape-names``: 500 tools with long names, the first an escape sequence.
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ from typing import Any
 
 import anyio
 import mcp.types as types
+from mcp import MCPError
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 
 EVIL = "^(a+)+$"
 # 2**40 ways to split it among the groups: Python's re tries them all before it answers no.
 EVIL_TEXT = "a" * 40 + "!"
+ESCAPES = "\x1b]0;owned\x07\x1b[31m"
 
 
 def _log(tool: str, arguments: Any) -> None:
@@ -73,10 +78,19 @@ def _text(text: str) -> list[types.ContentBlock]:
     return [types.TextContent(type="text", text=text)]
 
 
-def _serve(tools: list[types.Tool], *, results: dict[str, Any] | None = None, pages: bool = False) -> None:
-    """Serve ``tools`` over stdio; a call answers ``results[name]`` as structured content (else "ok")."""
+def _serve(
+    tools: list[types.Tool],
+    *,
+    results: dict[str, Any] | None = None,
+    pages: bool = False,
+    refusal: str | None = None,
+) -> None:
+    """Serve ``tools`` over stdio; a call answers ``results[name]`` as structured content (else "ok"); with a
+    ``refusal``, ``tools/list`` fails with it as the error's message."""
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        if refusal is not None:
+            raise MCPError(code=-32603, message=refusal)
         if not pages:
             return types.ListToolsResult(tools=tools)
         page = int((params.cursor if params is not None and params.cursor else None) or 0)
@@ -136,6 +150,10 @@ def main() -> None:
     elif mode == "huge-output-schema":
         properties = {f"field_{n}": {"type": "string", "description": "x" * 1000} for n in range(1000)}
         _serve([_tool("huge", plain, output_schema=_object(properties))])
+    elif mode == "loud-refusal":
+        _serve([_tool("fine", plain)], refusal="E" * 1_000_000 + ESCAPES)
+    elif mode == "escape-names":
+        _serve([_tool(ESCAPES, plain)] + [_tool(f"{n:03}" + "n" * 120, plain) for n in range(499)])
     else:
         raise SystemExit(f"unknown mode {mode}")
 

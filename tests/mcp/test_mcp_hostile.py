@@ -21,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hostile_server import EVIL, EVIL_TEXT
+from hostile_server import ESCAPES, EVIL, EVIL_TEXT
 from mcp_helpers import HOSTILE, hostile_argv, our_servers, run_guarded, server_argv
 
 from tether.drivers.local.runner import Agent
@@ -191,6 +192,32 @@ def test_a_long_description_is_cut_with_the_marker(caplog: pytest.LogCaptureFixt
         f"{said[:MAX_DESCRIPTION_CHARS]}…[truncated: showing {MAX_DESCRIPTION_CHARS} of {len(said)} characters]"
     )
     assert f"the description of tool chatty ({len(said)} characters) is cut to {MAX_DESCRIPTION_CHARS}" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("mode", "options", "message"),
+    [
+        ("loud-refusal", {}, r"^MCP server python hostile_server\.py: 'EEEE+'…$"),
+        (
+            "escape-names",
+            {"read_only": {"nope"}},
+            rf"does not list: nope; it lists: {re.escape(repr(ESCAPES))}, '000n+'…, .* and 480 more$",
+        ),
+    ],
+    ids=["loud-refusal", "escape-names"],
+)
+def test_what_a_server_says_reaches_an_error_cut_and_with_its_escapes_shown(
+    mode: str, options: dict[str, Any], message: str
+) -> None:
+    """An error the host raises quotes the server's words (its error's message, its tools' names) at most a few
+    hundred characters of them, with control characters escaped: the CLI prints it, and a terminal would obey an
+    escape sequence in it (retitle itself, colour what follows)."""
+    with pytest.raises(MCPServerError) as refused:
+        MCPToolset.stdio(hostile_argv(mode), errlog=QUIET, **options)
+    said = str(refused.value)
+    assert "\x1b" not in said and "\x07" not in said
+    assert len(said) < 2000
+    assert re.search(message, said), said
 
 
 ENDLESS_STDIO = Path(__file__).with_name("endless_stdio_server.py")
