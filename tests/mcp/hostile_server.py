@@ -20,6 +20,9 @@ from one the server saw.
 - ``endless-pages``: every page of ``tools/list`` names a next one.
 - ``long-description``, ``long-name``, ``huge-schema``, ``deep-schema``,
   ``huge-output-schema``: one tool past a bound on its size.
+- ``doubling``, ``doubling-output``: an input (output) schema of 2 KB whose
+  40 definitions each refer twice to the next under ``allOf``: checking one
+  value against it visits 2**41 subschemas.
 - ``loud-refusal``: ``tools/list`` fails with a message of a megabyte that
   ends in escape sequences (one retitles the terminal, one colours it).
 - ``escape-names``: 500 tools with long names, the first an escape sequence.
@@ -120,6 +123,15 @@ def _nested(depth: int) -> dict[str, Any]:
     return schema
 
 
+def _doubling(levels: int) -> dict[str, Any]:
+    """A schema whose field ``x`` each definition checks in place twice against the next, ``levels`` deep."""
+    defs: dict[str, Any] = {
+        f"d{n}": {"allOf": [{"$ref": f"#/$defs/d{n + 1}"}, {"$ref": f"#/$defs/d{n + 1}"}]} for n in range(levels)
+    }
+    defs[f"d{levels}"] = {"type": "string"}
+    return _object({"x": {"$ref": "#/$defs/d0"}}, **{"$defs": defs})
+
+
 def main() -> None:
     mode = sys.argv[1]
     plain = _object({"text": {"type": "string"}})
@@ -150,6 +162,10 @@ def main() -> None:
     elif mode == "huge-output-schema":
         properties = {f"field_{n}": {"type": "string", "description": "x" * 1000} for n in range(1000)}
         _serve([_tool("huge", plain, output_schema=_object(properties))])
+    elif mode == "doubling":
+        _serve([_tool("fine", plain), _tool("doubling", _doubling(40))])
+    elif mode == "doubling-output":
+        _serve([_tool("doubling", plain, output_schema=_doubling(40))])
     elif mode == "loud-refusal":
         _serve([_tool("fine", plain)], refusal="E" * 1_000_000 + ESCAPES)
     elif mode == "escape-names":

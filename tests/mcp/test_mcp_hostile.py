@@ -5,7 +5,8 @@
   once, a pattern RE2 cannot run refuses the server, and one Python's ``re``
   cannot even compile still works.
 - What it lists is bounded: tools, pages, name and schema sizes, schema
-  depth refuse the server; a long description is cut.
+  depth, references that double the work at each level refuse the server;
+  a long description is cut.
 - What it writes is bounded: a line on its stdout (one message) past
   ``MAX_RESPONSE_BYTES``, endless or merely huge, is not read on; the
   request fails naming the bound, and the server is stopped and reaped
@@ -43,6 +44,7 @@ from tether.mcp.client import (
     MAX_TOOLS,
 )
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
+from tether.tools.refs import MAX_IN_PLACE_VISITS
 
 QUIET = open(os.devnull, "w")  # noqa: SIM115  (the hostile server's own complaints)
 
@@ -169,8 +171,22 @@ async def test_a_pattern_pythons_re_cannot_even_compile_runs_in_re2(tmp_path: Pa
         (hostile_argv("huge-schema"), rf"its inputSchema is \d+ characters of JSON; at most {MAX_SCHEMA_CHARS} are"),
         (hostile_argv("huge-output-schema"), r"tool huge: its outputSchema is \d+ characters of JSON"),
         (hostile_argv("deep-schema"), f"tool deep: its inputSchema nests more than {MAX_SCHEMA_DEPTH} levels deep"),
+        (hostile_argv("doubling"), f"tool doubling: checking one value would visit more than {MAX_IN_PLACE_VISITS}"),
+        (
+            hostile_argv("doubling-output"),
+            f"tool doubling: its outputSchema: checking one value would visit more than {MAX_IN_PLACE_VISITS}",
+        ),
     ],
-    ids=["many-tools", "endless-pages", "long-name", "huge-schema", "huge-output-schema", "deep-schema"],
+    ids=[
+        "many-tools",
+        "endless-pages",
+        "long-name",
+        "huge-schema",
+        "huge-output-schema",
+        "deep-schema",
+        "doubling",
+        "doubling-output",
+    ],
 )
 def test_a_tool_list_past_a_bound_refuses_the_server_and_reaps_it(argv: list[str], message: str) -> None:
     before = our_servers(HOSTILE)
