@@ -20,6 +20,12 @@ from one the server saw.
 - ``endless-pages``: every page of ``tools/list`` names a next one.
 - ``long-description``, ``long-name``, ``huge-schema``, ``deep-schema``,
   ``huge-output-schema``: one tool past a bound on its size.
+- ``doubling``, ``doubling-output``: an input (output) schema of 2 KB whose
+  40 definitions each refer twice to the next under ``allOf``: checking one
+  value against it visits 2**41 subschemas.
+- ``loud-refusal``: ``tools/list`` fails with a message of a megabyte that
+  ends in escape sequences (one retitles the terminal, one colours it).
+- ``escape-names``: 500 tools with long names, the first an escape sequence.
 """
 
 from __future__ import annotations
@@ -31,12 +37,14 @@ from typing import Any
 
 import anyio
 import mcp.types as types
+from mcp import MCPError
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 
 EVIL = "^(a+)+$"
 # 2**40 ways to split it among the groups: Python's re tries them all before it answers no.
 EVIL_TEXT = "a" * 40 + "!"
+ESCAPES = "\x1b]0;owned\x07\x1b[31m"
 
 
 def _log(tool: str, arguments: Any) -> None:
@@ -73,10 +81,19 @@ def _text(text: str) -> list[types.ContentBlock]:
     return [types.TextContent(type="text", text=text)]
 
 
-def _serve(tools: list[types.Tool], *, results: dict[str, Any] | None = None, pages: bool = False) -> None:
-    """Serve ``tools`` over stdio; a call answers ``results[name]`` as structured content (else "ok")."""
+def _serve(
+    tools: list[types.Tool],
+    *,
+    results: dict[str, Any] | None = None,
+    pages: bool = False,
+    refusal: str | None = None,
+) -> None:
+    """Serve ``tools`` over stdio; a call answers ``results[name]`` as structured content (else "ok"); with a
+    ``refusal``, ``tools/list`` fails with it as the error's message."""
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        if refusal is not None:
+            raise MCPError(code=-32603, message=refusal)
         if not pages:
             return types.ListToolsResult(tools=tools)
         page = int((params.cursor if params is not None and params.cursor else None) or 0)
@@ -104,6 +121,15 @@ def _nested(depth: int) -> dict[str, Any]:
     for _ in range(depth):
         schema = _object({"a": schema}, minProperties=1)
     return schema
+
+
+def _doubling(levels: int) -> dict[str, Any]:
+    """A schema whose field ``x`` each definition checks in place twice against the next, ``levels`` deep."""
+    defs: dict[str, Any] = {
+        f"d{n}": {"allOf": [{"$ref": f"#/$defs/d{n + 1}"}, {"$ref": f"#/$defs/d{n + 1}"}]} for n in range(levels)
+    }
+    defs[f"d{levels}"] = {"type": "string"}
+    return _object({"x": {"$ref": "#/$defs/d0"}}, **{"$defs": defs})
 
 
 def main() -> None:
@@ -136,6 +162,14 @@ def main() -> None:
     elif mode == "huge-output-schema":
         properties = {f"field_{n}": {"type": "string", "description": "x" * 1000} for n in range(1000)}
         _serve([_tool("huge", plain, output_schema=_object(properties))])
+    elif mode == "doubling":
+        _serve([_tool("fine", plain), _tool("doubling", _doubling(40))])
+    elif mode == "doubling-output":
+        _serve([_tool("doubling", plain, output_schema=_doubling(40))])
+    elif mode == "loud-refusal":
+        _serve([_tool("fine", plain)], refusal="E" * 1_000_000 + ESCAPES)
+    elif mode == "escape-names":
+        _serve([_tool(ESCAPES, plain)] + [_tool(f"{n:03}" + "n" * 120, plain) for n in range(499)])
     else:
         raise SystemExit(f"unknown mode {mode}")
 

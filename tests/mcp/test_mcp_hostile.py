@@ -5,7 +5,8 @@
   once, a pattern RE2 cannot run refuses the server, and one Python's ``re``
   cannot even compile still works.
 - What it lists is bounded: tools, pages, name and schema sizes, schema
-  depth refuse the server; a long description is cut.
+  depth, references that double the work at each level refuse the server;
+  a long description is cut.
 - What it writes is bounded: a line on its stdout (one message) past
   ``MAX_RESPONSE_BYTES``, endless or merely huge, is not read on; the
   request fails naming the bound, and the server is stopped and reaped
@@ -21,13 +22,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hostile_server import EVIL, EVIL_TEXT
+from hostile_server import ESCAPES, EVIL, EVIL_TEXT
 from mcp_helpers import HOSTILE, hostile_argv, our_servers, run_guarded, server_argv
 
 from tether.drivers.local.runner import Agent
@@ -42,6 +44,7 @@ from tether.mcp.client import (
     MAX_TOOLS,
 )
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
+from tether.tools.refs import MAX_IN_PLACE_VISITS
 
 QUIET = open(os.devnull, "w")  # noqa: SIM115  (the hostile server's own complaints)
 
@@ -168,8 +171,22 @@ async def test_a_pattern_pythons_re_cannot_even_compile_runs_in_re2(tmp_path: Pa
         (hostile_argv("huge-schema"), rf"its inputSchema is \d+ characters of JSON; at most {MAX_SCHEMA_CHARS} are"),
         (hostile_argv("huge-output-schema"), r"tool huge: its outputSchema is \d+ characters of JSON"),
         (hostile_argv("deep-schema"), f"tool deep: its inputSchema nests more than {MAX_SCHEMA_DEPTH} levels deep"),
+        (hostile_argv("doubling"), f"tool doubling: checking one value would visit more than {MAX_IN_PLACE_VISITS}"),
+        (
+            hostile_argv("doubling-output"),
+            f"tool doubling: its outputSchema: checking one value would visit more than {MAX_IN_PLACE_VISITS}",
+        ),
     ],
-    ids=["many-tools", "endless-pages", "long-name", "huge-schema", "huge-output-schema", "deep-schema"],
+    ids=[
+        "many-tools",
+        "endless-pages",
+        "long-name",
+        "huge-schema",
+        "huge-output-schema",
+        "deep-schema",
+        "doubling",
+        "doubling-output",
+    ],
 )
 def test_a_tool_list_past_a_bound_refuses_the_server_and_reaps_it(argv: list[str], message: str) -> None:
     before = our_servers(HOSTILE)
@@ -191,6 +208,32 @@ def test_a_long_description_is_cut_with_the_marker(caplog: pytest.LogCaptureFixt
         f"{said[:MAX_DESCRIPTION_CHARS]}…[truncated: showing {MAX_DESCRIPTION_CHARS} of {len(said)} characters]"
     )
     assert f"the description of tool chatty ({len(said)} characters) is cut to {MAX_DESCRIPTION_CHARS}" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("mode", "options", "message"),
+    [
+        ("loud-refusal", {}, r"^MCP server python hostile_server\.py: 'EEEE+'…$"),
+        (
+            "escape-names",
+            {"read_only": {"nope"}},
+            rf"does not list: nope; it lists: {re.escape(repr(ESCAPES))}, '000n+'…, .* and 480 more$",
+        ),
+    ],
+    ids=["loud-refusal", "escape-names"],
+)
+def test_what_a_server_says_reaches_an_error_cut_and_with_its_escapes_shown(
+    mode: str, options: dict[str, Any], message: str
+) -> None:
+    """An error the host raises quotes the server's words (its error's message, its tools' names) at most a few
+    hundred characters of them, with control characters escaped: the CLI prints it, and a terminal would obey an
+    escape sequence in it (retitle itself, colour what follows)."""
+    with pytest.raises(MCPServerError) as refused:
+        MCPToolset.stdio(hostile_argv(mode), errlog=QUIET, **options)
+    said = str(refused.value)
+    assert "\x1b" not in said and "\x07" not in said
+    assert len(said) < 2000
+    assert re.search(message, said), said
 
 
 ENDLESS_STDIO = Path(__file__).with_name("endless_stdio_server.py")

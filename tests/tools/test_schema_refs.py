@@ -5,7 +5,8 @@ does not resolve inside the schema, used to pass tool construction and then
 crash the gate on the first call (``RecursionError``, jsonschema's internal
 referencing error, and a remote reference fetched). A schema recursive
 through the value (a tree) must keep working, and checking a deep value
-against it must end in a refusal, never a ``RecursionError``.
+against it must end in a refusal, never a ``RecursionError``. References
+that double the work at each level on one value are refused too.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tether.core.machine import Accepted, Rejected
 from tether.core.nesting import MAX_DEPTH
 from tether.testing.fake_server import FakeServer, text, tool_calls
 from tether.tools import Toolbox, tool, tool_from_schema
+from tether.tools.refs import MAX_IN_PLACE_VISITS
 
 
 def _echo(**arguments: Any) -> Any:
@@ -154,6 +156,27 @@ def test_a_schema_recursive_through_the_value_keeps_working() -> None:
     # A definition is checked only when referred to: one that refers to the root loops nowhere.
     unused = {"type": "object", "properties": {"a": {"type": "string"}}, "$defs": {"back": {"$ref": "#"}}}
     assert isinstance(check(tool_from_schema("u", unused, _echo), {"a": "x"}), Accepted)
+
+
+def doubling(levels: int, keyword: str) -> dict[str, Any]:
+    """Each definition checks the value in place against the next one twice: 2**levels visits for one value."""
+    defs = {f"d{n}": {keyword: [{"$ref": f"#/$defs/d{n + 1}"}] * 2} for n in range(levels)}
+    return schema_with({"$ref": "#/$defs/d0"}, **defs, **{f"d{levels}": {"type": "string"}})
+
+
+@pytest.mark.parametrize("keyword", ["allOf", "anyOf", "oneOf"])
+def test_references_that_double_the_work_at_each_level_are_refused_when_the_tool_is_made(keyword: str) -> None:
+    """Forty levels in 2 KB: checking {"x": 1} against it took days (the fast check's and jsonschema's alike)."""
+    with pytest.raises(ToolDefinitionError, match=f"would visit more than {MAX_IN_PLACE_VISITS} of its subschemas"):
+        tool_from_schema("doubling", doubling(40, keyword), _echo, untrusted_schema=True)
+    with pytest.raises(ToolDefinitionError, match="would visit more than"):
+        tool_from_schema("doubling", doubling(40, keyword), _echo)  # the host's own schema too
+    # A few levels, and a wide union of definitions, cost little and are kept.
+    made = tool_from_schema("few", doubling(4, keyword), _echo)
+    assert isinstance(check(made, {"x": 1}), Rejected)
+    models = {f"m{n}": {"type": "object", "properties": {"k": {"const": n}}} for n in range(500)}
+    union = schema_with({"anyOf": [{"$ref": f"#/$defs/{name}"} for name in models]}, **models)
+    assert isinstance(check(tool_from_schema("union", union, _echo), {"x": {"k": 499}}), Accepted)
 
 
 @pytest.mark.parametrize("leaf", [{}, {"v": "not an integer"}])

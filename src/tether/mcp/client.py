@@ -48,6 +48,9 @@ server can fail (does not start, hangs, dies, lists no tools, sends a
 malformed schema, times out) is an ``MCPServerError`` at connect time or a
 ``tool_failed``/``timeout`` result at call time, never a crash; the server
 process is stopped and reaped on ``close()`` (also at interpreter exit).
+An ``MCPServerError`` quotes the server's words (an error's message, tool
+names) cut (``SHOWN_CHARS``, ``SHOWN_NAMES``) and with control characters
+escaped: the CLI prints it, and a terminal obeys an escape sequence.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mappi
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TextIO, overload
 
+from tether.core.envelope import quoted
 from tether.core.errors import ConfigurationError, MCPServerError, ToolDefinitionError
 from tether.core.nesting import MAX_DEPTH, value_nested_deeper
 from tether.tools.context import ToolContext
@@ -106,6 +110,10 @@ MAX_DESCRIPTION_CHARS = 10_000
 # Over stdio, one line (one message of any kind): past it the open requests fail, naming the bound, and the
 # connection ends, since the next message starts only after the rest of the line, which is not read.
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+# What an error raised here quotes of a server's words (an error's message; tool names, each cut to 64): the CLI
+# prints it, so at most this much, in quotes that escape what a terminal would obey (``\x1b``).
+SHOWN_CHARS = 300
+SHOWN_NAMES = 20
 
 Streams = tuple[Any, Any]
 Connect = Callable[[], AbstractAsyncContextManager[Streams]]
@@ -244,7 +252,7 @@ class MCPToolset(Sequence[Tool]):
                 if unknown:
                     raise MCPServerError(
                         f"{option} names tools MCP server {self.label} does not list: {', '.join(unknown)}; "
-                        f"it lists: {', '.join(names)}"
+                        f"it lists: {_listing(names)}"
                     )
         tools: dict[str, Tool] = {}
         for listed_tool in listed:
@@ -628,7 +636,7 @@ def _describe(exc: BaseException) -> str:
 
         if exc.error.code == CONNECTION_CLOSED:
             return "the server closed the connection (did it exit? its stderr may say why)"
-        return exc.error.message
+        return quoted(exc.error.message, SHOWN_CHARS)  # the server's words, of any length, escapes and all
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
 
@@ -663,8 +671,14 @@ def _program(argv: Sequence[str]) -> str:
 
 
 def _cut(name: str) -> str:
-    """A server's name for something, shown: at most 64 characters of it."""
-    return repr(name) if len(name) <= 64 else f"{name[:64]!r}…"
+    """A server's name for something, shown: at most 64 characters of it, its control characters escaped."""
+    return quoted(name, 64)
+
+
+def _listing(names: Sequence[str]) -> str:
+    """A server's tool names as an error shows them: the first ``SHOWN_NAMES``, each cut (``_cut``)."""
+    shown = ", ".join(_cut(name) for name in names[:SHOWN_NAMES])
+    return shown if len(names) <= SHOWN_NAMES else f"{shown} and {len(names) - SHOWN_NAMES} more"
 
 
 def _site(url: str) -> str:

@@ -16,6 +16,11 @@ tool is refused with a ``ToolDefinitionError`` that names the reference:
   ``then`` / ``else`` and ``dependentSchemas`` check the value itself, so a
   cycle through them is refused too.
 
+- one value is checked against at most ``MAX_IN_PLACE_VISITS`` subschemas
+  in place: references under ``allOf`` (or ``anyOf``, ...) to a definition
+  that refers twice to the next one double the work at each level, so a
+  schema of a few KB would freeze the host for days.
+
 A schema recursive *through* the value (a tree whose ``children`` items
 refer back to the node) is finite for every finite value and is kept;
 ``check_references`` says so, and the gate then refuses a value nested more
@@ -49,6 +54,12 @@ INTO_MANY = ("prefixItems", "items")  # ``items`` as a list: drafts before 2020-
 INTO_MAP = ("properties", "patternProperties")
 DEFINITIONS = ("$defs", "definitions")
 
+# Subschemas one value is checked against in place (the schema itself, and through allOf, anyOf, $ref, ...). A
+# tree of them is bounded by its size; references make a graph, where two references at each level to the next
+# level's definition double the count each level: forty levels of a schema of 2 KB would take the checkers
+# (jsonschema's, the fast check's) days, holding the GIL. Real schemas (a union of models) count tens.
+MAX_IN_PLACE_VISITS = 10_000
+
 # An edge of the graph of schemas: its target's key, whether it stays on the same value, and the
 # reference it follows (None for a subschema in place).
 _Edge = tuple[int, bool, str | None]
@@ -69,7 +80,33 @@ def check_references(schema: Any, what: str) -> bool:
             f"{what}: the $ref cycle {chain} never reaches into the value, so checking it never ends; "
             "a reference back must go through properties or items"
         )
+    if _in_place_visits(edges) > MAX_IN_PLACE_VISITS:
+        raise ToolDefinitionError(
+            f"{what}: checking one value would visit more than {MAX_IN_PLACE_VISITS} of its subschemas in place "
+            "(references under allOf, anyOf, oneOf, not, if or $ref that double the work at each level)"
+        )
     return _cycle(edges, in_place_only=False) is not None
+
+
+def _in_place_visits(edges: dict[int, list[_Edge]]) -> int:
+    """The most subschemas one value is checked against in place, from any schema of the graph (past
+    ``MAX_IN_PLACE_VISITS``, the first count past it). The edges on the same value hold no cycle (checked first)."""
+    visits: dict[int, int] = {}
+    for start in edges:
+        stack = [start]
+        while stack:
+            node = stack[-1]
+            if node in visits:
+                stack.pop()
+                continue
+            waiting = [t for t, in_place, _ in edges[node] if in_place and t not in visits]
+            if waiting:
+                stack.extend(waiting)
+                continue
+            stack.pop()
+            count = 1 + sum(visits[t] for t, in_place, _ in edges[node] if in_place)
+            visits[node] = min(count, MAX_IN_PLACE_VISITS + 1)
+    return max(visits.values(), default=0)
 
 
 def _refs_in(node: Any) -> Iterator[str]:
