@@ -336,6 +336,41 @@ def test_a_toolset_module_that_exits_as_it_is_imported_is_a_configuration_error(
     assert f"cannot import toolset module {str(exits)!r}: SystemExit: {code}" in done.err, done
 
 
+def test_an_errors_control_characters_are_shown_not_obeyed(tmp_path: Path) -> None:
+    """The message of a failure can quote text tether did not write (a module's exception, a server's words)."""
+    hostile = tmp_path / "hostile.py"
+    hostile.write_text("raise RuntimeError('\\x1b]0;pwned\\x07\\x9b2J \\u202eexe.dab')\n")
+    done = tether("tools", str(hostile), env=clean_env(TETHER_DB=str(tmp_path / "runs.db")))
+    assert done.code == EXIT_CONFIGURATION, done
+    assert "RuntimeError: \\x1b]0;pwned\\x07\\x9b2J \\u202eexe.dab" in done.err, done
+    assert not {"\x1b", "\x07", "\x9b", "\u202e"} & set(done.err)
+
+
+def test_a_paused_calls_id_is_shown_not_obeyed(tmp_path: Path) -> None:
+    """The model names the call, and the paused line printed its id raw."""
+    from cli_helpers import endpoint
+
+    from tether.testing import FakeServer
+    from tether.testing.fake_server import tool_calls
+
+    tools = tmp_path / "paying.py"
+    tools.write_text(
+        "from tether import tool\n\n"
+        "@tool(approval=lambda arguments: True)\n"
+        "def pay(to: str) -> str:\n"
+        '    """Pay someone."""\n'
+        "    return 'paid'\n"
+    )
+    call = tool_calls([("c1\x1b]0;pwned\x07", "pay", '{"to": "bob"}')])  # click strips only CSI, off a terminal
+    with FakeServer([call]) as server:
+        done = tether(
+            "run", "pay bob", *endpoint(server), "--tools", str(tools), env=clean_env(TETHER_DB=str(tmp_path / "r.db"))
+        )
+    assert done.code == 20, done
+    assert "paused: call c1\\x1b]0;pwned\\x07 pay" in done.err, done
+    assert "\x1b" not in done.err and "\x07" not in done.err
+
+
 class Crash(BaseException):
     """Stands in for the process dying inside a tool: its outcome is unknown."""
 

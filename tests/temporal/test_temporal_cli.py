@@ -299,3 +299,20 @@ def test_the_sdk_logs_to_standard_error_not_into_the_run_id_on_standard_output(
     [run_id] = started.stdout.splitlines()
     assert len(run_id) == 32 and int(run_id, 16) >= 0
     assert "payload" in started.stderr  # the SDK's warning, where diagnostics go
+
+
+def test_a_models_control_characters_in_the_answer_are_shown_not_obeyed(
+    temporal_server: DevServer, env: dict[str, str]
+) -> None:
+    """The local run prints its answer through the renderer, which escapes them; the Temporal path printed it raw,
+    so an answer could retitle the terminal or rewrite what it shows."""
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    with FakeServer([text("done\x1b]0;pwned\x07 \u202emoc.live@bob")]) as server:
+        process = spawn_worker(temporal_server.address, queue, server.base_url, env)
+        try:
+            done = tether(env, "run", "hi", "--engine", "temporal", "--temporal", temporal_server.address,
+                          "--task-queue", queue)  # fmt: skip
+        finally:
+            stop(process)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "done\\x1b]0;pwned\\x07 \\u202emoc.live@bob\n"

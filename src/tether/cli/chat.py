@@ -167,7 +167,7 @@ async def _session(agent: Any, conversation: Any) -> None:
             try:
                 result = await conversation.send(line, on_event=renderer)
             except TetherError as exc:
-                click.echo(f"error: {exc}", err=True)
+                click.echo(visible(f"error: {exc}"), err=True)
                 continue
             if result.output is not None:
                 click.echo(visible(f"agent> {result.output}"))

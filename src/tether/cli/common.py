@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from tether.cli.render import visible
 from tether.core.budget import Budget
 from tether.core.errors import ApprovalMismatch, ConfigurationError, RunNotFound
 from tether.core.machine import Status
@@ -76,7 +77,13 @@ def report_failure(message: str, code: int, *, as_json: bool = False) -> None:
         error = {"code": ERROR_CODES.get(code, "error"), "message": message, "exit": code}
         click.echo(json.dumps({"error": error}, ensure_ascii=False))
     else:
-        click.echo(f"error: {message}", err=True)
+        say(f"error: {message}")
+
+
+def say(line: str) -> None:
+    """A line on standard error, shown not obeyed (``visible``): it may quote words tether did not write (a
+    model's call id or reason, a module's exception, a server's message)."""
+    click.echo(visible(line), err=True)
 
 
 def fail(message: str, code: int = EXIT_CONFIGURATION) -> NoReturn:

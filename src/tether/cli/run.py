@@ -29,6 +29,7 @@ from tether.cli.common import (
     open_store,
     principal_checked,
     protocol_option,
+    say,
     with_mcp_options,
     with_settings_options,
 )
@@ -68,27 +69,24 @@ def _drive(agent: Any, start: Any, as_json: bool, stream: bool) -> NoReturn:
     if result.status is Status.AWAITING_APPROVAL:
         for call in result.state.undecided():
             why = f" needs approval: {call.approval_reason};" if call.approval_reason else ""
-            click.echo(
+            say(
                 f"paused: call {call.call_id} {call.tool}{why} approve with `tether approve {result.run_id} "
-                f"{call.call_id}` or deny with `tether deny {result.run_id} {call.call_id}`",
-                err=True,
+                f"{call.call_id}` or deny with `tether deny {result.run_id} {call.call_id}`"
             )
         for where, call_id, tool in of_children:
-            click.echo(
+            say(
                 f"paused: call {call_id} {tool}{where} needs approval; approve with `tether approve {result.run_id} "
-                f"{call_id}` or deny with `tether deny {result.run_id} {call_id}`",
-                err=True,
+                f"{call_id}` or deny with `tether deny {result.run_id} {call_id}`"
             )
     elif result.status is Status.AWAITING_RECONCILIATION:
         unknown = [("", call_id) for call_id in result.state.unknown] + [(w, c) for w, c, _ in of_children]
         for where, call_id in unknown:
-            click.echo(
+            say(
                 f"paused: the outcome of call {call_id}{where} is unknown; record it with `tether reconcile "
-                f"{result.run_id} {call_id} --executed RESULT_JSON | --not-executed`",
-                err=True,
+                f"{result.run_id} {call_id} --executed RESULT_JSON | --not-executed`"
             )
     elif result.status is not Status.COMPLETED:
-        click.echo(f"error: run {result.run_id} ended {result.status.value}: {result.reason}", err=True)
+        say(f"error: run {result.run_id} ended {result.status.value}: {result.reason}")
     sys.exit(EXIT_CODES.get(result.status, EXIT_INTERNAL))
 
 

@@ -33,8 +33,10 @@ from tether.cli.common import (
     open_store,
     protocol_option,
     report_failure,
+    say,
     seconds,
 )
+from tether.cli.render import visible
 from tether.core.budget import Budget, RunConfig
 from tether.core.errors import ConfigurationError, TetherError
 from tether.core.machine import Status
@@ -411,24 +413,23 @@ def run_on_temporal(
     if as_json:
         click.echo(json.dumps({"run_id": run_id, "engine": "temporal", **summary, "pending": waiting}))
     elif current is Status.COMPLETED:
-        click.echo(summary["output"])
+        output = summary["output"]  # the model's words, shown not obeyed (as the local run's answer)
+        click.echo(visible(output) if isinstance(output, str) else output)
     for call in waiting:
         where = f"{run_id} {call['call_id']}"
         if call["waiting_for"] == "approval":
             why = f" needs approval: {call['approval_reason']};" if call.get("approval_reason") else ""
-            click.echo(
+            say(
                 f"paused: call {call['call_id']} {call['tool']}{why} approve with `tether approve {where} "
-                f"--temporal {address}` or deny with `tether deny {where} --temporal {address}`",
-                err=True,
+                f"--temporal {address}` or deny with `tether deny {where} --temporal {address}`"
             )
         else:
-            click.echo(
+            say(
                 f"paused: the outcome of call {call['call_id']} is unknown; record it with `tether reconcile "
-                f"{where} --temporal {address} --executed RESULT_JSON | --not-executed`",
-                err=True,
+                f"{where} --temporal {address} --executed RESULT_JSON | --not-executed`"
             )
     if current.terminal and current is not Status.COMPLETED:
-        click.echo(f"error: run {run_id} ended {current.value}: {summary.get('reason')}", err=True)
+        say(f"error: run {run_id} ended {current.value}: {summary.get('reason')}")
     leave(EXIT_CODES.get(current, EXIT_INTERNAL))
 
 
