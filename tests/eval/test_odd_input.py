@@ -446,3 +446,15 @@ def test_an_agentdojo_results_line_with_odd_scores_is_refused_on_resume(tmp_path
     assert done.code == EXIT_CONFIGURATION, done
     assert f"error: {out / 'results.jsonl'}:1: scores: no setting, suite, attack, security" in done.err, done
     assert (out / "results.jsonl").read_bytes() == body
+
+
+@pytest.mark.parametrize("body", [b"", b"\n\n", b'{"id": "a", "cat'], ids=["empty", "blank-lines", "torn-line"])
+@pytest.mark.parametrize("named", ["directory", "file"])
+def test_compare_refuses_a_run_that_holds_no_result_named_either_way(tmp_path: Path, body: bytes, named: str) -> None:
+    """The help says exit 3 when A or B holds no results: a directory's empty results.jsonl listed every case."""
+    out = earlier_run(tmp_path, body)
+    place = out if named == "directory" else out / "results.jsonl"
+    for argv in ((str(tmp_path / "good"), str(place)), (str(place), str(tmp_path / "good"))):
+        done = tether("eval", "compare", *argv)
+        assert done.code == EXIT_CONFIGURATION, done
+        assert f"error: {out / 'results.jsonl'}: no tether eval results in it" in done.err, done
