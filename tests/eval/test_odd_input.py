@@ -448,6 +448,19 @@ def test_an_agentdojo_results_line_with_odd_scores_is_refused_on_resume(tmp_path
     assert (out / "results.jsonl").read_bytes() == body
 
 
+def test_results_that_cannot_be_rewritten_on_resume_are_a_configuration_error_before_any_case(tmp_path: Path) -> None:
+    """A case to run again drops its line: a file that cannot be rewritten was an OSError's traceback."""
+    body = f"{json.dumps(result('a'))}\n{json.dumps(result('b', outcome='error'))}\n".encode()
+    out = earlier_run(tmp_path, body)
+    (out / ".results.jsonl.new").mkdir()  # where the rewritten file goes first
+    with FakeServer(f_of_one) as server:
+        done = tether("eval", str(tether_dataset(tmp_path)), "--out", str(out), *endpoint(server))
+        assert server.requests == []
+    assert done.code == EXIT_CONFIGURATION, done
+    assert f"error: cannot write the results in {out}: Is a directory" in done.err, done
+    assert (out / "results.jsonl").read_bytes() == body
+
+
 @pytest.mark.parametrize("body", [b"", b"\n\n", b'{"id": "a", "cat'], ids=["empty", "blank-lines", "torn-line"])
 @pytest.mark.parametrize("named", ["directory", "file"])
 def test_compare_refuses_a_run_that_holds_no_result_named_either_way(tmp_path: Path, body: bytes, named: str) -> None:

@@ -447,17 +447,23 @@ def _keep_one_line_per_case(path: Path, lines: int, found: dict[str, tuple[str, 
     """Leave ``path`` one line per case, none for the cases in ``again`` (they run again).
 
     The file is replaced whole (a new file renamed over it), so a process
-    killed meanwhile leaves the old file or the new one, never half of one.
+    killed meanwhile leaves the old file or the new one, never half of one;
+    one that cannot be written is a ``ConfigurationError``, before any case is sent.
     """
     kept = [line for case_id, (line, _) in found.items() if case_id not in again]
     if len(kept) == lines:
         return  # every line a case's only one, and none to run again
     fresh = path.with_name(f".{RESULTS_FILE}.new")
-    with fresh.open("w", encoding="utf-8") as handle:
-        handle.write("".join(f"{line}\n" for line in kept))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(fresh, path)
+    try:
+        with fresh.open("w", encoding="utf-8") as handle:
+            handle.write("".join(f"{line}\n" for line in kept))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(fresh, path)
+    except OSError as exc:
+        if fresh.is_file():
+            fresh.unlink()  # half of a new file; the old one is as it was
+        raise ConfigurationError(f"cannot write the results in {path.parent}: {exc.strerror}") from None
 
 
 class ResultsFile:
