@@ -448,6 +448,20 @@ def test_an_agentdojo_results_line_with_odd_scores_is_refused_on_resume(tmp_path
     assert (out / "results.jsonl").read_bytes() == body
 
 
+def test_results_of_another_eval_with_the_same_case_ids_are_refused_on_resume(tmp_path: Path) -> None:
+    """Another dataset's case a (another category) was taken as this one's: nothing sent, its verdict reported."""
+    body = "".join(json.dumps(result(i, category="theirs")) + "\n" for i in "abc").encode()
+    out = earlier_run(tmp_path, body)
+    with FakeServer(f_of_one) as server:
+        done = tether("eval", str(tether_dataset(tmp_path)), "--out", str(out), *endpoint(server))
+        assert server.requests == []
+    assert done.code == EXIT_CONFIGURATION, done
+    said = f"error: {out / 'results.jsonl'}:1: case 'a' is of category 'theirs' there and 'mine' here"
+    assert said in done.err, done
+    assert (out / "results.jsonl").read_bytes() == body
+    assert not (out / "report.html").exists()
+
+
 def test_results_that_cannot_be_rewritten_on_resume_are_a_configuration_error_before_any_case(tmp_path: Path) -> None:
     """A case to run again drops its line: a file that cannot be rewritten was an OSError's traceback."""
     body = f"{json.dumps(result('a'))}\n{json.dumps(result('b', outcome='error'))}\n".encode()

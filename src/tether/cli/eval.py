@@ -204,8 +204,9 @@ def run_command(
     infrastructure error, or tools that cannot be made: that case's error,
     the others run), 3 for a configuration error (a dataset with no cases, a
     data file or ground truth that is not what it should be, a line of an
-    earlier run's results.jsonl that holds no result, a toolset file named
-    without --allow-toolset-files, or an --out that cannot be made): the
+    earlier run's results.jsonl that holds no result or another eval's
+    case (same id, another category), a toolset file named without
+    --allow-toolset-files, or an --out that cannot be written): the
     error names the file and line, and no case is sent. A report that cannot
     be written after the cases ran is 3 too; their results are kept.
     """
