@@ -297,6 +297,25 @@ def test_an_eval_out_directory_that_cannot_be_made_is_a_configuration_error_befo
     assert f"cannot write the results in {tmp_path / 'a-file' / 'out'}: Not a directory" in done.err, done
 
 
+@pytest.mark.parametrize("out", ["", "  "], ids=["empty", "blank"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("eval", "cases.jsonl", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"),
+        ("eval", "agentdojo", "--scripted", "oracle", "--suite", "banking", "--attack", "none", "--limit", "1"),
+    ],
+)
+def test_an_eval_out_of_blank_text_is_a_usage_error_and_nothing_is_written(
+    command: tuple[str, ...], out: str, tmp_path: Path
+) -> None:
+    """--out "$OUT" with OUT unset wrote results.jsonl and report.html into the working directory."""
+    _one_case_eval(tmp_path / "cases.jsonl")
+    done = tether(*command, "--out", out, cwd=tmp_path)
+    assert done.code == EXIT_USAGE, done
+    assert "Invalid value for '--out': blank text names no directory" in done.err, done
+    assert [p.name for p in tmp_path.iterdir()] == ["cases.jsonl"]
+
+
 def test_an_eval_report_that_cannot_be_written_is_a_configuration_error_and_the_results_are_kept(
     tmp_path: Path,
 ) -> None:

@@ -80,6 +80,14 @@ def eval_command() -> None:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _out_checked(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--out``'s check: blank text (``--out "$OUT"`` with OUT unset) would put the results, and read earlier
+    ones, in the working directory."""
+    if not value.strip():
+        raise click.BadParameter(f"blank text names no directory ({value!r})", ctx, param)
+    return value
+
+
 def _model_options(command: F) -> F:
     """The options that choose the model a command evaluates, and how many cases run at once."""
     options: list[Callable[[Any], Any]] = [
@@ -136,6 +144,7 @@ def _model_options(command: F) -> F:
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
+    callback=_out_checked,
     default=DEFAULT_OUT,
     show_default=True,
     help="Directory for results.jsonl; cases already there are not run again.",
@@ -362,6 +371,7 @@ DEFAULT_AGENTDOJO_OUT = "agentdojo-results"
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
+    callback=_out_checked,
     default=DEFAULT_AGENTDOJO_OUT,
     show_default=True,
     help="Directory with one folder per setting (results.jsonl, report.html); cases already there are not run again.",
