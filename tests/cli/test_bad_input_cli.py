@@ -92,6 +92,20 @@ def test_a_log_level_the_server_does_not_know_is_a_configuration_error(tmp_path:
     assert done.code == EXIT_CONFIGURATION and "TETHER_LOG_LEVEL='bogus'" in done.err, done
 
 
+@pytest.mark.parametrize("value", ["\u00b2", "9" * 5000], ids=["a-superscript-digit", "5000-digits"])
+def test_a_limit_from_the_environment_that_is_no_whole_number_is_a_configuration_error(
+    value: str, tmp_path: Path
+) -> None:
+    """A superscript two is a digit to str.isdigit and not to int(); 5000 digits are more than int() reads."""
+    pytest.importorskip("uvicorn")
+    (tmp_path / "agent.py").write_text("from tether import Agent, ScriptedModel\nagent = Agent(ScriptedModel([]))\n")
+    env = clean_env(TETHER_MAX_RUNS_PER_USER=value, TETHER_DB=str(tmp_path / "runs.db"))
+    done = tether("serve", "agent.py:agent", "--port", "0", env=env, cwd=tmp_path)
+    assert done.code == EXIT_CONFIGURATION, done
+    assert "error: TETHER_MAX_RUNS_PER_USER must be a whole number of at least 1" in done.err, done
+    assert not (tmp_path / "runs.db").exists()
+
+
 @pytest.mark.parametrize(
     "schema",
     [
@@ -281,6 +295,25 @@ def test_an_eval_out_directory_that_cannot_be_made_is_a_configuration_error_befo
         assert server.requests == []
     assert done.code == EXIT_CONFIGURATION, done
     assert f"cannot write the results in {tmp_path / 'a-file' / 'out'}: Not a directory" in done.err, done
+
+
+@pytest.mark.parametrize("out", ["", "  "], ids=["empty", "blank"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("eval", "cases.jsonl", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"),
+        ("eval", "agentdojo", "--scripted", "oracle", "--suite", "banking", "--attack", "none", "--limit", "1"),
+    ],
+)
+def test_an_eval_out_of_blank_text_is_a_usage_error_and_nothing_is_written(
+    command: tuple[str, ...], out: str, tmp_path: Path
+) -> None:
+    """--out "$OUT" with OUT unset wrote results.jsonl and report.html into the working directory."""
+    _one_case_eval(tmp_path / "cases.jsonl")
+    done = tether(*command, "--out", out, cwd=tmp_path)
+    assert done.code == EXIT_USAGE, done
+    assert "Invalid value for '--out': blank text names no directory" in done.err, done
+    assert [p.name for p in tmp_path.iterdir()] == ["cases.jsonl"]
 
 
 def test_an_eval_report_that_cannot_be_written_is_a_configuration_error_and_the_results_are_kept(

@@ -446,3 +446,42 @@ def test_an_agentdojo_results_line_with_odd_scores_is_refused_on_resume(tmp_path
     assert done.code == EXIT_CONFIGURATION, done
     assert f"error: {out / 'results.jsonl'}:1: scores: no setting, suite, attack, security" in done.err, done
     assert (out / "results.jsonl").read_bytes() == body
+
+
+def test_results_of_another_eval_with_the_same_case_ids_are_refused_on_resume(tmp_path: Path) -> None:
+    """Another dataset's case a (another category) was taken as this one's: nothing sent, its verdict reported."""
+    body = "".join(json.dumps(result(i, category="theirs")) + "\n" for i in "abc").encode()
+    out = earlier_run(tmp_path, body)
+    with FakeServer(f_of_one) as server:
+        done = tether("eval", str(tether_dataset(tmp_path)), "--out", str(out), *endpoint(server))
+        assert server.requests == []
+    assert done.code == EXIT_CONFIGURATION, done
+    said = f"error: {out / 'results.jsonl'}:1: case 'a' is of category 'theirs' there and 'mine' here"
+    assert said in done.err, done
+    assert (out / "results.jsonl").read_bytes() == body
+    assert not (out / "report.html").exists()
+
+
+def test_results_that_cannot_be_rewritten_on_resume_are_a_configuration_error_before_any_case(tmp_path: Path) -> None:
+    """A case to run again drops its line: a file that cannot be rewritten was an OSError's traceback."""
+    body = f"{json.dumps(result('a'))}\n{json.dumps(result('b', outcome='error'))}\n".encode()
+    out = earlier_run(tmp_path, body)
+    (out / ".results.jsonl.new").mkdir()  # where the rewritten file goes first
+    with FakeServer(f_of_one) as server:
+        done = tether("eval", str(tether_dataset(tmp_path)), "--out", str(out), *endpoint(server))
+        assert server.requests == []
+    assert done.code == EXIT_CONFIGURATION, done
+    assert f"error: cannot write the results in {out}: Is a directory" in done.err, done
+    assert (out / "results.jsonl").read_bytes() == body
+
+
+@pytest.mark.parametrize("body", [b"", b"\n\n", b'{"id": "a", "cat'], ids=["empty", "blank-lines", "torn-line"])
+@pytest.mark.parametrize("named", ["directory", "file"])
+def test_compare_refuses_a_run_that_holds_no_result_named_either_way(tmp_path: Path, body: bytes, named: str) -> None:
+    """The help says exit 3 when A or B holds no results: a directory's empty results.jsonl listed every case."""
+    out = earlier_run(tmp_path, body)
+    place = out if named == "directory" else out / "results.jsonl"
+    for argv in ((str(tmp_path / "good"), str(place)), (str(place), str(tmp_path / "good"))):
+        done = tether("eval", "compare", *argv)
+        assert done.code == EXIT_CONFIGURATION, done
+        assert f"error: {out / 'results.jsonl'}: no tether eval results in it" in done.err, done

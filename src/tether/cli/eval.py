@@ -80,6 +80,14 @@ def eval_command() -> None:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _out_checked(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--out``'s check: blank text (``--out "$OUT"`` with OUT unset) would put the results, and read earlier
+    ones, in the working directory."""
+    if not value.strip():
+        raise click.BadParameter(f"blank text names no directory ({value!r})", ctx, param)
+    return value
+
+
 def _model_options(command: F) -> F:
     """The options that choose the model a command evaluates, and how many cases run at once."""
     options: list[Callable[[Any], Any]] = [
@@ -136,6 +144,7 @@ def _model_options(command: F) -> F:
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
+    callback=_out_checked,
     default=DEFAULT_OUT,
     show_default=True,
     help="Directory for results.jsonl; cases already there are not run again.",
@@ -204,8 +213,9 @@ def run_command(
     infrastructure error, or tools that cannot be made: that case's error,
     the others run), 3 for a configuration error (a dataset with no cases, a
     data file or ground truth that is not what it should be, a line of an
-    earlier run's results.jsonl that holds no result, a toolset file named
-    without --allow-toolset-files, or an --out that cannot be made): the
+    earlier run's results.jsonl that holds no result or another eval's
+    case (same id, another category), a toolset file named without
+    --allow-toolset-files, or an --out that cannot be written): the
     error names the file and line, and no case is sent. A report that cannot
     be written after the cases ran is 3 too; their results are kept.
     """
@@ -361,6 +371,7 @@ DEFAULT_AGENTDOJO_OUT = "agentdojo-results"
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
+    callback=_out_checked,
     default=DEFAULT_AGENTDOJO_OUT,
     show_default=True,
     help="Directory with one folder per setting (results.jsonl, report.html); cases already there are not run again.",

@@ -32,7 +32,8 @@ the file keeps one line per case. Every line read back must hold a result
 ``DatasetError`` naming it, and nothing is sent or rewritten. Only the last
 line may be cut short, by a process killed while it wrote it (no newline,
 not JSON, perhaps half a character): that one is left out, and its case
-runs again.
+runs again. A line whose case is of another category in this eval is
+another eval's (same case ids): a ``DatasetError`` as well.
 """
 
 from __future__ import annotations
@@ -402,16 +403,17 @@ def read_results(out: Path) -> dict[str, CaseResult]:
 
 def read_results_file(path: Path) -> dict[str, CaseResult]:
     """The results in a ``results.jsonl`` file by case id, read as ``read_results`` reads them."""
-    return {case_id: result for case_id, (_, result) in _lines_by_case(path)[1].items()}
+    return {case_id: result for case_id, (_, result, _) in _lines_by_case(path)[1].items()}
 
 
-def _lines_by_case(path: Path) -> tuple[int, dict[str, tuple[str, CaseResult]]]:
-    """How many lines ``path`` has, and each case's last line with its result (see the module docstring).
+def _lines_by_case(path: Path) -> tuple[int, dict[str, tuple[str, CaseResult, str]]]:
+    """How many lines ``path`` has, and each case's last line with its result and where it is (see the module
+    docstring).
 
     Lines end at ``\\n`` only: JSON leaves U+2028, U+2029 and U+0085 in a
     string as they are, and ``str.splitlines`` would end a line at each.
     """
-    found: dict[str, tuple[str, CaseResult]] = {}
+    found: dict[str, tuple[str, CaseResult, str]] = {}
     if not path.exists():
         return 0, found
     try:
@@ -439,25 +441,46 @@ def _lines_by_case(path: Path) -> tuple[int, dict[str, tuple[str, CaseResult]]]:
         start += len(raw) + 1
         if line.strip():
             result = CaseResult.from_dict(value, where)
-            found[result.id] = (line, result)
+            found[result.id] = (line, result, where)
     return len(lines) + bool(last), found
 
 
-def _keep_one_line_per_case(path: Path, lines: int, found: dict[str, tuple[str, CaseResult]], again: set[str]) -> None:
+def _keep_one_line_per_case(
+    path: Path, lines: int, found: dict[str, tuple[str, CaseResult, str]], again: set[str]
+) -> None:
     """Leave ``path`` one line per case, none for the cases in ``again`` (they run again).
 
     The file is replaced whole (a new file renamed over it), so a process
-    killed meanwhile leaves the old file or the new one, never half of one.
+    killed meanwhile leaves the old file or the new one, never half of one;
+    one that cannot be written is a ``ConfigurationError``, before any case is sent.
     """
-    kept = [line for case_id, (line, _) in found.items() if case_id not in again]
+    kept = [line for case_id, (line, _, _) in found.items() if case_id not in again]
     if len(kept) == lines:
         return  # every line a case's only one, and none to run again
     fresh = path.with_name(f".{RESULTS_FILE}.new")
-    with fresh.open("w", encoding="utf-8") as handle:
-        handle.write("".join(f"{line}\n" for line in kept))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(fresh, path)
+    try:
+        with fresh.open("w", encoding="utf-8") as handle:
+            handle.write("".join(f"{line}\n" for line in kept))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(fresh, path)
+    except OSError as exc:
+        if fresh.is_file():
+            fresh.unlink()  # half of a new file; the old one is as it was
+        raise ConfigurationError(f"cannot write the results in {path.parent}: {exc.strerror}") from None
+
+
+def _check_same_eval(found: dict[str, tuple[str, CaseResult, str]], cases: Sequence[EvalCase]) -> None:
+    """Refuse an earlier result whose case has another category here: another eval's results with the
+    same case ids (a tether eval file renamed, or another one) would be taken for this one's."""
+    for case in cases:
+        if case.id in found:
+            _, earlier, where = found[case.id]
+            if earlier.category != case.category:
+                raise DatasetError(
+                    f"{where}: case {case.id!r} is of category {earlier.category!r} there and {case.category!r} "
+                    "here: the results of another eval? give this one another --out"
+                )
 
 
 class ResultsFile:
@@ -518,7 +541,8 @@ async def run_eval(
     cases = list(cases)
     check_cases(cases)
     lines, earlier = _lines_by_case(out / RESULTS_FILE) if out is not None else (0, {})
-    done = {i: r for i, (_, r) in earlier.items() if r.outcome != ERROR}
+    _check_same_eval(earlier, cases)
+    done = {i: r for i, (_, r, _) in earlier.items() if r.outcome != ERROR}
     todo = deque(case for case in cases if case.id not in done)
     if on_start is not None:
         on_start(len(todo), len(cases) - len(todo))

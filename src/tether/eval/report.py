@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.core.errors import ConfigurationError, DatasetError
-from tether.eval.harness import PASSED, RESULTS_FILE, CaseResult, Row, read_results, read_results_file, summarize
+from tether.eval.harness import PASSED, RESULTS_FILE, CaseResult, Row, read_results_file, summarize
 
 REPORT_FILE = "report.html"
 
@@ -201,18 +201,19 @@ class Change:
 
 
 def load_results(place: str | Path) -> dict[str, CaseResult]:
-    """An eval's results: an ``--out`` directory or a results.jsonl file; a line that holds none: ``DatasetError``."""
+    """An eval's results: an ``--out`` directory or a results.jsonl file; a line that holds none, or a file
+    with no result in it, is a ``DatasetError``."""
     path = Path(place)
     if path.is_dir():
         if not (path / RESULTS_FILE).is_file():
             raise DatasetError(f"{path} has no {RESULTS_FILE}: is it a tether eval --out directory?")
-        return read_results(path)
-    if path.is_file():
-        found = read_results_file(path)
-        if not found and path.stat().st_size:
-            raise DatasetError(f"{path}: no tether eval results in it")
-        return found
-    raise DatasetError(f"no results at {path}: give an --out directory or a results.jsonl file")
+        path = path / RESULTS_FILE
+    elif not path.is_file():
+        raise DatasetError(f"no results at {path}: give an --out directory or a results.jsonl file")
+    found = read_results_file(path)
+    if not found:  # empty, blank or one torn line, named either way: nothing to compare
+        raise DatasetError(f"{path}: no tether eval results in it")
+    return found
 
 
 def compare(a: dict[str, CaseResult], b: dict[str, CaseResult]) -> list[Change]:

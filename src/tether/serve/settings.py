@@ -150,9 +150,15 @@ def count(env: Mapping[str, str], name: str, default: int) -> int:
     text = env.get(name)
     if not text:
         return default
-    if not text.strip().isdigit() or int(text) < 1:
-        raise ConfigurationError(f"{name} must be a whole number of at least 1, got {text!r}")
-    return int(text)
+    digits = text.strip()
+    try:  # ASCII digits only: str.isdigit takes a superscript two, which int() refuses
+        value = int(digits) if digits.isascii() and digits.isdigit() else 0
+    except ValueError:  # more digits than int() reads
+        value = 0
+    if value < 1:
+        shown = text if len(text) <= 40 else f"{text[:40]}..."
+        raise ConfigurationError(f"{name} must be a whole number of at least 1, got {shown!r}")
+    return value
 
 
 def seconds(env: Mapping[str, str], name: str, default: float) -> float:
