@@ -404,6 +404,22 @@ def test_a_paused_calls_id_is_shown_not_obeyed(tmp_path: Path) -> None:
     assert "\x1b" not in done.err and "\x07" not in done.err
 
 
+def test_runs_list_shows_a_prompts_control_characters_not_obeyed(tmp_path: Path) -> None:
+    """A served run's prompt is a caller's text, and an operator lists it."""
+    from cli_helpers import endpoint
+
+    from tether.testing import FakeServer
+    from tether.testing.fake_server import text
+
+    env = clean_env(TETHER_DB=str(tmp_path / "runs.db"))
+    with FakeServer([text("ok")]) as server:
+        assert tether("run", "list \x1b]0;pwned\x07 this", "--log-content", *endpoint(server), env=env).code == 0
+    listed = tether("runs", "list", env=env)
+    assert listed.code == 0, listed
+    assert "list \\x1b]0;pwned\\x07 this" in listed.out, listed
+    assert "\x1b" not in listed.out and "\x07" not in listed.out
+
+
 class Crash(BaseException):
     """Stands in for the process dying inside a tool: its outcome is unknown."""
 

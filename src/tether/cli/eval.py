@@ -22,6 +22,7 @@ from tether.cli.common import (
     provider_of,
     with_settings_options,
 )
+from tether.cli.render import visible
 from tether.core.errors import ConfigurationError, TetherError
 from tether.core.settings import ModelSettings
 from tether.drivers.local.runner import checked
@@ -514,7 +515,7 @@ def agentdojo_command(
         click.echo(table(rows))
         for row in rows:
             for case_id, why in row.lost if row.suite != "total" else ():
-                click.echo(f"lost ({row.setting}): {case_id}: {why}")
+                click.echo(visible(f"lost ({row.setting}): {case_id}: {why}"))  # quotes the model's arguments
         click.echo(f"results: {Path(out)}/<setting>/results.jsonl, report.html")
     errors = sum(1 for found in results.values() for r in found if r.outcome == ERROR)
     leaked = failures(rows)

@@ -89,7 +89,7 @@ def list_runs(db: str | None, principal: str | None, limit: int, as_json: bool) 
             f"{r.run_id}  {r.status:<24} {r.principal:<12} {r.steps:>3} step(s)  {_when(r.created_at)}"
             f"{engine}{turn}{child}{prompt}"
         )
-        click.echo(line)
+        click.echo(visible(line))  # the prompt is a caller's words (a served run's, anyone's)
     if not found and not skipped:
         click.echo(f"no runs recorded{nowhere}")
 
@@ -259,9 +259,11 @@ def _show_tree(children: list[dict[str, Any]], indent: str) -> None:
         by = f" (call {child['call_id']} {child['tool']})" if child["call_id"] else ""
         used = child["usage"]
         click.echo(
-            f"{indent}child run {child['run_id']}{by}: {child['status']}, {child['steps']} step(s), "
-            f"{used['input_tokens']} input and {used['output_tokens']} output tokens"
-        )
+            visible(
+                f"{indent}child run {child['run_id']}{by}: {child['status']}, {child['steps']} step(s), "
+                f"{used['input_tokens']} input and {used['output_tokens']} output tokens"
+            )
+        )  # the call's id is the model's
         _show_tree(child["children"], indent + "  ")
 
 
