@@ -236,6 +236,27 @@ async def test_a_listing_with_a_page_size_below_zero_or_a_forged_page_token_is_i
     assert [t.id for t in listed.tasks] == [done.task.id]
 
 
+async def test_listing_one_contexts_tasks_fills_its_pages_from_that_context(served: Served) -> None:
+    """The contextId filter was applied to a page of all the caller's runs: the context's tasks, older than a
+    page of other runs, came back after pages that were empty but for a next-page token."""
+    with served.process("a2a") as (_, base):
+        async with a2a_client(base, "alice", streaming=False) as alice:
+            [first] = await sent(alice, message("say: one"))
+            context = first.task.context_id
+            [second] = await sent(alice, message("say: two", context_id=context))
+            others = [await sent(alice, message(f"say: {n}")) for n in range(3)]  # newer, each its own context
+            page = await alice.list_tasks(ListTasksRequest(context_id=context, page_size=1))  # type: ignore[attr-defined]
+            rest = await alice.list_tasks(  # type: ignore[attr-defined]
+                ListTasksRequest(context_id=context, page_size=1, page_token=page.next_page_token)
+            )
+            alone = others[0][0].task
+            own = await alice.list_tasks(ListTasksRequest(context_id=alone.context_id))  # type: ignore[attr-defined]
+    assert [t.id for t in page.tasks] == [second.task.id] and page.next_page_token
+    assert [t.id for t in rest.tasks] == [first.task.id]
+    assert [t.context_id for t in [*page.tasks, *rest.tasks]] == [context, context]
+    assert [t.id for t in own.tasks] == [alone.id]
+
+
 async def test_a_message_refused_for_too_many_runs_leaves_no_conversation_behind(
     served: Served, session: aiohttp.ClientSession
 ) -> None:

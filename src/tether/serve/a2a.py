@@ -379,11 +379,15 @@ class RunTasks(RequestHandler):
             before = _after(params.page_token or None)
         except Problem as exc:
             raise InvalidParamsError(message=exc.detail) from None
-        found, after = await self.runs.page(caller, statuses=statuses, limit=limit, before=before)
+        within = params.context_id or None  # filtered in the store, so that a page is full
+        found, after = await self.runs.page(caller, statuses=statuses, limit=limit, before=before, context=within)
         tasks = [
-            Task(id=r["run_id"], context_id=r["conversation_id"] or r["run_id"], status=TaskStatus(state=state_of(s)))
+            Task(
+                id=r["run_id"],
+                context_id=r["conversation_id"] or r["run_id"],
+                status=TaskStatus(state=state_of(r["status"])),
+            )
             for r in found
-            if (s := r["status"]) and (not params.context_id or r["conversation_id"] == params.context_id)
         ]
         return ListTasksResponse(tasks=tasks, next_page_token="" if after is None else _cursor(after), page_size=limit)
 

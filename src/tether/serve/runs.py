@@ -215,11 +215,24 @@ class AgentRuns(RunService):
     # --- reading -------------------------------------------------------------------
 
     async def page(
-        self, caller: Caller, *, statuses: Collection[str] | None, limit: int, before: tuple[float, str] | None
+        self,
+        caller: Caller,
+        *,
+        statuses: Collection[str] | None,
+        limit: int,
+        before: tuple[float, str] | None,
+        context: str | None = None,
     ) -> tuple[list[dict[str, Any]], tuple[float, str] | None]:
-        """One page of ``caller``'s runs, newest first (after ``before``), and where the next page starts."""
+        """One page of ``caller``'s runs, newest first (after ``before``), and where the next page starts; with
+        ``context``, only that conversation's turns (or that run, in none)."""
         found = await self.io(
-            self.listed, self.store, principal_id=caller.id, limit=limit + 1, statuses=statuses, before=before
+            self.listed,
+            self.store,
+            principal_id=caller.id,
+            limit=limit + 1,
+            statuses=statuses,
+            before=before,
+            context=context,
         )
         last = found[limit - 1] if len(found) > limit else None
         return [_summary(r) for r in found[:limit]], None if last is None else (last.created_at, last.run_id)

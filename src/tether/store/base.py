@@ -177,6 +177,7 @@ class RunStore(Protocol):
         unleased: bool = False,
         before: tuple[float, str] | None = None,
         skipped: list[tuple[str, StoreError]] | None = None,
+        context: str | None = None,
     ) -> list[RunSummary]:
         """Runs, newest first (or the least recently updated first); only a principal's, or only those in
         ``statuses``, when given; with ``unleased`` only those no live driver holds (a run another may take);
@@ -184,7 +185,10 @@ class RunStore(Protocol):
 
         A row the store's own writes could not have made (an edited one) is a ``StoreError`` naming its run;
         with ``skipped``, it is left out and ``(run id, error)`` appended there instead, so that one such row
-        does not hide the others (a service taking over the runs a crash cut off, an approver's inbox)."""
+        does not hide the others (a service taking over the runs a crash cut off, an approver's inbox).
+
+        With ``context``, only the turns of the conversation of that id, or the run of that id if it is in
+        none: what A2A calls a context, filtered before the limit so that a page is full."""
         ...
 
     def children(self, run_id: str) -> list[RunSummary]:

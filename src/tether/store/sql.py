@@ -898,6 +898,7 @@ class SQLStore:
         unleased: bool = False,
         before: tuple[float, str] | None = None,
         skipped: list[tuple[str, StoreError]] | None = None,
+        context: str | None = None,
     ) -> list[RunSummary]:
         """Runs, newest first (or the least recently updated first); only a principal's, or only those in
         ``statuses``, when given; with ``unleased`` only those no live driver holds; with ``before`` only
@@ -925,6 +926,9 @@ class SQLStore:
         if before is not None:  # a page after the one that ended with this run: what comes later cannot shift it
             where.append("(created_at < ? OR (created_at = ? AND id < ?))")
             params += (before[0], before[0], before[1])
+        if context is not None:  # a conversation's turns, or a run in none
+            where.append("(conversation_id = ? OR (conversation_id IS NULL AND id = ?))")
+            params += (context, context)
         if where:
             query += " WHERE " + " AND ".join(where)
         query += " ORDER BY " + ("updated_at ASC" if oldest_update_first else "created_at DESC, id DESC") + " LIMIT ?"
