@@ -6,7 +6,9 @@ crash the gate on the first call (``RecursionError``, jsonschema's internal
 referencing error, and a remote reference fetched). A schema recursive
 through the value (a tree) must keep working, and checking a deep value
 against it must end in a refusal, never a ``RecursionError``. References
-that double the work at each level on one value are refused too.
+that double the work at each level on one value are refused too, and so are
+those that check one part of the value against two subschemas that both
+recurse (the work doubles with each level the value nests).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from tether.core.machine import Accepted, Rejected
 from tether.core.nesting import MAX_DEPTH
 from tether.testing.fake_server import FakeServer, text, tool_calls
 from tether.tools import Toolbox, tool, tool_from_schema
-from tether.tools.refs import MAX_IN_PLACE_VISITS
+from tether.tools.refs import MAX_IN_PLACE_VISITS, MAX_NESTED_VISITS
 
 
 def _echo(**arguments: Any) -> Any:
@@ -177,6 +179,108 @@ def test_references_that_double_the_work_at_each_level_are_refused_when_the_tool
     models = {f"m{n}": {"type": "object", "properties": {"k": {"const": n}}} for n in range(500)}
     union = schema_with({"anyOf": [{"$ref": f"#/$defs/{name}"} for name in models]}, **models)
     assert isinstance(check(tool_from_schema("union", union, _echo), {"x": {"k": 499}}), Accepted)
+
+
+BACK = {"$ref": "#/$defs/n"}
+
+
+def nesting(**node: Any) -> dict[str, Any]:
+    """A schema whose field ``x`` is the definition ``n``, with ``node``'s keywords."""
+    return {"type": "object", "properties": {"x": BACK}, "required": ["x"], "$defs": {"n": node}}
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        nesting(type="object", properties={"a": BACK}, patternProperties={"^a$": BACK}),
+        nesting(type="array", items=BACK, contains=BACK),
+        nesting(allOf=[{"properties": {"a": BACK}}, {"properties": {"a": BACK}}]),
+        nesting(patternProperties={"^a": BACK, "b$": BACK}),
+        nesting(patternProperties={"^ab": BACK, "^a[bc]": BACK}),
+        nesting(allOf=[{"additionalProperties": BACK}, {"properties": {"a": BACK}}]),
+        nesting(allOf=[{"properties": {"a": BACK}}], unevaluatedProperties=False),  # each branch checked again
+        nesting(prefixItems=[BACK], items=BACK, unevaluatedItems=BACK),
+        # A union of two models that name one recursive field: each branch is checked (oneOf checks them all).
+        nesting(oneOf=[{"properties": {"k": {"const": m}, "left": BACK}} for m in ("add", "mul")]),
+    ],
+    ids=[
+        "properties-pattern",
+        "items-contains",
+        "allof-properties",
+        "patterns",
+        "prefixed-patterns",
+        "additional-properties",
+        "unevaluated",
+        "prefix-items",
+        "union",
+    ],
+)
+def test_references_that_check_one_part_twice_at_each_level_are_refused_when_the_tool_is_made(schema: Any) -> None:
+    """Each level of the value is checked twice per check of the level above: 2**depth, and values 64 deep pass
+    the depth gate. Eighteen levels of the first schema took seven seconds (the fast check's, jsonschema's)."""
+    message = (
+        f"^tool f: a value nested {MAX_DEPTH} levels deep would be checked against more than {MAX_NESTED_VISITS} "
+        "of its subschemas"
+    )
+    with pytest.raises(ToolDefinitionError, match=message):
+        tool_from_schema("f", schema, _echo, untrusted_schema=True)
+    with pytest.raises(ToolDefinitionError, match=message):
+        tool_from_schema("f", schema, _echo)  # the host's own schema too
+    with pytest.raises(ToolDefinitionError, match=f"^output_type: a value nested {MAX_DEPTH} levels deep"):
+        Agent(OpenAIChatModel("fake", base_url="http://127.0.0.1:9/v1", api_key="x"), [], output_type=schema)
+
+
+def chain(depth: int, key: str, leaf: Any) -> Any:
+    """``leaf`` inside ``depth`` objects, each holding the next under ``key``."""
+    value = leaf
+    for _ in range(depth):
+        value = {key: value}
+    return value
+
+
+JSON_VALUE = {
+    "anyOf": [
+        {"type": ["string", "number", "boolean", "null"]},
+        {"type": "object", "additionalProperties": BACK},
+        {"type": "array", "items": BACK},
+    ]
+}
+
+
+def test_references_that_check_each_part_once_are_kept_and_check_values() -> None:
+    """Recursive schemas whose work grows with the value, not with 2**depth: each still checks its values."""
+    both = nesting(type="object", properties={"a": BACK, "b": BACK, "c": {"type": "integer"}})
+    made = tool_from_schema("both", both, _echo, untrusted_schema=True)
+    assert made.validation_errors({"x": {"a": chain(40, "b", {"c": 1}), "b": {}}}) == []
+    assert made.validation_errors({"x": chain(40, "a", {"c": "1"})}) == [
+        f"x{'.a' * 40}.c: expected integer, got string"
+    ]
+
+    value = tool_from_schema("value", nesting(**JSON_VALUE), _echo, untrusted_schema=True)
+    assert value.validation_errors({"x": chain(30, "k", [1, "s", None, {"m": [True]}])}) == []
+    assert value.validation_errors({"x": chain(30, "k", [{}])}) == []
+    assert value.validation_errors({"x": chain(70, "k", [1])}) == ["arguments: nested more than 64 levels deep"]
+
+    # Patterns whose literal prefixes differ never match one name; beside additionalProperties for the rest.
+    prefixed = nesting(patternProperties={"^a-": BACK, "^b-": BACK}, additionalProperties={"type": "integer"})
+    made = tool_from_schema("prefixed", prefixed, _echo, untrusted_schema=True)
+    assert made.validation_errors({"x": chain(40, "a-1", {"b-2": {"z": 1}})}) == []
+    assert made.validation_errors({"x": chain(40, "b-1", {"z": "1"})}) != []
+    # Properties and additionalProperties of one schema check different names; prefixItems and items, items.
+    mixed = nesting(properties={"a": {"type": "integer"}}, additionalProperties=BACK)
+    assert tool_from_schema("mixed", mixed, _echo).validation_errors({"x": chain(40, "b", {"a": 1})}) == []
+    array = nesting(type="array", prefixItems=[{"type": "integer"}], items=BACK)
+    assert tool_from_schema("array", array, _echo).validation_errors({"x": [1, [2, [3, []]]]}) == []
+
+    # A union of 500 models, each referring back through its own field, and the tree.
+    models = {f"m{n}": {"type": "object", "properties": {f"f{n}": BACK}} for n in range(500)}
+    union = {**nesting(anyOf=[{"$ref": f"#/$defs/m{n}"} for n in range(500)])}
+    union["$defs"] = {**union["$defs"], **models}
+    made = tool_from_schema("union", union, _echo, untrusted_schema=True)
+    assert made.validation_errors({"x": {"f499": {"f3": {}}}}) == []
+    assert isinstance(
+        check(tool_from_schema("plant", TREE, _echo, untrusted_schema=True), tree(60, {"v": 1})), Accepted
+    )
 
 
 @pytest.mark.parametrize("leaf", [{}, {"v": "not an integer"}])
