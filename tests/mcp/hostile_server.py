@@ -24,8 +24,8 @@ from one the server saw.
   40 definitions each refer twice to the next under ``allOf``: checking one
   value against it visits 2**41 subschemas.
 - ``fanout``, ``fanout-output``: an input (output) schema whose recursive
-  node checks its property ``a`` twice, under ``properties`` and under
-  ``patternProperties`` ``^a$``: a value nested 40 deep costs 2**40 checks.
+  node checks its property ``a`` 150 times, under as many branches of
+  ``allOf``: each level a value nests costs 150 times the one inside it.
 - ``loud-refusal``: ``tools/list`` fails with a message of a megabyte that
   ends in escape sequences (one retitles the terminal, one colours it).
 - ``escape-names``: 500 tools with long names, the first an escape sequence.
@@ -136,9 +136,9 @@ def _doubling(levels: int) -> dict[str, Any]:
 
 
 def _fanout() -> dict[str, Any]:
-    """A schema whose field ``x`` checks each level's property ``a`` against the node twice (by name, by pattern)."""
+    """A schema whose field ``x`` checks each level's property ``a`` against the node 150 times (``allOf``)."""
     node = {"$ref": "#/$defs/n"}
-    defs = {"n": {"type": "object", "properties": {"a": node}, "patternProperties": {"^a$": node}}}
+    defs = {"n": {"type": "object", "allOf": [{"properties": {"a": node}}] * 150}}
     return _object({"x": node}, **{"$defs": defs})
 
 

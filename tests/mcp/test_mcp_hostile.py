@@ -5,8 +5,9 @@
   once, a pattern RE2 cannot run refuses the server, and one Python's ``re``
   cannot even compile still works.
 - What it lists is bounded: tools, pages, name and schema sizes, schema
-  depth, references that double the work at each level (on one value, or
-  with each level the value nests) refuse the server;
+  depth, references that double the work at each level on one value, or
+  that multiply it with each level a value nests past a shallow one, refuse
+  the server;
   a long description is cut.
 - What it writes is bounded: a line on its stdout (one message) past
   ``MAX_RESPONSE_BYTES``, endless or merely huge, is not read on; the
@@ -179,11 +180,11 @@ async def test_a_pattern_pythons_re_cannot_even_compile_runs_in_re2(tmp_path: Pa
         ),
         (
             hostile_argv("fanout"),
-            f"tool fanout: a value nested 64 levels deep would be checked against more than {MAX_NESTED_VISITS}",
+            f"tool fanout: a value nested 2 levels deep would be checked against more than {MAX_NESTED_VISITS}",
         ),
         (
             hostile_argv("fanout-output"),
-            f"tool fanout: its outputSchema: a value nested 64 levels deep would be checked against more than "
+            f"tool fanout: its outputSchema: a value nested 2 levels deep would be checked against more than "
             f"{MAX_NESTED_VISITS}",
         ),
     ],

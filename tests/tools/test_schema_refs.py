@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -189,19 +190,45 @@ def nesting(**node: Any) -> dict[str, Any]:
     return {"type": "object", "properties": {"x": BACK}, "required": ["x"], "$defs": {"n": node}}
 
 
+def chain(depth: int, key: str, leaf: Any) -> Any:
+    """``leaf`` inside ``depth`` objects, each holding the next under ``key``."""
+    value = leaf
+    for _ in range(depth):
+        value = {key: value}
+    return value
+
+
+def arrays(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def terms(depth: int) -> Any:
+    value: Any = {"k": "add"}
+    for _ in range(depth):
+        value = {"k": "mul", "left": value}
+    return value
+
+
+LIMITED = re.compile(r"arguments: nested more than (\d+) levels deep, past which this schema's check costs too much")
+
+
 @pytest.mark.parametrize(
-    "schema",
+    ("schema", "deep"),
     [
-        nesting(type="object", properties={"a": BACK}, patternProperties={"^a$": BACK}),
-        nesting(type="array", items=BACK, contains=BACK),
-        nesting(allOf=[{"properties": {"a": BACK}}, {"properties": {"a": BACK}}]),
-        nesting(patternProperties={"^a": BACK, "b$": BACK}),
-        nesting(patternProperties={"^ab": BACK, "^a[bc]": BACK}),
-        nesting(allOf=[{"additionalProperties": BACK}, {"properties": {"a": BACK}}]),
-        nesting(allOf=[{"properties": {"a": BACK}}], unevaluatedProperties=False),  # each branch checked again
-        nesting(prefixItems=[BACK], items=BACK, unevaluatedItems=BACK),
-        # A union of two models that name one recursive field: each branch is checked (oneOf checks them all).
-        nesting(oneOf=[{"properties": {"k": {"const": m}, "left": BACK}} for m in ("add", "mul")]),
+        (nesting(type="object", properties={"a": BACK}, patternProperties={"^a$": BACK}), lambda d: chain(d, "a", {})),
+        (nesting(type="array", items=BACK, contains=BACK), arrays),
+        (nesting(allOf=[{"properties": {"a": BACK}}, {"properties": {"a": BACK}}]), lambda d: chain(d, "a", {})),
+        (nesting(patternProperties={"^a": BACK, "b$": BACK}), lambda d: chain(d, "ab", {})),
+        (nesting(patternProperties={"^ab": BACK, "^a[bc]": BACK}), lambda d: chain(d, "ab", {})),
+        (nesting(allOf=[{"additionalProperties": BACK}, {"properties": {"a": BACK}}]), lambda d: chain(d, "a", {})),
+        # jsonschema checks each branch again to learn what it evaluated
+        (nesting(allOf=[{"properties": {"a": BACK}}], unevaluatedProperties=False), lambda d: chain(d, "a", {})),
+        (nesting(prefixItems=[BACK], items=BACK, unevaluatedItems=BACK), arrays),
+        # A union of two models that name one recursive field (an expression tree): oneOf checks every branch.
+        (nesting(oneOf=[{"properties": {"k": {"const": m}, "left": BACK}} for m in ("add", "mul")]), terms),
     ],
     ids=[
         "properties-pattern",
@@ -215,27 +242,33 @@ def nesting(**node: Any) -> dict[str, Any]:
         "union",
     ],
 )
-def test_references_that_check_one_part_twice_at_each_level_are_refused_when_the_tool_is_made(schema: Any) -> None:
-    """Each level of the value is checked twice per check of the level above: 2**depth, and values 64 deep pass
-    the depth gate. Eighteen levels of the first schema took seven seconds (the fast check's, jsonschema's)."""
-    message = (
-        f"^tool f: a value nested {MAX_DEPTH} levels deep would be checked against more than {MAX_NESTED_VISITS} "
-        "of its subschemas"
-    )
-    with pytest.raises(ToolDefinitionError, match=message):
-        tool_from_schema("f", schema, _echo, untrusted_schema=True)
-    with pytest.raises(ToolDefinitionError, match=message):
-        tool_from_schema("f", schema, _echo)  # the host's own schema too
-    with pytest.raises(ToolDefinitionError, match=f"^output_type: a value nested {MAX_DEPTH} levels deep"):
-        Agent(OpenAIChatModel("fake", base_url="http://127.0.0.1:9/v1", api_key="x"), [], output_type=schema)
+def test_references_that_check_one_part_twice_at_each_level_bound_how_deep_a_value_may_nest(
+    schema: Any, deep: Callable[[int], Any]
+) -> None:
+    """Each level of the value is checked twice per check of the level above: 2**depth, and values 64 deep passed
+    the depth gate (eighteen levels of the first schema took seven seconds, the fast check's and jsonschema's).
+    The tool is kept, and a value nested deeper than its schema checks within ``MAX_NESTED_VISITS`` is refused
+    before either check runs; a shallower one is checked."""
+    agent = Agent(OpenAIChatModel("fake", base_url="http://127.0.0.1:9/v1", api_key="x"), [], output_type=schema)
+    for made in (tool_from_schema("f", schema, _echo, untrusted_schema=True), tool_from_schema("f", schema, _echo)):
+        [refused] = made.validation_errors({"x": deep(40)})
+        limit = LIMITED.fullmatch(refused)
+        assert limit is not None and 4 <= int(limit.group(1)) < MAX_DEPTH, refused
+        assert not any("nested more than" in e for e in made.validation_errors({"x": deep(2)}))
+    assert agent is not None  # an output type of that shape is kept too
 
 
-def chain(depth: int, key: str, leaf: Any) -> Any:
-    """``leaf`` inside ``depth`` objects, each holding the next under ``key``."""
-    value = leaf
-    for _ in range(depth):
-        value = {key: value}
-    return value
+def test_references_that_multiply_the_work_past_a_shallow_value_are_refused_when_the_tool_is_made() -> None:
+    """A hundred and fifty branches that each check one property against the node: the arguments and one level
+    inside would already cost more than ``MAX_NESTED_VISITS`` subschemas."""
+    wide = nesting(allOf=[{"properties": {"a": BACK}}] * 150)
+    message = rf"^tool f: a value nested [12] levels? deep would be checked against more than {MAX_NESTED_VISITS} "
+    with pytest.raises(ToolDefinitionError, match=message):
+        tool_from_schema("f", wide, _echo, untrusted_schema=True)
+    with pytest.raises(ToolDefinitionError, match=message):
+        tool_from_schema("f", wide, _echo)  # the host's own schema too
+    with pytest.raises(ToolDefinitionError, match=r"^output_type: a value nested [12] levels? deep"):
+        Agent(OpenAIChatModel("fake", base_url="http://127.0.0.1:9/v1", api_key="x"), [], output_type=wide)
 
 
 JSON_VALUE = {

@@ -20,14 +20,17 @@ tool is refused with a ``ToolDefinitionError`` that names the reference:
   in place: references under ``allOf`` (or ``anyOf``, ...) to a definition
   that refers twice to the next one double the work at each level, so a
   schema of a few KB would freeze the host for days;
-- the values of one chain, each inside the last, nested as deep as the gate
-  lets through, are checked against at most ``MAX_NESTED_VISITS``
-  subschemas: a recursive schema that checks one part of a value against
-  two subschemas that both recur (``properties`` ``a`` and
-  ``patternProperties`` ``^a$``, ``items`` and ``contains``, two branches of
-  ``allOf`` or ``oneOf`` naming one property) doubles the work with each
-  level the value nests. Where JSON Schema leaves it open, two subschemas
-  are taken to check the same part: two patterns may match one name unless
+- the values of one chain, each inside the last, are checked against at
+  most ``MAX_NESTED_VISITS`` subschemas: a recursive schema that checks one
+  part of a value against two subschemas that both recur (``properties``
+  ``a`` and ``patternProperties`` ``^a$``, ``items`` and ``contains``, two
+  branches of ``allOf`` or ``oneOf`` naming one property) doubles the work
+  with each level the value nests, so the gate lets a value nest only as
+  deep as that bound allows (``check_references`` says how deep: ``nested
+  more than 13 levels deep, past which this schema's check costs too
+  much``), and a schema that allows less than ``MIN_NESTING`` is refused.
+  Where JSON Schema leaves it open, two subschemas are taken to check the
+  same part: two patterns may match one name unless
   their literal prefixes (``^ab`` and ``^c``) differ, and
   ``unevaluatedProperties`` checks whatever its own schema's ``properties``
   do not name (jsonschema checks the value against the schema's other
@@ -74,13 +77,18 @@ DEFINITIONS = ("$defs", "definitions")
 # level's definition double the count each level: forty levels of a schema of 2 KB would take the checkers
 # (jsonschema's, the fast check's) days, holding the GIL. Real schemas (a union of models) count tens.
 MAX_IN_PLACE_VISITS = 10_000
-# Subschemas the values of one chain, each inside the last, are checked against together, nested as deep as the
-# gate lets through (MAX_DEPTH containers and a value inside the deepest). A schema whose references check each
-# part of the value against one subschema (a tree, JSON's own values) costs each value its in-place visits, so it
-# stays under this whatever it nests; one that checks a part against two (``properties`` and
-# ``patternProperties``, ``items`` and ``contains``, two ``allOf`` branches naming one property) doubles the work
-# at each level: eighteen levels took seven seconds, forty would take days.
-MAX_NESTED_VISITS = MAX_IN_PLACE_VISITS * (MAX_DEPTH + 1)
+# Subschemas the values of one chain, each inside the last, are checked against together. A schema whose
+# references check each part of the value against one subschema (a tree, JSON's own values) costs each value its
+# in-place visits, a few each; one that checks a part against two (``properties`` and ``patternProperties``,
+# ``items`` and ``contains``, two ``oneOf`` branches naming one property: an expression tree's ``Add`` and ``Mul``,
+# both with ``left: Expr``) doubles the work at each level: eighteen levels took seven seconds, forty would take
+# days. The checkers take 7 to 15 us a subschema (measured, the fast check's and jsonschema's): this is a quarter
+# of a second at most for one value.
+MAX_NESTED_VISITS = 16_384
+# The gate lets a value nest only as deep as its schema checks it within that bound (``MAX_DEPTH`` for a tree;
+# thirteen levels for ``properties`` and ``patternProperties`` both recurring; eleven for that expression tree);
+# a schema that cannot check even this deep a value (the tool's arguments and one level inside) is refused.
+MIN_NESTING = 2
 
 # Which part of a value a subschema checks: ("name", k) the property k; ("pattern", prefix) the properties whose
 # names a pattern may match (all that start with its literal prefix); ("other", names) those not in a schema's
@@ -93,13 +101,16 @@ _Edge = tuple[int, _Child | None, str | None]
 _DEFINED: _Child = ("$defs", None)  # a definition: checked only through a reference, so no edge of its own
 
 
-def check_references(schema: Any, what: str) -> bool:
-    """Refuse ``schema``'s unusable references (see the module docstring); whether it is recursive.
+def check_references(schema: Any, what: str) -> int | None:
+    """Refuse ``schema``'s unusable references (see the module docstring); how deep a value it is checked
+    against may nest: None when no reference makes its check deeper (the decoder's bound holds), ``MAX_DEPTH``
+    for a schema recursive through the value, fewer levels where a deeper value would cost more than
+    ``MAX_NESTED_VISITS`` subschemas.
 
     ``what`` names the schema's owner in the error (``tool lookup``).
     """
     if not any(True for _ in _refs_in(schema)):
-        return False  # the common case: no reference, nothing to resolve (and referencing stays unimported)
+        return None  # the common case: no reference, nothing to resolve (and referencing stays unimported)
     edges = _graph(schema, what)
     cycle = _cycle(edges, in_place_only=True)
     if cycle is not None:
@@ -114,14 +125,19 @@ def check_references(schema: Any, what: str) -> bool:
             f"{what}: checking one value would visit more than {MAX_IN_PLACE_VISITS} of its subschemas in place "
             "(references under allOf, anyOf, oneOf, not, if or $ref that double the work at each level)"
         )
-    if _nested_visits(edges, visits, id(schema)) > MAX_NESTED_VISITS:
+    costs = _nested_visits(edges, visits, id(schema))
+    depth = max(d for d, cost in enumerate(costs) if cost <= MAX_NESTED_VISITS)  # costs[0]: in place, checked
+    if depth < MIN_NESTING:
         raise ToolDefinitionError(
-            f"{what}: a value nested {MAX_DEPTH} levels deep would be checked against more than {MAX_NESTED_VISITS} "
-            "of its subschemas (references that check one part of a value against two subschemas, such as "
-            "properties and patternProperties, items and contains, or two branches of allOf, anyOf or oneOf "
-            "naming one property, double the work at each level)"
+            f"{what}: a value nested {depth + 1} level{'s' if depth else ''} deep would be checked against more than"
+            f" {MAX_NESTED_VISITS} "
+            "of its subschemas (references that check one part of a value against many subschemas, such as "
+            "properties and patternProperties, items and contains, or branches of allOf, anyOf or oneOf "
+            "naming one property, multiply the work at each level)"
         )
-    return _cycle(edges, in_place_only=False) is not None
+    if depth < MAX_DEPTH:
+        return depth
+    return MAX_DEPTH if _cycle(edges, in_place_only=False) is not None else None
 
 
 def _in_place_visits(edges: dict[int, list[_Edge]]) -> dict[int, int]:
@@ -145,9 +161,9 @@ def _in_place_visits(edges: dict[int, list[_Edge]]) -> dict[int, int]:
     return visits
 
 
-def _nested_visits(edges: dict[int, list[_Edge]], visits: dict[int, int], root: int) -> int:
-    """The most subschemas one chain of values nested ``MAX_DEPTH`` deep is checked against from ``root`` (past
-    ``MAX_NESTED_VISITS``, the first count past it).
+def _nested_visits(edges: dict[int, list[_Edge]], visits: dict[int, int], root: int) -> list[int]:
+    """The most subschemas one chain of values is checked against from ``root``, for each depth from 0 (the
+    value alone) to ``MAX_DEPTH`` (past ``MAX_NESTED_VISITS``, the first count past it).
 
     ``cost[n]`` at depth d is n's in-place visits plus, for the part of the value whose checks cost most, the
     cost at depth d - 1 of every subschema that checks that part, reached from n in place (each path counts).
@@ -195,6 +211,7 @@ def _nested_visits(edges: dict[int, list[_Edge]], visits: dict[int, int], root: 
         parts[node] = shared[id(found)]
         queue.extend(t for _, t in found)
     cost = {node: visits[node] for node in parts}
+    by_depth = [cost[root]]
     for _ in range(MAX_DEPTH):
         worst: dict[int, int] = {}
         for key, each in shared.items():
@@ -203,7 +220,8 @@ def _nested_visits(edges: dict[int, list[_Edge]], visits: dict[int, int], root: 
         if deeper == cost:
             break  # nothing recurses past this depth
         cost = deeper
-    return cost[root]
+        by_depth.append(cost[root])
+    return by_depth + [by_depth[-1]] * (MAX_DEPTH + 1 - len(by_depth))
 
 
 def _parts(found: dict[tuple[_Child, int], int]) -> list[list[tuple[int, int]]]:
