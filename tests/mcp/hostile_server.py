@@ -23,6 +23,9 @@ from one the server saw.
 - ``doubling``, ``doubling-output``: an input (output) schema of 2 KB whose
   40 definitions each refer twice to the next under ``allOf``: checking one
   value against it visits 2**41 subschemas.
+- ``fanout``, ``fanout-output``: an input (output) schema whose recursive
+  node checks its property ``a`` 150 times, under as many branches of
+  ``allOf``: each level a value nests costs 150 times the one inside it.
 - ``loud-refusal``: ``tools/list`` fails with a message of a megabyte that
   ends in escape sequences (one retitles the terminal, one colours it).
 - ``escape-names``: 500 tools with long names, the first an escape sequence.
@@ -132,6 +135,13 @@ def _doubling(levels: int) -> dict[str, Any]:
     return _object({"x": {"$ref": "#/$defs/d0"}}, **{"$defs": defs})
 
 
+def _fanout() -> dict[str, Any]:
+    """A schema whose field ``x`` checks each level's property ``a`` against the node 150 times (``allOf``)."""
+    node = {"$ref": "#/$defs/n"}
+    defs = {"n": {"type": "object", "allOf": [{"properties": {"a": node}}] * 150}}
+    return _object({"x": node}, **{"$defs": defs})
+
+
 def main() -> None:
     mode = sys.argv[1]
     plain = _object({"text": {"type": "string"}})
@@ -166,6 +176,10 @@ def main() -> None:
         _serve([_tool("fine", plain), _tool("doubling", _doubling(40))])
     elif mode == "doubling-output":
         _serve([_tool("doubling", plain, output_schema=_doubling(40))])
+    elif mode == "fanout":
+        _serve([_tool("fine", plain), _tool("fanout", _fanout())])
+    elif mode == "fanout-output":
+        _serve([_tool("fanout", plain, output_schema=_fanout())])
     elif mode == "loud-refusal":
         _serve([_tool("fine", plain)], refusal="E" * 1_000_000 + ESCAPES)
     elif mode == "escape-names":

@@ -5,7 +5,9 @@
   once, a pattern RE2 cannot run refuses the server, and one Python's ``re``
   cannot even compile still works.
 - What it lists is bounded: tools, pages, name and schema sizes, schema
-  depth, references that double the work at each level refuse the server;
+  depth, references that double the work at each level on one value, or
+  that multiply it with each level a value nests past a shallow one, refuse
+  the server;
   a long description is cut.
 - What it writes is bounded: a line on its stdout (one message) past
   ``MAX_RESPONSE_BYTES``, endless or merely huge, is not read on; the
@@ -44,7 +46,7 @@ from tether.mcp.client import (
     MAX_TOOLS,
 )
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
-from tether.tools.refs import MAX_IN_PLACE_VISITS
+from tether.tools.refs import MAX_IN_PLACE_VISITS, MAX_NESTED_VISITS
 
 QUIET = open(os.devnull, "w")  # noqa: SIM115  (the hostile server's own complaints)
 
@@ -176,6 +178,15 @@ async def test_a_pattern_pythons_re_cannot_even_compile_runs_in_re2(tmp_path: Pa
             hostile_argv("doubling-output"),
             f"tool doubling: its outputSchema: checking one value would visit more than {MAX_IN_PLACE_VISITS}",
         ),
+        (
+            hostile_argv("fanout"),
+            f"tool fanout: a value nested 2 levels deep would be checked against more than {MAX_NESTED_VISITS}",
+        ),
+        (
+            hostile_argv("fanout-output"),
+            f"tool fanout: its outputSchema: a value nested 2 levels deep would be checked against more than "
+            f"{MAX_NESTED_VISITS}",
+        ),
     ],
     ids=[
         "many-tools",
@@ -186,6 +197,8 @@ async def test_a_pattern_pythons_re_cannot_even_compile_runs_in_re2(tmp_path: Pa
         "deep-schema",
         "doubling",
         "doubling-output",
+        "fanout",
+        "fanout-output",
     ],
 )
 def test_a_tool_list_past_a_bound_refuses_the_server_and_reaps_it(argv: list[str], message: str) -> None:

@@ -6,15 +6,18 @@ crash the gate on the first call (``RecursionError``, jsonschema's internal
 referencing error, and a remote reference fetched). A schema recursive
 through the value (a tree) must keep working, and checking a deep value
 against it must end in a refusal, never a ``RecursionError``. References
-that double the work at each level on one value are refused too.
+that double the work at each level on one value are refused too, and so are
+those that check one part of the value against two subschemas that both
+recurse (the work doubles with each level the value nests).
 """
 
 from __future__ import annotations
 
 import http.server
 import json
+import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -27,7 +30,7 @@ from tether.core.machine import Accepted, Rejected
 from tether.core.nesting import MAX_DEPTH
 from tether.testing.fake_server import FakeServer, text, tool_calls
 from tether.tools import Toolbox, tool, tool_from_schema
-from tether.tools.refs import MAX_IN_PLACE_VISITS
+from tether.tools.refs import MAX_IN_PLACE_VISITS, MAX_NESTED_VISITS
 
 
 def _echo(**arguments: Any) -> Any:
@@ -177,6 +180,140 @@ def test_references_that_double_the_work_at_each_level_are_refused_when_the_tool
     models = {f"m{n}": {"type": "object", "properties": {"k": {"const": n}}} for n in range(500)}
     union = schema_with({"anyOf": [{"$ref": f"#/$defs/{name}"} for name in models]}, **models)
     assert isinstance(check(tool_from_schema("union", union, _echo), {"x": {"k": 499}}), Accepted)
+
+
+BACK = {"$ref": "#/$defs/n"}
+
+
+def nesting(**node: Any) -> dict[str, Any]:
+    """A schema whose field ``x`` is the definition ``n``, with ``node``'s keywords."""
+    return {"type": "object", "properties": {"x": BACK}, "required": ["x"], "$defs": {"n": node}}
+
+
+def chain(depth: int, key: str, leaf: Any) -> Any:
+    """``leaf`` inside ``depth`` objects, each holding the next under ``key``."""
+    value = leaf
+    for _ in range(depth):
+        value = {key: value}
+    return value
+
+
+def arrays(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def terms(depth: int) -> Any:
+    value: Any = {"k": "add"}
+    for _ in range(depth):
+        value = {"k": "mul", "left": value}
+    return value
+
+
+LIMITED = re.compile(r"arguments: nested more than (\d+) levels deep, past which this schema's check costs too much")
+
+
+@pytest.mark.parametrize(
+    ("schema", "deep"),
+    [
+        (nesting(type="object", properties={"a": BACK}, patternProperties={"^a$": BACK}), lambda d: chain(d, "a", {})),
+        (nesting(type="array", items=BACK, contains=BACK), arrays),
+        (nesting(allOf=[{"properties": {"a": BACK}}, {"properties": {"a": BACK}}]), lambda d: chain(d, "a", {})),
+        (nesting(patternProperties={"^a": BACK, "b$": BACK}), lambda d: chain(d, "ab", {})),
+        (nesting(patternProperties={"^ab": BACK, "^a[bc]": BACK}), lambda d: chain(d, "ab", {})),
+        (nesting(allOf=[{"additionalProperties": BACK}, {"properties": {"a": BACK}}]), lambda d: chain(d, "a", {})),
+        # jsonschema checks each branch again to learn what it evaluated
+        (nesting(allOf=[{"properties": {"a": BACK}}], unevaluatedProperties=False), lambda d: chain(d, "a", {})),
+        (nesting(prefixItems=[BACK], items=BACK, unevaluatedItems=BACK), arrays),
+        # A union of two models that name one recursive field (an expression tree): oneOf checks every branch.
+        (nesting(oneOf=[{"properties": {"k": {"const": m}, "left": BACK}} for m in ("add", "mul")]), terms),
+    ],
+    ids=[
+        "properties-pattern",
+        "items-contains",
+        "allof-properties",
+        "patterns",
+        "prefixed-patterns",
+        "additional-properties",
+        "unevaluated",
+        "prefix-items",
+        "union",
+    ],
+)
+def test_references_that_check_one_part_twice_at_each_level_bound_how_deep_a_value_may_nest(
+    schema: Any, deep: Callable[[int], Any]
+) -> None:
+    """Each level of the value is checked twice per check of the level above: 2**depth, and values 64 deep passed
+    the depth gate (eighteen levels of the first schema took seven seconds, the fast check's and jsonschema's).
+    The tool is kept, and a value nested deeper than its schema checks within ``MAX_NESTED_VISITS`` is refused
+    before either check runs; a shallower one is checked."""
+    agent = Agent(OpenAIChatModel("fake", base_url="http://127.0.0.1:9/v1", api_key="x"), [], output_type=schema)
+    for made in (tool_from_schema("f", schema, _echo, untrusted_schema=True), tool_from_schema("f", schema, _echo)):
+        [refused] = made.validation_errors({"x": deep(40)})
+        limit = LIMITED.fullmatch(refused)
+        assert limit is not None and 4 <= int(limit.group(1)) < MAX_DEPTH, refused
+        assert not any("nested more than" in e for e in made.validation_errors({"x": deep(2)}))
+    assert agent is not None  # an output type of that shape is kept too
+
+
+def test_references_that_multiply_the_work_past_a_shallow_value_are_refused_when_the_tool_is_made() -> None:
+    """A hundred and fifty branches that each check one property against the node: the arguments and one level
+    inside would already cost more than ``MAX_NESTED_VISITS`` subschemas."""
+    wide = nesting(allOf=[{"properties": {"a": BACK}}] * 150)
+    message = rf"^tool f: a value nested [12] levels? deep would be checked against more than {MAX_NESTED_VISITS} "
+    with pytest.raises(ToolDefinitionError, match=message):
+        tool_from_schema("f", wide, _echo, untrusted_schema=True)
+    with pytest.raises(ToolDefinitionError, match=message):
+        tool_from_schema("f", wide, _echo)  # the host's own schema too
+    with pytest.raises(ToolDefinitionError, match=r"^output_type: a value nested [12] levels? deep"):
+        Agent(OpenAIChatModel("fake", base_url="http://127.0.0.1:9/v1", api_key="x"), [], output_type=wide)
+
+
+JSON_VALUE = {
+    "anyOf": [
+        {"type": ["string", "number", "boolean", "null"]},
+        {"type": "object", "additionalProperties": BACK},
+        {"type": "array", "items": BACK},
+    ]
+}
+
+
+def test_references_that_check_each_part_once_are_kept_and_check_values() -> None:
+    """Recursive schemas whose work grows with the value, not with 2**depth: each still checks its values."""
+    both = nesting(type="object", properties={"a": BACK, "b": BACK, "c": {"type": "integer"}})
+    made = tool_from_schema("both", both, _echo, untrusted_schema=True)
+    assert made.validation_errors({"x": {"a": chain(40, "b", {"c": 1}), "b": {}}}) == []
+    assert made.validation_errors({"x": chain(40, "a", {"c": "1"})}) == [
+        f"x{'.a' * 40}.c: expected integer, got string"
+    ]
+
+    value = tool_from_schema("value", nesting(**JSON_VALUE), _echo, untrusted_schema=True)
+    assert value.validation_errors({"x": chain(30, "k", [1, "s", None, {"m": [True]}])}) == []
+    assert value.validation_errors({"x": chain(30, "k", [{}])}) == []
+    assert value.validation_errors({"x": chain(70, "k", [1])}) == ["arguments: nested more than 64 levels deep"]
+
+    # Patterns whose literal prefixes differ never match one name; beside additionalProperties for the rest.
+    prefixed = nesting(patternProperties={"^a-": BACK, "^b-": BACK}, additionalProperties={"type": "integer"})
+    made = tool_from_schema("prefixed", prefixed, _echo, untrusted_schema=True)
+    assert made.validation_errors({"x": chain(40, "a-1", {"b-2": {"z": 1}})}) == []
+    assert made.validation_errors({"x": chain(40, "b-1", {"z": "1"})}) != []
+    # Properties and additionalProperties of one schema check different names; prefixItems and items, items.
+    mixed = nesting(properties={"a": {"type": "integer"}}, additionalProperties=BACK)
+    assert tool_from_schema("mixed", mixed, _echo).validation_errors({"x": chain(40, "b", {"a": 1})}) == []
+    array = nesting(type="array", prefixItems=[{"type": "integer"}], items=BACK)
+    assert tool_from_schema("array", array, _echo).validation_errors({"x": [1, [2, [3, []]]]}) == []
+
+    # A union of 500 models, each referring back through its own field, and the tree.
+    models = {f"m{n}": {"type": "object", "properties": {f"f{n}": BACK}} for n in range(500)}
+    union = {**nesting(anyOf=[{"$ref": f"#/$defs/m{n}"} for n in range(500)])}
+    union["$defs"] = {**union["$defs"], **models}
+    made = tool_from_schema("union", union, _echo, untrusted_schema=True)
+    assert made.validation_errors({"x": {"f499": {"f3": {}}}}) == []
+    assert isinstance(
+        check(tool_from_schema("plant", TREE, _echo, untrusted_schema=True), tree(60, {"v": 1})), Accepted
+    )
 
 
 @pytest.mark.parametrize("leaf", [{}, {"v": "not an integer"}])

@@ -115,7 +115,7 @@ class OutputSpec:
                 schema["$defs"] = defs
         self.schema = schema
         # The fast check answers the common, valid case; jsonschema explains the rest (as for a tool's arguments).
-        self._gate = _Gate(schema, recursive=check_references(schema, "output_type"))
+        self._gate = _Gate(schema, max_depth=check_references(schema, "output_type"))
         made_strict = strict_schema(schema) if strict else None
         self.strict = made_strict is not None
         self.wire_schema: dict[str, Any] = made_strict[0] if made_strict is not None else schema

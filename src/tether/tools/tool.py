@@ -488,23 +488,25 @@ def _compile(name: str, parameters: dict[str, Any], *, untrusted: bool = False) 
             raise ToolDefinitionError(f"tool {name}: invalid JSON Schema: {exc.message}") from None
     if parameters.get("type") != "object":
         raise ToolDefinitionError(f"tool {name}: parameters must be a JSON Schema of type object")
-    return _Gate(parameters, recursive=check_references(parameters, f"tool {name}"), untrusted=untrusted)
+    return _Gate(parameters, max_depth=check_references(parameters, f"tool {name}"), untrusted=untrusted)
 
 
 class _Gate:
     """A tool's argument check: the fast check answers a valid call, jsonschema everything else.
 
     Against a recursive schema (``tether.tools.refs``) a value nested more
-    than ``MAX_DEPTH`` levels deep is refused before either check runs, so
-    checking it never runs out of stack. An ``untrusted`` schema's patterns
-    run in RE2 in both checks (``tether.tools.linear``).
+    than ``max_depth`` levels deep is refused before either check runs, so
+    checking it never runs out of stack: ``MAX_DEPTH``, or fewer where the
+    schema's references make each level cost more than the last. An
+    ``untrusted`` schema's patterns run in RE2 in both checks
+    (``tether.tools.linear``).
     """
 
     __slots__ = ("_fast", "_full", "max_depth", "schema", "untrusted")
 
-    def __init__(self, schema: dict[str, Any], *, recursive: bool = False, untrusted: bool = False) -> None:
+    def __init__(self, schema: dict[str, Any], *, max_depth: int | None = None, untrusted: bool = False) -> None:
         self.schema = schema
-        self.max_depth = MAX_DEPTH if recursive else None
+        self.max_depth = max_depth
         self.untrusted = untrusted
         if untrusted:
             from tether.tools.linear import compile_pattern
@@ -540,7 +542,8 @@ class _Gate:
         from jsonschema import ValidationError
 
         limit = self.max_depth or MAX_DEPTH
-        return ValidationError(f"nested more than {limit} levels deep", validator="maxDepth", instance=instance)
+        why = "" if limit >= MAX_DEPTH else ", past which this schema's check costs too much"
+        return ValidationError(f"nested more than {limit} levels deep{why}", validator="maxDepth", instance=instance)
 
     def is_valid(self, instance: Any) -> bool:
         return next(self.iter_errors(instance), None) is None
