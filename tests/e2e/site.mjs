@@ -37,8 +37,14 @@ try {
     await box.click();  // in a wide window the box is in the header; a click opens it
     await box.pressSequentially(query);  // Material searches on key presses; fill() sends none
     const meta = page.locator(".md-search-result__meta");
-    // The meta line says "Initializing search" until the worker has loaded the index, then counts.
-    await meta.filter({ hasText: /match/i }).waitFor();
+    // The meta line says "Initializing search" until the worker has loaded the index, then counts. While the
+    // keys are still arriving it may say "No matching documents" for a query not yet whole (seen in CI on a busy
+    // machine): wait for a count, and only if none comes take what it says.
+    try {
+      await meta.filter({ hasText: /\d+ matching document/i }).waitFor({ timeout: WAIT / 2 });
+    } catch {
+      await meta.filter({ hasText: /match/i }).waitFor();
+    }
     const links = await page.$$eval(".md-search-result__item a", (as) => as.map((a) => a.href));
     report.searches[query] = { meta: (await meta.innerText()).trim(), links };
   }
