@@ -48,7 +48,7 @@ of running out of stack.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from typing import Any
 
 from tether.core.errors import ToolDefinitionError
@@ -145,20 +145,27 @@ def _in_place_visits(edges: dict[int, list[_Edge]]) -> dict[int, int]:
     ``MAX_IN_PLACE_VISITS``, the first count past it). The edges on the same value hold no cycle (checked first)."""
     visits: dict[int, int] = {}
     for start in edges:
-        stack = [start]
-        while stack:
-            node = stack[-1]
-            if node in visits:
-                stack.pop()
-                continue
-            waiting = [t for t, child, _ in edges[node] if child is None and t not in visits]
-            if waiting:
-                stack.extend(waiting)
-                continue
-            stack.pop()
+        for node in _in_place_post_order(edges, start, visits):
             count = 1 + sum(visits[t] for t, child, _ in edges[node] if child is None)
             visits[node] = min(count, MAX_IN_PLACE_VISITS + 1)
     return visits
+
+
+def _in_place_post_order(edges: dict[int, list[_Edge]], start: int, done: Container[int]) -> Iterator[int]:
+    """The schemas ``start`` reaches in place (itself too) not yet ``done``, each after those it reaches in place;
+    the caller adds each to ``done`` before the next. The edges on the same value hold no cycle (checked first)."""
+    stack = [start]
+    while stack:
+        node = stack[-1]
+        if node in done:  # pushed twice (allOf of two references to it)
+            stack.pop()
+            continue
+        waiting = [t for t, child, _ in edges[node] if child is None and t not in done]
+        if waiting:
+            stack.extend(waiting)
+            continue
+        stack.pop()
+        yield node
 
 
 def _nested_visits(edges: dict[int, list[_Edge]], visits: dict[int, int], root: int) -> list[int]:
@@ -171,17 +178,7 @@ def _nested_visits(edges: dict[int, list[_Edge]], visits: dict[int, int], root: 
     into: dict[int, dict[tuple[_Child, int], int]] = {}  # the edges into the value from n's in-place closure
 
     def closure(node: int) -> dict[tuple[_Child, int], int]:
-        stack = [node]
-        while stack:
-            top = stack[-1]
-            if top in into:  # pushed twice (allOf of two references to it): kept once, so its id names it
-                stack.pop()
-                continue
-            waiting = [t for t, child, _ in edges[top] if child is None and t not in into]
-            if waiting:
-                stack.extend(waiting)
-                continue
-            stack.pop()
+        for top in _in_place_post_order(edges, node, into):  # each kept once, so its id names it
             own = [(t, child) for t, child, _ in edges[top] if child is not None]
             places = [t for t, child, _ in edges[top] if child is None]
             if not own and len(places) == 1:
