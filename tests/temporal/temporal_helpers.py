@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import Client
+
+from tether.drivers.temporal.client import status
 from tether.store import SQLiteStore
 from tether.testing.fake_server import ReplySpec, text, tool_calls
 
@@ -59,3 +64,11 @@ def stop(process: subprocess.Popen[str]) -> None:
     if process.poll() is None:
         process.kill()
         process.wait()
+
+
+async def until(client: Client, run_id: str, wanted: str, seconds: float = 30) -> None:
+    """Wait until the run's status (the workflow's status query) is ``wanted``."""
+    deadline = time.monotonic() + seconds
+    while (await status(client, run_id))["status"] != wanted:
+        assert time.monotonic() < deadline, f"run {run_id} never reached {wanted}"
+        await asyncio.sleep(0.05)

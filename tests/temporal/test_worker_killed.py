@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from shop_tools import ORDER_RESULT_CHARS
-from temporal_helpers import child_env, shop, spawn_worker, stop, transcript
+from temporal_helpers import child_env, shop, spawn_worker, stop, transcript, until
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client, WorkflowHandle
 
@@ -386,13 +386,6 @@ def first_request_held(seconds: float) -> Responder:
         return reply
 
     return respond
-
-
-async def until(client: Client, run_id: str, wanted: str, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while (await status(client, run_id))["status"] != wanted:
-        assert time.monotonic() < deadline, f"run {run_id} never reached {wanted}"
-        await asyncio.sleep(0.05)
 
 
 async def until_phase(client: Client, run_id: str, wanted: str, seconds: float = 30) -> None:

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_helpers import SRC, child_env, shop, spawn_worker, stop, transcript
+from temporal_helpers import SRC, child_env, shop, spawn_worker, stop, transcript, until
 from temporalio.client import Client, WorkflowHandle
 
 from tether.core.errors import ConfigurationError
-from tether.drivers.temporal.client import decide, start_run, status
+from tether.drivers.temporal.client import decide, start_run
 from tether.drivers.temporal.devserver import DevServer
 from tether.store import SQLiteStore
 from tether.testing import FakeServer
@@ -150,13 +150,6 @@ async def save_retried(handle: WorkflowHandle[Any, Any], seconds: float = 30) ->
         if saves and saves[0].attempt >= 2:
             return
         assert time.monotonic() < deadline, "the intent's save never waited"
-        await asyncio.sleep(0.05)
-
-
-async def until(client: Client, run_id: str, wanted: str, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while (await status(client, run_id))["status"] != wanted:
-        assert time.monotonic() < deadline, f"run {run_id} never reached {wanted}"
         await asyncio.sleep(0.05)
 
 
