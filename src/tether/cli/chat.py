@@ -29,6 +29,7 @@ from tether.cli.common import (
     open_store,
     principal_checked,
     protocol_option,
+    say,
     with_settings_options,
 )
 from tether.cli.render import Renderer, visible
@@ -167,7 +168,7 @@ async def _session(agent: Any, conversation: Any) -> None:
             try:
                 result = await conversation.send(line, on_event=renderer)
             except TetherError as exc:
-                click.echo(visible(f"error: {exc}"), err=True)
+                say(f"error: {exc}")
                 continue
             if result.output is not None:
                 click.echo(visible(f"agent> {result.output}"))
