@@ -143,3 +143,29 @@ def test_a_bad_option_is_a_configuration_error_before_anything_runs(
     _, stderr = done.communicate(timeout=60)
     assert done.returncode == 3 and said in stderr and "Traceback" not in stderr
     assert not any(tmp_path.iterdir())
+
+
+def _keyed(value: object, key: str) -> list[object]:
+    """Every value held under ``key`` at any depth of ``value``."""
+    if isinstance(value, dict):
+        return [*([value[key]] if key in value else []), *(v for item in value.values() for v in _keyed(item, key))]
+    if isinstance(value, list):
+        return [v for item in value for v in _keyed(item, key)]
+    return []
+
+
+def test_results_keep_no_credential_a_call_passed(tmp_path: Path) -> None:
+    # Banking's user task 14 changes the password: the call's arguments, the approval asked for it and the
+    # ground truth each hold it under "password". results.jsonl is a log: those values are redacted there, as
+    # in the run store's events (the scores were taken on the real values first).
+    pytest.importorskip("agentdojo.task_suite.load_suites")
+    argv = ("eval", "agentdojo", "--scripted", "oracle", "--suite", "banking", "--attack", "none")
+    done = _tether(*argv, "--setting", "taint", "--out", str(tmp_path))
+    _, stderr = done.communicate(timeout=300)
+    assert done.returncode == 0, stderr
+    lines = [json.loads(line) for line in (tmp_path / "taint" / "results.jsonl").read_text().splitlines()]
+    passwords = [v for line in lines for v in _keyed(line, "password")]
+    assert len(passwords) >= 3  # the call, its approval and the ground truth, at least
+    assert set(passwords) == {"[redacted]"}
+    changed = next(line for line in lines if line["id"].endswith("user_task_14"))
+    assert changed["valid"] is True  # scored on the password the call really passed

@@ -24,7 +24,9 @@ gate refused as ``unknown_tool``). The gates' verdicts sort the failures:
   e.g. a ``$ref`` cycle): no verdict, the reason says which. The other cases
   run; such cases are asked again on the next run.
 
-``results.jsonl`` gets one line per case as soon as it is scored; a later run
+``results.jsonl`` gets one line per case as soon as it is scored, with
+secrets redacted as in the run store's events (an argument under a
+credential's key, such as ``password``, is ``[redacted]``); a later run
 with the same ``--out`` skips every case already there with a verdict, and
 first drops the lines of the cases it runs again (those with no verdict), so
 the file keeps one line per case. Every line read back must hold a result
@@ -54,6 +56,7 @@ from tether.core.errors import ConfigurationError, DatasetError, TetherError
 from tether.core.events import CALL_REJECTED, CALL_VALIDATED, RunEvent
 from tether.core.machine import Status
 from tether.core.messages import Message, ModelReply
+from tether.core.redact import redact, redact_text
 from tether.core.settings import ModelSettings
 from tether.drivers.local.runner import Agent
 from tether.eval.checker import Output, Verdict
@@ -110,20 +113,21 @@ class CaseResult:
         return None if self.outcome == ERROR else self.outcome == PASSED
 
     def to_dict(self) -> dict[str, Any]:
-        """The result as one line of ``results.jsonl``."""
-        scores = {} if self.scores is None else {"scores": self.scores}
+        """The result as one line of ``results.jsonl``: a log, so with secrets redacted as the run store's events
+        have them (a value under a credential's key, a credential's shape in text); it is scored before."""
+        scores = {} if self.scores is None else {"scores": redact(self.scores)}
         return {
             "id": self.id,
             "category": self.category,
             "valid": self.valid,
             "outcome": self.outcome,
-            "reason": self.reason,
-            "calls": self.calls,
-            "content": self.content,
+            "reason": redact_text(self.reason),
+            "calls": redact(self.calls),
+            "content": None if self.content is None else redact_text(self.content),
             "status": self.status,
             "seconds": round(self.seconds, 3),
-            "prompt": self.prompt,
-            "expected": self.expected,
+            "prompt": redact(self.prompt),
+            "expected": redact(self.expected),
             **scores,
         }
 
