@@ -268,7 +268,8 @@ ENVIRONMENT = {
     "TETHER_TEMPORAL_KEY": (
         "temporal",
         "Encrypts every Temporal payload (AES-256-GCM): 32 random bytes in base64 (`openssl rand -base64 32`); "
-        "comma-separated, the first encrypts and each decrypts. Never logged.",
+        "comma-separated, the first encrypts and each decrypts; `plaintext` after the keys also reads payloads written "
+        "without a key (runs started before it was set). Never logged.",
     ),
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": (
         "tracing",

@@ -27,10 +27,11 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.converter import DataConverter
 
-from tether.core.errors import ConfigurationError
+from tether.core.errors import ConfigurationError, KeyRefused
 from tether.drivers.temporal.client import connect, start_run, status
-from tether.drivers.temporal.codec import ENCODING, KEY_VARIABLE, data_converter, key_id
+from tether.drivers.temporal.codec import ENCODING, KEY_VARIABLE, data_converter, key_id, parse_keys, payload_codec
 from tether.drivers.temporal.devserver import DevServer
 from tether.drivers.temporal.worker import make_worker
 from tether.drivers.temporal.workflow import failure_reason
@@ -320,12 +321,76 @@ async def test_the_codec_alone_encrypts_each_payload_afresh_and_decrypts_under_a
     with pytest.raises(ConfigurationError, match="the keys differ"):
         await old.decode([new])
     plain = await data_converter({}).encode(["before the key"])  # a run from before the key was set
-    assert await rotated.decode(plain) == ["before the key"]
+    with pytest.raises(KeyRefused, match="is not encrypted"):
+        await rotated.decode(plain)
+    assert await data_converter({KEY_VARIABLE: f"{KEY},{OTHER_KEY},plaintext"}).decode(plain) == ["before the key"]
     altered = Payload()
     altered.CopyFrom(new)
     altered.data = new.data[:-1] + bytes([new.data[-1] ^ 1])
     with pytest.raises(ConfigurationError, match="fails its authentication"):
         await rotated.decode([altered])
+
+
+def not_encrypted(encoding: str) -> str:
+    return (
+        f"a Temporal payload is not encrypted ({encoding}) and this process has a {KEY_VARIABLE}, so it reads only what"
+        " the key encrypted: the payload was written by a client or worker without the key (or by someone without"
+        f" it), or before the key was set; {SAME_KEY}, and to read runs started before the key was set, add"
+        " `plaintext` to it (KEY,plaintext)"
+    )
+
+
+(SDK_NONE,) = DataConverter.default.payload_converter.to_payloads([None])
+
+
+@pytest.mark.parametrize(
+    ("payload", "encoding"),
+    [
+        (Payload(metadata={"encoding": b"json/plain"}, data=b'{"approved": true}'), "encoding json/plain"),
+        (SDK_NONE, "encoding binary/null"),
+        (Payload(data=b"no metadata at all"), "no encoding"),
+        (Payload(metadata={"encoding": b"\x1b[2J" + b"x" * 60}), "an unreadable encoding"),
+    ],
+    ids=["json", "sdk-none", "no-encoding", "unreadable-encoding"],
+)
+async def test_with_the_key_a_payload_written_without_it_is_refused_saying_why(
+    temporal_sdk: None, payload: Payload, encoding: str
+) -> None:
+    """Whoever wrote it lacks the key: a decision, a signal or a start anyone reaching the server could send. The
+    SDK's own None is no exception: with a key it is encrypted like any payload."""
+    (encrypted,) = await data_converter({KEY_VARIABLE: KEY}).encode(["a key holder's"])
+    with pytest.raises(KeyRefused) as refused:
+        await payload_codec({KEY_VARIABLE: KEY}).decode([encrypted, payload])
+    assert str(refused.value) == not_encrypted(encoding)
+    # `plaintext` reads it as it is, and so does a process without a key, as ever.
+    read = await payload_codec({KEY_VARIABLE: f"{KEY},plaintext"}).decode([encrypted, payload])
+    assert read[1] == payload and read[0].metadata["encoding"] == b"json/plain"
+    assert await payload_codec({}).decode([payload]) == [payload]
+
+
+FIRST = (
+    f"{KEY_VARIABLE}: its first entry is `plaintext`, not a key: the first entry is the key that encrypts;"
+    " `plaintext` goes after the keys (KEY,plaintext)"
+)
+ONLY_KEYS = "each key is 32 random bytes in base64 (`openssl rand -base64 32`), several separated by commas"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("plaintext", FIRST),
+        (f"plaintext,{KEY}", FIRST),
+        (f"{KEY},plaintxt", f"{KEY_VARIABLE}: its key #2 decodes to 6 bytes; {ONLY_KEYS}, then optionally `plaintext`"),
+    ],
+    ids=["alone", "first", "misspelt"],
+)
+def test_plaintext_is_an_entry_after_the_keys(text: str, says: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        payload_codec({KEY_VARIABLE: text})
+    assert str(refused.value) == says
+    keys = [base64.b64decode(KEY), base64.b64decode(OTHER_KEY)]
+    assert parse_keys(f"{KEY}, plaintext ,{OTHER_KEY}") == (keys, True)
+    assert parse_keys(f"{KEY},{OTHER_KEY}") == (keys, False)
 
 
 def test_without_the_key_no_cryptography_is_imported() -> None:

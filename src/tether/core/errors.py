@@ -8,7 +8,7 @@ test keeps the two equal::
 
     TetherError (exit 1)  An error tether raises on purpose
     ├── ConfigurationError (exit 3)  A setting is missing or wrong; says what to set
-    │   ├── KeyRefused (exit 3)  A Temporal payload this process cannot decrypt (the keys differ, or it has none)
+    │   ├── KeyRefused (exit 3)  A Temporal payload this process cannot decrypt, or not encrypted while it holds a key
     │   ├── DatasetError (exit 3)  An eval dataset that cannot be read, or that names what it may not (a toolset file)
     │   └── MCPServerError (exit 3)  An MCP server that cannot be started, reached or used as a toolset
     ├── ToolDefinitionError (exit 3)  A @tool or raw schema cannot be used
@@ -73,9 +73,10 @@ class ConfigurationError(TetherError):
 
 
 class KeyRefused(ConfigurationError):
-    """A Temporal payload this process cannot decrypt (the keys differ, or it has none).
+    """A Temporal payload this process cannot decrypt, or not encrypted while it holds a key.
 
-    Under a key it does not hold, altered after it was encrypted, or encrypted while the process holds no key.
+    Under a key it does not hold, altered after it was encrypted, encrypted while the process holds no key, or not
+    encrypted while it holds one (``plaintext`` in ``TETHER_TEMPORAL_KEY`` reads those).
     """
 
 

@@ -7,23 +7,34 @@ sends is AES-256-GCM ciphertext (a fresh 96-bit nonce each) under the
 variable's first key, marked ``binary/encrypted`` with that key's id; any of
 its keys decrypts. Unset, payloads go as they always did.
 
-Decoding, a process refuses (``ConfigurationError``) what it cannot read,
-never passing on garbage: a payload under a key it does not hold (the key id
-says which), an encrypted payload while it holds no key, one that fails its
-authentication. A worker's refusal fails its workflow task, which Temporal
-retries until a worker with the key takes it: the run waits, nothing of it
-runs. Payloads written without a key (runs started before the key was set)
-are read as they are.
+Decoding, a process refuses (``KeyRefused``) what it cannot read or must not
+trust, never passing it on: a payload under a key it does not hold (the key
+id says which), an encrypted payload while it holds no key, one that fails
+its authentication, and, while it holds a key, a payload written without one.
+That last refusal is what makes the key an authentication too: whoever can
+reach the Temporal server without the key (``temporal workflow update``, a
+client without this codec) cannot send a decision, a signal or a run's input
+that a worker takes for a key holder's. Nothing a process with the key writes
+is refused so: every payload the SDK writes through the data converter, a
+None (``binary/null``) too, is encrypted, and what it writes outside it (a
+marker's own details, search attributes) is never decoded. A worker's refusal fails its workflow
+task, which Temporal retries: the run waits, nothing of it runs, until a
+worker that can read it takes it. An update sent without the key is then
+refused to its sender and the run goes on; a signal stays in the history, so
+the run waits until it is reset to before it (``docs/guides/temporal.md``).
 
 The variable holds base64 keys of 32 bytes (``openssl rand -base64 32``),
-separated by commas when old keys must still decrypt. ``cryptography`` is
-imported only when it is set.
+separated by commas when old keys must still decrypt, and the entry
+``plaintext`` after them reads payloads written without a key as they are,
+for the runs started before the key was set (``KEY,plaintext``); drop it once
+those have ended: while it is there, anyone without the key can write to any
+run. ``cryptography`` is imported only when the variable is set.
 
 With a key, a failure's message and stack trace are encrypted too (the SDK's
 encoded attributes): a resolver's or a reconcile hook's exception, and the
 reason of a run whose workflow failed, may quote what the run holds. Only
 the codec's own refusal stays readable, so that a worker lacking the key can
-say so to whoever reads the history: it names key ids, nothing else.
+say so to whoever reads the history: it names key ids or an encoding, nothing else.
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ ENCODING = b"binary/encrypted"
 KEY_ID = "encryption-key-id"  # the metadata entry naming the key a payload is encrypted under
 KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12
+PLAINTEXT = "plaintext"  # the entry of the variable that also reads payloads written without a key
 HINT = f"give every client and worker of the task queue the same {KEY_VARIABLE}"
 
 
@@ -57,14 +69,22 @@ def key_id(key: bytes) -> str:
     return hashlib.sha256(b"tether temporal key id\0" + key).hexdigest()[:16]
 
 
-def parse_keys(text: str) -> list[bytes]:
-    """The keys of ``TETHER_TEMPORAL_KEY``: base64 of 32 bytes each, comma-separated, the first the one that encrypts.
+def parse_keys(text: str) -> tuple[list[bytes], bool]:
+    """The keys of ``TETHER_TEMPORAL_KEY`` (base64 of 32 bytes each, comma-separated, the first the one that
+    encrypts) and whether it reads payloads written without a key (its entry ``plaintext``, after a key).
 
-    ``ConfigurationError`` names the key at fault and why, never its text.
+    ``ConfigurationError`` names the entry at fault and why, never its text.
     """
     parts = [part.strip() for part in text.split(",")]
+    if parts[0] == PLAINTEXT:
+        raise ConfigurationError(
+            f"{KEY_VARIABLE}: its first entry is `{PLAINTEXT}`, not a key: the first entry is the key that encrypts;"
+            f" `{PLAINTEXT}` goes after the keys (KEY,{PLAINTEXT})"
+        )
     keys = []
     for index, part in enumerate(parts):
+        if part == PLAINTEXT:
+            continue
         which = "its key" if len(parts) == 1 else f"its key #{index + 1}"
         try:
             key = base64.b64decode(part, validate=True) if part else b""
@@ -74,10 +94,10 @@ def parse_keys(text: str) -> list[bytes]:
             why = "is empty" if not part else "is not base64" if key is None else f"decodes to {len(key)} bytes"
             raise ConfigurationError(
                 f"{KEY_VARIABLE}: {which} {why}; each key is 32 random bytes in base64"
-                " (`openssl rand -base64 32`), several separated by commas"
+                f" (`openssl rand -base64 32`), several separated by commas, then optionally `{PLAINTEXT}`"
             )
         keys.append(key)
-    return keys
+    return keys, PLAINTEXT in parts
 
 
 class EncryptedFailures(DefaultFailureConverter):
@@ -96,9 +116,12 @@ class EncryptedFailures(DefaultFailureConverter):
 
 
 class EncryptionCodec(PayloadCodec):
-    """AES-256-GCM under ``keys[0]``; decrypts under any of ``keys`` (the payload's key id picks one)."""
+    """AES-256-GCM under ``keys[0]``; decrypts under any of ``keys`` (the payload's key id picks one).
 
-    def __init__(self, keys: Sequence[bytes]) -> None:
+    A payload written without a key is refused (``KeyRefused``), unless ``plaintext``: then it is read as it is.
+    """
+
+    def __init__(self, keys: Sequence[bytes], *, plaintext: bool = False) -> None:
         try:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         except ImportError:
@@ -108,6 +131,7 @@ class EncryptionCodec(PayloadCodec):
             raise ConfigurationError(f"{KEY_VARIABLE}: no key")
         self._ciphers: dict[str, AESGCM] = {key_id(key): AESGCM(key) for key in keys}
         self.key_id = key_id(keys[0])
+        self.plaintext = plaintext
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         cipher = self._ciphers[self.key_id]
@@ -124,7 +148,14 @@ class EncryptionCodec(PayloadCodec):
         decoded = []
         for payload in payloads:
             if payload.metadata.get("encoding") != ENCODING:
-                decoded.append(payload)  # written without a key
+                if not self.plaintext:
+                    raise KeyRefused(
+                        f"a Temporal payload is not encrypted ({_encoding(payload)}) and this process has a"
+                        f" {KEY_VARIABLE}, so it reads only what the key encrypted: the payload was written by a client"
+                        f" or worker without the key (or by someone without it), or before the key was set; {HINT},"
+                        f" and to read runs started before the key was set, add `{PLAINTEXT}` to it (KEY,{PLAINTEXT})"
+                    )
+                decoded.append(payload)  # written without a key, read as the variable asks
                 continue
             wanted = payload.metadata.get(KEY_ID, b"").decode("ascii", "replace")
             cipher = self._ciphers.get(wanted)
@@ -143,6 +174,15 @@ class EncryptionCodec(PayloadCodec):
                 ) from None
             decoded.append(Payload.FromString(plain))
         return decoded
+
+
+def _encoding(payload: Payload) -> str:
+    """A payload's encoding, for a message: whoever wrote the payload chose it, so only short printable text."""
+    found = payload.metadata.get("encoding")
+    if found is None:
+        return "no encoding"
+    text = found.decode("ascii", "replace")
+    return f"encoding {text}" if len(text) <= 40 and text.isprintable() else "an unreadable encoding"
 
 
 class KeylessCodec(PayloadCodec):
@@ -167,7 +207,8 @@ def payload_codec(environ: Mapping[str, str] = os.environ) -> PayloadCodec:
     text = environ.get(KEY_VARIABLE)
     if text is None:
         return KeylessCodec()
-    return EncryptionCodec(parse_keys(text))
+    keys, plaintext = parse_keys(text)
+    return EncryptionCodec(keys, plaintext=plaintext)
 
 
 def data_converter(environ: Mapping[str, str] = os.environ) -> DataConverter:
