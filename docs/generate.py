@@ -251,6 +251,12 @@ ENVIRONMENT = {
         "Event streams (SSE, A2A streams) one user holds open to a process at once; one more is a 429. Default 32.",
     ),
     "TETHER_SHUTDOWN_GRACE": ("serve", "Seconds a stopping service gives running tool calls; default 20."),
+    "TETHER_ELICITATION_SECONDS": (
+        "serve",
+        "How long an MCP client's user has to answer when asked to approve a call (`--elicitation-seconds` of"
+        " `tether mcp serve` and `tether serve --mcp`); default 300. Unanswered, `tether mcp serve` denies the call"
+        " and `tether serve` leaves it waiting for an approver.",
+    ),
     "TETHER_LOG_LEVEL": ("serve", "uvicorn's log level for `tether serve`; default `info`."),
     "TETHER_SERVE_TARGET": ("serve", "Set by `tether serve` for its worker processes: the agent to serve."),
     "TETHER_SERVE_AUTH": ("serve", "Set by `tether serve` for its worker processes: the `--auth` spec."),

@@ -3,13 +3,15 @@
 The server acts for one principal: tools it may not use are neither listed
 nor callable. A tool that needs approval is offered only to a client that can
 be asked (MCP elicitation), whose user then approves or declines each such
-call with its exact arguments. A tether result reaches a client once, never
-as ``{"result": {"result": ...}}``.
+call with its exact arguments; a question nobody answers in time denies the
+call. A tether result reaches a client once, never as ``{"result": {"result":
+...}}``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -18,12 +20,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp.types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.session import ClientRequestContext
 
 from tether import Agent, OpenAIChatModel
+from tether.core.errors import ConfigurationError
 from tether.mcp import MCPToolset
 from tether.mcp.server import MAX_MESSAGE_BYTES
 from tether.testing.fake_server import FakeServer, text, tool_calls
@@ -89,11 +93,14 @@ def effects(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 @asynccontextmanager
-async def session(tools_file: Path, *options: str, elicit: Elicit | None = None) -> AsyncIterator[ClientSession]:
+async def session(
+    tools_file: Path, *options: str, elicit: Elicit | None = None, env: dict[str, str] | None = None
+) -> AsyncIterator[ClientSession]:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(sys.path),
         "SERVE_TEST_LOG": str(tools_file.with_name("effects.jsonl")),
+        **(env or {}),
     }
     argv = ["-m", "tether", "mcp", "serve", "--tools", str(tools_file), *options]
     parameters = StdioServerParameters(command=sys.executable, args=argv, env=env)
@@ -189,6 +196,65 @@ async def test_a_declined_call_is_denied_and_never_runs(
             assert refused == f"denied: {name} needs approval and {said}"
     assert len(asked) == 2
     assert effects(tmp_path) == []
+
+
+def never_answering() -> tuple[Elicit, list[types.ElicitRequestParams], anyio.Event]:
+    """An elicitation callback that never answers; the questions it was asked; set once one was taken back."""
+    asked: list[types.ElicitRequestParams] = []
+    taken_back = anyio.Event()
+
+    async def elicit(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            taken_back.set()  # the server said the question is cancelled: the client forgets it
+        raise AssertionError("unreachable")
+
+    return elicit, asked, taken_back
+
+
+async def test_a_question_nobody_answers_denies_the_call_when_its_time_is_up(tools_file: Path, tmp_path: Path) -> None:
+    """A client that can be asked and never answers: the call is denied after TETHER_ELICITATION_SECONDS (it
+    waited forever), the client is told the question is cancelled, and the session goes on."""
+    elicit, asked, taken_back = never_answering()
+    with anyio.fail_after(20):
+        async with session(tools_file, elicit=elicit, env={"TETHER_ELICITATION_SECONDS": "0.5"}) as s:
+            refused = error_text(await s.call_tool("transfer", {"amount": 9, "to": "erin"}))
+            assert refused == "denied: transfer needs approval and the user did not answer within 0.5 seconds"
+            await taken_back.wait()
+            assert (await s.call_tool("add", {"a": 2, "b": 3})).structured_content == {"result": 5}
+    assert len(asked) == 1
+    assert effects(tmp_path) == []
+
+
+@pytest.mark.parametrize("given", ["0", "inf", "soon"])
+def test_an_elicitation_time_that_is_no_number_of_seconds_is_a_usage_error(tools_file: Path, given: str) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    argv = [sys.executable, "-m", "tether", "mcp", "serve", "--tools", str(tools_file)]
+    for how in (["--elicitation-seconds", given], []):
+        done = subprocess.run(
+            [*argv, *how], env={**env, "TETHER_ELICITATION_SECONDS": given}, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 2, done.stderr
+        assert "Invalid value for '--elicitation-seconds'" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
+def test_a_server_whose_questions_could_never_end_is_refused(bad: float) -> None:
+    from tether.mcp.server import mcp_server
+
+    with pytest.raises(ConfigurationError, match="elicitation_seconds must be a number of seconds above 0"):
+        mcp_server([], elicitation_seconds=bad)
+
+
+def test_the_help_states_the_default_elicitation_time() -> None:
+    from tether.mcp.server import DEFAULT_ELICITATION_SECONDS
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    argv = [sys.executable, "-m", "tether", "mcp", "serve", "--help"]
+    shown = " ".join(subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60).stdout.split())
+    assert f"[env: TETHER_ELICITATION_SECONDS; default: {DEFAULT_ELICITATION_SECONDS:g}]" in shown
 
 
 def test_a_tether_result_reaches_an_mcp_client_once(tools_file: Path) -> None:

@@ -6,7 +6,9 @@ key calls the agent and gets its answer; a call that needs approval tells
 her the run waits and where an approver decides, and Bob (approver role)
 decides it over the HTTP API. Bob's own client, which can be asked (MCP
 elicitation), approves or declines the call it is shown, bound to its
-fingerprint. Without a key, or with a wrong one, nothing is served.
+fingerprint; left unanswered past ``--elicitation-seconds``, the question is
+taken back and the call waits for a decision over HTTP. Without a key, or
+with a wrong one, nothing is served.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anyio
 import httpx
 import mcp.types as types
 import pytest
@@ -36,14 +39,16 @@ Elicit = Any  # an elicitation callback of the SDK's ClientSession
 
 
 @contextmanager
-def served_with_keys(served: Served) -> Iterator[tuple[str, dict[str, str]]]:
-    """``tether serve agent.py:agent --auth keys --mcp`` on a free port, and the keys of alice, bob (approver)."""
+def served_with_keys(served: Served, *options: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """``tether serve agent.py:agent --auth keys --mcp [OPTIONS]`` on a free port, and the keys of alice, bob
+    (approver)."""
     env = {**os.environ, "PYTHONPATH": str(SRC), "OPENAI_BASE_URL": served.model.base_url, "OPENAI_API_KEY": "sk-x"}
     env |= {"REFUNDS_LOG": str(served.refunds)}
     db = Path(str(served.db))
     keys = {"alice": made_key(db, env, "alice")["key"], "bob": made_key(db, env, "bob", "approver")["key"]}
     port = free_port()
-    command = ["serve", f"{served.agent_py}:agent", "--auth", "keys", "--mcp", "--db", str(db), "--port", str(port)]
+    command = ["serve", f"{served.agent_py}:agent", "--auth", "keys", "--mcp", "--db", str(db), "--port", str(port),
+               *options]  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "-m", "tether", *command], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
@@ -145,6 +150,50 @@ async def test_an_approver_whose_client_can_be_asked_decides_the_call_it_is_show
     assert served.refunds_made() == (["A7 42"] if approve else [])
     if not approve:
         assert refund["outcome"] == "denied"
+
+
+async def test_a_question_the_approver_never_answers_is_taken_back_and_the_call_waits_for_a_decision(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    """Bob's client can be asked and never answers: after --elicitation-seconds (it waited forever) the question
+    is taken back, nothing is decided, and the result says where the call waits; Bob then decides it over HTTP."""
+    asked: list[types.ElicitRequestParams] = []
+    taken_back = anyio.Event()
+
+    async def elicit(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            taken_back.set()  # the server said the question is cancelled: the client forgets it
+        raise AssertionError("unreachable")
+
+    with served_with_keys(served, "--elicitation-seconds", "0.5") as (base, keys):
+        with anyio.fail_after(30):
+            async with mcp_session(base, keys["bob"], elicit) as bob:
+                waiting = await bob.call_tool("agent", {"prompt": "Please refund order A7."})
+                await taken_back.wait()
+        assert len(asked) == 1
+        assert not waiting.is_error, waiting
+        assert waiting.structured_content is not None
+        run_id = waiting.structured_content["run_id"]
+        assert waiting.structured_content["status"] == "awaiting_approval"
+        [call] = waiting.structured_content["waiting"]
+        assert waiting.content[0].type == "text"
+        assert f"POST /runs/{run_id}/approvals/{call['call_id']}" in waiting.content[0].text
+
+        api = Client(base, session)
+        view = (await api.call("GET", f"/runs/{run_id}", keys["bob"])).body
+        assert view["status"] == "awaiting_approval" and [c["call_id"] for c in view["pending_approvals"]] == [
+            call["call_id"]
+        ]
+        assert served.refunds_made() == []
+        decision = {"approve": True, "fingerprint": call["fingerprint"]}
+        decided = await api.call("POST", f"/runs/{run_id}/approvals/{call['call_id']}", keys["bob"], decision)
+        assert decided.status == 200, decided.body
+        done = await api.settled(keys["bob"], run_id)
+        assert (done["status"], done["output"]) == ("completed", "Refunded 42 on order A7.")
+        assert served.refunds_made() == ["A7 42"]
 
 
 @pytest.mark.parametrize("flag", ["--mcp", "--a2a"])

@@ -154,6 +154,20 @@ protocol_option = click.option(
 )
 
 
+def elicitation_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--elicitation-seconds``: how long an MCP client's user has to answer a question asking for approval;
+    ``what`` says it for the command. The default is ``tether.mcp.server.DEFAULT_ELICITATION_SECONDS``, which
+    the CLI cannot import without the mcp extra."""
+    return click.option(
+        "--elicitation-seconds",
+        envvar="TETHER_ELICITATION_SECONDS",
+        type=float,
+        callback=seconds(),
+        metavar="SECONDS",
+        help=f"{what} [env: TETHER_ELICITATION_SECONDS; default: 300].",
+    )
+
+
 def env_prefix(provider: str | None, protocol: str | None) -> str:
     """Where the model, endpoint and key variables come from: ``ANTHROPIC`` for the Messages API, else ``OPENAI``."""
     messages_api = protocol == "anthropic" if protocol else provider == "anthropic"

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from tether.cli.common import EXIT_INTERNAL, fail, principal_checked
+from tether.cli.common import EXIT_INTERNAL, elicitation_option, fail, principal_checked
 from tether.core.errors import ConfigurationError, TetherError
 from tether.tools.context import Principal
 
@@ -47,7 +47,16 @@ def mcp() -> None:
     help="A scope the principal holds (repeatable); a tool that declares scopes is listed only when the "
     "principal holds them all. Default: none. '*' holds every scope.",
 )
-def serve(toolsets: tuple[str, ...], files_root: str | None, principal_id: str, scopes: tuple[str, ...]) -> None:
+@elicitation_option(
+    "How long the client's user has to answer when asked to approve a call; unanswered, the call is denied"
+)
+def serve(
+    toolsets: tuple[str, ...],
+    files_root: str | None,
+    principal_id: str,
+    scopes: tuple[str, ...],
+    elicitation_seconds: float | None,
+) -> None:
     """Serve toolsets as an MCP server over stdin/stdout.
 
     Each call is validated strictly by tether before the tool runs; a refused
@@ -56,7 +65,8 @@ def serve(toolsets: tuple[str, ...], files_root: str | None, principal_id: str, 
     scope, so only tools that declare no scopes are listed. A tool that needs
     approval is listed only to a client that supports MCP elicitation, whose
     user is then asked to approve each such call with its exact arguments
-    (declined: denied); other clients do not see it.
+    (declined, or not answered within --elicitation-seconds: denied); other
+    clients do not see it.
 
     \b
     Examples (an MCP client's server command):
@@ -66,7 +76,7 @@ def serve(toolsets: tuple[str, ...], files_root: str | None, principal_id: str, 
     try:
         import anyio
 
-        from tether.mcp.server import serve_stdio
+        from tether.mcp.server import DEFAULT_ELICITATION_SECONDS, serve_stdio
         from tether.toolsets import load_toolset
     except ImportError:
         fail("tether mcp serve needs the mcp extra: pip install 'tether[mcp]'", ConfigurationError.exit_code)
@@ -81,6 +91,7 @@ def serve(toolsets: tuple[str, ...], files_root: str | None, principal_id: str, 
     from tether.mcp.stdio import MessageTooLarge
 
     try:
-        anyio.run(lambda: serve_stdio(tools, principal=principal))
+        within = DEFAULT_ELICITATION_SECONDS if elicitation_seconds is None else elicitation_seconds
+        anyio.run(lambda: serve_stdio(tools, principal=principal, elicitation_seconds=within))
     except MessageTooLarge as exc:
         fail(f"tether mcp serve: {exc}", EXIT_INTERNAL)

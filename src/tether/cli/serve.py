@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tether.cli.common import fail, seconds
+from tether.cli.common import elicitation_option, fail, seconds
 from tether.cli.temporal import task_queue_option, temporal_option
 from tether.core.errors import TetherError
 
@@ -48,6 +48,10 @@ TICKETS_EXAMPLE = "examples/tickets/README.md"
     "--a2a", is_flag=True, help="With an agent: serve it over A2A too (/a2a; its card at /.well-known/agent-card.json)."
 )
 @click.option("--mcp", is_flag=True, help="With an agent: serve it as one MCP tool over streamable HTTP too (/mcp).")
+@elicitation_option(
+    "With --mcp: how long an approver's MCP client has to answer when asked to approve a call; unanswered, the"
+    " run waits for a decision over HTTP (POST /runs/RUN_ID/approvals/CALL_ID)"
+)
 @click.option(
     "--engine",
     type=click.Choice(["local", "temporal"]),
@@ -67,6 +71,7 @@ def serve(
     auth: str | None,
     a2a: bool,
     mcp: bool,
+    elicitation_seconds: float | None,
     engine: str,
     temporal_address: str | None,
     task_queue: str,
@@ -116,7 +121,8 @@ def serve(
             f"the ticket-support demo is an example now: see {TICKETS_EXAMPLE}"
         )
     _serve_agent(target, host, port, run_db, workers, auth or "none", lease_seconds, a2a=a2a, mcp=mcp,
-                 engine=engine, temporal=temporal_address, task_queue=task_queue)  # fmt: skip
+                 elicitation_seconds=elicitation_seconds, engine=engine, temporal=temporal_address,
+                 task_queue=task_queue)  # fmt: skip
 
 
 def _serve_agent(
@@ -130,6 +136,7 @@ def _serve_agent(
     *,
     a2a: bool,
     mcp: bool,
+    elicitation_seconds: float | None,
     engine: str,
     temporal: str | None,
     task_queue: str,
@@ -140,7 +147,7 @@ def _serve_agent(
         fail(f"serving an agent needs the server extra: pip install 'tether[server]' ({exc.name} is missing)")
     try:
         serve_agent(target, host=host, port=port, store=run_db, workers=workers, auth=auth,
-                    lease_seconds=lease_seconds, a2a=a2a, mcp=mcp, engine=engine, temporal=temporal,
-                    task_queue=task_queue)  # fmt: skip
+                    lease_seconds=lease_seconds, a2a=a2a, mcp=mcp, elicitation_seconds=elicitation_seconds,
+                    engine=engine, temporal=temporal, task_queue=task_queue)  # fmt: skip
     except TetherError as exc:
         fail(str(exc), exc.exit_code)

@@ -17,8 +17,13 @@ only to a client that declared MCP elicitation (form mode): a call that
 needs approval then asks the client's user, showing the tool, its exact
 arguments and their fingerprint, and runs with those arguments only when
 the answer is an approval; a decline, a cancel or no answer is ``denied``.
-To a client that cannot be asked, such a tool does not exist
-(``unknown_tool``), as any tool the principal may not use.
+The question waits ``elicitation_seconds`` for its answer (by default
+``DEFAULT_ELICITATION_SECONDS``: a person reads it first); then the client is
+told the question is cancelled (the SDK's ``notifications/cancelled``) and
+the call is ``denied``, saying nobody answered in time. To a client that
+cannot be asked, such a tool does not exist (``unknown_tool``), as any tool
+the principal may not use. ``can_ask`` and ``ask_user`` serve ``tether serve
+--mcp`` too (``tether.serve.mcp_http``).
 
 A result reaches the client once: an object as ``structuredContent``
 (and its JSON as text); anything else as its text, and as
@@ -35,6 +40,7 @@ side (``tether.mcp.stdio``).
 from __future__ import annotations
 
 import json
+import math
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterable
@@ -47,6 +53,7 @@ from mcp.server import stdio as sdk
 from mcp.server.stdio import stdio_server
 
 from tether.core.envelope import ErrorCode
+from tether.core.errors import ConfigurationError
 from tether.core.machine import Accepted, PendingCall, Rejected, fingerprint
 from tether.core.messages import ToolCall
 from tether.mcp.stdio import MessageTooLarge
@@ -59,21 +66,31 @@ MCP_PRINCIPAL = Principal("local", scopes=frozenset())
 APPROVE_FIELD = "approve"
 # A line a client writes (one message): the bound a server's line has on the client side (``MAX_RESPONSE_BYTES``).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# How long a question put to the client's user waits for the answer: a person reads it, maybe after a while.
+DEFAULT_ELICITATION_SECONDS = 300.0
 
 
-def mcp_server(tools: Iterable[Tool], *, principal: Principal = MCP_PRINCIPAL, name: str = "tether") -> Server[Any]:
-    """An SDK ``Server`` offering ``tools`` to ``principal``, behind tether's strict validation."""
+def mcp_server(
+    tools: Iterable[Tool],
+    *,
+    principal: Principal = MCP_PRINCIPAL,
+    name: str = "tether",
+    elicitation_seconds: float = DEFAULT_ELICITATION_SECONDS,
+) -> Server[Any]:
+    """An SDK ``Server`` offering ``tools`` to ``principal``, behind tether's strict validation; a call that needs
+    approval waits ``elicitation_seconds`` for the user's answer (a ``ConfigurationError`` unless above 0)."""
+    within = check_elicitation_seconds(elicitation_seconds)
     tools = list(tools)
     asking = Toolbox(tools, principal)  # for a client that can be asked for approval
     plain = Toolbox([t for t in tools if not _may_need_approval(t)], principal)  # for one that cannot
     run_id = f"mcp-{uuid.uuid4().hex}"  # the idempotency keys of this server's calls are run_id:call_id
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        toolbox = asking if _can_ask(ctx) else plain
+        toolbox = asking if can_ask(ctx) else plain
         return types.ListToolsResult(tools=[_listed(t) for t in toolbox.offered.values()])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        toolbox = asking if _can_ask(ctx) else plain
+        toolbox = asking if can_ask(ctx) else plain
         call_id = str(ctx.request_id if ctx.request_id is not None else uuid.uuid4().hex)
         try:
             text = json.dumps(params.arguments or {}, allow_nan=True)
@@ -83,7 +100,7 @@ def mcp_server(tools: Iterable[Tool], *, principal: Principal = MCP_PRINCIPAL, n
         if isinstance(checked, Rejected):
             return _error(checked.code, checked.message)
         if checked.needs_approval:
-            refusal = await _ask_approval(ctx, params.name, checked)
+            refusal = await _ask_approval(ctx, params.name, checked, within)
             if refusal is not None:
                 return refusal
         call = PendingCall(call_id, params.name, checked.arguments, None, read_only=checked.read_only, execute=True)
@@ -95,9 +112,14 @@ def mcp_server(tools: Iterable[Tool], *, principal: Principal = MCP_PRINCIPAL, n
     return Server(name, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-async def serve_stdio(tools: Iterable[Tool], *, principal: Principal = MCP_PRINCIPAL) -> None:
+async def serve_stdio(
+    tools: Iterable[Tool],
+    *,
+    principal: Principal = MCP_PRINCIPAL,
+    elicitation_seconds: float = DEFAULT_ELICITATION_SECONDS,
+) -> None:
     """Serve ``tools`` over stdin/stdout until the client closes the connection."""
-    server = mcp_server(tools, principal=principal)
+    server = mcp_server(tools, principal=principal, elicitation_seconds=elicitation_seconds)
     # The SDK reads stdin a line at a time, however long the line grows: the lines are read here, bounded. Stdin is
     # claimed as the SDK claims it (private, as in ``tether.mcp.stdio``), so a tool's child process reads no message.
     buffer, release = sdk._claim_fd(0, sys.stdin, "rb", sdk._open_stdin_diversion)
@@ -135,14 +157,33 @@ def _may_need_approval(tool: Tool) -> bool:
     return callable(tool.approval) or bool(tool.approval)
 
 
-def _can_ask(ctx: Any) -> bool:
+def check_elicitation_seconds(seconds: float) -> float:
+    """``seconds`` if it is a finite number above 0 (a question must end some time); else a ``ConfigurationError``."""
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigurationError(f"elicitation_seconds must be a number of seconds above 0, got {seconds!r}")
+    return float(seconds)
+
+
+def can_ask(ctx: Any) -> bool:
     """Whether the client declared form-mode elicitation (an empty ``elicitation`` is form mode)."""
     capabilities = ctx.session.client_capabilities
     elicitation = capabilities.elicitation if capabilities is not None else None
     return elicitation is not None and (elicitation.form is not None or elicitation.url is None)
 
 
-async def _ask_approval(ctx: Any, tool: str, checked: Accepted) -> types.CallToolResult | None:
+async def ask_user(ctx: Any, message: str, schema: dict[str, Any], within: float) -> types.ElicitResult | None:
+    """Put ``message`` to the client's user as a form of ``schema``: the answer, or None if none came within
+    ``within`` seconds. Any other failure to answer is raised as it came.
+
+    The whole question is bounded, sending it too (a client that stops reading blocks the write); the SDK
+    tells the client the abandoned question is cancelled, and drops an answer that comes after."""
+    with anyio.move_on_after(within):
+        answer: types.ElicitResult = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+        return answer
+    return None
+
+
+async def _ask_approval(ctx: Any, tool: str, checked: Accepted, within: float) -> types.CallToolResult | None:
     """Ask the client's user to approve this call with these arguments; None when approved, else the refusal."""
     arguments = json.dumps(checked.arguments, sort_keys=True, ensure_ascii=False)
     digest = fingerprint(tool, checked.arguments)
@@ -153,9 +194,11 @@ async def _ask_approval(ctx: Any, tool: str, checked: Accepted) -> types.CallToo
         "required": [APPROVE_FIELD],
     }
     try:
-        answer = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+        answer = await ask_user(ctx, message, schema, within)
     except Exception as exc:  # the client failed to answer: no approval, whatever the reason
         return _error(ErrorCode.DENIED, f"{tool} needs approval and the client did not give it ({type(exc).__name__})")
+    if answer is None:
+        return _error(ErrorCode.DENIED, f"{tool} needs approval and the user did not answer within {within:g} seconds")
     # The answer belongs to this request (the SDK pairs them by id), whose call runs with the arguments shown.
     if answer.action == "accept" and (answer.content or {}).get(APPROVE_FIELD) is True:
         return None

@@ -56,6 +56,7 @@ def app(
     a2a: bool = False,
     mcp: bool = False,
     mcp_stateless: bool = False,
+    mcp_elicitation_seconds: float | None = None,
     engine: str = "local",
     temporal: str | None = None,
     task_queue: str = DEFAULT_TASK_QUEUE,
@@ -70,6 +71,8 @@ def app(
     over streamable HTTP at ``/mcp`` (``tether.serve.mcp_http``, the ``mcp`` extra). Both behind ``authenticator``.
     ``mcp_stateless``: keep no MCP sessions, for several processes behind one address that do not route a client
     back to the process holding its session (``--workers N`` sets it); nobody is then asked to approve over MCP.
+    ``mcp_elicitation_seconds``: how long a question put to an approver's MCP client waits for the answer before
+    the call is left to an approver over HTTP (None: ``tether.mcp.server.DEFAULT_ELICITATION_SECONDS``).
 
     ``engine="temporal"``: each run is a Temporal workflow on the server ``temporal`` (HOST:PORT), driven by the
     ``tether worker`` processes polling ``task_queue`` with their own model and tools (``tether.serve.temporal``);
@@ -133,5 +136,6 @@ def app(
     if mcp:
         from tether.serve.mcp_http import add_route  # the mcp extra, loaded only when asked for
 
-        running.append(add_route(api, runs, authenticator, max_prompt_chars=max_prompt_chars, stateless=mcp_stateless))
+        running.append(add_route(api, runs, authenticator, max_prompt_chars=max_prompt_chars, stateless=mcp_stateless,
+                                 elicitation_seconds=mcp_elicitation_seconds))  # fmt: skip
     return api

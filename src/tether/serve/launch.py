@@ -76,6 +76,7 @@ def serve(
     lease_seconds: float | None = None,
     a2a: bool = False,
     mcp: bool = False,
+    elicitation_seconds: float | None = None,
     engine: str = "local",
     temporal: str | None = None,
     task_queue: str = DEFAULT_TASK_QUEUE,
@@ -98,8 +99,9 @@ def serve(
     if log_level not in LOG_LEVELS:
         raise ConfigurationError(f"TETHER_LOG_LEVEL={log_level!r}: give one of {', '.join(LOG_LEVELS)}")
     if workers == 1:
-        served = app(agent, authenticator=who, store=where, lease_seconds=lease, a2a=a2a, mcp=mcp, engine=engine,
-                     temporal=temporal, task_queue=task_queue)  # fmt: skip
+        served = app(agent, authenticator=who, store=where, lease_seconds=lease, a2a=a2a, mcp=mcp,
+                     mcp_elicitation_seconds=elicitation_seconds, engine=engine, temporal=temporal,
+                     task_queue=task_queue)  # fmt: skip
         uvicorn.run(served, host=host, port=port, log_level=log_level, **HTTP_SERVER)
         return
     protocols = ",".join(name for name, asked in (("a2a", a2a), ("mcp", mcp)) if asked)

@@ -16,9 +16,12 @@ its client declared MCP elicitation (form mode), each waiting call is put
 to the client's user, showing the tool, its redacted arguments and the
 fingerprint; the answer is the caller's decision on that call, bound to
 that fingerprint (``AgentRuns.decide_as``), and the run goes on. Otherwise,
-or if the user cancels the question, the result says the run waits and
-where an approver decides (``POST /runs/{run_id}/approvals/{call_id}``,
-listed at ``GET /approvals``); the run stays waiting in the store.
+or if the user cancels the question or does not answer it within
+``elicitation_seconds`` (``DEFAULT_ELICITATION_SECONDS`` unless told), the
+result says the run waits and where an approver decides (``POST
+/runs/{run_id}/approvals/{call_id}``, listed at ``GET /approvals``); the run
+stays waiting in the store, and the call, its session and its HTTP request
+are let go.
 
 Sessions live in the process that opened them. Where several processes
 answer one address (``--workers N``) nothing routes a client back to the
@@ -53,6 +56,7 @@ from starlette.types import Receive, Scope, Send
 from tether.core.envelope import ErrorCode
 from tether.core.machine import Status
 from tether.core.redact import redact
+from tether.mcp.server import DEFAULT_ELICITATION_SECONDS, ask_user, can_ask, check_elicitation_seconds
 from tether.serve.follow import settled
 from tether.serve.identity import APPROVER_ROLE, Authenticator
 from tether.serve.problems import Problem
@@ -76,8 +80,12 @@ def _schema(max_prompt_chars: int) -> dict[str, Any]:
     }
 
 
-def mcp_server(runs: AgentRuns, *, max_prompt_chars: int) -> Server[Any]:
-    """An SDK ``Server`` offering the served Agent as one tool, each call a run of the caller's."""
+def mcp_server(
+    runs: AgentRuns, *, max_prompt_chars: int, elicitation_seconds: float = DEFAULT_ELICITATION_SECONDS
+) -> Server[Any]:
+    """An SDK ``Server`` offering the served Agent as one tool, each call a run of the caller's; a question put to
+    the caller's user waits ``elicitation_seconds`` for the answer (a ``ConfigurationError`` unless above 0)."""
+    within = check_elicitation_seconds(elicitation_seconds)
     agent = runs.agent
     name = agent.name  # an Agent's name is already a valid tool name (letters, digits, '_', '-')
     listed = types.Tool(
@@ -103,10 +111,11 @@ def mcp_server(runs: AgentRuns, *, max_prompt_chars: int) -> Server[Any]:
         try:
             live = await runs.begin(caller, prompt)
             view = await settled(runs, live.run_id, caller)
-            while view["pending_approvals"] and caller.approves and _can_ask(ctx):
-                if not await _ask(ctx, runs, caller, view):
+            while view["pending_approvals"] and caller.approves and can_ask(ctx):
+                answered = await _ask(ctx, runs, caller, view, within)
+                view = await settled(runs, live.run_id, caller)  # as the answers left it
+                if not answered:
                     break  # the user did not answer: the run waits for an approver over HTTP
-                view = await settled(runs, live.run_id, caller)
         except Problem as exc:
             return _error(ErrorCode.TOOL_FAILED, exc.detail)
         return _result(view)
@@ -114,15 +123,9 @@ def mcp_server(runs: AgentRuns, *, max_prompt_chars: int) -> Server[Any]:
     return Server(f"tether: {name}", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-def _can_ask(ctx: Any) -> bool:
-    """Whether the client declared form-mode elicitation (an empty ``elicitation`` is form mode)."""
-    capabilities = ctx.session.client_capabilities
-    elicitation = capabilities.elicitation if capabilities is not None else None
-    return elicitation is not None and (elicitation.form is not None or elicitation.url is None)
-
-
-async def _ask(ctx: Any, runs: AgentRuns, caller: Caller, view: dict[str, Any]) -> bool:
-    """Put each call the run waits on to the client's user and record the answers; whether all were answered."""
+async def _ask(ctx: Any, runs: AgentRuns, caller: Caller, view: dict[str, Any], within: float) -> bool:
+    """Put each call the run waits on to the client's user and record the answers; whether all were answered
+    (each within ``within`` seconds)."""
     for call in view["pending_approvals"]:
         arguments = json.dumps(redact(call["arguments"]), sort_keys=True, ensure_ascii=False)
         why = f"; it needs approval because {call['reason']}" if call.get("reason") else ""
@@ -135,10 +138,10 @@ async def _ask(ctx: Any, runs: AgentRuns, caller: Caller, view: dict[str, Any]) 
             "required": [APPROVE_FIELD],
         }
         try:
-            answer = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+            answer = await ask_user(ctx, message, schema, within)
         except Exception:  # the client failed to answer: nothing is decided, the call waits for an approver
             return False
-        if answer.action == "cancel":
+        if answer is None or answer.action == "cancel":  # no answer in time, or none given: as above
             return False
         approved = answer.action == "accept" and (answer.content or {}).get(APPROVE_FIELD) is True
         reason = None if approved else "declined when asked through MCP"
@@ -216,13 +219,22 @@ class _Authenticated:
 
 
 def add_route(
-    api: FastAPI, runs: AgentRuns, authenticator: Authenticator, *, max_prompt_chars: int, stateless: bool = False
+    api: FastAPI,
+    runs: AgentRuns,
+    authenticator: Authenticator,
+    *,
+    max_prompt_chars: int,
+    stateless: bool = False,
+    elicitation_seconds: float | None = None,
 ) -> Callable[[], AbstractAsyncContextManager[None]]:
     """Serve ``runs`` as an MCP tool at ``MCP_PATH`` on ``api``; what the app's lifespan must keep running.
 
     ``stateless``: no sessions, for several processes behind one address with nothing routing a client back to
-    one of them. Answers stay SSE streams (not ``json_response``), which keep a call's notifications."""
-    manager = StreamableHTTPSessionManager(mcp_server(runs, max_prompt_chars=max_prompt_chars), stateless=stateless)
+    one of them. Answers stay SSE streams (not ``json_response``), which keep a call's notifications.
+    ``elicitation_seconds``: how long a question put to an approver's user waits (None: the default)."""
+    within = DEFAULT_ELICITATION_SECONDS if elicitation_seconds is None else elicitation_seconds
+    server = mcp_server(runs, max_prompt_chars=max_prompt_chars, elicitation_seconds=within)
+    manager = StreamableHTTPSessionManager(server, stateless=stateless)
     # Stateless, a GET would hold a stream nothing can ever be sent on, and there is no session to DELETE.
     methods = ["POST"] if stateless else ["GET", "POST", "DELETE"]
     api.router.routes.append(Route(MCP_PATH, _Authenticated(manager, authenticator), methods=methods))
