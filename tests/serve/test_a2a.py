@@ -201,6 +201,29 @@ async def test_a_sent_message_answers_with_the_task_and_a_context_is_a_conversat
         assert [t["run_id"] for t in transcript.body["turns"]] == [first.task.id, second.task.id]
 
 
+async def test_a_message_in_the_context_of_a_run_started_outside_a_conversation_says_how_to_go_on(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    """A run started with POST /runs is a task whose contextId is its own id, and no conversation follows it:
+    a message sent in that context is refused saying so, to its owner only (to another caller it is just a
+    context that does not exist)."""
+    with served.process("a2a") as (_, base):
+        api = Client(base, session)
+        run_id = await api.start("alice", "say: hello")
+        await api.settled("alice", run_id)
+        async with a2a_client(base, "alice", streaming=False) as alice:
+            task = await task_when(alice, run_id, TaskState.TASK_STATE_COMPLETED)
+            assert task.context_id == run_id
+            with pytest.raises(TaskNotFoundError) as owners:
+                await sent(alice, message("say: again", context_id=run_id))
+        async with a2a_client(base, "carol", streaming=False) as carol:
+            with pytest.raises(TaskNotFoundError) as others:
+                await sent(carol, message("say: again", context_id=run_id))
+    assert "started outside a conversation" in str(owners.value), owners.value
+    assert "without a contextId" in str(owners.value)
+    assert "outside a conversation" not in str(others.value) and f"no context {run_id}" in str(others.value)
+
+
 async def test_a_caller_without_credentials_or_a_json_body_is_refused(served: Served) -> None:
     with served.process("a2a") as (_, base):
         said = {"messageId": "m1", "role": "user", "parts": [{"kind": "text", "text": "say: hi"}]}

@@ -8,7 +8,10 @@ The SDK answers the protocol (JSON-RPC 2.0 at ``/a2a``, A2A 1.0 methods
 *is* a tether run, durable and resumed as every served run, its id the
 run's id. A context is a tether conversation: a message without a
 ``contextId`` starts a conversation (its id the task's ``contextId``), one
-with a ``contextId`` is that conversation's next turn.
+with a ``contextId`` is that conversation's next turn. A run started outside
+any conversation (``POST /runs``) is its own context, with no next turn: a
+message sent in it is refused saying so, to its owner (to anyone else, no
+such context).
 
 States: a run being driven is ``working`` (``submitted`` before its first
 step); waiting for a person (an approval, an unknown outcome) is
@@ -324,8 +327,22 @@ class RunTasks(RequestHandler):
             conversation_id = message.context_id or await self.runs.open_conversation(caller)
             live = await self.runs.begin(caller, text, conversation_id)
         except Problem as exc:
+            if (
+                exc.status == 404
+                and message.context_id
+                and await self._outside_a_conversation(message.context_id, caller)
+            ):
+                raise TaskNotFoundError(
+                    message=f"context {message.context_id} is a task started outside a conversation (POST /runs),"
+                    " which has no next turn: send the message without a contextId to start a conversation"
+                ) from None
             raise _error(exc, f"no context {message.context_id}") from None
         return live.run_id, conversation_id
+
+    async def _outside_a_conversation(self, context_id: str, caller: Caller) -> bool:
+        """Whether ``context_id`` is the id of one of the caller's runs in no conversation (its own context)."""
+        found = await self.runs.io(self.runs.store.list_runs, principal_id=caller.id, limit=1, context=context_id)
+        return bool(found) and found[0].run_id == context_id and found[0].conversation_id is None
 
     async def _events(
         self, run_id: str, context_id: str, caller: Caller, prompt: Message | None, *, past_a_person: bool = False
