@@ -8,7 +8,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
 SERVER = Path(__file__).with_name("mcp_server.py")
@@ -83,3 +85,20 @@ def run_guarded(code: str, *args: str, timeout: float = 60) -> str:
         pytest.fail(f"the host froze: the check still ran after {timeout}s")
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def never_answering() -> tuple[Any, list[Any], anyio.Event]:
+    """An elicitation callback for the SDK's ``ClientSession`` that never answers; the questions it was asked; an
+    event set once the server took one back (cancelled it)."""
+    asked: list[Any] = []  # the SDK's ElicitRequestParams
+    taken_back = anyio.Event()
+
+    async def elicit(context: Any, params: Any) -> Any:
+        asked.append(params)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            taken_back.set()  # the server said the question is cancelled: the client forgets it
+        raise AssertionError("unreachable")
+
+    return elicit, asked, taken_back

@@ -25,6 +25,7 @@ import mcp.types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.session import ClientRequestContext
+from mcp_helpers import never_answering
 
 from tether import Agent, OpenAIChatModel
 from tether.core.errors import ConfigurationError
@@ -196,22 +197,6 @@ async def test_a_declined_call_is_denied_and_never_runs(
             assert refused == f"denied: {name} needs approval and {said}"
     assert len(asked) == 2
     assert effects(tmp_path) == []
-
-
-def never_answering() -> tuple[Elicit, list[types.ElicitRequestParams], anyio.Event]:
-    """An elicitation callback that never answers; the questions it was asked; set once one was taken back."""
-    asked: list[types.ElicitRequestParams] = []
-    taken_back = anyio.Event()
-
-    async def elicit(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
-        asked.append(params)
-        try:
-            await anyio.sleep_forever()
-        finally:
-            taken_back.set()  # the server said the question is cancelled: the client forgets it
-        raise AssertionError("unreachable")
-
-    return elicit, asked, taken_back
 
 
 async def test_a_question_nobody_answers_denies_the_call_when_its_time_is_up(tools_file: Path, tmp_path: Path) -> None:

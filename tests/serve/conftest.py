@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 from serve_harness import AGENT_PY, Served, refund_desk
 
 from tether.testing.fake_server import FakeServer
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "mcp"))  # mcp_helpers, shared with the MCP tests' clients
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from mcp import ClientSession
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_helpers import never_answering
 from serve_harness import Client, Served, free_port, wait_listening
 from test_serve_cli import SRC, made_key
 
@@ -157,16 +158,7 @@ async def test_a_question_the_approver_never_answers_is_taken_back_and_the_call_
 ) -> None:
     """Bob's client can be asked and never answers: after --elicitation-seconds (it waited forever) the question
     is taken back, nothing is decided, and the result says where the call waits; Bob then decides it over HTTP."""
-    asked: list[types.ElicitRequestParams] = []
-    taken_back = anyio.Event()
-
-    async def elicit(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
-        asked.append(params)
-        try:
-            await anyio.sleep_forever()
-        finally:
-            taken_back.set()  # the server said the question is cancelled: the client forgets it
-        raise AssertionError("unreachable")
+    elicit, asked, taken_back = never_answering()
 
     with served_with_keys(served, "--elicitation-seconds", "0.5") as (base, keys):
         with anyio.fail_after(30):
