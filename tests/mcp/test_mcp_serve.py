@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -29,7 +31,9 @@ from mcp_helpers import never_answering
 
 from tether import Agent, OpenAIChatModel
 from tether.core.errors import ConfigurationError
+from tether.core.nesting import MAX_DEPTH
 from tether.mcp import MCPToolset
+from tether.mcp.lines import MAX_MESSAGE_DEPTH
 from tether.mcp.server import MAX_MESSAGE_BYTES
 from tether.testing.fake_server import FakeServer, text, tool_calls
 
@@ -280,3 +284,213 @@ def test_a_client_line_past_the_bound_ends_the_server_naming_it(tools_file: Path
     said = server.stderr.read().decode()
     assert f"the client's message is larger than {MAX_MESSAGE_BYTES} bytes; not read" in said
     assert "Traceback" not in said
+
+
+class RawClient:
+    """``tether mcp serve`` spoken to line by line: the lines a client writes, raw, and the server's answers."""
+
+    def __init__(self, tools_file: Path, *options: str, env: dict[str, str] | None = None) -> None:
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(sys.path),
+            "SERVE_TEST_LOG": str(tools_file.with_name("effects.jsonl")),
+            **(env or {}),
+        }
+        argv = [sys.executable, "-m", "tether", "mcp", "serve", "--tools", str(tools_file), *options]
+        self.server = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
+        self.answers: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.server.stdout is not None
+        for line in self.server.stdout:
+            self.answers.put(line)
+
+    def send(self, line: str | bytes) -> None:
+        assert self.server.stdin is not None
+        self.server.stdin.write((line.encode() if isinstance(line, str) else line) + b"\n")
+        self.server.stdin.flush()
+
+    def answer(self, timeout: float = 15) -> dict[str, Any]:
+        try:
+            answered: dict[str, Any] = json.loads(self.answers.get(timeout=timeout))
+        except queue.Empty:
+            pytest.fail(f"the server did not answer within {timeout} seconds")
+        return answered
+
+    def initialize(self, capabilities: dict[str, Any] | None = None) -> None:
+        params = {"protocolVersion": "2025-06-18", "capabilities": capabilities or {}, "clientInfo": CLIENT}
+        self.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}))
+        assert "result" in self.answer()
+        self.send('{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.server.poll() is None:  # a test that failed before ``close``
+            self.server.kill()
+            self.server.wait()
+
+    def close(self) -> tuple[int, str]:
+        """Close stdin as a client leaving does: the exit code and what the server wrote on stderr."""
+        assert self.server.stdin is not None and self.server.stderr is not None
+        self.server.stdin.close()
+        try:
+            code = self.server.wait(timeout=30)
+        finally:
+            self.server.kill()
+        return code, self.server.stderr.read().decode()
+
+
+CLIENT = {"name": "raw", "version": "1"}
+
+
+def refused(ident: int | None, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
+
+
+def call(ident: int, name: str, arguments: str) -> str:
+    """A ``tools/call`` line whose arguments are written as given (JSON a client's ``json.dumps`` cannot write)."""
+    params = f'{{"name": "{name}", "arguments": {arguments}}}'
+    return f'{{"jsonrpc": "2.0", "id": {ident}, "method": "tools/call", "params": {params}}}'
+
+
+def answered_call(answer: dict[str, Any], ident: int) -> dict[str, Any]:
+    assert answer["id"] == ident and "result" in answer, answer
+    result: dict[str, Any] = answer["result"]
+    return result
+
+
+def test_a_line_that_is_no_message_is_answered_and_the_session_goes_on(tools_file: Path) -> None:
+    """The SDK drops a line it cannot read without a word, and the client that sent a request on it waits
+    forever: each gets its JSON-RPC error, quoting at most 100 characters of the line, and the next line is read."""
+    with RawClient(tools_file) as client:
+        client.initialize()
+        lines = [
+            (
+                "this is not json",
+                refused(
+                    None,
+                    -32700,
+                    "Parse error: the message is not JSON: Expecting value at character 0, near 'this is not json'",
+                ),
+            ),
+            (
+                '{"jsonrpc": "2.0", "id": 2, "method": "tools/list"',
+                refused(None, -32700, "Parse error: the message is not JSON: Expecting ',' delimiter at its end"),
+            ),
+            (call(3, "add", '{"a": NaN, "b": 1}'), refused(None, -32700, "Parse error: NaN is not valid JSON")),
+            (
+                "[]",
+                refused(
+                    None,
+                    -32600,
+                    "Invalid Request: a message is one JSON object, not an array (a batch is not accepted)",
+                ),
+            ),
+            (
+                '{"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": 5}',
+                refused(4, -32600, 'Invalid Request: its "params" must be an object, not integer'),
+            ),
+            (
+                '{"jsonrpc": "2.0", "id": true, "method": "tools/list"}',
+                refused(None, -32600, 'Invalid Request: its "id" must be a string or an integer, not boolean'),
+            ),
+            (
+                call(5, "add", '{"a": "\\ud800", "b": 1}'),
+                refused(5, -32600, "Invalid Request: it holds a lone UTF-16 surrogate, which is not text"),
+            ),
+        ]
+        for line, answer in lines:
+            client.send(line)
+            assert client.answer() == answer
+        latin1 = b'{"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {"\xff": 1}}'
+        client.send(latin1)
+        byte = latin1.index(b"\xff")
+        assert client.answer() == refused(
+            None, -32700, f"Parse error: the message is not UTF-8 (byte {byte} of the line)"
+        )
+        client.send("x" * 1_000_000)  # the answer quotes 100 characters of it, not the line
+        message = client.answer()["error"]["message"]
+        assert message == f"Parse error: the message is not JSON: Expecting value at character 0, near {'x' * 100!r}…"
+        client.send("")  # a blank line is no message: nothing to answer
+        client.send(call(7, "add", '{"a": 2, "b": 3}'))
+        assert answered_call(client.answer(), 7)["structuredContent"] == {"result": 5}
+        code, said = client.close()
+        assert code == 0 and "Traceback" not in said
+
+
+def test_a_key_twice_is_refused_naming_it_and_the_tool_does_not_run(tools_file: Path, tmp_path: Path) -> None:
+    """``{"confirm": false, "confirm": true}`` is not last-wins: what the client's user reviewed and what runs
+    could differ. A request is answered naming the key, with its id when that is unambiguous; a notification is
+    dropped (nothing to answer), said on stderr without the line."""
+    with RawClient(tools_file, "--principal", "alice", "--scope", "admin") as client:
+        client.initialize()
+        client.send(call(2, "reset", '{"confirm": false, "confirm": true}'))
+        assert client.answer() == refused(2, -32602, "Invalid params: duplicate key 'confirm' in params.arguments")
+        client.send(call(3, "reset", '{"options": [{"x": 1}, {"confirm": true, "confirm": true}]}'))
+        assert client.answer() == refused(
+            3, -32602, "Invalid params: duplicate key 'confirm' in params.arguments.options[1]"
+        )
+        client.send(
+            '{"jsonrpc": "2.0", "id": 4, "id": 5, "method": "tools/call", "params": {"name": "reset", '
+            '"arguments": {"confirm": true}}}'
+        )
+        assert client.answer() == refused(None, -32600, "Invalid Request: duplicate key 'id'")
+        client.send(
+            '{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "requestId": 2}}'
+        )
+        client.send(call(6, "reset", '{"confirm": true}'))
+        assert answered_call(client.answer(), 6)["structuredContent"] == {"result": "reset by alice"}
+        code, said = client.close()
+        assert effects(tmp_path) == [{"tool": "reset", "arguments": {"confirm": True}}]  # the last call's only
+        assert code == 0
+        assert "tether mcp serve dropped a notification: Invalid params: duplicate key 'requestId' in params" in said
+
+
+def test_an_approval_answer_holding_a_key_twice_approves_nothing(tools_file: Path, tmp_path: Path) -> None:
+    """The user's answer to "Approve transfer?" with ``{"approve": false, "approve": true}``: not an approval. A
+    response is never answered: it is dropped, and the question goes unanswered until its time is up."""
+    with RawClient(tools_file, env={"TETHER_ELICITATION_SECONDS": "1"}) as client:
+        client.initialize({"elicitation": {}})
+        client.send(call(2, "transfer", '{"amount": 5, "to": "bob"}'))
+        asked = client.answer()
+        assert asked["method"] == "elicitation/create"
+        accepted = '{"action": "accept", "content": {"approve": false, "approve": true}}'
+        client.send(f'{{"jsonrpc": "2.0", "id": {json.dumps(asked["id"])}, "result": {accepted}}}')
+        while "method" in (answer := client.answer()):  # the SDK tells the client the question is cancelled
+            assert answer["method"] == "notifications/cancelled"
+        result = answered_call(answer, 2)
+        assert result["isError"] is True
+        assert (
+            result["content"][0]["text"]
+            == "denied: transfer needs approval and the user did not answer within 1 seconds"
+        )
+        _, said = client.close()
+        assert effects(tmp_path) == []
+        assert "tether mcp serve dropped a response: Invalid Request: duplicate key 'approve' in result.content" in said
+
+
+def test_a_line_nested_100000_deep_is_answered_without_a_crash(tools_file: Path) -> None:
+    """Nesting past ``MAX_MESSAGE_DEPTH``: past Python's recursion limit (the decoder stops), and short of it
+    (the SDK would drop it past 200 levels); a call's arguments are bounded by ``MAX_DEPTH`` after that."""
+    with RawClient(tools_file) as client:
+        client.initialize()
+        too_deep = refused(
+            None, -32700, f"Parse error: the message is nested more than {MAX_MESSAGE_DEPTH} levels deep"
+        )
+        for depth in (100_000, 300):
+            client.send("[" * depth + "]" * depth)
+            assert client.answer() == too_deep
+            client.send(call(2, "add", '{"a": ' * depth + "1" + "}" * depth))
+            assert client.answer() == too_deep
+        client.send(call(3, "add", '{"a": ' * 80 + "1" + "}" * 80))
+        said_to_model = answered_call(client.answer(), 3)["content"][0]["text"]
+        assert said_to_model == f"invalid_json: arguments are nested more than {MAX_DEPTH} levels deep"
+        client.send(call(4, "add", '{"a": 2, "b": 3}'))
+        assert answered_call(client.answer(), 4)["structuredContent"] == {"result": 5}
+        code, said = client.close()
+        assert code == 0 and "Traceback" not in said

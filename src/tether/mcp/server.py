@@ -31,10 +31,12 @@ A result reaches the client once: an object as ``structuredContent``
 object; the MCP SDK's servers wrap the same way). Each tool carries
 ``readOnlyHint`` as tether knows it.
 
-What a client writes is bounded: a line on stdin (one JSON-RPC message)
-past ``MAX_MESSAGE_BYTES`` is not read on, and the connection ends with
-``MessageTooLarge`` naming the bound, as a server's line does on the client
-side (``tether.mcp.stdio``).
+What a client writes is read by ``tether.mcp.lines`` before the SDK sees
+it: a line on stdin (one JSON-RPC message) past ``MAX_MESSAGE_BYTES`` is not
+read on, and the connection ends with ``MessageTooLarge`` naming the bound,
+as a server's line does on the client side (``tether.mcp.stdio``); a line
+that is no strict JSON-RPC message (not JSON, a key twice, nested too deep)
+is answered with a JSON-RPC error, and the session goes on.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ import json
 import math
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterable
-from typing import Any, BinaryIO, cast
+from collections.abc import Iterable
+from typing import Any, cast
 
 import anyio
 import mcp.types as types
@@ -56,7 +58,7 @@ from tether.core.envelope import ErrorCode
 from tether.core.errors import ConfigurationError
 from tether.core.machine import Accepted, PendingCall, Rejected, fingerprint
 from tether.core.messages import ToolCall
-from tether.mcp.stdio import MessageTooLarge
+from tether.mcp.lines import MAX_MESSAGE_BYTES, ClientLines
 from tether.tools.context import Principal
 from tether.tools.tool import Tool
 from tether.tools.toolbox import Toolbox
@@ -64,8 +66,6 @@ from tether.tools.toolbox import Toolbox
 # Who ``tether mcp serve`` acts for unless told otherwise: tools that need no scope, and only those.
 MCP_PRINCIPAL = Principal("local", scopes=frozenset())
 APPROVE_FIELD = "approve"
-# A line a client writes (one message): the bound a server's line has on the client side (``MAX_RESPONSE_BYTES``).
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 # How long a question put to the client's user waits for the answer: a person reads it, maybe after a while.
 DEFAULT_ELICITATION_SECONDS = 300.0
 
@@ -120,37 +120,19 @@ async def serve_stdio(
 ) -> None:
     """Serve ``tools`` over stdin/stdout until the client closes the connection."""
     server = mcp_server(tools, principal=principal, elicitation_seconds=elicitation_seconds)
-    # The SDK reads stdin a line at a time, however long the line grows: the lines are read here, bounded. Stdin is
-    # claimed as the SDK claims it (private, as in ``tether.mcp.stdio``), so a tool's child process reads no message.
+    # The lines are read here, bounded and checked (``tether.mcp.lines``). Stdin is claimed as the SDK claims it
+    # (private, as in ``tether.mcp.stdio``), so a tool's child process reads no message.
     buffer, release = sdk._claim_fd(0, sys.stdin, "rb", sdk._open_stdin_diversion)
-    lines = _Lines(buffer, MAX_MESSAGE_BYTES)
+    lines = ClientLines(buffer, MAX_MESSAGE_BYTES)
     try:
         async with stdio_server(stdin=cast(Any, lines)) as (read, write):
+            lines.answer_on(write)  # a refused line is answered by the SDK's writer, between whole lines
             await server.run(read, write, server.create_initialization_options())
     finally:
         if release is not None:
             release()
     if lines.refused is not None:
         raise lines.refused
-
-
-class _Lines:
-    """The client's lines, as text for the SDK's ``stdio_server``; at a line past ``limit`` bytes they end (the
-    connection with them), and ``refused`` says why."""
-
-    def __init__(self, buffer: BinaryIO, limit: int) -> None:
-        self.buffer, self.limit = buffer, limit
-        self.refused: MessageTooLarge | None = None
-
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self._lines()
-
-    async def _lines(self) -> AsyncIterator[str]:
-        while line := await anyio.to_thread.run_sync(self.buffer.readline, self.limit + 1):
-            if len(line) > self.limit and not line.endswith(b"\n"):
-                self.refused = MessageTooLarge(f"the client's message is larger than {self.limit} bytes; not read")
-                return
-            yield line.decode("utf-8", errors="replace")
 
 
 def _may_need_approval(tool: Tool) -> bool:

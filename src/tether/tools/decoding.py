@@ -22,13 +22,18 @@ class InvalidJson(ValueError):
     """The arguments are not one strict JSON object; ``str()`` says why."""
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+class DuplicateKey(InvalidJson):
+    """A key came twice in one object: which of its values counts is anybody's guess."""
+
+
+def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for a strict decode: a key that comes twice in one object is refused, not last-wins."""
     result = dict(pairs)  # built in C; a shorter dict means a key came twice
     if len(result) != len(pairs):
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise InvalidJson(f"duplicate key {quoted(key)}")
+                raise DuplicateKey(f"duplicate key {quoted(key)}")
             seen.add(key)
     return result
 
@@ -47,7 +52,7 @@ def finite(text: str) -> float:
 
 
 # Built once: ``json.loads`` with hooks builds a new decoder (and its scanner) on every call.
-_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=no_constants, parse_float=finite)
+_DECODER = json.JSONDecoder(object_pairs_hook=no_duplicates, parse_constant=no_constants, parse_float=finite)
 # The decoder's own scanner, called directly for text that starts with its value: ``decode`` would match
 # whitespace with a regex on both sides first. Anything else goes through ``decode`` (and its messages).
 _SCAN = make_scanner(_DECODER)  # type: ignore[arg-type]  # typeshed types the argument as make_scanner itself
@@ -71,7 +76,7 @@ def strict_loads(text: str) -> dict[str, Any]:
         elif isinstance(text, str) and not text.startswith("\ufeff"):
             value = _DECODER.decode(text)
         else:  # bytes, or a byte order mark: ``json.loads`` has the checks and the messages for those
-            value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=no_constants, parse_float=finite)
+            value = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants, parse_float=finite)
     except InvalidJson:
         raise
     except json.JSONDecodeError as exc:
