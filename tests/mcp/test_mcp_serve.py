@@ -384,6 +384,10 @@ def test_a_line_that_is_no_message_is_answered_and_the_session_goes_on(tools_fil
             ),
             (call(3, "add", '{"a": NaN, "b": 1}'), refused(None, -32700, "Parse error: NaN is not valid JSON")),
             (
+                call(5, "add", '{"a": 1e400, "b": 1}'),
+                refused(None, -32700, "Parse error: number 1e400 is out of range"),
+            ),
+            (
                 "[]",
                 refused(
                     None,

@@ -12,7 +12,8 @@ the client's user may have reviewed 1. So each line is read here first:
 - a blank line is no message, and is skipped;
 - otherwise it must be one JSON-RPC 2.0 message, read as strictly as a
   model's tool call (``tether.tools.decoding``): UTF-8, valid JSON nested at
-  most ``MAX_MESSAGE_DEPTH`` levels, no ``NaN``/``Infinity``, no key twice
+  most ``MAX_MESSAGE_DEPTH`` levels, no ``NaN``/``Infinity`` nor a number past
+  a float's range (``1e400``), no key twice
   in one object at any depth, no lone UTF-16 surrogate, and the shape of a
   request, a notification or a response.
 
@@ -43,7 +44,7 @@ from pydantic import ValidationError
 from tether.core.envelope import QUOTED_CHARS, quoted, shown
 from tether.core.nesting import MAX_REPLY_DEPTH, NotText, check_text, value_nested_deeper
 from tether.mcp.stdio import MessageTooLarge
-from tether.tools.decoding import DuplicateKey, InvalidJson, json_type, no_constants, no_duplicates
+from tether.tools.decoding import DuplicateKey, InvalidJson, finite, json_type, no_constants, no_duplicates
 
 logger = logging.getLogger("tether.mcp")
 
@@ -56,9 +57,9 @@ MAX_MESSAGE_DEPTH = MAX_REPLY_DEPTH
 _TOO_DEEP = f"Parse error: the message is nested more than {MAX_MESSAGE_DEPTH} levels deep"
 
 # Built once: ``json.loads`` with hooks builds a new decoder on every call.
-_STRICT = json.JSONDecoder(object_pairs_hook=no_duplicates, parse_constant=no_constants)
+_STRICT = json.JSONDecoder(object_pairs_hook=no_duplicates, parse_constant=no_constants, parse_float=finite)
 # Every key kept (an object is a tuple of pairs): read only when a key came twice, to say where and whose it was.
-_PAIRS = json.JSONDecoder(object_pairs_hook=tuple, parse_constant=no_constants)
+_PAIRS = json.JSONDecoder(object_pairs_hook=tuple, parse_constant=no_constants, parse_float=finite)
 
 
 @dataclass(frozen=True, slots=True)
