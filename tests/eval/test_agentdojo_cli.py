@@ -169,3 +169,60 @@ def test_results_keep_no_credential_a_call_passed(tmp_path: Path) -> None:
     assert set(passwords) == {"[redacted]"}
     changed = next(line for line in lines if line["id"].endswith("user_task_14"))
     assert changed["valid"] is True  # scored on the password the call really passed
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_each_setting_records_its_eval_and_resumes_with_the_same_one(tmp_path: Path) -> None:
+    pytest.importorskip("agentdojo.task_suite.load_suites")
+    argv = ("eval", "agentdojo", "--scripted", "oracle", "--suite", "banking", "--attack", "none")
+    argv += ("--setting", "taint", "--out", str(tmp_path))
+    first = _tether(*argv, "--limit", "1")
+    _, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+    record = json.loads((tmp_path / "taint" / "eval.json").read_text())
+    assert record["endpoint"] == "scripted:oracle" and record["setting"] == "taint"
+    assert record["benchmark"] == "agentdojo v1.2" and record["system"] is None
+
+    again = _tether(*argv, "--limit", "2")
+    _, stderr = again.communicate(timeout=300)
+    assert again.returncode == 0, stderr
+    assert len(_lines(tmp_path / "taint")) == 2
+    assert json.loads((tmp_path / "taint" / "eval.json").read_text()) == record
+
+
+def test_another_scripted_model_in_any_setting_folder_is_refused_before_any_setting_runs(tmp_path: Path) -> None:
+    pytest.importorskip("agentdojo.task_suite.load_suites")
+    argv = ("eval", "agentdojo", "--suite", "banking", "--attack", "none", "--limit", "1", "--out", str(tmp_path))
+    first = _tether(*argv, "--scripted", "oracle", "--setting", "taint")
+    _, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+    before = _files(tmp_path)
+
+    # no-gate comes first and its folder is new: still nothing runs, since taint's holds another eval's results
+    again = _tether(*argv, "--scripted", "gullible", "--setting", "no-gate", "--setting", "taint")
+    _, stderr = again.communicate(timeout=300)
+    assert again.returncode == 3, stderr
+    assert 'model (--model): "oracle" there, "gullible" here' in stderr
+    assert 'endpoint (--base-url): "scripted:oracle" there, "scripted:gullible" here' in stderr
+    assert str(tmp_path / "taint" / "eval.json") in stderr and "Traceback" not in stderr
+    assert _files(tmp_path) == before  # results.jsonl byte for byte, and no no-gate folder
+
+
+def test_a_setting_record_that_is_no_record_is_a_configuration_error_naming_it(tmp_path: Path) -> None:
+    pytest.importorskip("agentdojo.task_suite.load_suites")
+    argv = ("eval", "agentdojo", "--scripted", "oracle", "--suite", "banking", "--attack", "none", "--limit", "1")
+    argv += ("--setting", "no-gate", "--out", str(tmp_path))
+    first = _tether(*argv)
+    _, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+    record = tmp_path / "no-gate" / "eval.json"
+    record.write_text('{"benchmark": "agentdojo v1.2", "model": "oracle", "endpoint": "scripted:oracle", "setting": 1}')
+    before = _files(tmp_path)
+    again = _tether(*argv)
+    _, stderr = again.communicate(timeout=300)
+    assert again.returncode == 3, stderr
+    assert f"{record}: not an eval record (setting must be a string or null)" in stderr and "Traceback" not in stderr
+    assert _files(tmp_path) == before

@@ -11,10 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from bfcl_oracle import Oracle, Output, oracle_output
 
 from tether.eval import load
-from tether.testing.fake_server import FakeServer
+from tether.testing.fake_server import FakeServer, raw
 
 FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "bfcl" / "BFCL_v4_simple_python.json"
 CASES = 30
@@ -181,3 +182,148 @@ def test_with_no_endpoint_the_embedded_model_is_scored_as_tether_run_would_use_i
     assert off.returncode == 3
     error = json.loads(off.stdout)["error"]  # --json: the failure is JSON too
     assert "no model endpoint configured" in error["message"] and "Traceback" not in off.stderr
+
+
+# ---------------------------------------------------------------- what the results were made with (eval.json)
+
+
+def _oracle_server(limit: int) -> FakeServer:
+    """The oracle's answers, whatever system message comes first (the oracle finds a case by its messages)."""
+    cases = load(FIXTURE)[:limit]
+    oracle = Oracle(cases, {c.id: oracle_output(c) for c in cases})
+    return FakeServer(lambda r: oracle({**r, "messages": [m for m in r["messages"] if m["role"] != "system"]}))
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+def test_the_eval_is_recorded_and_resumed_with_the_same_options(tmp_path: Path) -> None:
+    options = ("-s", "Answer with tool calls.", "-o", "temperature=0.2", "--json")
+    with _oracle_server(5) as server:
+        first = _tether_eval(server, tmp_path, *options, limit=3)
+        _, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+        record = json.loads((tmp_path / "eval.json").read_text())
+        assert record == {
+            "benchmark": "tether eval",
+            "model": "fake",
+            "endpoint": server.base_url,  # http://127.0.0.1:PORT/v1
+            "protocol": "openai",
+            "provider": "default",
+            "system": "Answer with tool calls.",
+            "model_settings": {"temperature": 0.2},
+            "compat": [],
+            "setting": None,
+        }
+        assert "x" not in record.values()  # the API key is not recorded
+
+        second = _tether_eval(server, tmp_path, *options, limit=5)
+        out, err = second.communicate(timeout=60)
+        assert second.returncode == 0, err
+        assert len(server.requests) == 5  # the first three were not sent again
+    assert json.loads(out.splitlines()[0])["cases"] == 5
+    assert json.loads((tmp_path / "eval.json").read_text()) == record
+    report = (tmp_path / "report.html").read_text()
+    assert '<p data-testid="eval-record">Model: <code>fake</code> at <code>127.0.0.1:' in report
+
+
+@pytest.mark.parametrize(
+    ("changed", "said"),
+    [
+        (("--model", "other"), 'model (--model): "fake" there, "other" here'),
+        (("-s", "Be brief."), 'system (-s): (none) there, "Be brief." here'),
+        (("-o", "temperature=0.7"), 'model_settings (-o): {"temperature": 0.2} there, {"temperature": 0.7} here'),
+        (("--protocol", "responses"), 'protocol (--protocol): "openai" there, "responses" here'),
+    ],
+)
+def test_resuming_with_other_options_is_refused_and_changes_nothing(
+    tmp_path: Path, changed: tuple[str, ...], said: str
+) -> None:
+    with _oracle_server(5) as server:
+        first = _tether_eval(server, tmp_path, "-o", "temperature=0.2", limit=3)
+        _, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+        before = _files(tmp_path)
+        again = _tether_eval(server, tmp_path, "-o", "temperature=0.2", *changed, limit=5)
+        _, err = again.communicate(timeout=60)
+        sent = len(server.requests)
+    assert again.returncode == 3, err
+    assert said in err and "another --out" in err and str(tmp_path / "eval.json") in err
+    assert "Traceback" not in err
+    assert sent == 3  # nothing sent for the second eval
+    assert _files(tmp_path) == before  # results.jsonl, eval.json and report.html as they were
+
+
+def test_resuming_against_another_endpoint_is_refused(tmp_path: Path) -> None:
+    with _oracle_server(3) as server:
+        first = _tether_eval(server, tmp_path, limit=3)
+        _, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+    before = _files(tmp_path)
+    with _oracle_server(3) as other:  # another port
+        again = _tether_eval(other, tmp_path, limit=3)
+        _, err = again.communicate(timeout=60)
+    assert again.returncode == 3, err
+    assert f'endpoint (--base-url): "{server.base_url}" there, "{other.base_url}" here' in err
+    assert _files(tmp_path) == before and not other.requests
+
+
+def test_a_folder_made_before_the_record_is_resumed_and_recorded(tmp_path: Path) -> None:
+    """An --out of an older tether has results.jsonl and no eval.json: taken as this eval's, then recorded."""
+    with _oracle_server(5) as server:
+        first = _tether_eval(server, tmp_path, limit=3)
+        _, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+        (tmp_path / "eval.json").unlink(missing_ok=True)  # as an older tether left it
+        again = _tether_eval(server, tmp_path, "-s", "Be brief.", limit=5)
+        _, err = again.communicate(timeout=60)
+        assert again.returncode == 0, err
+        assert len(server.requests) == 5
+        assert json.loads((tmp_path / "eval.json").read_text())["system"] == "Be brief."
+        third = _tether_eval(server, tmp_path, limit=5)  # from now on, the record holds
+        _, err = third.communicate(timeout=60)
+    assert third.returncode == 3 and 'system (-s): "Be brief." there, (none) here' in err
+
+
+def test_a_folder_with_no_verdict_takes_the_new_options(tmp_path: Path) -> None:
+    """Every case an error (a wrong model name, say): nothing was scored, so nothing would mix."""
+    with FakeServer(lambda request: raw({"error": {"message": "no such model"}}, status=404)) as failing:
+        first = _tether_eval(failing, tmp_path, "--model", "typo", limit=2)
+        _, err = first.communicate(timeout=60)
+    assert first.returncode == 1, err
+    with _oracle_server(2) as server:
+        again = _tether_eval(server, tmp_path, limit=2)
+        _, err = again.communicate(timeout=60)
+    assert again.returncode == 0, err
+    assert json.loads((tmp_path / "eval.json").read_text())["model"] == "fake"
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("{not json", "(not JSON: "),
+        ("[1, 2]", "(expected a JSON object)"),
+        ('{"benchmark": "tether eval", "model": "fake"}', "(no endpoint)"),
+        ('{"benchmark": "tether eval", "model": 7, "endpoint": "x"}', "(model must be a string)"),
+        ('{"benchmark": "b", "model": "m", "endpoint": "e", "compat": [1]}', "(compat must be a list of strings)"),
+        (b"\xff\xfe", "(not UTF-8 text)"),
+        ("[" * 100_000, "(nested more than 64 levels deep)"),
+    ],
+)
+def test_a_record_that_is_no_record_is_a_configuration_error_naming_it(
+    tmp_path: Path, content: str | bytes, said: str
+) -> None:
+    with _oracle_server(3) as server:
+        first = _tether_eval(server, tmp_path, limit=2)
+        _, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+        record = tmp_path / "eval.json"
+        record.write_bytes(content.encode() if isinstance(content, str) else content)
+        before = _files(tmp_path)
+        again = _tether_eval(server, tmp_path, limit=3)
+        _, err = again.communicate(timeout=60)
+        sent = len(server.requests)
+    assert again.returncode == 3, err
+    assert f"{record}: not an eval record (" in err and said in err and "Traceback" not in err
+    assert sent == 2 and _files(tmp_path) == before

@@ -7,8 +7,9 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -27,6 +28,9 @@ from tether.core.errors import ConfigurationError, TetherError
 from tether.core.settings import ModelSettings
 from tether.drivers.local.runner import checked
 
+if TYPE_CHECKING:
+    from tether.eval.record import EvalRecord
+
 DEFAULT_OUT = "eval-results"
 
 
@@ -37,8 +41,9 @@ def _model(
     local_model: str | None,
     provider: str | None,
     protocol: str | None,
-) -> tuple[Any, Any]:
-    """The model and its provider profile, built as ``tether run`` builds them.
+) -> tuple[Any, Any, str | None]:
+    """The model, its provider profile and its protocol (None for the embedded model), built as ``tether run``
+    builds them.
 
     The profile chooses the protocol (``anthropic``: the Messages API) unless ``--protocol`` names one
     (``responses``: OpenAI's Responses API), the wire quirks and the output mode. With no endpoint
@@ -50,8 +55,33 @@ def _model(
     setup["provider"] = provider or os.environ.get("TETHER_PROVIDER")
     setup["protocol"] = protocol
     protocol_of(setup)  # first: an unknown provider (or one the protocol contradicts) before anything is built
-    chosen = model_of(setup, api_key)
-    return chosen, provider_of(setup)
+    chosen = model_of(setup, api_key)  # the embedded model names its file in the setup
+    return chosen, provider_of(setup), None if setup.get("local_model") else protocol_of(setup)
+
+
+def _record(
+    benchmark: str,
+    chosen: Any,
+    profile: Any,
+    protocol: str | None,
+    system: str | None,
+    model_settings: ModelSettings | None,
+) -> EvalRecord:
+    """What the eval is run with, as ``eval.json`` keeps it (``tether.eval.record``): the model as ``_model``
+    built it (its name, its endpoint or ``embedded``, its protocol and provider profile), -s, -o."""
+    from tether.eval.record import EMBEDDED, EvalRecord, bare_url
+
+    base_url = getattr(chosen, "base_url", None)
+    return EvalRecord.of(
+        benchmark,
+        str(chosen.name),
+        bare_url(base_url) if isinstance(base_url, str) else EMBEDDED,
+        protocol=protocol,
+        provider=profile.name,
+        system=system,
+        model_settings=model_settings,
+        compat=profile.compat,
+    )
 
 
 class _EvalGroup(click.Group):
@@ -148,7 +178,7 @@ def _model_options(command: F) -> F:
     callback=_out_checked,
     default=DEFAULT_OUT,
     show_default=True,
-    help="Directory for results.jsonl; cases already there are not run again.",
+    help="Directory for results.jsonl, eval.json and report.html; cases already there are not run again.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON lines, one per category.")
 def run_command(
@@ -190,8 +220,12 @@ def run_command(
     --out gets every case's calls, verdict and reason (one line per case),
     report.html a self-contained page of accuracy bars and failing cases;
     run the same command again to resume an interrupted eval (cases with no
-    verdict run again). On a terminal (and without CI set) a progress bar
-    shows on stderr.
+    verdict run again). eval.json there records what the results are made
+    with (the model, its endpoint, protocol and provider, -s and -o): a run
+    into the same --out with another is refused, so two evals never mix in
+    one file (an --out of an older tether, with no eval.json, is resumed and
+    recorded). On a terminal (and without CI set) a progress bar shows on
+    stderr.
 
     A tether eval file is data: its cases may name registered toolsets
     only, unless --allow-toolset-files lets them name a module or a file
@@ -215,7 +249,9 @@ def run_command(
     the others run), 3 for a configuration error (a dataset with no cases, a
     data file or ground truth that is not what it should be, a line of an
     earlier run's results.jsonl that holds no result or another eval's
-    case (same id, another category), a toolset file named without
+    case (same id, another category), an --out whose results were made
+    with another model, endpoint, -s or -o (each difference named) or whose
+    eval.json is not such a record, a toolset file named without
     --allow-toolset-files, or an --out that cannot be written): the
     error names the file and line, and no case is sent. A report that cannot
     be written after the cases ran is 3 too; their results are kept.
@@ -232,8 +268,9 @@ def run_command(
         for dataset in datasets:
             cases.extend(load_dataset(dataset, toolsets, allow_toolset_files=allow_toolset_files)[:limit])
         check_cases(cases)
-        chosen, profile = _model(model, base_url, api_key, local_model, provider, protocol)
+        chosen, profile, spoken = _model(model, base_url, api_key, local_model, provider, protocol)
         checked(chosen, model_settings)  # a setting the protocol cannot send fails here, not in every case
+        record = _record("tether eval", chosen, profile, spoken, system, model_settings)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
 
@@ -251,6 +288,7 @@ def run_command(
                 on_result=progress.update,
                 system=system,
                 model_settings=model_settings,
+                record=record,
             )
         finally:
             progress.finish()
@@ -263,7 +301,7 @@ def run_command(
     except TetherError as exc:  # e.g. a line of an earlier run's results.jsonl that is no result (read first)
         fail(str(exc), exc.exit_code)
     try:
-        report = write_report(Path(out), results)
+        report = write_report(Path(out), results, record=record)
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
     rows = summarize(results)
@@ -375,7 +413,8 @@ DEFAULT_AGENTDOJO_OUT = "agentdojo-results"
     callback=_out_checked,
     default=DEFAULT_AGENTDOJO_OUT,
     show_default=True,
-    help="Directory with one folder per setting (results.jsonl, report.html); cases already there are not run again.",
+    help="Directory with one folder per setting (results.jsonl, eval.json, report.html); cases already there are "
+    "not run again.",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the measures as JSON lines, one per setting, suite, attack."
@@ -418,8 +457,12 @@ def agentdojo_command(
     (an endpoint, any protocol, or the embedded model). AgentDojo's default
     system message is sent unless -s gives one.
 
-    --out gets a folder per setting (results.jsonl, report.html; compare two
-    with tether eval compare); run the same command again to resume.
+    --out gets a folder per setting (results.jsonl, eval.json, report.html;
+    compare two with tether eval compare); run the same command again to
+    resume. eval.json records what a setting's results are made with (the
+    scripted model, or the model, its endpoint, protocol and provider; -s,
+    -o): a folder holding results made with another is refused before any
+    setting runs.
 
     Needs the agentdojo package: pip install --no-deps agentdojo==0.1.35, then
     what its suites import (docs/guides/agentdojo.md).
@@ -434,13 +477,15 @@ def agentdojo_command(
     reached a sink without an approval in a gated setting; 1 otherwise (see
     the report); 3 for a configuration error (agentdojo not installed, an
     unknown attack, a setting this tether cannot run, a line of a setting's
-    results.jsonl that holds no result).
+    results.jsonl that holds no result, a setting's folder whose results
+    were made with another model, -s or -o, or whose eval.json is no record).
     """
-    from tether.eval.agentdojo import DEFAULT_ATTACK, NO_ATTACK, SETTINGS, cases, setting
+    from tether.eval.agentdojo import BENCHMARK_VERSION, DEFAULT_ATTACK, NO_ATTACK, SETTINGS, cases, setting
     from tether.eval.agentdojo_models import ScriptedAgentDojoModel
     from tether.eval.agentdojo_report import failures, html_section, summarize, table, totals
     from tether.eval.harness import ERROR, read_results, run_eval
     from tether.eval.progress import Progress
+    from tether.eval.record import EvalRecord, check_record
     from tether.eval.report import write_report
 
     chosen_settings = settings or tuple(SETTINGS)
@@ -457,17 +502,26 @@ def agentdojo_command(
             )
             for name in chosen_settings
         ]
-        for name in chosen_settings:  # each setting's earlier results, before any setting runs
-            read_results(Path(out) / name)
+        scored = {}  # each setting's earlier results, read before any setting runs
+        for name in chosen_settings:
+            scored[name] = any(r.outcome != ERROR for r in read_results(Path(out) / name).values())
+        benchmark = f"agentdojo {BENCHMARK_VERSION}"
         if scripted is not None:
             if model or base_url or local_model:
                 raise ConfigurationError("--scripted takes no --model, --base-url or --local-model")
             chosen: Any = ScriptedAgentDojoModel(scripted)
             compat = None
+            made = EvalRecord.of(
+                benchmark, scripted, f"scripted:{scripted}", system=system, model_settings=model_settings
+            )
         else:
-            chosen, profile = _model(model, base_url, api_key, local_model, provider, protocol)
+            chosen, profile, spoken = _model(model, base_url, api_key, local_model, provider, protocol)
             checked(chosen, model_settings)
             compat = profile.compat
+            made = _record(benchmark, chosen, profile, spoken, system, model_settings)
+        records = {name: replace(made, setting=name) for name in chosen_settings}  # one record per folder
+        for name in chosen_settings:  # another eval's results in any setting's folder: before any setting runs
+            check_record(Path(out) / name, records[name], scored[name])
     except TetherError as exc:
         fail(str(exc), exc.exit_code)
 
@@ -487,6 +541,7 @@ def agentdojo_command(
                         on_result=progress.update,
                         system=system,
                         model_settings=model_settings,
+                        record=records[name],
                     )
                 finally:
                     progress.finish()
@@ -504,7 +559,9 @@ def agentdojo_command(
     for name, found in results.items():
         measured = totals(summarize(found, name))
         try:
-            write_report(Path(out) / name, found, f"tether eval agentdojo: {name}", html_section(measured))
+            write_report(
+                Path(out) / name, found, f"tether eval agentdojo: {name}", html_section(measured), records[name]
+            )
         except TetherError as exc:
             fail(str(exc), exc.exit_code)
         rows.extend(measured)

@@ -13,7 +13,9 @@ executed on BFCL's stateful classes, scored by final state and responses as
 BFCL scores them. ``tether.eval.agentdojo`` runs AgentDojo's prompt-injection
 suites on their environments, scored by AgentDojo's own checks, to measure
 tether's gates. See ``tether.eval.harness`` for how
-failures are sorted, ``tether.eval.report`` for report.html and comparing runs.
+failures are sorted, ``tether.eval.record`` for eval.json (what the results
+were made with: a resumed eval must be run with the same), ``tether.eval.report``
+for report.html and comparing runs.
 """
 
 from tether.core.errors import DatasetError
@@ -37,18 +39,21 @@ from tether.eval.harness import (
     table,
 )
 from tether.eval.multi_turn import MULTI_TURN, MultiTurnCase, check_turns
+from tether.eval.record import RECORD_FILE, EvalRecord
 
 __all__ = [
     "ERROR",
     "MISTAKE",
     "MULTI_TURN",
     "PASSED",
+    "RECORD_FILE",
     "REFUSED",
     "RESULTS_FILE",
     "SINGLE_TURN",
     "Case",
     "CaseResult",
     "DatasetError",
+    "EvalRecord",
     "MultiTurnCase",
     "Row",
     "TetherCase",

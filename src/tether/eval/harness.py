@@ -35,7 +35,9 @@ the file keeps one line per case. Every line read back must hold a result
 line may be cut short, by a process killed while it wrote it (no newline,
 not JSON, perhaps half a character): that one is left out, and its case
 runs again. A line whose case is of another category in this eval is
-another eval's (same case ids): a ``DatasetError`` as well.
+another eval's (same case ids): a ``DatasetError`` as well. ``eval.json``
+beside it says what the results were made with (``tether.eval.record``):
+resuming with another model, system message or model settings is refused.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from tether.core.redact import redact, redact_text
 from tether.core.settings import ModelSettings
 from tether.drivers.local.runner import Agent
 from tether.eval.checker import Output, Verdict
+from tether.eval.record import EvalRecord, check_record, write_record
 from tether.models.base import Model, ModelRequest
 from tether.tools import Tool
 
@@ -529,6 +532,7 @@ async def run_eval(
     on_start: Callable[[int, int], None] | None = None,
     system: str | None = None,
     model_settings: ModelSettings | None = None,
+    record: EvalRecord | None = None,
 ) -> list[CaseResult]:
     """Run and score every case not already scored in ``out``; all results, earlier ones included.
 
@@ -538,7 +542,9 @@ async def run_eval(
     the moment a slot frees. ``on_start(to_run, already_scored)`` is called once before
     the first case is sent, ``on_result`` after each case is scored (a
     progress bar's hooks). ``system`` is the system message of the cases that have none,
-    ``model_settings`` go with every request (``tether eval -s/-o``).
+    ``model_settings`` go with every request (``tether eval -s/-o``). ``record`` says what the eval is run
+    with (``tether.eval.record``): ``out`` keeps it in ``eval.json``, and results made with another are a
+    ``ConfigurationError`` before anything is sent or rewritten.
     """
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
@@ -547,6 +553,8 @@ async def run_eval(
     lines, earlier = _lines_by_case(out / RESULTS_FILE) if out is not None else (0, {})
     _check_same_eval(earlier, cases)
     done = {i: r for i, (_, r, _) in earlier.items() if r.outcome != ERROR}
+    if out is not None and record is not None and check_record(out, record, bool(done)) != record:
+        write_record(out, record)
     todo = deque(case for case in cases if case.id not in done)
     if on_start is not None:
         on_start(len(todo), len(cases) - len(todo))

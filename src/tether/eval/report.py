@@ -23,6 +23,7 @@ from typing import Any
 
 from tether.core.errors import ConfigurationError, DatasetError
 from tether.eval.harness import PASSED, RESULTS_FILE, CaseResult, Row, read_results_file, summarize
+from tether.eval.record import EvalRecord
 
 REPORT_FILE = "report.html"
 
@@ -121,8 +122,26 @@ def _failure(result: CaseResult) -> str:
     )
 
 
-def html_report(results: Iterable[CaseResult], title: str = "tether eval", section: str = "") -> str:
-    """The whole report as one HTML document; ``section`` (HTML, escaped by its maker) goes after the summary."""
+def _made_with(record: EvalRecord | None) -> str:
+    """The line saying what the results were made with (``eval.json``), or nothing."""
+    if record is None:
+        return ""
+    host = record.endpoint.partition("://")[2]  # no link: the page fetches nothing
+    where = f"at <code>{escape(host)}</code>" if host else f"(<code>{escape(record.endpoint)}</code>)"
+    said = [f"<code>{escape(record.model)}</code> {where}"]
+    said += [f"protocol <code>{escape(record.protocol)}</code>"] if record.protocol else []
+    said += [f"provider <code>{escape(record.provider)}</code>"] if record.provider else []
+    said += [f"system message <code>{escape(record.system)}</code>"] if record.system is not None else []
+    if record.model_settings is not None:
+        said.append(f"model settings <code>{escape(json.dumps(record.model_settings, ensure_ascii=False))}</code>")
+    return f'<p data-testid="eval-record">Model: {", ".join(said)}.</p>'
+
+
+def html_report(
+    results: Iterable[CaseResult], title: str = "tether eval", section: str = "", record: EvalRecord | None = None
+) -> str:
+    """The whole report as one HTML document; ``section`` (HTML, escaped by its maker) goes after the summary,
+    what ``record`` says of the model before it."""
     results = list(results)
     rows = summarize(results)
     failing = [r for r in results if r.outcome != PASSED]
@@ -134,6 +153,7 @@ def html_report(results: Iterable[CaseResult], title: str = "tether eval", secti
 <title>{escape(title)}</title><style>{_CSS}</style></head>
 <body>
 <h1>{escape(title)}</h1>
+{_made_with(record)}
 <p>{len(results)} case(s). Accuracy leaves infrastructure errors out. <i>mistakes</i>: the model's;
 <i>refused</i>: a gate refused a call or the reply; <i>errors</i>: no verdict (see the reason).</p>
 <table data-testid="summary"><thead><tr><th>category</th><th>accuracy</th><th></th><th class="num">passed</th>
@@ -148,12 +168,19 @@ def html_report(results: Iterable[CaseResult], title: str = "tether eval", secti
 """
 
 
-def write_report(out: Path, results: Iterable[CaseResult], title: str = "tether eval", section: str = "") -> Path:
-    """Write ``out/report.html``; a path that cannot be written is a ``ConfigurationError`` naming it (the
-    results are in ``results.jsonl`` already: the same command run again writes the report)."""
+def write_report(
+    out: Path,
+    results: Iterable[CaseResult],
+    title: str = "tether eval",
+    section: str = "",
+    record: EvalRecord | None = None,
+) -> Path:
+    """Write ``out/report.html`` (``record``: what the results were made with, shown under the title); a path
+    that cannot be written is a ``ConfigurationError`` naming it (the results are in ``results.jsonl``
+    already: the same command run again writes the report)."""
     path = out / REPORT_FILE
     try:
-        path.write_text(html_report(results, title, section), encoding="utf-8")
+        path.write_text(html_report(results, title, section, record), encoding="utf-8")
     except OSError as exc:
         raise ConfigurationError(
             f"cannot write {path}: {exc.strerror}; the results are in {out / RESULTS_FILE}, "
