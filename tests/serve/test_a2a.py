@@ -421,7 +421,8 @@ def _send(version: str, request_id: object = 7, text: str = "say: hi", **fields:
 async def test_a_message_tether_cannot_read_as_json_text_is_refused_with_a_precise_code_and_records_nothing(
     served: Served, version: str
 ) -> None:
-    """A body not UTF-8 or nested past tether's limit is a parse error (its id unread: null); a lone UTF-16
+    """A body not UTF-8 or nested past tether's limit is a parse error (its id unread: null); a key twice in one
+    object is invalid params in ``params`` (the id echoed) and an invalid request elsewhere; a lone UTF-16
     surrogate, which no store can keep, is invalid params in a part's text, a contextId or a metadata key (the
     request's id echoed) and an invalid request in the id. No traceback, no run, no conversation, and the next
     message is answered."""
@@ -437,6 +438,11 @@ async def test_a_message_tether_cannot_read_as_json_text_is_refused_with_a_preci
                                 (-32700, None)),
         "far past it": (_send(version, metadata={"k": "@"}).replace(deep, "[" * 100_000 + "]" * 100_000),
                         (-32700, None)),
+        # A key twice in one object is refused as in a model's arguments (which text is the prompt?), not last-wins.
+        "a key twice in a part": (_send(version, request_id=9, text="say: a").replace(
+            '"say: a"', '"say: a", "text": "say: b"'), (-32602, 9)),
+        "a key twice in the envelope": (_send(version, request_id=10).replace('"id": 10', '"id": 10, "id": 11'),
+                                        (-32600, None)),
     }  # fmt: skip
     headers = {"Authorization": "Bearer alice", "Content-Type": "application/json", "A2A-Version": version}
     with served.process("a2a") as (process, base):

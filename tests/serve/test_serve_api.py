@@ -311,3 +311,35 @@ async def test_a_body_with_every_field_wrong_gets_a_problem_of_bounded_size(
     assert refused.body["errors"][0] == {"loc": ["body", "a0"], "msg": "Extra inputs are not permitted"}
     assert refused.body["detail"].endswith("; and 59995 more (60000 in all)")
     assert len(json.dumps(refused.body)) < 10_000
+
+
+async def test_a_body_holding_a_key_twice_is_a_422_and_decides_nothing(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    """``{"approve": false, "approve": true}`` was an approval (the last key won): what a proxy, an audit log or
+    a reviewer reads first is not what the service did. A key twice in one object, at any depth, is refused as
+    the model's arguments are, and nothing is decided or started."""
+    with served.process() as (_, base):
+        api = Client(base, session)
+        run_id = await api.start(ALICE, "refund A7")
+        await api.settled(ALICE, run_id)
+        [item] = (await api.call("GET", "/approvals", BOB)).body["approvals"]
+        fingerprint = json.dumps(item["fingerprint"])
+        sent = {"Authorization": f"Bearer {BOB}", "Content-Type": "application/json"}
+        async with httpx.AsyncClient() as http:
+            decided = await http.post(
+                f"{base}/runs/{run_id}/approvals/{item['call_id']}",
+                content=f'{{"approve": false, "approve": true, "fingerprint": {fingerprint}}}'.encode(),
+                headers=sent,
+            )
+            started = await http.post(
+                f"{base}/runs", content=b'{"prompt": "say: hi", "prompt": "refund A7"}', headers=sent
+            )
+        assert decided.status_code == 422, decided.text
+        assert decided.headers["content-type"] == "application/problem+json"
+        assert decided.json()["detail"] == "body: duplicate key 'approve'"
+        assert started.status_code == 422 and started.json()["detail"] == "body: duplicate key 'prompt'"
+        assert (await api.call("GET", f"/runs/{run_id}", ALICE)).body["status"] == "awaiting_approval"
+        listed = (await api.call("GET", "/runs", ALICE)).body["runs"]
+        assert [r["run_id"] for r in listed] == [run_id]
+    assert served.refunds_made() == []

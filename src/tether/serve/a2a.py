@@ -31,8 +31,9 @@ Who is calling comes from the app's ``Authenticator``, asked before the SDK
 sees the request; the caller's principal owns the tasks it starts, and
 anyone else's task is the ``TaskNotFoundError`` a missing one is. Then the
 body is read as tether reads all JSON from outside (``nesting.loads``): one
-it cannot read, or holding a lone surrogate, is refused with its JSON-RPC
-code (``_unreadable``) before the SDK parses it or a run starts. The agent
+it cannot read, holding a lone surrogate, or holding a key twice in one
+object (which value counts is anybody's guess), is refused with its
+JSON-RPC code (``_unreadable``) before the SDK parses it or a run starts. The agent
 card (``/.well-known/agent-card.json``) is public: it names the agent, one
 skill (the agent itself, never its tools) and the authentication scheme.
 """
@@ -115,6 +116,7 @@ from tether.serve.follow import MOVING, changes, settled
 from tether.serve.identity import APPROVER_ROLE, Authenticator
 from tether.serve.problems import Problem
 from tether.serve.runs import WAITING_FOR_A_PERSON, AgentRuns, Caller
+from tether.tools.decoding import DuplicateKey, no_duplicates
 
 RPC_PATH = "/a2a"
 CARD_PATH = AGENT_CARD_WELL_KNOWN_PATH
@@ -554,7 +556,9 @@ def _unreadable(body: bytes) -> tuple[A2AError | JSONRPCError, str | int | None]
     method, the request is none.
     """
     try:
-        nesting.loads(body, nesting.MAX_DEPTH)
+        nesting.loads(body, nesting.MAX_DEPTH, object_pairs_hook=no_duplicates)
+    except DuplicateKey as exc:  # JSON no deeper than the limit: measured first
+        return _duplicate(json.loads(nesting.text_of(body), object_pairs_hook=tuple), exc)
     except nesting.NestedTooDeep as exc:
         return JSONParseError(message=f"the body is {exc}"), None
     except UnicodeDecodeError:
@@ -569,6 +573,18 @@ def _unreadable(body: bytes) -> tuple[A2AError | JSONRPCError, str | int | None]
     except ValueError:  # not JSON at all: the SDK's own parse error
         pass
     return None
+
+
+def _duplicate(pairs: object, exc: DuplicateKey) -> tuple[A2AError | JSONRPCError, str | int | None]:
+    """A body holding a key twice in one object (``pairs``: its objects as tuples of pairs): which value counts is
+    anybody's guess, so none does. In ``params`` the method's parameters are invalid, and the id is echoed; in
+    the envelope (the id itself, say) the request is none."""
+    top = pairs if isinstance(pairs, tuple) else ()
+    keys = [key for key, _ in top]
+    if len(set(keys)) < len(keys) or "params" not in keys:
+        return InvalidRequestError(message=f"the request holds a {exc}"), None
+    found = dict(top).get("id")
+    return InvalidParamsError(message=f"the params hold a {exc}"), found if _an_id(found) else None
 
 
 def _an_id(value: object) -> bool:

@@ -11,16 +11,20 @@ sentence: nothing of it reaches the client.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tether.tools.decoding import DuplicateKey, no_duplicates
 
 PROBLEM_JSON = "application/problem+json"
 # Errors a 422 lists (its detail names the first five and counts the rest): a body of many wrong fields
@@ -131,7 +135,35 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
+class _StrictRequest(Request):
+    """A request whose JSON body holds no key twice in one object (``tether.tools.decoding.no_duplicates``)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            try:
+                self._json = json.loads(await self.body(), object_pairs_hook=no_duplicates)
+            except DuplicateKey as exc:
+                raise StarletteHTTPException(422, f"body: {exc}") from None
+        return self._json
+
+
+class StrictJSONRoute(APIRoute):
+    """A route whose JSON body is refused (422) when an object holds a key twice, as a model's arguments are:
+    ``{"approve": false, "approve": true}`` would be an approval (the last key wins), while a proxy, an audit log
+    or a reviewer may read the first. Everything else about the body is FastAPI's."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handler(_StrictRequest(request.scope, request.receive))
+
+        return strict
+
+
 def install(app: FastAPI, *, max_body_bytes: int) -> None:
+    """The API's problem documents, its body limit, and its strict JSON bodies (for the routes added after)."""
+    app.router.route_class = StrictJSONRoute
     app.add_middleware(BodyLimit, limit=max_body_bytes)
     app.add_exception_handler(Problem, _on_problem)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
