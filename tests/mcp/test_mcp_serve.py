@@ -414,9 +414,7 @@ def test_a_line_that_is_no_message_is_answered_and_the_session_goes_on(tools_fil
         latin1 = b'{"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {"\xff": 1}}'
         client.send(latin1)
         byte = latin1.index(b"\xff")
-        assert client.answer() == refused(
-            None, -32700, f"Parse error: the message is not UTF-8 (byte {byte} of the line)"
-        )
+        assert client.answer() == refused(None, -32700, f"Parse error: the message is not UTF-8 (at byte {byte})")
         client.send("x" * 1_000_000)  # the answer quotes 100 characters of it, not the line
         message = client.answer()["error"]["message"]
         assert message == f"Parse error: the message is not JSON: Expecting value at character 0, near {'x' * 100!r}…"

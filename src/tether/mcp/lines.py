@@ -26,6 +26,9 @@ is wrong and quotes at most ``QUOTED_CHARS`` characters of the line. A
 notification or a response is never answered: it is dropped, and a warning
 on the ``tether.mcp`` logger (stderr, unless logging is set up) says why,
 without the line. Either way the next line is read as usual.
+
+``check_line`` reads each POST's body to ``tether serve --mcp`` the same
+way (``tether.serve.mcp_http``), which answers a refused one over HTTP.
 """
 
 from __future__ import annotations
@@ -127,7 +130,7 @@ def check_line(line: bytes) -> str | Refused:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return Refused(types.PARSE_ERROR, f"Parse error: the message is not UTF-8 (byte {exc.start} of the line)")
+        return Refused(types.PARSE_ERROR, f"Parse error: the message is not UTF-8 (at byte {exc.start})")
     try:
         value = _STRICT.decode(text)
     except DuplicateKey:

@@ -11,6 +11,18 @@ refuses is its 401 problem, before the MCP SDK sees it. An MCP session is
 bound to the principal that opened it: another principal presenting its id
 is told the session does not exist.
 
+A POST's body (bounded by the app's body limit) is read next, as strictly as
+``tether mcp serve`` reads a line (``tether.mcp.lines.check_line``): the
+SDK reads JSON keeping the last of duplicate keys, so ``{"approve": false,
+"approve": true}`` in a client's answer to an approval question was an
+approval, and it takes ``NaN`` and ``1e400``. A body that fails is not
+passed on: it is a 400 holding the JSON-RPC error (``application/json``, as
+the SDK answers a body it cannot parse), with the request's id when that
+can be read unambiguously. A notification or a response that fails gets the
+same 400 with a null id, as the MCP transport says of input a server does
+not accept (a 202 would tell the client its answer was taken). A body that
+passes is handed to the SDK unchanged.
+
 A run that waits for approval: when the caller holds the approver role and
 its client declared MCP elicitation (form mode), each waiting call is put
 to the client's user, showing the tool, its redacted arguments and the
@@ -50,12 +62,14 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from tether.core.envelope import ErrorCode
 from tether.core.machine import Status
 from tether.core.redact import redact
+from tether.mcp.lines import Refused, check_line
 from tether.mcp.server import DEFAULT_ELICITATION_SECONDS, ask_user, can_ask, check_elicitation_seconds
 from tether.serve.follow import settled
 from tether.serve.identity import APPROVER_ROLE, Authenticator
@@ -209,6 +223,13 @@ class _Authenticated:
         # The SDK binds a session to the user that opened it (``client_id``): here, the principal.
         token = AccessToken(token="", client_id=principal.id, scopes=sorted(principal.scopes))
         scope["user"] = AuthenticatedUser(token)
+        if request.method == "POST":
+            body = await request.body()  # bounded by the app's BodyLimit: a 413 problem past it
+            checked = check_line(body)
+            if isinstance(checked, Refused):
+                await _refused_body(checked)(scope, receive, send)
+                return
+            receive = _replayed(body, receive)
         await self.manager.handle_request(scope, receive, send)
 
     def _sessions_of(self, principal_id: str) -> int:
@@ -216,6 +237,25 @@ class _Authenticated:
         open that many would shut every other out), not per caller."""
         owners = getattr(self.manager, "_session_owners", {})  # the SDK's record of who opened each session
         return sum(1 for owner in owners.values() if owner.get("client_id") == principal_id)
+
+
+def _refused_body(refused: Refused) -> Response:
+    """A body that is not passed on: 400 and its JSON-RPC error, as the SDK answers a body it cannot parse."""
+    error = types.JSONRPCError(
+        jsonrpc="2.0", id=refused.ident, error=types.ErrorData(code=refused.code, message=refused.message)
+    )
+    return Response(error.model_dump_json(by_alias=True, exclude_unset=True), 400, media_type="application/json")
+
+
+def _replayed(body: bytes, receive: Receive) -> Receive:
+    """``receive`` with the body already read given again, whole, for the SDK to read; then the client's own
+    messages (its disconnect, which ends an SSE answer)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
 
 
 def add_route(
