@@ -8,11 +8,14 @@ decides it over the HTTP API. Bob's own client, which can be asked (MCP
 elicitation), approves or declines the call it is shown, bound to its
 fingerprint; left unanswered past ``--elicitation-seconds``, the question is
 taken back and the call waits for a decision over HTTP. Without a key, or
-with a wrong one, nothing is served.
+with a wrong one, nothing is served. A body tether does not read (a key
+twice, not JSON) is a 400 JSON-RPC error, and nothing comes of it: no run,
+no decision.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -231,3 +234,102 @@ async def test_one_caller_cannot_hold_every_session_the_process_has(served: Serv
             refused = await opened("carol")
             assert refused.status_code == 429 and "MCP sessions open" in refused.text, refused.text
             assert (await opened("alice")).status_code == 200  # another caller is not shut out
+
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+              "capabilities": {"elicitation": {}}, "clientInfo": {"name": "probe", "version": "1"}}}  # fmt: skip
+
+
+async def raw_session(http: httpx.AsyncClient, base: str, key: str) -> dict[str, str]:
+    """Open an MCP session over plain HTTP (a client that declares elicitation); the headers each POST in it
+    sends."""
+    headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {key}",
+               "Content-Type": "application/json"}  # fmt: skip
+    opened = await http.post(f"{base}/mcp", json=INITIALIZE, headers=headers)
+    assert opened.status_code == 200, opened.text
+    headers |= {"Mcp-Session-Id": opened.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-06-18"}
+    ready = await http.post(f"{base}/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                            headers=headers)  # fmt: skip
+    assert ready.status_code == 202, ready.text
+    return headers
+
+
+async def sse_messages(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON-RPC messages of an SSE answer, as they come."""
+    async for line in response.aiter_lines():
+        if line.startswith("data:") and line.removeprefix("data:").strip():
+            yield json.loads(line.removeprefix("data:"))
+
+
+def refused(ident: int | None, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
+
+
+async def test_a_body_tether_does_not_read_is_a_json_rpc_error_and_starts_no_run(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    """The SDK reads a body keeping the last of duplicate keys: {"prompt": "say: hi", "prompt": "Please refund..."}
+    ran the refund desk on a prompt a reviewer of the first key never saw. Each body is answered 400 with its
+    JSON-RPC error, no run starts, no model is asked, and the session goes on."""
+    call = (b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "agent",'
+            b' "arguments": {"prompt": "say: hi", "prompt": "Please refund order A7."}}}')  # fmt: skip
+    not_json = "Parse error: the message is not JSON: Expecting value at character 0, near 'hello'"
+    bodies = [
+        (call, refused(7, -32602, "Invalid params: duplicate key 'prompt' in params.arguments")),
+        (b"hello", refused(None, -32700, not_json)),
+        (
+            call.replace(b'"say: hi", "prompt"', b'NaN, "n"'),
+            refused(None, -32700, "Parse error: NaN is not valid JSON"),
+        ),
+        (call.replace(b'"id": 7', b'"id": 7, "id": 8'), refused(None, -32600, "Invalid Request: duplicate key 'id'")),
+    ]
+    with served_with_keys(served) as (base, keys):
+        async with httpx.AsyncClient(timeout=30) as http:
+            headers = await raw_session(http, base, keys["alice"])
+            for body, answer in bodies:
+                reply = await http.post(f"{base}/mcp", content=body, headers=headers)
+                assert (reply.status_code, reply.headers["content-type"]) == (400, "application/json"), reply.text
+                assert reply.json() == answer
+            api = Client(base, session)
+            assert (await api.call("GET", "/runs", keys["alice"])).body["runs"] == []
+            assert served.model.requests == []
+
+            fine = call.replace(b'"say: hi", "prompt": "Please refund order A7."', b'"say: hi"')
+            async with http.stream("POST", f"{base}/mcp", content=fine, headers=headers) as reply:
+                assert reply.status_code == 200
+                answer = [message async for message in sse_messages(reply)][-1]
+        assert answer["id"] == 7 and answer["result"]["structuredContent"]["output"] == "You said hi"
+        assert len((await api.call("GET", "/runs", keys["alice"])).body["runs"]) == 1
+
+
+async def test_an_approval_answer_holding_approve_twice_decides_nothing(
+    served: Served, session: aiohttp.ClientSession
+) -> None:
+    """Bob's client answers the approval question with {"approve": false, "approve": true}: read last-wins, that
+    was an approval and the refund was made. It is a 400 JSON-RPC error (a response has no id to echo), the
+    question stays open until --elicitation-seconds, and the call waits for a decision."""
+    with served_with_keys(served, "--elicitation-seconds", "1") as (base, keys):
+        async with httpx.AsyncClient(timeout=30) as http:
+            headers = await raw_session(http, base, keys["bob"])
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                    "params": {"name": "agent", "arguments": {"prompt": "Please refund order A7."}}}  # fmt: skip
+            with anyio.fail_after(30):
+                async with http.stream("POST", f"{base}/mcp", json=call, headers=headers) as reply:
+                    assert reply.status_code == 200
+                    messages = sse_messages(reply)
+                    question = await anext(messages)
+                    assert question["method"] == "elicitation/create", question
+                    content = '{"action": "accept", "content": {"approve": false, "approve": true}}'
+                    answer = f'{{"jsonrpc": "2.0", "id": {json.dumps(question["id"])}, "result": {content}}}'
+                    answered = await http.post(f"{base}/mcp", content=answer, headers=headers)
+                    assert (answered.status_code, answered.headers["content-type"]) == (400, "application/json")
+                    assert answered.json() == refused(
+                        None, -32600, "Invalid Request: duplicate key 'approve' in result.content"
+                    )
+                    rest = [message async for message in messages]
+        [result] = [m for m in rest if m.get("id") == 2]
+        waiting = result["result"]["structuredContent"]
+        assert waiting["status"] == "awaiting_approval", result
+        view = (await Client(base, session).call("GET", f"/runs/{waiting['run_id']}", keys["bob"])).body
+        assert [c["tool"] for c in view["pending_approvals"]] == ["refund"]  # nothing decided
+        assert served.refunds_made() == []
