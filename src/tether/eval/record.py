@@ -215,7 +215,7 @@ def read_record(out: Path) -> EvalRecord | None:
     path = out / RECORD_FILE
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (the results' writer says why it cannot be)
         return None
     except OSError as exc:
         raise DatasetError(f"cannot read {path}: {exc.strerror}") from None
@@ -258,4 +258,4 @@ def write_record(out: Path, record: EvalRecord) -> None:
     except OSError as exc:
         if fresh.is_file():
             fresh.unlink()
-        raise ConfigurationError(f"cannot write the eval's record in {out}: {exc.strerror}") from None
+        raise ConfigurationError(f"cannot write the results in {out}: {exc.strerror}") from None
