@@ -455,21 +455,19 @@ def test_a_key_twice_is_refused_naming_it_and_the_tool_does_not_run(tools_file: 
 
 def test_an_approval_answer_holding_a_key_twice_approves_nothing(tools_file: Path, tmp_path: Path) -> None:
     """The user's answer to "Approve transfer?" with ``{"approve": false, "approve": true}``: not an approval. A
-    response is never answered: it is dropped, and the question goes unanswered until its time is up."""
-    with RawClient(tools_file, env={"TETHER_ELICITATION_SECONDS": "1"}) as client:
+    response is never answered: it is dropped, and the question ends at once, unanswered (not when its time is
+    up: the bound here is a minute, the wait for the answer 15 seconds)."""
+    with RawClient(tools_file, env={"TETHER_ELICITATION_SECONDS": "60"}) as client:
         client.initialize({"elicitation": {}})
         client.send(call(2, "transfer", '{"amount": 5, "to": "bob"}'))
         asked = client.answer()
         assert asked["method"] == "elicitation/create"
         accepted = '{"action": "accept", "content": {"approve": false, "approve": true}}'
         client.send(f'{{"jsonrpc": "2.0", "id": {json.dumps(asked["id"])}, "result": {accepted}}}')
-        while "method" in (answer := client.answer()):  # the SDK tells the client the question is cancelled
-            assert answer["method"] == "notifications/cancelled"
-        result = answered_call(answer, 2)
+        result = answered_call(client.answer(), 2)
         assert result["isError"] is True
         assert (
-            result["content"][0]["text"]
-            == "denied: transfer needs approval and the user did not answer within 1 seconds"
+            result["content"][0]["text"] == "denied: transfer needs approval and the client did not give it (MCPError)"
         )
         _, said = client.close()
         assert effects(tmp_path) == []

@@ -25,7 +25,10 @@ id when it can be read unambiguously, else ``null``. The message names what
 is wrong and quotes at most ``QUOTED_CHARS`` characters of the line. A
 notification or a response is never answered: it is dropped, and a warning
 on the ``tether.mcp`` logger (stderr, unless logging is set up) says why,
-without the line. Either way the next line is read as usual.
+without the line. A response that names its request's id unambiguously is
+replaced by an error response to that request, so that the question it
+answers (an approval asked of the user) ends at once, unanswered: a refused
+answer is no approval. Either way the next line is read as usual.
 
 ``check_line`` reads each POST's body to ``tether serve --mcp`` the same
 way (``tether.serve.mcp_http``), which answers a refused one over HTTP.
@@ -112,6 +115,8 @@ class ClientLines:
                 yield checked
             elif not checked.answered:
                 logger.warning("tether mcp serve dropped a %s: %s", checked.kind, checked.message)
+                if checked.kind == "response" and checked.ident is not None:
+                    yield _unread(checked)  # the question it answers ends now, unanswered, not when its time is up
             elif not await self._answer(checked):
                 return
 
@@ -224,11 +229,18 @@ def _refusal(pairs: tuple[tuple[str, Any], ...] | None, code: int, message: str)
     methods = [v for k, v in pairs or () if k == "method"]
     if "id" not in keys and len(methods) == 1 and isinstance(methods[0], str):
         return Refused(code, message, answered=False, kind="notification")
-    if not methods and ("result" in keys or "error" in keys):
-        return Refused(code, message, answered=False, kind="response")
     ids = [v for k, v in pairs or () if k == "id"]
     ident = ids[0] if len(ids) == 1 and isinstance(ids[0], int | str) and not isinstance(ids[0], bool) else None
+    if not methods and ("result" in keys or "error" in keys):
+        return Refused(code, message, ident=ident, answered=False, kind="response")
     return Refused(code, message, ident=ident)
+
+
+def _unread(refused: Refused) -> str:
+    """In place of a client's response that is not passed on (to a question this server asked, its id
+    ``refused.ident``): an error response to the same question, so that it ends at once, unanswered."""
+    error = {"code": refused.code, "message": f"the client's answer was not read: {refused.message}"}
+    return json.dumps({"jsonrpc": "2.0", "id": refused.ident, "error": error})
 
 
 def _not_a_message(value: Any) -> str:

@@ -242,7 +242,9 @@ class _Authenticated:
 def _refused_body(refused: Refused) -> Response:
     """A body that is not passed on: 400 and its JSON-RPC error, as the SDK answers a body it cannot parse."""
     error = types.JSONRPCError(
-        jsonrpc="2.0", id=refused.ident, error=types.ErrorData(code=refused.code, message=refused.message)
+        jsonrpc="2.0",
+        id=refused.ident if refused.answered else None,  # a notification's or a response's: no request of the client's
+        error=types.ErrorData(code=refused.code, message=refused.message),
     )
     return Response(error.model_dump_json(by_alias=True, exclude_unset=True), 400, media_type="application/json")
 
