@@ -174,18 +174,9 @@ def recorded_system(system: str | None) -> str | None:
     """The system message as it is recorded: itself, or its sha256 when it is long or holds a secret's shape."""
     if system is None:
         return None
-    if len(system) <= SHOWN_CHARS and redact_text(system) == system and _utf8(system):
+    if len(system) <= SHOWN_CHARS and redact_text(system) == system and nesting.utf8(system):
         return system
     return _digest(system)
-
-
-def _utf8(text: str) -> bool:
-    """Whether ``text`` is text (no lone surrogate, as a command line's undecodable bytes give)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def recorded_settings(settings: ModelSettings | None) -> dict[str, Any] | str | None:

@@ -153,16 +153,27 @@ def can_ask(ctx: Any) -> bool:
     return elicitation is not None and (elicitation.form is not None or elicitation.url is None)
 
 
-async def ask_user(ctx: Any, message: str, schema: dict[str, Any], within: float) -> types.ElicitResult | None:
-    """Put ``message`` to the client's user as a form of ``schema``: the answer, or None if none came within
-    ``within`` seconds. Any other failure to answer is raised as it came.
+async def ask_user(ctx: Any, tool: str, message: str, within: float) -> types.ElicitResult | None:
+    """Put ``message`` to the client's user as a form asking whether to run ``tool`` (one boolean,
+    ``APPROVE_FIELD``): the answer, or None if none came within ``within`` seconds. Any other failure to answer
+    is raised as it came; ``approved`` reads the answer.
 
     The whole question is bounded, sending it too (a client that stops reading blocks the write); the SDK
     tells the client the abandoned question is cancelled, and drops an answer that comes after."""
+    schema = {
+        "type": "object",
+        "properties": {APPROVE_FIELD: {"type": "boolean", "title": f"Run {tool}", "description": message}},
+        "required": [APPROVE_FIELD],
+    }
     with anyio.move_on_after(within):
         answer: types.ElicitResult = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
         return answer
     return None
+
+
+def approved(answer: types.ElicitResult) -> bool:
+    """Whether the user's ``answer`` to ``ask_user`` approves the call: accepted, with ``APPROVE_FIELD`` true."""
+    return answer.action == "accept" and (answer.content or {}).get(APPROVE_FIELD) is True
 
 
 async def _ask_approval(ctx: Any, tool: str, checked: Accepted, within: float) -> types.CallToolResult | None:
@@ -170,19 +181,14 @@ async def _ask_approval(ctx: Any, tool: str, checked: Accepted, within: float) -
     arguments = json.dumps(checked.arguments, sort_keys=True, ensure_ascii=False)
     digest = fingerprint(tool, checked.arguments)
     message = f"Approve {tool} with exactly these arguments? {arguments} (fingerprint {digest[:16]})"
-    schema = {
-        "type": "object",
-        "properties": {APPROVE_FIELD: {"type": "boolean", "title": f"Run {tool}", "description": message}},
-        "required": [APPROVE_FIELD],
-    }
     try:
-        answer = await ask_user(ctx, message, schema, within)
+        answer = await ask_user(ctx, tool, message, within)
     except Exception as exc:  # the client failed to answer: no approval, whatever the reason
         return _error(ErrorCode.DENIED, f"{tool} needs approval and the client did not give it ({type(exc).__name__})")
     if answer is None:
         return _error(ErrorCode.DENIED, f"{tool} needs approval and the user did not answer within {within:g} seconds")
     # The answer belongs to this request (the SDK pairs them by id), whose call runs with the arguments shown.
-    if answer.action == "accept" and (answer.content or {}).get(APPROVE_FIELD) is True:
+    if approved(answer):
         return None
     said = "cancelled the question" if answer.action == "cancel" else "declined it"
     return _error(ErrorCode.DENIED, f"{tool} needs approval and the user {said}")

@@ -70,7 +70,7 @@ from tether.core.envelope import ErrorCode
 from tether.core.machine import Status
 from tether.core.redact import redact
 from tether.mcp.lines import Refused, check_line
-from tether.mcp.server import DEFAULT_ELICITATION_SECONDS, ask_user, can_ask, check_elicitation_seconds
+from tether.mcp.server import DEFAULT_ELICITATION_SECONDS, approved, ask_user, can_ask, check_elicitation_seconds
 from tether.serve.follow import settled
 from tether.serve.identity import APPROVER_ROLE, Authenticator
 from tether.serve.problems import Problem
@@ -78,7 +78,6 @@ from tether.serve.runs import WAITING_FOR_A_PERSON, AgentRuns, Caller
 
 MCP_PATH = "/mcp"
 DEFAULT_DESCRIPTION = "Ask the agent: give it the whole task as the prompt; its answer is the result."
-APPROVE_FIELD = "approve"
 MAX_SESSIONS_PER_PRINCIPAL = 64  # of the SDK's 10,000 a process holds; each idles out after 30 minutes
 _CALLER = "tether.caller"  # where the authenticated caller waits in the request's scope
 
@@ -146,21 +145,16 @@ async def _ask(ctx: Any, runs: AgentRuns, caller: Caller, view: dict[str, Any], 
         digest = call["fingerprint"][:16]
         asks = f"Run {call['run_id']} asks to call {call['tool']} with {arguments}"
         message = f"{asks} (fingerprint {digest}){why}. Approve?"
-        schema = {
-            "type": "object",
-            "properties": {APPROVE_FIELD: {"type": "boolean", "title": f"Run {call['tool']}", "description": message}},
-            "required": [APPROVE_FIELD],
-        }
         try:
-            answer = await ask_user(ctx, message, schema, within)
+            answer = await ask_user(ctx, call["tool"], message, within)
         except Exception:  # the client failed to answer: nothing is decided, the call waits for an approver
             return False
         if answer is None or answer.action == "cancel":  # no answer in time, or none given: as above
             return False
-        approved = answer.action == "accept" and (answer.content or {}).get(APPROVE_FIELD) is True
-        reason = None if approved else "declined when asked through MCP"
+        yes = approved(answer)
+        reason = None if yes else "declined when asked through MCP"
         await runs.decide_as(
-            call["run_id"], call["call_id"], caller, approved=approved, reason=reason, fingerprint=call["fingerprint"]
+            call["run_id"], call["call_id"], caller, approved=yes, reason=reason, fingerprint=call["fingerprint"]
         )
     return True
 
