@@ -132,6 +132,8 @@ def test_an_endpoint_is_measured_through_its_api_tokens_and_all(tmp_path: Path) 
     ("extra", "said"),
     [
         (("--attack", "nosuch"), "no AgentDojo attack 'nosuch'"),
+        # AgentDojo's manual attack calls input() per case: on a closed stdin the whole eval aborted, results lost.
+        (("--attack", "manual"), "the manual attack asks for each injection's text on the terminal"),
         (("--model", "gpt-4o"), "--scripted takes no --model"),
     ],
 )

@@ -60,6 +60,8 @@ class _Pipeline:
 
 
 _ATTACKS: dict[tuple[str, str, str], Any] = {}
+# Attacks that read their text from a person at the terminal (``input()``), which an unattended eval has not got.
+_INTERACTIVE = frozenset({"manual"})
 
 
 def attack(suite: str, name: str, model: str) -> Any:
@@ -69,6 +71,11 @@ def attack(suite: str, name: str, model: str) -> Any:
         registry = imported("attacks.attack_registry")
         if name not in registry.ATTACKS:
             raise ConfigurationError(f"no AgentDojo attack {name!r} (there are: {', '.join(attack_names())})")
+        if name in _INTERACTIVE:
+            raise ConfigurationError(
+                f"the {name} attack asks for each injection's text on the terminal, case by case; an eval runs "
+                "unattended: choose another attack"
+            )
         names: dict[str, str] = imported("models").MODEL_NAMES
         prose = next((p for full, p in names.items() if full in model), None)
         # Attacks that name the model refuse a pipeline they have no name for: they get a known one, then ours.
