@@ -10,7 +10,8 @@ fingerprint; left unanswered past ``--elicitation-seconds``, the question is
 taken back and the call waits for a decision over HTTP. Without a key, or
 with a wrong one, nothing is served. A body tether does not read (a key
 twice, not JSON) is a 400 JSON-RPC error, and nothing comes of it: no run,
-no decision.
+no decision; such an answer to an approval question ends the question at
+once, as if its time were up.
 """
 
 from __future__ import annotations
@@ -302,18 +303,20 @@ async def test_a_body_tether_does_not_read_is_a_json_rpc_error_and_starts_no_run
         assert len((await api.call("GET", "/runs", keys["alice"])).body["runs"]) == 1
 
 
-async def test_an_approval_answer_holding_approve_twice_decides_nothing(
+async def test_an_approval_answer_holding_approve_twice_decides_nothing_and_ends_the_question_at_once(
     served: Served, session: aiohttp.ClientSession
 ) -> None:
     """Bob's client answers the approval question with {"approve": false, "approve": true}: read last-wins, that
-    was an approval and the refund was made. It is a 400 JSON-RPC error (a response has no id to echo), the
-    question stays open until --elicitation-seconds, and the call waits for a decision."""
-    with served_with_keys(served, "--elicitation-seconds", "1") as (base, keys):
+    was an approval and the refund was made. It is a 400 JSON-RPC error (a response has no id to echo), and the
+    question ends at once, unanswered, as when its time is up: the call's result says where an approver decides
+    (not after --elicitation-seconds: a minute here, the wait for the result 20 seconds), nothing is decided, and
+    Bob's decision over HTTP then takes effect once."""
+    with served_with_keys(served, "--elicitation-seconds", "60") as (base, keys):
         async with httpx.AsyncClient(timeout=30) as http:
             headers = await raw_session(http, base, keys["bob"])
             call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                     "params": {"name": "agent", "arguments": {"prompt": "Please refund order A7."}}}  # fmt: skip
-            with anyio.fail_after(30):
+            with anyio.fail_after(20):
                 async with http.stream("POST", f"{base}/mcp", json=call, headers=headers) as reply:
                     assert reply.status_code == 200
                     messages = sse_messages(reply)
@@ -327,9 +330,23 @@ async def test_an_approval_answer_holding_approve_twice_decides_nothing(
                         None, -32600, "Invalid Request: duplicate key 'approve' in result.content"
                     )
                     rest = [message async for message in messages]
+        assert not any(m.get("method") == "notifications/cancelled" for m in rest)  # ended, not taken back
         [result] = [m for m in rest if m.get("id") == 2]
         waiting = result["result"]["structuredContent"]
         assert waiting["status"] == "awaiting_approval", result
-        view = (await Client(base, session).call("GET", f"/runs/{waiting['run_id']}", keys["bob"])).body
+        [call_waiting] = waiting["waiting"]
+        run_id, call_id = waiting["run_id"], call_waiting["call_id"]
+        assert f"POST /runs/{run_id}/approvals/{call_id}" in result["result"]["content"][0]["text"]
+        api = Client(base, session)
+        view = (await api.call("GET", f"/runs/{run_id}", keys["bob"])).body
         assert [c["tool"] for c in view["pending_approvals"]] == ["refund"]  # nothing decided
         assert served.refunds_made() == []
+
+        decision = {"approve": True, "fingerprint": call_waiting["fingerprint"]}
+        decided = await api.call("POST", f"/runs/{run_id}/approvals/{call_id}", keys["bob"], decision)
+        assert decided.status == 200, decided.body
+        done = await api.settled(keys["bob"], run_id)
+        assert (done["status"], done["output"]) == ("completed", "Refunded 42 on order A7.")
+        again = await api.call("POST", f"/runs/{run_id}/approvals/{call_id}", keys["bob"], decision)
+        assert again.status == 409, again.body
+        assert served.refunds_made() == ["A7 42"]

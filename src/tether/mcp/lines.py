@@ -28,10 +28,12 @@ on the ``tether.mcp`` logger (stderr, unless logging is set up) says why,
 without the line. A response that names its request's id unambiguously is
 replaced by an error response to that request, so that the question it
 answers (an approval asked of the user) ends at once, unanswered: a refused
-answer is no approval. Either way the next line is read as usual.
+answer is no approval (``unread`` says what takes its place). Either way
+the next line is read as usual.
 
 ``check_line`` reads each POST's body to ``tether serve --mcp`` the same
-way (``tether.serve.mcp_http``), which answers a refused one over HTTP.
+way (``tether.serve.mcp_http``), which answers a refused one over HTTP and
+ends the question a refused response answers with ``unread`` too.
 """
 
 from __future__ import annotations
@@ -115,8 +117,8 @@ class ClientLines:
                 yield checked
             elif not checked.answered:
                 logger.warning("tether mcp serve dropped a %s: %s", checked.kind, checked.message)
-                if checked.kind == "response" and checked.ident is not None:
-                    yield _unread(checked)  # the question it answers ends now, unanswered, not when its time is up
+                if (instead := unread(checked)) is not None:
+                    yield instead  # the question it answers ends now, unanswered, not when its time is up
             elif not await self._answer(checked):
                 return
 
@@ -236,9 +238,12 @@ def _refusal(pairs: tuple[tuple[str, Any], ...] | None, code: int, message: str)
     return Refused(code, message, ident=ident)
 
 
-def _unread(refused: Refused) -> str:
-    """In place of a client's response that is not passed on (to a question this server asked, its id
-    ``refused.ident``): an error response to the same question, so that it ends at once, unanswered."""
+def unread(refused: Refused) -> str | None:
+    """In place of a client's response that is not passed on and names its request's id (``refused.ident``; a
+    question this server asked, or none the SDK knows, which drops it): an error response to that question, so
+    that it ends at once, unanswered. None for any other refused message, which nothing takes the place of."""
+    if refused.kind != "response" or refused.ident is None:
+        return None
     error = {"code": refused.code, "message": f"the client's answer was not read: {refused.message}"}
     return json.dumps({"jsonrpc": "2.0", "id": refused.ident, "error": error})
 

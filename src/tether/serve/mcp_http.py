@@ -20,8 +20,12 @@ passed on: it is a 400 holding the JSON-RPC error (``application/json``, as
 the SDK answers a body it cannot parse), with the request's id when that
 can be read unambiguously. A notification or a response that fails gets the
 same 400 with a null id, as the MCP transport says of input a server does
-not accept (a 202 would tell the client its answer was taken). A body that
-passes is handed to the SDK unchanged.
+not accept (a 202 would tell the client its answer was taken). A refused
+response that names its request's id (an answer to an approval question)
+also ends that question at once, unanswered, as ``tether mcp serve`` does
+(``tether.mcp.lines.unread`` is handed to the session in its place): a
+refused answer is no approval, and the call goes on as when nobody answers
+in time. A body that passes is handed to the SDK unchanged.
 
 A run that waits for approval: when the caller holds the approver role and
 its client declared MCP elicitation (form mode), each waiting call is put
@@ -69,7 +73,7 @@ from starlette.types import Message, Receive, Scope, Send
 from tether.core.envelope import ErrorCode
 from tether.core.machine import Status
 from tether.core.redact import redact
-from tether.mcp.lines import Refused, check_line
+from tether.mcp.lines import Refused, check_line, unread
 from tether.mcp.server import DEFAULT_ELICITATION_SECONDS, approved, ask_user, can_ask, check_elicitation_seconds
 from tether.serve.follow import settled
 from tether.serve.identity import APPROVER_ROLE, Authenticator
@@ -221,6 +225,11 @@ class _Authenticated:
             body = await request.body()  # bounded by the app's BodyLimit: a 413 problem past it
             checked = check_line(body)
             if isinstance(checked, Refused):
+                instead = unread(checked)
+                in_session = MCP_SESSION_ID_HEADER in request.headers and not self.manager.stateless
+                if instead is not None and in_session:  # only a session's client is asked anything
+                    # The question it answers ends now, not when its time is up; the SDK's 202 for it is not sent.
+                    await self.manager.handle_request(scope, _replayed(instead.encode(), receive), _unsent)
                 await _refused_body(checked)(scope, receive, send)
                 return
             receive = _replayed(body, receive)
@@ -241,6 +250,11 @@ def _refused_body(refused: Refused) -> Response:
         error=types.ErrorData(code=refused.code, message=refused.message),
     )
     return Response(error.model_dump_json(by_alias=True, exclude_unset=True), 400, media_type="application/json")
+
+
+async def _unsent(message: Message) -> None:
+    """Where the SDK's answer to a body tether handed it in place of the client's goes: the client is answered
+    for its own body."""
 
 
 def _replayed(body: bytes, receive: Receive) -> Receive:
