@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.eval.agentdojo import INSTALL_HINT
+import tether
+from tether.eval.agentdojo import AGENTDOJO_VERSION, INSTALL_HINT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -187,6 +188,7 @@ def test_each_setting_records_its_eval_and_resumes_with_the_same_one(tmp_path: P
     record = json.loads((tmp_path / "taint" / "eval.json").read_text())
     assert record["endpoint"] == "scripted:oracle" and record["setting"] == "taint"
     assert record["benchmark"] == "agentdojo v1.2" and record["system"] is None
+    assert record["versions"] == [f"tether {tether.__version__}", f"agentdojo {AGENTDOJO_VERSION}"]
 
     again = _tether(*argv, "--limit", "2")
     _, stderr = again.communicate(timeout=300)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from bfcl_oracle import Oracle, Output, oracle_output
 
+import tether
 from tether.eval import load
 from tether.testing.fake_server import FakeServer, raw
 
@@ -215,6 +216,7 @@ def test_the_eval_is_recorded_and_resumed_with_the_same_options(tmp_path: Path) 
             "model_settings": {"temperature": 0.2},
             "compat": [],
             "setting": None,
+            "versions": [f"tether {tether.__version__}"],
         }
         assert "x" not in record.values()  # the API key is not recorded
 
@@ -226,6 +228,47 @@ def test_the_eval_is_recorded_and_resumed_with_the_same_options(tmp_path: Path) 
     assert json.loads((tmp_path / "eval.json").read_text()) == record
     report = (tmp_path / "report.html").read_text()
     assert '<p data-testid="eval-record">Model: <code>fake</code> at <code>127.0.0.1:' in report
+    assert f"Made with tether {tether.__version__}.</p>" in report
+
+
+def _record_edited(out: Path, **changes: object) -> dict[str, object]:
+    """eval.json with ``changes`` (a None value: the field taken out), written back; the record before."""
+    record = json.loads((out / "eval.json").read_text())
+    edited = {k: v for k, v in {**record, **changes}.items() if v is not None}
+    (out / "eval.json").write_text(json.dumps(edited))
+    return dict(record)
+
+
+def test_results_made_by_another_tether_are_not_resumed(tmp_path: Path) -> None:
+    """Another version of tether scores cases with other gates and checks: its verdicts are another eval's."""
+    with _oracle_server(5) as server:
+        first = _tether_eval(server, tmp_path, limit=3)
+        _, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+        _record_edited(tmp_path, versions=["tether 0.0.9"])
+        before = _files(tmp_path)
+        again = _tether_eval(server, tmp_path, limit=5)
+        _, err = again.communicate(timeout=60)
+        sent = len(server.requests)
+    assert again.returncode == 3 and "Traceback" not in err
+    said = (
+        f'versions (the installed tether and benchmark): ["tether 0.0.9"] there, ["tether {tether.__version__}"] here'
+    )
+    assert said in err
+    assert sent == 3 and _files(tmp_path) == before
+
+
+def test_a_record_made_before_versions_were_recorded_is_resumed_and_completed(tmp_path: Path) -> None:
+    with _oracle_server(5) as server:
+        first = _tether_eval(server, tmp_path, limit=3)
+        _, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+        record = _record_edited(tmp_path, versions=None)  # as the tether before them wrote it
+        again = _tether_eval(server, tmp_path, limit=5)
+        _, err = again.communicate(timeout=60)
+        assert again.returncode == 0, err
+        assert len(server.requests) == 5
+    assert json.loads((tmp_path / "eval.json").read_text()) == record
 
 
 @pytest.mark.parametrize(

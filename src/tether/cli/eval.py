@@ -66,6 +66,7 @@ def _record(
     protocol: str | None,
     system: str | None,
     model_settings: ModelSettings | None,
+    packages: tuple[str, ...] = (),
 ) -> EvalRecord:
     """What the eval is run with, as ``eval.json`` keeps it (``tether.eval.record``): the model as ``_model``
     built it (its name, its endpoint or ``embedded``, its protocol and provider profile), -s, -o."""
@@ -81,6 +82,7 @@ def _record(
         system=system,
         model_settings=model_settings,
         compat=profile.compat,
+        packages=packages,
     )
 
 
@@ -221,7 +223,8 @@ def run_command(
     report.html a self-contained page of accuracy bars and failing cases;
     run the same command again to resume an interrupted eval (cases with no
     verdict run again). eval.json there records what the results are made
-    with (the model, its endpoint, protocol and provider, -s and -o): a run
+    with (the model, its endpoint, protocol and provider, -s, -o and tether's
+    version): a run
     into the same --out with another is refused, so two evals never mix in
     one file (an --out of an older tether, with no eval.json, is resumed and
     recorded). On a terminal (and without CI set) a progress bar shows on
@@ -461,7 +464,8 @@ def agentdojo_command(
     compare two with tether eval compare); run the same command again to
     resume. eval.json records what a setting's results are made with (the
     scripted model, or the model, its endpoint, protocol and provider; -s,
-    -o): a folder holding results made with another is refused before any
+    -o; the versions of tether and agentdojo): a folder holding results made
+    with another is refused before any
     setting runs.
 
     Needs the agentdojo package: pip install --no-deps agentdojo==0.1.35, then
@@ -478,7 +482,8 @@ def agentdojo_command(
     the report); 3 for a configuration error (agentdojo not installed, an
     unknown attack, a setting this tether cannot run, a line of a setting's
     results.jsonl that holds no result, a setting's folder whose results
-    were made with another model, -s or -o, or whose eval.json is no record).
+    were made with another model, -s or -o, or another version of tether or
+    agentdojo, or whose eval.json is no record).
     """
     from tether.eval.agentdojo import BENCHMARK_VERSION, DEFAULT_ATTACK, NO_ATTACK, SETTINGS, cases, setting
     from tether.eval.agentdojo_models import ScriptedAgentDojoModel
@@ -506,19 +511,25 @@ def agentdojo_command(
         for name in chosen_settings:
             scored[name] = any(r.outcome != ERROR for r in read_results(Path(out) / name).values())
         benchmark = f"agentdojo {BENCHMARK_VERSION}"
+        packages = ("agentdojo",)  # its cases and checks: recorded with its version
         if scripted is not None:
             if model or base_url or local_model:
                 raise ConfigurationError("--scripted takes no --model, --base-url or --local-model")
             chosen: Any = ScriptedAgentDojoModel(scripted)
             compat = None
             made = EvalRecord.of(
-                benchmark, scripted, f"scripted:{scripted}", system=system, model_settings=model_settings
+                benchmark,
+                scripted,
+                f"scripted:{scripted}",
+                system=system,
+                model_settings=model_settings,
+                packages=packages,
             )
         else:
             chosen, profile, spoken = _model(model, base_url, api_key, local_model, provider, protocol)
             checked(chosen, model_settings)
             compat = profile.compat
-            made = _record(benchmark, chosen, profile, spoken, system, model_settings)
+            made = _record(benchmark, chosen, profile, spoken, system, model_settings, packages)
         records = {name: replace(made, setting=name) for name in chosen_settings}  # one record per folder
         for name in chosen_settings:  # another eval's results in any setting's folder: before any setting runs
             check_record(Path(out) / name, records[name], scored[name])

@@ -7,10 +7,13 @@ the same file, and the report would describe a model that never answered
 half of them. So the first run records what decides a case's answer
 (``EvalRecord``: the benchmark, the model, where and how it is reached, the
 system message, the model settings, the provider's leniencies, AgentDojo's
-setting), and a later run into the same ``--out`` must have the same record:
+setting, and the versions of tether and of the benchmark's package that
+ran and scored the cases), and a later run into the same ``--out`` must
+have the same record:
 
 - no ``eval.json`` (a folder made before tether recorded one) is taken as
-  this eval's, and the record is written;
+  this eval's, and the record is written; so is a record without versions
+  (made before tether recorded them), when the rest is equal;
 - another record, while ``results.jsonl`` holds a case with a verdict, is a
   ``ConfigurationError`` naming each field that differs, raised before any
   case is sent or any line rewritten; nothing in the folder changes. With
@@ -31,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -58,6 +61,7 @@ OPTIONS = {
     "model_settings": "-o",
     "compat": "--provider",
     "setting": "--setting",
+    "versions": "the installed tether and benchmark",
 }
 
 
@@ -69,6 +73,8 @@ class EvalRecord:
     in-process model, ``scripted:<kind>`` for a scripted one. ``system`` and ``model_settings`` are as
     ``recorded_system`` and ``recorded_settings`` give them (None: not given). ``compat``: the
     provider's ``Compat`` switches that are on. ``setting``: AgentDojo's (None for other evals).
+    ``versions``: ``"name version"`` of tether and of each package the benchmark's cases and checks come from
+    (``installed``); empty in a record made before they were recorded.
     """
 
     benchmark: str
@@ -80,6 +86,7 @@ class EvalRecord:
     model_settings: dict[str, Any] | str | None = None
     compat: tuple[str, ...] = ()
     setting: str | None = None
+    versions: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -94,8 +101,10 @@ class EvalRecord:
         model_settings: ModelSettings | None = None,
         compat: Compat | None = None,
         setting: str | None = None,
+        packages: tuple[str, ...] = (),
     ) -> EvalRecord:
-        """The record of an eval run with these options, each as it is recorded (no secret, no long text)."""
+        """The record of an eval run with these options, each as it is recorded (no secret, no long text);
+        ``packages``: the distributions the benchmark comes from, recorded with tether's version (``installed``)."""
         switches = () if compat is None else tuple(k for k, on in sorted(asdict(compat).items()) if on)
         return cls(
             benchmark,
@@ -107,11 +116,12 @@ class EvalRecord:
             recorded_settings(model_settings),
             switches,
             setting,
+            installed(packages),
         )
 
     def to_dict(self) -> dict[str, Any]:
         """The record as ``eval.json`` holds it."""
-        return {f.name: list(self.compat) if f.name == "compat" else getattr(self, f.name) for f in fields(self)}
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> EvalRecord:
@@ -155,7 +165,23 @@ _KINDS: dict[str, tuple[tuple[type, ...], str]] = {
     "model_settings": ((dict, str, _NONE), "an object, a string or null"),
     "compat": ((list,), "a list of strings"),
     "setting": ((str, _NONE), "a string or null"),
+    "versions": ((list,), "a list of strings"),
 }
+
+
+def installed(packages: tuple[str, ...]) -> tuple[str, ...]:
+    """``"name version"`` of tether and of each of ``packages`` (a distribution's name), as installed here."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from tether import __version__
+
+    found = [f"tether {__version__}"]
+    for name in packages:
+        try:
+            found.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            found.append(f"{name} (not installed)")
+    return tuple(found)
 
 
 def _shown(value: Any) -> str:
@@ -225,9 +251,13 @@ def check_record(out: Path, record: EvalRecord, scored: bool) -> EvalRecord | No
     """Refuse to resume ``out`` with ``record`` when its results were made with another (see the module
     docstring); ``scored``: its results.jsonl holds a case with a verdict. Returns the record found there."""
     earlier = read_record(out)
-    if earlier is None or earlier == record or not scored:
+    if earlier is None or not scored:
         return earlier
-    differences = "; ".join(record.differences(earlier))
+    # A record made before versions were recorded is taken as made with these (and then rewritten with them).
+    known = earlier if earlier.versions else replace(earlier, versions=record.versions)
+    if known == record:
+        return earlier
+    differences = "; ".join(record.differences(known))
     raise ConfigurationError(
         f"{out} holds the results of another eval ({out / RECORD_FILE}): {differences}; resuming would mix two "
         "evals in one results file: give this one another --out, or run it with the options of the first"

@@ -134,7 +134,8 @@ def _made_with(record: EvalRecord | None) -> str:
     said += [f"system message <code>{escape(record.system)}</code>"] if record.system is not None else []
     if record.model_settings is not None:
         said.append(f"model settings <code>{escape(json.dumps(record.model_settings, ensure_ascii=False))}</code>")
-    return f'<p data-testid="eval-record">Model: {", ".join(said)}.</p>'
+    made_by = f" Made with {escape(', '.join(record.versions))}." if record.versions else ""
+    return f'<p data-testid="eval-record">Model: {", ".join(said)}.{made_by}</p>'
 
 
 def html_report(
