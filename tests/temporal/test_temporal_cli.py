@@ -297,8 +297,10 @@ def test_the_sdk_logs_to_standard_error_not_into_the_run_id_on_standard_output(
     )  # fmt: skip
     assert started.returncode == 0, started.stderr
     [run_id] = started.stdout.splitlines()
-    assert len(run_id) == 32 and int(run_id, 16) >= 0
-    assert "payload" in started.stderr  # the SDK's warning, where diagnostics go
+    assert len(run_id) == 32 and int(run_id, 16) >= 0  # the warning is not on standard output
+    # Where it does go is the SDK core's: its logger writes from its own thread, and a line it has not written when
+    # the process exits is lost (stop 31 saw stderr empty once), so its presence on stderr is not asserted.
+    assert "payload" not in started.stdout
 
 
 def test_a_models_control_characters_in_the_answer_are_shown_not_obeyed(
