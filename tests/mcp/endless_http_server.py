@@ -1,4 +1,4 @@
-"""An MCP server over streamable HTTP whose answer never ends: ``python endless_http_server.py PORT MODE LOG``.
+"""An MCP server over streamable HTTP whose answer never ends: ``python endless_http_server.py PORT MODE LOG [COUNT]``.
 
 It speaks just enough of the protocol (JSON answers, no event stream) for a
 client to connect. Then, by ``MODE``, the answer to ``tools/list``
@@ -6,6 +6,10 @@ client to connect. Then, by ``MODE``, the answer to ``tools/list``
 ``ENDLESS`` bytes, written a megabyte at a time for as long as the client
 reads. ``LOG`` gets the bytes of that answer written so far, after each
 write: a test reads how much the client took before it stopped.
+
+In the modes of ``endless_stdio_server.crowded`` the answer to ``tools/call``
+is that result, a JSON body holding ``COUNT`` arrays and objects (or
+brackets in its text).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from endless_stdio_server import crowded
 
 ENDLESS = 512 * 1024 * 1024
 CHUNK = b"x" * (1024 * 1024)
@@ -38,7 +43,7 @@ async def endless(request: web.Request, ident: Any, log: Path) -> web.StreamResp
     return response
 
 
-def app(mode: str, log: Path) -> web.Application:
+def app(mode: str, log: Path, count: int) -> web.Application:
     async def rpc(request: web.Request) -> web.StreamResponse:
         message = await request.json()
         method, ident = message.get("method"), message.get("id")
@@ -50,6 +55,8 @@ def app(mode: str, log: Path) -> web.Application:
             return answer(ident, {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": info})
         if method == "tools/list" and mode != "list":
             return answer(ident, {"tools": [TOOL]})
+        if method == "tools/call" and mode not in ("list", "call"):
+            return answer(ident, crowded(mode, count))
         if method in ("tools/list", "tools/call"):
             return await endless(request, ident, log)
         return answer(ident, {})
@@ -65,5 +72,5 @@ def app(mode: str, log: Path) -> web.Application:
 
 
 if __name__ == "__main__":
-    port, mode, log = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
-    web.run_app(app(mode, log), host="127.0.0.1", port=port, print=None)
+    port, mode, log, count = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), int((sys.argv[4:] or ["0"])[0])
+    web.run_app(app(mode, log, count), host="127.0.0.1", port=port, print=None)
