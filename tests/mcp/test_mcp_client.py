@@ -364,6 +364,24 @@ async def test_over_http_an_answer_of_too_many_arrays_and_objects_is_refused_bef
         process.wait(10)
 
 
+async def test_over_http_a_compressed_answer_is_refused_unread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """64 KB of gzip that inflate to 64 MB: the bounds count what the SDK decodes, so tether asks for answers
+    uncompressed and refuses a compressed one, whatever its size, before httpx2 inflates it."""
+    process, url = endless_server("gzip", tmp_path / "sent")
+    try:
+        async with MCPToolset.http(url, read_only=True) as toolset:
+            result = await run(toolset, reply_calls(("c1", "echo", "{}")))
+        error = result_of(result, "c1")["error"]
+        said = "the server's answer is compressed ('gzip'); tether asks for it uncompressed; not read"
+        assert error["code"] == "tool_failed" and said in error["message"], error
+        assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+    finally:
+        process.kill()
+        process.wait(10)
+
+
 def test_an_unreachable_url_is_a_clear_error() -> None:
     from mcp_helpers import free_port
 

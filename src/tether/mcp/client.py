@@ -42,7 +42,9 @@ What a server says about its tools is a claim, not a permission:
   one message (``tether.mcp.stdio``), and the connection ends with it. So
   is an answer holding more than ``MAX_RESPONSE_CONTAINERS`` JSON arrays
   and objects, counted before the SDK decodes it: bytes bound its text,
-  not the memory its decoded objects take.
+  not the memory its decoded objects take. Over HTTP answers are asked for
+  uncompressed, and a compressed JSON answer is refused unread: the bounds
+  count bytes as they arrive, and gzip inflates them a thousandfold after.
 
 The SDK is async (anyio) and one session must live in one task from connect
 to close. The toolset owns a thread with its own event loop, where one task
@@ -490,32 +492,37 @@ def _bounded_transport() -> type[Any]:
     """An httpx2 transport whose responses, unless server-sent events, end in an error past ``limit`` bytes
     or, once read, when they hold more than ``containers`` JSON arrays and objects (``containers_past``).
 
+    It asks for answers uncompressed and refuses a compressed one unread: the bounds count the bytes the SDK
+    decodes, and 200 KB of gzip inflate to 200 MB (httpx2 inflates after the transport, unbounded).
     The error is an ``httpx2.StreamError``: the SDK answers the request it was reading with a JSON-RPC
     error (``Failed to parse JSON response: ...``) instead of reading on, and the caller gets that (the SDK's
     log of it, a traceback, is dropped). Made once per process: the filter is added once.
     """
     import httpx2
 
-    class ResponseTooLarge(httpx2.StreamError):
-        pass
+    class Refused(httpx2.StreamError):
+        """An answer not read on: past a bound, or compressed."""
 
     class Capped(httpx2.AsyncByteStream):
-        def __init__(self, stream: httpx2.AsyncByteStream, limit: int, containers: int) -> None:
-            self._stream, self._limit, self._containers = stream, limit, containers
+        def __init__(self, stream: httpx2.AsyncByteStream, limit: int, containers: int, encoding: str) -> None:
+            self._stream, self._limit, self._containers, self._encoding = stream, limit, containers, encoding
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
+            if self._encoding not in ("", "identity"):
+                shown = quoted(self._encoding, 64)  # the server's words
+                raise Refused(f"the server's answer is compressed ({shown}); tether asks for it uncompressed; not read")
             seen = opened = 0
             chunks: list[bytes] = []  # the very ones httpx2 keeps until the end, to join: no copy
             async for chunk in self._stream:
                 seen += len(chunk)
                 if seen > self._limit:
-                    raise ResponseTooLarge(f"the server's answer is larger than {self._limit} bytes; not read")
+                    raise Refused(f"the server's answer is larger than {self._limit} bytes; not read")
                 opened += chunk.count(b"[") + chunk.count(b"{")  # at least the containers: the common case
                 chunks.append(chunk)
                 yield chunk
             # The end: the SDK decodes the body only once it is whole, so an error raised here comes first.
             if opened > self._containers and containers_past(b"".join(chunks), self._containers):
-                raise ResponseTooLarge(
+                raise Refused(
                     f"the server's answer holds more than {self._containers} JSON arrays and objects; not read"
                 )
 
@@ -523,10 +530,10 @@ def _bounded_transport() -> type[Any]:
             await self._stream.aclose()
 
     class Reported(logging.Filter):
-        """Drops the SDK's traceback of a ``ResponseTooLarge``: the request's error says it to the caller."""
+        """Drops the SDK's traceback of a ``Refused``: the request's error says it to the caller."""
 
         def filter(self, record: logging.LogRecord) -> bool:
-            return not (record.exc_info and isinstance(record.exc_info[1], ResponseTooLarge))
+            return not (record.exc_info and isinstance(record.exc_info[1], Refused))
 
     logging.getLogger("mcp.client.streamable_http").addFilter(Reported())
 
@@ -535,10 +542,12 @@ def _bounded_transport() -> type[Any]:
             self._inner, self._limit, self._containers = inner, limit, containers
 
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            request.headers["accept-encoding"] = "identity"
             response = await self._inner.handle_async_request(request)
             kind = response.headers.get("content-type", "").lower()
             if not kind.startswith("text/event-stream") and isinstance(response.stream, httpx2.AsyncByteStream):
-                response.stream = Capped(response.stream, self._limit, self._containers)
+                encoding = response.headers.get("content-encoding", "").strip().lower()
+                response.stream = Capped(response.stream, self._limit, self._containers, encoding)
             return response
 
         async def aclose(self) -> None:
