@@ -1,4 +1,4 @@
-"""An MCP server over streamable HTTP whose answer never ends: ``python endless_http_server.py PORT MODE LOG``.
+"""An MCP server over streamable HTTP whose answer never ends: ``python endless_http_server.py PORT MODE LOG [COUNT]``.
 
 It speaks just enough of the protocol (JSON answers, no event stream) for a
 client to connect. Then, by ``MODE``, the answer to ``tools/list``
@@ -6,18 +6,26 @@ client to connect. Then, by ``MODE``, the answer to ``tools/list``
 ``ENDLESS`` bytes, written a megabyte at a time for as long as the client
 reads. ``LOG`` gets the bytes of that answer written so far, after each
 write: a test reads how much the client took before it stopped.
+
+In the modes of ``endless_stdio_server.crowded`` the answer to ``tools/call``
+is that result, a JSON body holding ``COUNT`` arrays and objects (or
+brackets in its text). In ``gzip`` it is a gzip body of 64 KB, whatever the
+client asked for, that inflates to a text block of ``BOMB`` bytes.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from endless_stdio_server import crowded
 
 ENDLESS = 512 * 1024 * 1024
+BOMB = 64 * 1024 * 1024
 CHUNK = b"x" * (1024 * 1024)
 TOOL = {"name": "echo", "description": "Echo.", "inputSchema": {"type": "object", "properties": {}}}
 
@@ -38,7 +46,20 @@ async def endless(request: web.Request, ident: Any, log: Path) -> web.StreamResp
     return response
 
 
-def app(mode: str, log: Path) -> web.Application:
+def bomb(ident: Any) -> web.Response:
+    """A call's result of one text block of ``BOMB`` bytes of ``x``, gzipped (64 KB), sent as one body."""
+    start, end = json.dumps(
+        {"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": "@"}]}}
+    ).split("@")
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # wbits 31: the gzip format
+    parts = [packer.compress(start.encode())]
+    parts.extend(packer.compress(CHUNK) for _ in range(BOMB // len(CHUNK)))
+    parts.append(packer.compress(end.encode()) + packer.flush())
+    headers = {"content-type": "application/json", "content-encoding": "gzip", "mcp-session-id": "s1"}
+    return web.Response(body=b"".join(parts), headers=headers)
+
+
+def app(mode: str, log: Path, count: int) -> web.Application:
     async def rpc(request: web.Request) -> web.StreamResponse:
         message = await request.json()
         method, ident = message.get("method"), message.get("id")
@@ -50,6 +71,10 @@ def app(mode: str, log: Path) -> web.Application:
             return answer(ident, {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": info})
         if method == "tools/list" and mode != "list":
             return answer(ident, {"tools": [TOOL]})
+        if method == "tools/call" and mode == "gzip":
+            return bomb(ident)
+        if method == "tools/call" and mode not in ("list", "call"):
+            return answer(ident, crowded(mode, count))
         if method in ("tools/list", "tools/call"):
             return await endless(request, ident, log)
         return answer(ident, {})
@@ -65,5 +90,5 @@ def app(mode: str, log: Path) -> web.Application:
 
 
 if __name__ == "__main__":
-    port, mode, log = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
-    web.run_app(app(mode, log), host="127.0.0.1", port=port, print=None)
+    port, mode, log, count = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), int((sys.argv[4:] or ["0"])[0])
+    web.run_app(app(mode, log, count), host="127.0.0.1", port=port, print=None)

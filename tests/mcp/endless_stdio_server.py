@@ -1,4 +1,4 @@
-"""An MCP server over stdio whose message never ends: ``python endless_stdio_server.py MODE LOG``.
+"""An MCP server over stdio whose message never ends: ``python endless_stdio_server.py MODE LOG [COUNT]``.
 
 It speaks just enough of the protocol (one JSON-RPC message a line) for a
 client to connect. Then, by ``MODE``, the answer to ``initialize``
@@ -9,6 +9,10 @@ answer to ``tools/call`` is a well-formed line of ``HUGE`` bytes that does
 end, and the server then answers on as usual. ``LOG`` gets the bytes of that
 answer written so far, after each write: a test reads how much the client
 took before it stopped.
+
+In the modes of ``crowded`` the answer to ``tools/call`` is a line of well
+under ``HUGE`` bytes whose arrays and objects (or brackets in its text) are
+many, ``COUNT`` of them; ``LOG`` is not written.
 """
 
 from __future__ import annotations
@@ -46,6 +50,21 @@ def long_answer(ident: Any, size: int, log: Path, *, end: bool) -> None:
         out.flush()
 
 
+def crowded(mode: str, count: int) -> dict[str, Any]:
+    """A call's result: ``count`` empty text blocks (``blocks``), structured content listing ``count`` records
+    of two arrays and objects each, and the same as text (``records``), or one text of ``count`` times ``[{``
+    (``brackets``)."""
+    if mode == "blocks":
+        return {"content": [{"type": "text", "text": ""}] * count}
+    if mode == "records":
+        records = [{"id": i, "name": f"item {i}", "tags": ["new"]} for i in range(count)]
+        return {
+            "content": [{"type": "text", "text": json.dumps({"records": records})}],
+            "structuredContent": {"records": records},
+        }
+    return {"content": [{"type": "text", "text": "[{" * count}]}
+
+
 def main() -> None:
     mode, log = sys.argv[1], Path(sys.argv[2])
     for line in sys.stdin.buffer:
@@ -53,7 +72,9 @@ def main() -> None:
         method, ident = message.get("method"), message.get("id")
         if ident is None:  # a notification
             continue
-        if method == LONG[mode]:
+        if method == "tools/call" and mode not in LONG:
+            send(ident, crowded(mode, int(sys.argv[3])))
+        elif method == LONG.get(mode):
             long_answer(ident, HUGE if mode == "huge-call" else ENDLESS, log, end=mode == "huge-call")
         elif method == "initialize":
             version = message["params"]["protocolVersion"]

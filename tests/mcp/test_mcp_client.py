@@ -29,7 +29,7 @@ from tether.core.machine import Status
 from tether.core.report import RunResult
 from tether.drivers.local.runner import Agent
 from tether.mcp import MCPServerError, MCPToolset
-from tether.mcp.client import MAX_RESPONSE_BYTES
+from tether.mcp.client import MAX_RESPONSE_BYTES, MAX_RESPONSE_CONTAINERS
 from tether.models.scripted import ScriptedModel, reply_calls, reply_text
 from tether.store import RunStore, SQLiteStore
 from tether.tools import Principal
@@ -288,12 +288,13 @@ async def test_over_http_a_server_killed_mid_call_is_a_clear_error(log: Path) ->
         assert process.wait(10) == -signal.SIGKILL
 
 
-def endless_server(mode: str, sent: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``endless_http_server.py`` in ``mode``, listening; its URL."""
+def endless_server(mode: str, sent: Path, count: int = 0) -> tuple[subprocess.Popen[bytes], str]:
+    """``endless_http_server.py`` in ``mode`` (with ``count``), listening; its URL."""
     from mcp_helpers import free_port
 
     port = free_port()
-    argv = [sys.executable, str(Path(__file__).with_name("endless_http_server.py")), str(port), mode, str(sent)]
+    server = str(Path(__file__).with_name("endless_http_server.py"))
+    argv = [sys.executable, server, str(port), mode, str(sent), str(count)]
     process = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while True:
@@ -326,6 +327,56 @@ async def test_over_http_an_answer_that_never_ends_is_read_up_to_its_bound_and_r
         assert [r.getMessage() for r in caplog.records if r.exc_info] == []  # said once, with no traceback
         time.sleep(0.5)  # what the server managed to write before the client let go
         assert int(sent.read_text()) < 4 * MAX_RESPONSE_BYTES  # of the 512 MiB it would send
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+@pytest.mark.parametrize(
+    ("mode", "count", "refused"),
+    [
+        ("blocks", 500_000, True),  # 15 MB: under the byte bound; the SDK made 900 MB of objects of them
+        ("blocks", MAX_RESPONSE_CONTAINERS - 3, False),  # with the message, its result and its content: the bound
+        ("blocks", MAX_RESPONSE_CONTAINERS - 2, True),
+        ("brackets", 4 * MAX_RESPONSE_CONTAINERS, False),  # all in the text: none is an array or an object
+    ],
+)
+async def test_over_http_an_answer_of_too_many_arrays_and_objects_is_refused_before_it_is_decoded(
+    mode: str, count: int, refused: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A JSON answer holding more than ``MAX_RESPONSE_CONTAINERS`` arrays and objects fails its call naming the
+    bound, with no traceback, and the session goes on; brackets in strings do not count, and up to the bound
+    an answer is the call's."""
+    process, url = endless_server(mode, tmp_path / "sent", count)
+    try:
+        async with MCPToolset.http(url, read_only=True, max_result_chars=10**7) as toolset:
+            result = await run(toolset, reply_calls(("c1", "echo", "{}")), reply_calls(("c2", "echo", "{}")))
+        first, second = result_of(result, "c1"), result_of(result, "c2")
+        if refused:
+            past = f"the server's answer holds more than {MAX_RESPONSE_CONTAINERS} JSON arrays and objects; not read"
+            assert first["error"]["code"] == "tool_failed" and past in first["error"]["message"], first
+            assert second == first  # the same answer again: refused again, the connection is still there
+        else:
+            assert first["result"] == ("\n" * (count - 1) if mode == "blocks" else "[{" * count)
+        assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+async def test_over_http_a_compressed_answer_is_refused_unread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """64 KB of gzip that inflate to 64 MB: the bounds count what the SDK decodes, so tether asks for answers
+    uncompressed and refuses a compressed one, whatever its size, before httpx2 inflates it."""
+    process, url = endless_server("gzip", tmp_path / "sent")
+    try:
+        async with MCPToolset.http(url, read_only=True) as toolset:
+            result = await run(toolset, reply_calls(("c1", "echo", "{}")))
+        error = result_of(result, "c1")["error"]
+        said = "the server's answer is compressed ('gzip'); tether asks for it uncompressed; not read"
+        assert error["code"] == "tool_failed" and said in error["message"], error
+        assert [r.getMessage() for r in caplog.records if r.exc_info] == []
     finally:
         process.kill()
         process.wait(10)

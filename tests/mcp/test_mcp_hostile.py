@@ -12,7 +12,9 @@
 - What it writes is bounded: a line on its stdout (one message) past
   ``MAX_RESPONSE_BYTES``, endless or merely huge, is not read on; the
   request fails naming the bound, and the server is stopped and reaped
-  (tests/mcp/endless_stdio_server.py).
+  (tests/mcp/endless_stdio_server.py). So is a line holding more than
+  ``MAX_RESPONSE_CONTAINERS`` arrays and objects, before the SDK decodes it
+  (a child's memory shows it).
 
 A check that froze the host before the fix runs in a child interpreter
 (``run_guarded``): Python's ``re`` holds the GIL while it backtracks, so only
@@ -39,6 +41,7 @@ from tether.mcp import MCPServerError, MCPToolset
 from tether.mcp.client import (
     MAX_DESCRIPTION_CHARS,
     MAX_RESPONSE_BYTES,
+    MAX_RESPONSE_CONTAINERS,
     MAX_SCHEMA_CHARS,
     MAX_SCHEMA_DEPTH,
     MAX_TOOL_NAME_CHARS,
@@ -298,3 +301,77 @@ async def test_a_line_past_the_bound_is_not_read_on_and_stops_the_server(
     async with await asyncio.to_thread(MCPToolset.stdio, server_argv("stdio"), errlog=QUIET, read_only=True) as fine:
         model = ScriptedModel([reply_calls(("c1", "add", '{"a": 2, "b": 3}')), reply_text("done")])
         assert results_of(await Agent(model, fine).run("go"))["c1"] == {"ok": True, "result": 5}
+
+
+# Makes a toolset of the server ``argv``, calls its tool twice in one run, prints each call's result by id and how
+# far the child's peak memory (its maximum resident set) grew over the run, in MB, and the server processes left.
+MEASURED_RUN = """
+import asyncio, json, os, resource, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from mcp_helpers import our_servers
+from tether.drivers.local.runner import Agent
+from tether.mcp import MCPToolset
+from tether.models.scripted import ScriptedModel, reply_calls, reply_text
+
+argv = json.loads(sys.argv[1])
+
+async def main():
+    toolset = await asyncio.to_thread(MCPToolset.stdio, argv, read_only=True, errlog=open(os.devnull, "w"))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        replies = [reply_calls(("c1", "echo", "{}")), reply_calls(("c2", "echo", "{}")), reply_text("done")]
+        result = await Agent(ScriptedModel(replies), toolset).run("go")
+    finally:
+        await toolset.aclose()
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    results = {c.id: json.loads(c.result) for step in result.steps for c in step.calls}
+    print(json.dumps({"results": results, "grown": grown, "left": our_servers(Path(argv[1]))}))
+
+asyncio.run(main())
+"""
+
+
+def test_a_line_of_too_many_arrays_and_objects_is_refused_before_it_is_decoded(tmp_path: Path) -> None:
+    """500,000 empty text blocks, 15 MB: under the byte bound, but the SDK made 900 MB of objects of them. The call
+    fails naming the bound, the host's memory grows by far less than one block decoded costs (2 KB) times the
+    bound, the server is stopped and reaped, and the host runs on (the child ends its run)."""
+    argv = [sys.executable, str(ENDLESS_STDIO), "blocks", str(tmp_path / "sent"), "500000"]
+    printed = run_guarded(MEASURED_RUN, json.dumps(argv), str(Path(__file__).parent))
+    measured = json.loads(printed.splitlines()[-1])
+    past = f"the server's message holds more than {MAX_RESPONSE_CONTAINERS} JSON arrays and objects; not read"
+    assert measured["results"]["c1"]["error"]["message"] == f"MCP server python endless_stdio_server.py: {past}"
+    assert measured["results"]["c2"]["error"]["message"] == (
+        f"MCP server python endless_stdio_server.py is not connected ({past})"
+    )
+    assert measured["left"] == []
+    assert measured["grown"] < 100, measured["grown"]  # the 15 MB line and its text; decoded, 900 MB
+
+
+@pytest.mark.parametrize(
+    ("mode", "count", "refused"),
+    [
+        ("blocks", MAX_RESPONSE_CONTAINERS - 3, False),  # with the message, its result and its content: the bound
+        ("blocks", MAX_RESPONSE_CONTAINERS - 2, True),
+        ("records", 10_000, False),  # 20,000 in structured content; as many again as brackets in its text
+        ("brackets", 4 * MAX_RESPONSE_CONTAINERS, False),  # all in the text: none is an array or an object
+    ],
+)
+async def test_the_arrays_and_objects_of_a_line_are_counted_exactly(
+    mode: str, count: int, refused: bool, tmp_path: Path
+) -> None:
+    """Only arrays and objects count, not brackets in strings: up to the bound a result is the call's, one more
+    and it is refused."""
+    argv = [sys.executable, str(ENDLESS_STDIO), mode, str(tmp_path / "sent"), str(count)]
+    options: dict[str, Any] = {"errlog": QUIET, "read_only": True, "max_result_chars": 10**7}  # the whole result
+    async with await asyncio.to_thread(MCPToolset.stdio, argv, **options) as toolset:
+        model = ScriptedModel([reply_calls(("c1", "echo", "{}")), reply_text("done")])
+        result = results_of(await Agent(model, toolset).run("go"))["c1"]
+    if refused:
+        assert f"holds more than {MAX_RESPONSE_CONTAINERS} JSON arrays and objects" in result["error"]["message"]
+    elif mode == "records":
+        assert result["ok"] and len(result["result"]["records"]) == count
+        assert result["result"]["records"][-1] == {"id": count - 1, "name": f"item {count - 1}", "tags": ["new"]}
+    else:
+        assert result["ok"], result
+        assert result["result"] == ("\n" * (count - 1) if mode == "blocks" else "[{" * count)

@@ -10,7 +10,15 @@ import pytest
 
 from tether.core import ErrorCode, ToolCall
 from tether.core.machine import Accepted, Rejected
-from tether.core.nesting import MAX_DEPTH, MAX_REPLY_DEPTH, NestedTooDeep, loads, nested_deeper, value_nested_deeper
+from tether.core.nesting import (
+    MAX_DEPTH,
+    MAX_REPLY_DEPTH,
+    NestedTooDeep,
+    containers_past,
+    loads,
+    nested_deeper,
+    value_nested_deeper,
+)
 from tether.tools import InvalidJson, Toolbox, result_envelope, strict_loads, tool, tool_from_schema
 
 
@@ -52,6 +60,39 @@ def test_the_measure_is_exact_for_valid_json() -> None:
             for limit in range(14):
                 assert nested_deeper(text, limit) == (depth(value) > limit), (text, limit)
                 assert value_nested_deeper(value, limit) == (depth(value) > limit), (text, limit)
+
+
+def containers(value: Any) -> int:
+    """The reference: lists and dicts in ``value``, recursively."""
+    if isinstance(value, dict):
+        return 1 + sum(containers(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(containers(v) for v in value)
+    return 0
+
+
+def test_the_count_of_arrays_and_objects_is_exact_for_valid_json_as_text_and_as_utf8() -> None:
+    rng = random.Random(29)
+    for _ in range(2000):
+        value = random_value(rng, rng.randint(0, 10))
+        held = containers(value)
+        for text in (json.dumps(value), json.dumps(value, ensure_ascii=False, indent=1)):
+            for limit in {0, 1, held // 2, held - 1, held, held + 1} - {-1}:
+                assert containers_past(text, limit) == (held > limit), (text, limit)
+                assert containers_past(text.encode(), limit) == (held > limit), (text, limit)
+
+
+def test_brackets_in_strings_are_not_arrays_and_objects() -> None:
+    text = json.dumps({"a": "[{" * 10_000, "b": [['\\"[[[', '"]]]']] * 1000, "é[": [[], {}]})
+    held = 1 + 1 + 1000 + 3
+    assert not containers_past(text, held) and not containers_past(text.encode(), held)
+    assert containers_past(text, held - 1) and containers_past(text.encode(), held - 1)
+
+
+def test_closing_more_than_was_opened_ends_the_count() -> None:
+    """Invalid from there: the decoder stops before it, having made no more than were counted."""
+    assert not containers_past("[], ]" + ", []" * 100, 50)
+    assert containers_past("[]" + ", []" * 100 + "]", 50)
 
 
 def test_brackets_inside_strings_do_not_count() -> None:

@@ -13,6 +13,11 @@ The measure is exact for valid JSON. For invalid JSON it is at least the
 depth the decoder reaches before it fails (both read strings the same way up
 to the first error), so a text that passes never makes the decoder recurse
 past the limit.
+
+The same reading counts arrays and objects (``containers_past``): each one
+costs far more memory decoded than its two bytes of text (a content block of
+an MCP result, parsed into the SDK's objects, about 2 KB), so text bounded in
+bytes is bounded in memory only when its containers are bounded too.
 """
 
 from __future__ import annotations
@@ -28,9 +33,16 @@ MAX_DEPTH = 64
 # tool_use block holds it as an object), so a too-deep input is the model's invalid_json to repair.
 MAX_REPLY_DEPTH = 2 * MAX_DEPTH
 
-# A string (to its closing quote, or to the end of a text where it never closes), an escape outside a string
-# (invalid, but it must not open one), or a run of brackets. Possessive: a failed match never backtracks.
-_TOKEN = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"?|\\.|([\[\]{}]++)', re.DOTALL)
+# A run of brackets (group 1), or a run of anything else: strings (each to its closing quote, or to the end of a
+# text where it never closes), escapes outside a string (invalid, but one must not open a string) and the rest.
+# A run, not each string, is one match: text of many short strings costs one step in Python, not one per string.
+# Possessive, and each part starts with its own character: a failed match never backtracks.
+_TOKEN = re.compile(r'(?:"[^"\\]*+(?:\\.[^"\\]*+)*+"?|\\.|[^"\\\[\]{}]++)++|([\[\]{}]++)', re.DOTALL)
+# The same over UTF-8 bytes, and as exact: no byte of a character written in several is a quote, a backslash or
+# a bracket.
+_BYTES_TOKEN = re.compile(_TOKEN.pattern.encode(), re.DOTALL)
+# What ``containers_past`` reads text with, and the brackets that open a container in it, by the text's type.
+_READINGS: dict[type, tuple[re.Pattern[Any], Any, Any]] = {str: (_TOKEN, "[", "{"), bytes: (_BYTES_TOKEN, b"[", b"{")}
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}.__getitem__
 
 
@@ -106,6 +118,35 @@ def nested_deeper(text: str, limit: int) -> bool:
         if max(accumulate(map(_STEP, brackets), initial=depth)) > limit:
             return True
         depth += len(brackets) - 2 * (brackets.count("]") + brackets.count("}"))
+    return False
+
+
+def containers_past(text: str | bytes, limit: int) -> bool:
+    """Whether JSON ``text`` (or its UTF-8 bytes) holds more than ``limit`` arrays and objects.
+
+    Text with no more brackets that open one than ``limit`` cannot; that is
+    the common case, answered by two counts. Otherwise the brackets outside
+    strings are counted run by run, stopping once past the limit or once
+    more close than opened (invalid from there: the decoder stops before
+    it). So Python steps at most about ``4 * limit`` times, whatever the
+    text. Exact for valid JSON; for invalid JSON at least what the decoder
+    makes before it fails.
+    """
+    tokens, array, obj = _READINGS[type(text)]
+    if text.count(array) + text.count(obj) <= limit:
+        return False
+    held = depth = 0
+    for token in tokens.finditer(text):
+        brackets = token.group(1)
+        if brackets is None:
+            continue  # strings and the rest: brackets in a string are text
+        opened = brackets.count(array) + brackets.count(obj)
+        held += opened
+        depth += 2 * opened - len(brackets)
+        if held > limit:
+            return True
+        if depth < 0:
+            return False
     return False
 
 

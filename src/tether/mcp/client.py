@@ -39,7 +39,12 @@ What a server says about its tools is a claim, not a permission:
 - What a server answers is bounded: over HTTP a JSON body past
   ``MAX_RESPONSE_BYTES`` is not read on, and its request fails saying so
   (the SDK bounds each server-sent event itself); over stdio so is a line,
-  one message (``tether.mcp.stdio``), and the connection ends with it.
+  one message (``tether.mcp.stdio``), and the connection ends with it. So
+  is an answer holding more than ``MAX_RESPONSE_CONTAINERS`` JSON arrays
+  and objects, counted before the SDK decodes it: bytes bound its text,
+  not the memory its decoded objects take. Over HTTP answers are asked for
+  uncompressed, and a compressed JSON answer is refused unread: the bounds
+  count bytes as they arrive, and gzip inflates them a thousandfold after.
 
 The SDK is async (anyio) and one session must live in one task from connect
 to close. The toolset owns a thread with its own event loop, where one task
@@ -75,7 +80,7 @@ from typing import TYPE_CHECKING, Any, TextIO, overload
 
 from tether.core.envelope import quoted
 from tether.core.errors import ConfigurationError, MCPServerError, ToolDefinitionError
-from tether.core.nesting import MAX_DEPTH, value_nested_deeper
+from tether.core.nesting import MAX_DEPTH, containers_past, value_nested_deeper
 from tether.tools.context import ToolContext
 from tether.tools.tool import DEFAULT_MAX_RESULT_CHARS, Tool, ToolError, tool_from_schema
 from tether.tools.toolbox import truncate
@@ -110,6 +115,12 @@ MAX_DESCRIPTION_CHARS = 10_000
 # Over stdio, one line (one message of any kind): past it the open requests fail, naming the bound, and the
 # connection ends, since the next message starts only after the rest of the line, which is not read.
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+# What that one answer may hold of JSON arrays and objects, counted before the SDK decodes it; past it, as past
+# MAX_RESPONSE_BYTES. Bytes bound the text, not the memory its objects take: decoded through the SDK and a run, an
+# empty text block (27 bytes) costs the host about 1.9 KB, so 16 MiB of them (600,000) took 1.1 GB. At 100,000 the
+# worst answer takes about 190 MB, twice what 16 MiB in one text block takes (90 MB), and structured content
+# listing 10,000 records of up to nine arrays and objects each still passes.
+MAX_RESPONSE_CONTAINERS = 100_000
 # What an error raised here quotes of a server's words (an error's message; tool names, each cut to 64): the CLI
 # prints it, so at most this much, in quotes that escape what a terminal would obey (``\x1b``).
 SHOWN_CHARS = 300
@@ -192,7 +203,7 @@ class MCPToolset(Sequence[Tool]):
         """Start ``command`` (a shell-quoted string or an argv list) and talk to it over stdio.
 
         The server's stderr goes to ``errlog`` (default: ours). A line it writes (one message) past
-        ``MAX_RESPONSE_BYTES`` ends the connection (``tether.mcp.stdio``).
+        ``MAX_RESPONSE_BYTES`` or ``MAX_RESPONSE_CONTAINERS`` ends the connection (``tether.mcp.stdio``).
         """
         _require_sdk()
         from mcp.client.stdio import StdioServerParameters
@@ -207,7 +218,8 @@ class MCPToolset(Sequence[Tool]):
             raise MCPServerError("an MCP server command must not be empty")
         parameters = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(env) if env else None, cwd=cwd)
         label = _program(argv)
-        return cls(label, lambda: bounded_stdio(parameters, errlog or sys.stderr, limit=MAX_RESPONSE_BYTES), **options)
+        bounds = {"limit": MAX_RESPONSE_BYTES, "containers": MAX_RESPONSE_CONTAINERS}
+        return cls(label, lambda: bounded_stdio(parameters, errlog or sys.stderr, **bounds), **options)
 
     @classmethod
     def http(cls, url: str, *, headers: Mapping[str, str] | None = None, **options: Any) -> MCPToolset:
@@ -465,9 +477,9 @@ async def _http_streams(url: str, headers: dict[str, str]) -> AsyncIterator[Stre
     from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
     # The SDK's client (``create_mcp_http_client``: its timeouts, redirects left to the SDK), on a transport
-    # that stops reading a JSON body past MAX_RESPONSE_BYTES.
+    # that stops reading a JSON body past MAX_RESPONSE_BYTES, and refuses one past MAX_RESPONSE_CONTAINERS.
     timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
-    transport = _bounded_transport()(httpx2.AsyncHTTPTransport(), MAX_RESPONSE_BYTES)
+    transport = _bounded_transport()(httpx2.AsyncHTTPTransport(), MAX_RESPONSE_BYTES, MAX_RESPONSE_CONTAINERS)
     async with (
         httpx2.AsyncClient(headers=headers, timeout=timeout, transport=transport) as client,
         streamable_http_client(url, http_client=client) as streams,
@@ -477,49 +489,65 @@ async def _http_streams(url: str, headers: dict[str, str]) -> AsyncIterator[Stre
 
 @functools.cache
 def _bounded_transport() -> type[Any]:
-    """An httpx2 transport whose responses, unless server-sent events, end in an error past ``limit`` bytes.
+    """An httpx2 transport whose responses, unless server-sent events, end in an error past ``limit`` bytes
+    or, once read, when they hold more than ``containers`` JSON arrays and objects (``containers_past``).
 
+    It asks for answers uncompressed and refuses a compressed one unread: the bounds count the bytes the SDK
+    decodes, and 200 KB of gzip inflate to 200 MB (httpx2 inflates after the transport, unbounded).
     The error is an ``httpx2.StreamError``: the SDK answers the request it was reading with a JSON-RPC
     error (``Failed to parse JSON response: ...``) instead of reading on, and the caller gets that (the SDK's
     log of it, a traceback, is dropped). Made once per process: the filter is added once.
     """
     import httpx2
 
-    class ResponseTooLarge(httpx2.StreamError):
-        pass
+    class Refused(httpx2.StreamError):
+        """An answer not read on: past a bound, or compressed."""
 
     class Capped(httpx2.AsyncByteStream):
-        def __init__(self, stream: httpx2.AsyncByteStream, limit: int) -> None:
-            self._stream, self._limit = stream, limit
+        def __init__(self, stream: httpx2.AsyncByteStream, limit: int, containers: int, encoding: str) -> None:
+            self._stream, self._limit, self._containers, self._encoding = stream, limit, containers, encoding
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
-            seen = 0
+            if self._encoding not in ("", "identity"):
+                shown = quoted(self._encoding, 64)  # the server's words
+                raise Refused(f"the server's answer is compressed ({shown}); tether asks for it uncompressed; not read")
+            seen = opened = 0
+            chunks: list[bytes] = []  # the very ones httpx2 keeps until the end, to join: no copy
             async for chunk in self._stream:
                 seen += len(chunk)
                 if seen > self._limit:
-                    raise ResponseTooLarge(f"the server's answer is larger than {self._limit} bytes; not read")
+                    raise Refused(f"the server's answer is larger than {self._limit} bytes; not read")
+                opened += chunk.count(b"[") + chunk.count(b"{")  # at least the containers: the common case
+                chunks.append(chunk)
                 yield chunk
+            # The end: the SDK decodes the body only once it is whole, so an error raised here comes first.
+            if opened > self._containers and containers_past(b"".join(chunks), self._containers):
+                raise Refused(
+                    f"the server's answer holds more than {self._containers} JSON arrays and objects; not read"
+                )
 
         async def aclose(self) -> None:
             await self._stream.aclose()
 
     class Reported(logging.Filter):
-        """Drops the SDK's traceback of a ``ResponseTooLarge``: the request's error says it to the caller."""
+        """Drops the SDK's traceback of a ``Refused``: the request's error says it to the caller."""
 
         def filter(self, record: logging.LogRecord) -> bool:
-            return not (record.exc_info and isinstance(record.exc_info[1], ResponseTooLarge))
+            return not (record.exc_info and isinstance(record.exc_info[1], Refused))
 
     logging.getLogger("mcp.client.streamable_http").addFilter(Reported())
 
     class Bounded(httpx2.AsyncBaseTransport):
-        def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
-            self._inner, self._limit = inner, limit
+        def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int, containers: int) -> None:
+            self._inner, self._limit, self._containers = inner, limit, containers
 
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            request.headers["accept-encoding"] = "identity"
             response = await self._inner.handle_async_request(request)
             kind = response.headers.get("content-type", "").lower()
             if not kind.startswith("text/event-stream") and isinstance(response.stream, httpx2.AsyncByteStream):
-                response.stream = Capped(response.stream, self._limit)
+                encoding = response.headers.get("content-encoding", "").strip().lower()
+                response.stream = Capped(response.stream, self._limit, self._containers, encoding)
             return response
 
         async def aclose(self) -> None:

@@ -9,7 +9,10 @@ stderr to ``errlog``, a process group of its own; at the end stdin closed,
 then the group terminated, then killed) and reads stdout as bytes. A line
 past ``limit`` bytes is not read on: each request still awaiting an answer
 gets an error naming the bound (as over HTTP), and the connection ends with
-``MessageTooLarge``, which stops the server.
+``MessageTooLarge``, which stops the server. So does a line that holds more
+than ``containers`` JSON arrays and objects, counted before the SDK decodes
+it (``tether.core.nesting.containers_past``): decoded, one costs the host
+a hundred times its bytes or more (an empty text block, 2 KB).
 
 It plugs into ``ClientSession`` as ``stdio_client`` does: a pair of memory
 streams carrying ``SessionMessage`` (or the ``Exception`` a malformed line
@@ -41,6 +44,8 @@ from mcp.types import (
     RequestId,
 )
 
+from tether.core.nesting import containers_past
+
 logger = logging.getLogger("tether.mcp")
 
 Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
@@ -53,9 +58,10 @@ class MessageTooLarge(Exception):
 
 @contextlib.asynccontextmanager
 async def bounded_stdio(
-    server: sdk.StdioServerParameters, errlog: TextIO = sys.stderr, *, limit: int
+    server: sdk.StdioServerParameters, errlog: TextIO = sys.stderr, *, limit: int, containers: int
 ) -> AsyncIterator[Streams]:
-    """Start ``server`` and talk to it over stdio (``stdio_client``), refusing a line past ``limit`` bytes."""
+    """Start ``server`` and talk to it over stdio (``stdio_client``), refusing a line past ``limit`` bytes or
+    ``containers`` arrays and objects."""
     command = await sdk._get_executable_command(server.command)
     process = await sdk._create_platform_compatible_process(
         command=command,
@@ -71,9 +77,9 @@ async def bounded_stdio(
     shutting_down = False
     writer_done = anyio.Event()
 
-    async def refuse() -> NoReturn:
-        """Answer every open request with the bound, then end the connection."""
-        refused = MessageTooLarge(f"the server's message is larger than {limit} bytes; not read")
+    async def refuse(past: str) -> NoReturn:
+        """Answer every open request with the bound ``past`` says, then end the connection."""
+        refused = MessageTooLarge(f"the server's message {past}; not read")
         # ``data`` reaches the caller's ``MCPError`` as this very object: it tells our error from a server's.
         error = ErrorData(code=INTERNAL_ERROR, message=str(refused), data=refused)
         for ident in list(asked):
@@ -83,7 +89,10 @@ async def bounded_stdio(
 
     async def deliver(line: bytearray) -> bool:
         """Hand one line to the session; False once the session is gone."""
-        item = sdk._parse_line(line.decode(server.encoding, server.encoding_error_handler))
+        text = line.decode(server.encoding, server.encoding_error_handler)
+        if containers_past(text, containers):
+            await refuse(f"holds more than {containers} JSON arrays and objects")
+        item = sdk._parse_line(text)
         answer = item.message if isinstance(item, SessionMessage) else None
         if isinstance(answer, JSONRPCResponse | JSONRPCError) and answer.id is not None:
             asked.discard(answer.id)
@@ -101,13 +110,13 @@ async def bounded_stdio(
             *ended, rest = chunk.split(b"\n")
             for part in ended:
                 if len(line) + len(part) > limit:
-                    await refuse()
+                    await refuse(f"is larger than {limit} bytes")
                 line += part
                 if not await deliver(line):
                     return  # the session is gone; only the drain remains
                 line.clear()
             if len(line) + len(rest) > limit:
-                await refuse()
+                await refuse(f"is larger than {limit} bytes")
             line += rest
 
     async def stdout_reader() -> None:
