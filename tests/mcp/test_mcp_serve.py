@@ -33,7 +33,7 @@ from tether import Agent, OpenAIChatModel
 from tether.core.errors import ConfigurationError
 from tether.core.nesting import MAX_DEPTH
 from tether.mcp import MCPToolset
-from tether.mcp.lines import MAX_MESSAGE_DEPTH
+from tether.mcp.lines import MAX_MESSAGE_CONTAINERS, MAX_MESSAGE_DEPTH
 from tether.mcp.server import MAX_MESSAGE_BYTES
 from tether.testing.fake_server import FakeServer, text, tool_calls
 
@@ -474,7 +474,27 @@ def test_an_approval_answer_holding_a_key_twice_approves_nothing(tools_file: Pat
         assert "tether mcp serve dropped a response: Invalid Request: duplicate key 'approve' in result.content" in said
 
 
-def test_a_line_nested_100000_deep_is_answered_without_a_crash(tools_file: Path) -> None:
+def test_a_line_of_too_many_arrays_is_answered_before_it_is_decoded(tools_file: Path) -> None:
+    """Bytes bound a line's text, not what it takes decoded: 16 MiB of ``[],`` is 5.6 million lists, built by the
+    check and again by the SDK. Past ``MAX_MESSAGE_CONTAINERS`` the line is refused unread; at it, it is read."""
+    with RawClient(tools_file) as client:
+        client.initialize()
+        # The message's, its params' and its arguments' objects, a's list, and the lists in it: one past the bound.
+        inner = MAX_MESSAGE_CONTAINERS - 3
+        client.send(call(2, "add", '{"a": [' + "[]," * (inner - 1) + '[]], "b": 1}'))
+        assert client.answer() == refused(
+            None, -32700, f"Parse error: the message holds more than {MAX_MESSAGE_CONTAINERS} JSON arrays and objects"
+        )
+        client.send(call(3, "add", '{"a": [' + "[]," * (inner - 2) + '[]], "b": 1, "c": "[[[[{{{{"}'))  # at it
+        said_to_model = answered_call(client.answer(), 3)["content"][0]["text"]
+        assert said_to_model.startswith("invalid_arguments")  # read, then refused by the tool's check
+        client.send(call(4, "add", '{"a": 2, "b": 3}'))
+        assert answered_call(client.answer(), 4)["structuredContent"] == {"result": 5}
+        code, said = client.close()
+        assert code == 0 and "Traceback" not in said
+
+
+def test_a_line_nested_90000_deep_is_answered_without_a_crash(tools_file: Path) -> None:
     """Nesting past ``MAX_MESSAGE_DEPTH``: past Python's recursion limit (the decoder stops), and short of it
     (the SDK would drop it past 200 levels); a call's arguments are bounded by ``MAX_DEPTH`` after that."""
     with RawClient(tools_file) as client:
@@ -482,7 +502,7 @@ def test_a_line_nested_100000_deep_is_answered_without_a_crash(tools_file: Path)
         too_deep = refused(
             None, -32700, f"Parse error: the message is nested more than {MAX_MESSAGE_DEPTH} levels deep"
         )
-        for depth in (100_000, 300):
+        for depth in (90_000, 300):  # 90,000: under MAX_MESSAGE_CONTAINERS, which is checked first
             client.send("[" * depth + "]" * depth)
             assert client.answer() == too_deep
             client.send(call(2, "add", '{"a": ' * depth + "1" + "}" * depth))

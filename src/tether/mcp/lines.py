@@ -11,8 +11,10 @@ the client's user may have reviewed 1. So each line is read here first:
   with them) with ``MessageTooLarge``;
 - a blank line is no message, and is skipped;
 - otherwise it must be one JSON-RPC 2.0 message, read as strictly as a
-  model's tool call (``tether.tools.decoding``): UTF-8, valid JSON nested at
-  most ``MAX_MESSAGE_DEPTH`` levels, no ``NaN``/``Infinity`` nor a number past
+  model's tool call (``tether.tools.decoding``): UTF-8, valid JSON holding
+  at most ``MAX_MESSAGE_CONTAINERS`` arrays and objects (counted before it is
+  decoded) nested at most ``MAX_MESSAGE_DEPTH`` levels, no
+  ``NaN``/``Infinity`` nor a number past
   a float's range (``1e400``), no key twice
   in one object at any depth, no lone UTF-16 surrogate, and the shape of a
   request, a notification or a response.
@@ -50,7 +52,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from tether.core.envelope import QUOTED_CHARS, quoted, shown
-from tether.core.nesting import MAX_REPLY_DEPTH, NotText, check_text, value_nested_deeper
+from tether.core.nesting import MAX_REPLY_DEPTH, NotText, check_text, containers_past, value_nested_deeper
 from tether.mcp.stdio import MessageTooLarge
 from tether.tools.decoding import DuplicateKey, InvalidJson, finite, json_type, no_constants, no_duplicates
 
@@ -61,8 +63,13 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 # How deep a message may nest: room for the envelope around a call's arguments, which a call's check refuses past
 # ``MAX_DEPTH`` with a tool error the client's model can read.
 MAX_MESSAGE_DEPTH = MAX_REPLY_DEPTH
+# The JSON arrays and objects a line may hold, counted before it is decoded: the bound a server's message has on the
+# client side (``MAX_RESPONSE_CONTAINERS``). Bytes bound the text, not what it takes decoded: 16 MiB of empty arrays
+# is eight million objects to build, twice (here, then the SDK's).
+MAX_MESSAGE_CONTAINERS = 100_000
 
 _TOO_DEEP = f"Parse error: the message is nested more than {MAX_MESSAGE_DEPTH} levels deep"
+_TOO_MANY = f"Parse error: the message holds more than {MAX_MESSAGE_CONTAINERS} JSON arrays and objects"
 
 # Built once: ``json.loads`` with hooks builds a new decoder on every call.
 _STRICT = json.JSONDecoder(object_pairs_hook=no_duplicates, parse_constant=no_constants, parse_float=finite)
@@ -138,6 +145,8 @@ def check_line(line: bytes) -> str | Refused:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
         return Refused(types.PARSE_ERROR, f"Parse error: the message is not UTF-8 (at byte {exc.start})")
+    if containers_past(text, MAX_MESSAGE_CONTAINERS):  # before anything is built of it
+        return Refused(types.PARSE_ERROR, _TOO_MANY)
     try:
         value = _STRICT.decode(text)
     except DuplicateKey:
