@@ -173,10 +173,8 @@ def installed(packages: tuple[str, ...]) -> tuple[str, ...]:
     """``"name version"`` of tether and of each of ``packages`` (a distribution's name), as installed here."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from tether import __version__
-
-    found = [f"tether {__version__}"]
-    for name in packages:
+    found = []
+    for name in ("tether", *packages):
         try:
             found.append(f"{name} {version(name)}")
         except PackageNotFoundError:
