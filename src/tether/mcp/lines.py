@@ -53,20 +53,21 @@ from pydantic import ValidationError
 
 from tether.core.envelope import QUOTED_CHARS, quoted, shown
 from tether.core.nesting import MAX_REPLY_DEPTH, NotText, check_text, containers_past, value_nested_deeper
+from tether.mcp.client import MAX_RESPONSE_BYTES, MAX_RESPONSE_CONTAINERS
 from tether.mcp.stdio import MessageTooLarge
 from tether.tools.decoding import DuplicateKey, InvalidJson, finite, json_type, no_constants, no_duplicates
 
 logger = logging.getLogger("tether.mcp")
 
-# A line a client writes (one message): the bound a server's line has on the client side (``MAX_RESPONSE_BYTES``).
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# A line a client writes (one message): the bound a server's line has on the client side.
+MAX_MESSAGE_BYTES = MAX_RESPONSE_BYTES
 # How deep a message may nest: room for the envelope around a call's arguments, which a call's check refuses past
 # ``MAX_DEPTH`` with a tool error the client's model can read.
 MAX_MESSAGE_DEPTH = MAX_REPLY_DEPTH
 # The JSON arrays and objects a line may hold, counted before it is decoded: the bound a server's message has on the
-# client side (``MAX_RESPONSE_CONTAINERS``). Bytes bound the text, not what it takes decoded: 16 MiB of empty arrays
-# is eight million objects to build, twice (here, then the SDK's).
-MAX_MESSAGE_CONTAINERS = 100_000
+# client side. Bytes bound the text, not what it takes decoded: 16 MiB of ``[],`` is 5.6 million lists to build,
+# twice (here, then the SDK's).
+MAX_MESSAGE_CONTAINERS = MAX_RESPONSE_CONTAINERS
 
 _TOO_DEEP = f"Parse error: the message is nested more than {MAX_MESSAGE_DEPTH} levels deep"
 _TOO_MANY = f"Parse error: the message holds more than {MAX_MESSAGE_CONTAINERS} JSON arrays and objects"
